@@ -1,0 +1,69 @@
+"""packtool's exceptions.
+
+The library raises these; the CLI turns each into a one-line message and a non-zero exit.
+Every message names where the problem is (file, line, row) and, where there is one, the
+option that fixes it.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "BadRecordError",
+    "FormatError",
+    "InputError",
+    "OptionError",
+    "OutputExistsError",
+    "PacktoolError",
+    "TokenizerError",
+]
+
+
+class PacktoolError(Exception):
+    """Base class: a user-facing problem with a message fit to print as is."""
+
+    exit_code: int = 1
+
+
+class OptionError(PacktoolError, ValueError):
+    """An option value is invalid (e.g. ``max_len < 2``)."""
+
+    exit_code = 2
+
+
+class InputError(PacktoolError):
+    """An input cannot be found or read as a whole."""
+
+
+class BadRecordError(InputError):
+    """One record of an input is malformed (bad JSON, missing or non-string text field).
+
+    ``--skip-bad-records`` counts and skips these instead of stopping.
+    """
+
+    def __init__(self, location: str, problem: str, hint: str = "") -> None:
+        self.location = location
+        self.problem = problem
+        self.hint = hint
+        message = f"{location}: {problem}"
+        if hint:
+            message += f" ({hint})"
+        super().__init__(message)
+
+    def with_skip_hint(self) -> BadRecordError:
+        """The same error, its hint also naming ``--skip-bad-records``."""
+        skip = "or pass --skip-bad-records to skip such records"
+        return BadRecordError(
+            self.location, self.problem, f"{self.hint}; {skip}" if self.hint else skip
+        )
+
+
+class TokenizerError(PacktoolError):
+    """The tokenizer cannot be found, loaded, or lacks a needed special token."""
+
+
+class OutputExistsError(PacktoolError):
+    """The output directory exists and ``overwrite`` was not given."""
+
+
+class FormatError(PacktoolError):
+    """A directory is not a packtool output, or its manifest or shards are not readable."""

@@ -1,0 +1,500 @@
+"""The on-disk format of a packed dataset: schema, manifest, shard writer and reader.
+
+This module is the only one that knows how a packed dataset is laid out on disk; ``pack``
+writes through :class:`ShardWriter`, and ``stats``, ``inspect``, ``verify`` and the training
+side read through :func:`open_packed`. ``docs/format.md`` describes the same thing for people.
+
+A packed dataset is a directory::
+
+    out/
+      data-00000-of-00002.arrow    Arrow IPC stream shards, the rows (written first)
+      data-00001-of-00002.arrow
+      dataset_info.json            Hugging Face `datasets` metadata (features)
+      state.json                   so that `datasets.load_from_disk("out")` works
+      manifest.json                packtool's manifest, written last: its presence marks
+                                   the output as complete
+
+One row, ``max_len`` 24, documents of 5, 9 and 7 tokens, then 3 pad tokens (``P``)::
+
+    input_ids    a a a a a b b b b b b b b b c c c c c c c P P P
+    position_ids 0 1 2 3 4 0 1 2 3 4 5 6 7 8 0 1 2 3 4 5 6 0 1 2
+    cu_seqlens   [0, 5, 14, 21, 24]
+    num_tokens   21
+    doc_ids      [d_a, d_b, d_c]       (one per document segment; none for the padding)
+    chunk_ids    [0, 0, 0]
+
+The padding tail is a segment of its own (the last one), so the segments cover every position
+and ``position_ids[cu[i]:cu[i+1]] == arange(cu[i+1] - cu[i])`` holds for every segment.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from .errors import FormatError, OutputExistsError
+
+__all__ = [
+    "FORMAT_NAME",
+    "FORMAT_VERSION",
+    "IGNORE_INDEX",
+    "MANIFEST_FILE",
+    "PackedBatch",
+    "PackedReader",
+    "PackedRow",
+    "Segment",
+    "ShardWriter",
+    "open_packed",
+    "packed_schema",
+]
+
+FORMAT_NAME = "packtool.packed"
+FORMAT_VERSION = 1
+MANIFEST_FILE = "manifest.json"
+IGNORE_INDEX = -100
+"""The label of a token that is not learned (padding, prompt): PyTorch's cross-entropy default."""
+
+_SHARD_NAME = "data-{index:05d}-of-{count:05d}.arrow"
+
+
+def packed_schema(max_len: int, with_labels: bool = False) -> pa.Schema:
+    """The Arrow schema of a packed dataset's rows."""
+    fixed = pa.list_(pa.int32(), max_len)
+    fields = [
+        pa.field("input_ids", fixed, nullable=False),
+        pa.field("position_ids", fixed, nullable=False),
+        pa.field("cu_seqlens", pa.list_(pa.int32()), nullable=False),
+        pa.field("num_tokens", pa.int32(), nullable=False),
+        pa.field("doc_ids", pa.list_(pa.int64()), nullable=False),
+        pa.field("chunk_ids", pa.list_(pa.int32()), nullable=False),
+    ]
+    if with_labels:
+        fields.append(pa.field("labels", fixed, nullable=False))
+    return pa.schema(fields)
+
+
+def _hf_features(schema: pa.Schema) -> dict[str, Any]:
+    """The `datasets` features dict for ``schema``, in the installed `datasets`' own dialect."""
+    import datasets  # imported lazily: it is slow to import and only needed here
+
+    return datasets.Features.from_arrow_schema(schema).to_dict()
+
+
+@dataclass(frozen=True)
+class PackedBatch:
+    """Rows ready to write, as NumPy arrays.
+
+    ``input_ids``, ``position_ids`` (and ``labels``) are ``[rows, max_len]`` int32.
+    Ragged per-row lists are flat values plus offsets: row ``r``'s ``cu_seqlens`` is
+    ``cu_values[cu_offsets[r]:cu_offsets[r + 1]]``; ``doc_ids`` and ``chunk_ids`` share
+    ``seg_offsets``.
+    """
+
+    input_ids: np.ndarray
+    position_ids: np.ndarray
+    cu_values: np.ndarray
+    cu_offsets: np.ndarray
+    num_tokens: np.ndarray
+    doc_ids: np.ndarray
+    chunk_ids: np.ndarray
+    seg_offsets: np.ndarray
+    labels: np.ndarray | None = None
+
+    @property
+    def num_rows(self) -> int:
+        return int(self.input_ids.shape[0])
+
+    def to_table(self) -> pa.Table:
+        max_len = self.input_ids.shape[1]
+
+        def fixed(a: np.ndarray) -> pa.Array:
+            flat = pa.array(np.ascontiguousarray(a, dtype=np.int32).reshape(-1), pa.int32())
+            return pa.FixedSizeListArray.from_arrays(flat, max_len)
+
+        seg_offsets = pa.array(self.seg_offsets.astype(np.int32), pa.int32())
+        arrays = [
+            fixed(self.input_ids),
+            fixed(self.position_ids),
+            pa.ListArray.from_arrays(
+                pa.array(self.cu_offsets.astype(np.int32), pa.int32()),
+                pa.array(self.cu_values.astype(np.int32), pa.int32()),
+            ),
+            pa.array(self.num_tokens.astype(np.int32), pa.int32()),
+            pa.ListArray.from_arrays(seg_offsets, pa.array(self.doc_ids, pa.int64())),
+            pa.ListArray.from_arrays(
+                seg_offsets, pa.array(self.chunk_ids.astype(np.int32), pa.int32())
+            ),
+        ]
+        if self.labels is not None:
+            arrays.append(fixed(self.labels))
+        schema = packed_schema(max_len, with_labels=self.labels is not None)
+        return pa.Table.from_arrays(arrays, schema=schema)
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 22), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _write_json(path: Path, obj: Any) -> None:
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(obj, f, indent=2, sort_keys=False)
+        f.write("\n")
+        f.flush()
+        os.fsync(f.fileno())
+
+
+class ShardWriter:
+    """Writes rows into shards in a staging directory, then commits them atomically.
+
+    Used as a context manager. Shards go to a hidden sibling of ``out_dir``; :meth:`commit`
+    writes the `datasets` metadata and the manifest (last), and renames the staging directory
+    to ``out_dir``. On an exception, or without a commit, the staging directory is removed, so
+    an interrupted run never leaves an output that looks finished.
+
+    >>> with ShardWriter(out, max_len=4096, num_rows=1000, rows_per_shard=500) as w:
+    ...     w.write(batch)            # any number of batches, rows in order
+    ...     w.commit(manifest)        # returns the final manifest dict
+    """
+
+    def __init__(
+        self,
+        out_dir: str | os.PathLike[str],
+        *,
+        max_len: int,
+        num_rows: int,
+        rows_per_shard: int,
+        with_labels: bool = False,
+        overwrite: bool = False,
+    ) -> None:
+        if rows_per_shard < 1:
+            raise ValueError(f"rows_per_shard must be >= 1, got {rows_per_shard}")
+        self.out_dir = Path(out_dir)
+        self.max_len = max_len
+        self.num_rows = num_rows
+        self.rows_per_shard = rows_per_shard
+        self.schema = packed_schema(max_len, with_labels)
+        self.overwrite = overwrite
+        self.num_shards = max(1, -(-num_rows // rows_per_shard))
+        check_output_dir(self.out_dir, overwrite)
+        self.staging = self.out_dir.parent / f".{self.out_dir.name}.packtool-tmp-{os.getpid()}"
+        self._shards: list[dict[str, Any]] = []
+        self._sink: pa.ipc.RecordBatchStreamWriter | None = None
+        self._sink_file: Any = None
+        self._rows_in_shard = 0
+        self._rows_written = 0
+        self._committed = False
+
+    # -- context manager -------------------------------------------------------------------
+    def __enter__(self) -> ShardWriter:
+        if self.staging.exists():
+            shutil.rmtree(self.staging)
+        self.staging.mkdir(parents=True)
+        return self
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        self._close_shard()
+        if not self._committed:
+            shutil.rmtree(self.staging, ignore_errors=True)
+
+    # -- writing ---------------------------------------------------------------------------
+    def _open_shard(self) -> None:
+        name = _SHARD_NAME.format(index=len(self._shards), count=self.num_shards)
+        path = self.staging / name
+        self._sink_file = pa.OSFile(str(path), "wb")
+        schema = self.schema.with_metadata(
+            {"huggingface": json.dumps({"info": {"features": _hf_features(self.schema)}})}
+        )
+        self._sink = pa.ipc.new_stream(self._sink_file, schema)
+        self._shards.append({"file": name, "rows": 0})
+        self._rows_in_shard = 0
+
+    def _close_shard(self) -> None:
+        if self._sink is None:
+            return
+        self._sink.close()
+        self._sink_file.close()
+        self._sink = None
+        entry = self._shards[-1]
+        entry["rows"] = self._rows_in_shard
+        path = self.staging / entry["file"]
+        entry["bytes"] = path.stat().st_size
+        entry["sha256"] = _sha256(path)
+
+    def write(self, batch: PackedBatch | pa.Table) -> None:
+        """Append rows, starting new shards every ``rows_per_shard`` rows."""
+        table = batch.to_table() if isinstance(batch, PackedBatch) else batch
+        if table.schema != self.schema:
+            raise ValueError(f"batch schema does not match the dataset's:\n{table.schema}")
+        start = 0
+        while start < table.num_rows:
+            if self._sink is None:
+                self._open_shard()
+            take = min(self.rows_per_shard - self._rows_in_shard, table.num_rows - start)
+            assert self._sink is not None
+            self._sink.write_table(table.slice(start, take))
+            self._rows_in_shard += take
+            self._rows_written += take
+            start += take
+            if self._rows_in_shard == self.rows_per_shard:
+                self._close_shard()
+
+    def commit(self, manifest: dict[str, Any]) -> dict[str, Any]:
+        """Finish: metadata, the manifest last, then move into place. Returns the manifest."""
+        if self._rows_written != self.num_rows:
+            raise RuntimeError(
+                f"wrote {self._rows_written} rows, expected {self.num_rows}: not committing"
+            )
+        if not self._shards:  # an empty dataset still gets one (empty) shard
+            self._open_shard()
+        self._close_shard()
+        features = _hf_features(self.schema)
+        _write_json(
+            self.staging / "dataset_info.json",
+            {"citation": "", "description": "packed by packtool", "features": features},
+        )
+        _write_json(
+            self.staging / "state.json",
+            {
+                "_data_files": [{"filename": s["file"]} for s in self._shards],
+                "_fingerprint": hashlib.sha256(
+                    "".join(s["sha256"] for s in self._shards).encode()
+                ).hexdigest()[:16],
+                "_format_columns": None,
+                "_format_kwargs": {},
+                "_format_type": None,
+                "_output_all_columns": False,
+                "_split": None,
+            },
+        )
+        manifest = {
+            "format": FORMAT_NAME,
+            "format_version": FORMAT_VERSION,
+            **manifest,
+            "max_len": self.max_len,
+            "columns": self.schema.names,
+            "num_rows": self.num_rows,
+            "shards": self._shards,
+        }
+        _write_json(self.staging / MANIFEST_FILE, manifest)
+        _move_into_place(self.staging, self.out_dir, self.overwrite)
+        self._committed = True
+        return manifest
+
+
+def check_output_dir(out_dir: Path, overwrite: bool) -> None:
+    """Refuse an existing ``out_dir`` unless ``overwrite`` (eagerly, before any work)."""
+    if out_dir.exists() and not overwrite:
+        raise OutputExistsError(
+            f"output directory {out_dir} already exists (pass --overwrite to replace it)"
+        )
+    if out_dir.exists() and not out_dir.is_dir():
+        raise OutputExistsError(f"output path {out_dir} exists and is not a directory")
+
+
+def _move_into_place(staging: Path, out_dir: Path, overwrite: bool) -> None:
+    if out_dir.exists():
+        check_output_dir(out_dir, overwrite)
+        trash = out_dir.parent / f".{out_dir.name}.packtool-old-{os.getpid()}"
+        os.rename(out_dir, trash)
+        os.rename(staging, out_dir)
+        shutil.rmtree(trash, ignore_errors=True)
+    else:
+        os.rename(staging, out_dir)
+
+
+# -- reading -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Segment:
+    """One segment of a row: a document (or chunk of one), or the padding tail."""
+
+    start: int
+    length: int
+    doc_id: int | None  # None for the padding segment
+    chunk_id: int | None
+
+    @property
+    def end(self) -> int:
+        return self.start + self.length
+
+    @property
+    def is_padding(self) -> bool:
+        return self.doc_id is None
+
+
+@dataclass(frozen=True)
+class PackedRow:
+    """One packed row, as NumPy arrays."""
+
+    index: int
+    input_ids: np.ndarray
+    position_ids: np.ndarray
+    cu_seqlens: np.ndarray
+    num_tokens: int
+    doc_ids: np.ndarray
+    chunk_ids: np.ndarray
+    labels: np.ndarray | None = None
+
+    @property
+    def segments(self) -> list[Segment]:
+        """Document segments in order, then the padding segment if the row has one."""
+        cu = self.cu_seqlens
+        out = []
+        for i in range(len(cu) - 1):
+            start, end = int(cu[i]), int(cu[i + 1])
+            if i < len(self.doc_ids):
+                out.append(
+                    Segment(start, end - start, int(self.doc_ids[i]), int(self.chunk_ids[i]))
+                )
+            else:
+                out.append(Segment(start, end - start, None, None))
+        return out
+
+
+class PackedReader:
+    """Read access to a packed dataset, memory-mapped; see :func:`open_packed`."""
+
+    def __init__(self, path: Path, manifest: dict[str, Any]) -> None:
+        self.path = path
+        self.manifest = manifest
+        self.max_len: int = int(manifest["max_len"])
+        self.shard_paths = [path / s["file"] for s in manifest["shards"]]
+        self.shard_rows = [int(s["rows"]) for s in manifest["shards"]]
+        self._starts = np.concatenate([[0], np.cumsum(self.shard_rows)]).astype(np.int64)
+        self._tables: dict[int, pa.Table] = {}
+
+    @property
+    def num_rows(self) -> int:
+        return int(self._starts[-1])
+
+    def __len__(self) -> int:
+        return self.num_rows
+
+    @property
+    def has_labels(self) -> bool:
+        return "labels" in self.manifest.get("columns", [])
+
+    def shard_table(self, shard: int) -> pa.Table:
+        """The rows of one shard, memory-mapped (zero-copy)."""
+        table = self._tables.get(shard)
+        if table is None:
+            path = self.shard_paths[shard]
+            try:
+                with pa.memory_map(str(path)) as source:
+                    table = pa.ipc.open_stream(source).read_all()
+            except (OSError, pa.ArrowInvalid) as e:
+                raise FormatError(f"{path}: cannot read shard: {e}") from e
+            if table.num_rows != self.shard_rows[shard]:
+                raise FormatError(
+                    f"{path}: shard holds {table.num_rows} rows, the manifest says "
+                    f"{self.shard_rows[shard]} (run `packtool verify`)"
+                )
+            self._tables[shard] = table
+        return table
+
+    def iter_tables(self, columns: Sequence[str] | None = None) -> Iterator[pa.Table]:
+        """Each shard in order, restricted to ``columns``."""
+        for shard in range(len(self.shard_paths)):
+            table = self.shard_table(shard)
+            yield table.select(list(columns)) if columns is not None else table
+
+    def locate(self, row: int) -> tuple[int, int]:
+        """(shard, row within shard) of global row ``row``."""
+        if not 0 <= row < self.num_rows:
+            raise IndexError(
+                f"row {row} is out of range: {self.path} has {self.num_rows} rows "
+                f"(0 to {self.num_rows - 1})"
+            )
+        shard = int(np.searchsorted(self._starts, row, side="right") - 1)
+        return shard, row - int(self._starts[shard])
+
+    def row(self, row: int) -> PackedRow:
+        """Row ``row`` (0-based, over all shards in order)."""
+        shard, local = self.locate(row)
+        rec = self.shard_table(shard).slice(local, 1)
+
+        def fixed(name: str) -> np.ndarray:
+            return rec.column(name).chunk(0).flatten().to_numpy(zero_copy_only=False)
+
+        def ragged(name: str) -> np.ndarray:
+            return np.asarray(rec.column(name)[0].values.to_numpy(zero_copy_only=False))
+
+        return PackedRow(
+            index=row,
+            input_ids=fixed("input_ids"),
+            position_ids=fixed("position_ids"),
+            cu_seqlens=ragged("cu_seqlens"),
+            num_tokens=int(rec.column("num_tokens")[0].as_py()),
+            doc_ids=ragged("doc_ids"),
+            chunk_ids=ragged("chunk_ids"),
+            labels=fixed("labels") if self.has_labels else None,
+        )
+
+    def __getitem__(self, row: int) -> PackedRow:
+        return self.row(row)
+
+    def load_tokenizer(self) -> Any:
+        """The tokenizer the dataset was packed with: the copy of its ``tokenizer.json``
+        kept in the output, with the special-token ids recorded in the manifest."""
+        from .tokenize import SpecialTokens, load_tokenizer
+
+        info = self.manifest.get("tokenizer", {})
+        path = self.path / info.get("file", "tokenizer.json")
+        if not path.exists():
+            raise FormatError(f"{self.path}: the output holds no tokenizer.json to decode with")
+        tokenizer = load_tokenizer(path)
+        tokenizer.name = info.get("name", tokenizer.name)
+        tokenizer.special = SpecialTokens(**info.get("special_tokens", {}))
+        return tokenizer
+
+
+def read_manifest(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """The manifest of the packed dataset at ``path``, checked for format and version."""
+    path = Path(path)
+    if not path.is_dir():
+        raise FormatError(f"{path}: no such directory")
+    manifest_path = path / MANIFEST_FILE
+    if not manifest_path.exists():
+        raise FormatError(
+            f"{path} is not a packtool output: it has no {MANIFEST_FILE} "
+            "(an interrupted `packtool pack` never writes one)"
+        )
+    try:
+        manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise FormatError(f"{manifest_path}: unreadable manifest: {e}") from e
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT_NAME:
+        raise FormatError(f"{manifest_path}: not a packtool manifest (no format {FORMAT_NAME!r})")
+    version = manifest.get("format_version")
+    if version != FORMAT_VERSION:
+        raise FormatError(
+            f"{manifest_path}: format version {version!r} is not supported by this packtool "
+            f"(it reads version {FORMAT_VERSION}); upgrade packtool or re-pack"
+        )
+    for key in ("max_len", "shards", "columns"):
+        if key not in manifest:
+            raise FormatError(f"{manifest_path}: manifest lacks {key!r}")
+    return manifest
+
+
+def open_packed(path: str | os.PathLike[str]) -> PackedReader:
+    """Open the packed dataset written by ``packtool pack`` at ``path``.
+
+    Raises :class:`~packtool.errors.FormatError` if the directory is not a complete packtool
+    output or has a format version this packtool does not read.
+    """
+    return PackedReader(Path(path), read_manifest(path))

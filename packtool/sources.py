@@ -1,0 +1,631 @@
+"""Read inputs into batches of document texts.
+
+Inputs are files (JSON Lines, JSON arrays, Parquet, Arrow, CSV, plain text; ``.gz``/``.zst``
+compressed JSON, CSV and text too), directories or globs of such files, and datasets saved
+with ``datasets.save_to_disk``. The fast paths are pyarrow's streaming readers; when one of
+them fails, or when bad records are to be skipped, a line-by-line reader finds the exact
+line and what is wrong with it.
+
+Every record gets a place in the stream: a bad record that is skipped is yielded as ``None``
+so that document numbering (and so the ``doc_ids`` of the output) does not depend on it.
+"""
+
+from __future__ import annotations
+
+import csv
+import glob as globlib
+import gzip
+import io
+import json
+import os
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+import pyarrow as pa
+
+from .errors import BadRecordError, InputError
+
+__all__ = ["InputFile", "TextBatch", "read_texts", "resolve_inputs"]
+
+_KINDS = {
+    ".jsonl": "jsonl",
+    ".ndjson": "jsonl",
+    ".json": "json",
+    ".parquet": "parquet",
+    ".arrow": "arrow",
+    ".csv": "csv",
+    ".txt": "txt",
+}
+_COMPRESSED = {".gz": "gzip", ".zst": "zstd"}
+SUPPORTED = ", ".join(
+    [*_KINDS, *(k + c for k in (".jsonl", ".json", ".csv", ".txt") for c in _COMPRESSED)]
+)
+BATCH_DOCS = 1024
+
+
+@dataclass(frozen=True)
+class InputFile:
+    """One input: a file, or a directory holding a dataset saved with `datasets`."""
+
+    path: Path
+    kind: str  # jsonl, json, parquet, arrow, csv, txt, hf_dataset
+    compression: str | None
+    size_bytes: int
+
+
+@dataclass
+class TextBatch:
+    """Consecutive records of one input. ``None`` marks a bad record that was skipped."""
+
+    texts: list[str | None]
+    bad: list[BadRecordError] = field(default_factory=list)
+    bytes_done: int = 0  # how far into the input (bytes of the file as stored) this batch ends
+
+
+def _kind_of(path: Path) -> tuple[str, str | None] | None:
+    suffixes = [s.lower() for s in path.suffixes]
+    if not suffixes:
+        return None
+    compression = _COMPRESSED.get(suffixes[-1])
+    if compression is not None:
+        if len(suffixes) < 2 or suffixes[-2] not in (".jsonl", ".ndjson", ".json", ".csv", ".txt"):
+            return None
+        return _KINDS[suffixes[-2]], compression
+    kind = _KINDS.get(suffixes[-1])
+    return (kind, None) if kind else None
+
+
+def _is_hf_dataset(path: Path) -> bool:
+    return (path / "state.json").exists() or (path / "dataset_dict.json").exists()
+
+
+def _tree_size(path: Path) -> int:
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+
+
+def _file_input(path: Path) -> InputFile:
+    kind = _kind_of(path)
+    if kind is None:
+        raise InputError(f"{path}: unsupported file type (supported: {SUPPORTED})")
+    return InputFile(path, kind[0], kind[1], path.stat().st_size)
+
+
+def resolve_inputs(specs: Sequence[str | os.PathLike[str]]) -> list[InputFile]:
+    """Expand paths, directories and globs into a list of inputs, in a stable order.
+
+    A directory is a `datasets` dataset if it holds ``state.json`` or ``dataset_dict.json``;
+    otherwise its supported files are taken, recursively, sorted by path (hidden files and
+    directories are skipped).
+    """
+    if not specs:
+        raise InputError("no input given")
+    out: list[InputFile] = []
+    for spec in specs:
+        path = Path(spec)
+        if path.is_dir():
+            if _is_hf_dataset(path):
+                out.append(InputFile(path, "hf_dataset", None, _tree_size(path)))
+                continue
+            files = sorted(
+                p
+                for p in path.rglob("*")
+                if p.is_file()
+                and _kind_of(p) is not None
+                and not any(part.startswith(".") for part in p.relative_to(path).parts)
+            )
+            if not files:
+                raise InputError(f"{path}: directory holds no supported files ({SUPPORTED})")
+            out.extend(_file_input(p) for p in files)
+        elif path.is_file():
+            out.append(_file_input(path))
+        elif globlib.has_magic(str(spec)):
+            matches = sorted(Path(p) for p in globlib.glob(str(spec), recursive=True))
+            files = [p for p in matches if p.is_file()]
+            if not files:
+                raise InputError(f"{spec}: the pattern matches no files")
+            out.extend(_file_input(p) for p in files)
+        else:
+            raise InputError(f"{spec}: no such file or directory")
+    return out
+
+
+# -- opening (possibly compressed) files ----------------------------------------------------
+
+
+class _CountingReader(io.RawIOBase):
+    """Counts bytes read from the underlying file (for progress on compressed inputs)."""
+
+    def __init__(self, raw: IO[bytes]) -> None:
+        self.raw = raw
+        self.count = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b: Any) -> int:
+        n = self.raw.readinto(b)  # type: ignore[attr-defined]
+        self.count += n or 0
+        return n or 0
+
+    def close(self) -> None:
+        self.raw.close()
+        super().close()
+
+
+def _open_binary(inp: InputFile) -> tuple[IO[bytes], _CountingReader]:
+    counter = _CountingReader(open(inp.path, "rb"))  # noqa: SIM115 - closed by caller
+    raw: IO[bytes] = io.BufferedReader(counter, 1 << 20)
+    if inp.compression == "gzip":
+        return gzip.GzipFile(fileobj=raw), counter  # type: ignore[return-value]
+    if inp.compression == "zstd":
+        import zstandard
+
+        stream = zstandard.ZstdDecompressor().stream_reader(raw, read_across_frames=True)
+        return io.BufferedReader(stream, 1 << 20), counter  # type: ignore[arg-type]
+    return raw, counter
+
+
+def _arrow_input(inp: InputFile) -> tuple[pa.NativeFile, pa.NativeFile]:
+    """(stream to parse, raw file whose tell() gives progress)."""
+    raw = pa.OSFile(str(inp.path), "rb")
+    if inp.compression is None:
+        return raw, raw
+    if inp.compression == "zstd" and not pa.Codec.is_available("zstd"):
+        raise _NoArrowCodec
+    return pa.CompressedInputStream(raw, inp.compression), raw
+
+
+class _NoArrowCodec(Exception):
+    pass
+
+
+# -- the readers ----------------------------------------------------------------------------
+
+
+def _describe(value: Any) -> str:
+    kind = type(value).__name__
+    return {"NoneType": "null", "dict": "object", "list": "array", "str": "string"}.get(kind, kind)
+
+
+def _check_record(obj: Any, text_field: str, location: str) -> str:
+    if not isinstance(obj, dict):
+        raise BadRecordError(location, f"expected a JSON object, found {_describe(obj)}")
+    if text_field not in obj:
+        fields = ", ".join(repr(k) for k in list(obj)[:20]) or "none"
+        raise BadRecordError(
+            location,
+            f"no field {text_field!r} (fields found: {fields})",
+            "choose the field with --text-field",
+        )
+    text = obj[text_field]
+    if not isinstance(text, str):
+        raise BadRecordError(location, f"field {text_field!r} is {_describe(text)}, not a string")
+    return text
+
+
+def _jsonl_python(
+    inp: InputFile, text_field: str, skip_bad: bool, batch_docs: int
+) -> Iterator[TextBatch]:
+    stream, counter = _open_binary(inp)
+    with stream:
+        batch = TextBatch([])
+        lineno = 0
+        while True:
+            try:
+                line = stream.readline()
+            except (OSError, EOFError, ValueError) as e:
+                raise InputError(f"{inp.path}: cannot read after line {lineno}: {e}") from e
+            if not line:
+                break
+            lineno += 1
+            if not line.strip():
+                continue
+            location = f"{inp.path}:{lineno}"
+            try:
+                try:
+                    obj = json.loads(line.decode("utf-8"))
+                except UnicodeDecodeError as e:
+                    raise BadRecordError(location, f"invalid UTF-8 ({e.reason})") from None
+                except json.JSONDecodeError as e:
+                    raise BadRecordError(location, f"malformed JSON: {e.msg}") from None
+                except RecursionError:
+                    raise BadRecordError(location, "JSON nested too deeply") from None
+                batch.texts.append(_check_record(obj, text_field, location))
+            except BadRecordError as e:
+                if not skip_bad:
+                    raise e.with_skip_hint() from None
+                batch.texts.append(None)
+                batch.bad.append(e)
+            if len(batch.texts) >= batch_docs:
+                batch.bytes_done = counter.count
+                yield batch
+                batch = TextBatch([])
+        batch.bytes_done = inp.size_bytes
+        if batch.texts:
+            yield batch
+
+
+def _jsonl_arrow(inp: InputFile, text_field: str, batch_docs: int) -> Iterator[TextBatch]:
+    """pyarrow's streaming JSON reader; raises _ArrowFailed on anything irregular."""
+    import pyarrow.json as pj
+
+    stream, raw = _arrow_input(inp)
+    parse = pj.ParseOptions(
+        explicit_schema=pa.schema([(text_field, pa.string())]),
+        unexpected_field_behavior="ignore",
+    )
+    try:
+        reader = pj.open_json(
+            stream, read_options=pj.ReadOptions(block_size=4 << 20), parse_options=parse
+        )
+        for record_batch in reader:
+            column = record_batch.column(0)
+            if column.null_count:
+                raise _ArrowFailed("null or missing text")
+            texts = column.to_pylist()
+            for i in range(0, len(texts), batch_docs):
+                yield TextBatch(texts[i : i + batch_docs], bytes_done=raw.tell())
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, OSError, UnicodeDecodeError) as e:
+        raise _ArrowFailed(str(e)) from e
+    finally:
+        stream.close()
+
+
+class _ArrowFailed(Exception):
+    pass
+
+
+def _read_jsonl(
+    inp: InputFile, text_field: str, skip_bad: bool, batch_docs: int
+) -> Iterator[TextBatch]:
+    if skip_bad:
+        yield from _jsonl_python(inp, text_field, True, batch_docs)
+        return
+    done = 0  # records already yielded by the fast path
+    try:
+        for batch in _jsonl_arrow(inp, text_field, batch_docs):
+            done += len(batch.texts)
+            yield batch
+        return
+    except (_ArrowFailed, _NoArrowCodec) as failure:
+        arrow_message = str(failure)
+    # The fast path stopped: re-read line by line to continue (no bad record: the fast path
+    # was only pickier) or to name the exact line that is wrong.
+    seen = 0
+    for batch in _jsonl_python(inp, text_field, False, batch_docs):
+        if seen + len(batch.texts) <= done:
+            seen += len(batch.texts)
+            continue
+        skip = max(0, done - seen)
+        seen += len(batch.texts)
+        batch.texts = batch.texts[skip:]
+        yield batch
+    del arrow_message  # the line-by-line reader read everything: the fast path was pickier
+
+
+def _read_json_array(
+    inp: InputFile, text_field: str, skip_bad: bool, batch_docs: int
+) -> Iterator[TextBatch]:
+    stream, _ = _open_binary(inp)
+    with stream:
+        head = stream.peek(64)[:64] if hasattr(stream, "peek") else b""
+        if not head.lstrip().startswith(b"["):
+            yield from _read_jsonl(inp, text_field, skip_bad, batch_docs)
+            return
+        try:
+            data = json.load(stream)
+        except UnicodeDecodeError as e:
+            raise InputError(f"{inp.path}: invalid UTF-8 ({e.reason})") from None
+        except json.JSONDecodeError as e:
+            raise InputError(
+                f"{inp.path}:{e.lineno}: malformed JSON: {e.msg} (column {e.colno})"
+            ) from None
+        except RecursionError:
+            raise InputError(f"{inp.path}: JSON nested too deeply") from None
+    if not isinstance(data, list):
+        raise InputError(f"{inp.path}: expected a JSON array of objects or JSON Lines")
+    batch = TextBatch([])
+    for i, obj in enumerate(data):
+        try:
+            batch.texts.append(_check_record(obj, text_field, f"{inp.path}: element {i}"))
+        except BadRecordError as e:
+            if not skip_bad:
+                raise e.with_skip_hint() from None
+            batch.texts.append(None)
+            batch.bad.append(e)
+        if len(batch.texts) >= batch_docs:
+            yield batch
+            batch = TextBatch([])
+    batch.bytes_done = inp.size_bytes
+    if batch.texts:
+        yield batch
+
+
+def _check_column(schema: pa.Schema, text_field: str, where: str) -> None:
+    if text_field not in schema.names:
+        fields = ", ".join(repr(n) for n in schema.names[:20]) or "none"
+        raise InputError(
+            f"{where}: no column {text_field!r} (columns found: {fields}); "
+            "choose the column with --text-field"
+        )
+    kind = schema.field(text_field).type
+    if not (pa.types.is_string(kind) or pa.types.is_large_string(kind)):
+        raise InputError(f"{where}: column {text_field!r} is {kind}, not a string column")
+
+
+def _table_batches(
+    batches: Iterator[pa.RecordBatch],
+    text_field: str,
+    where: str,
+    skip_bad: bool,
+    batch_docs: int,
+    progress: Callable[[], int],
+) -> Iterator[TextBatch]:
+    row = 0
+    for record_batch in batches:
+        column = record_batch.column(record_batch.schema.get_field_index(text_field))
+        try:
+            texts = column.to_pylist()
+        except UnicodeDecodeError as e:
+            raise InputError(
+                f"{where}: invalid UTF-8 in column {text_field!r} near row {row}: {e.reason}"
+            ) from None
+        out = TextBatch([])
+        for text in texts:
+            if text is None:
+                error = BadRecordError(f"{where}: row {row}", f"{text_field!r} is null")
+                if not skip_bad:
+                    raise error.with_skip_hint()
+                out.bad.append(error)
+            out.texts.append(text)
+            row += 1
+        out.bytes_done = progress()
+        for i in range(0, len(out.texts), batch_docs):
+            piece = TextBatch(out.texts[i : i + batch_docs], bytes_done=out.bytes_done)
+            if i == 0:
+                piece.bad = out.bad
+            yield piece
+
+
+def _read_parquet(
+    inp: InputFile, text_field: str, skip_bad: bool, batch_docs: int
+) -> Iterator[TextBatch]:
+    import pyarrow.parquet as pq
+
+    try:
+        pf = pq.ParquetFile(str(inp.path))
+    except (pa.ArrowInvalid, OSError) as e:
+        raise InputError(f"{inp.path}: not a readable Parquet file: {e}") from e
+    _check_column(pf.schema_arrow, text_field, str(inp.path))
+    rows_total = max(1, pf.metadata.num_rows)
+    done = [0]
+
+    def batches() -> Iterator[pa.RecordBatch]:
+        try:
+            for b in pf.iter_batches(batch_size=batch_docs * 8, columns=[text_field]):
+                done[0] += b.num_rows
+                yield b
+        except (pa.ArrowInvalid, OSError) as e:
+            raise InputError(f"{inp.path}: cannot read Parquet data: {e}") from e
+
+    yield from _table_batches(
+        batches(),
+        text_field,
+        str(inp.path),
+        skip_bad,
+        batch_docs,
+        lambda: inp.size_bytes * done[0] // rows_total,
+    )
+
+
+def _read_arrow(
+    inp: InputFile, text_field: str, skip_bad: bool, batch_docs: int
+) -> Iterator[TextBatch]:
+    source = pa.memory_map(str(inp.path))
+    try:
+        try:
+            reader: Any = pa.ipc.open_file(source)
+            schema = reader.schema
+            batches: Iterator[pa.RecordBatch] = (
+                reader.get_batch(i) for i in range(reader.num_record_batches)
+            )
+        except pa.ArrowInvalid:
+            source.seek(0)
+            try:
+                reader = pa.ipc.open_stream(source)
+            except pa.ArrowInvalid as e:
+                raise InputError(f"{inp.path}: not an Arrow IPC file or stream: {e}") from e
+            schema = reader.schema
+            batches = iter(reader)
+        _check_column(schema, text_field, str(inp.path))
+        yield from _table_batches(
+            batches, text_field, str(inp.path), skip_bad, batch_docs, source.tell
+        )
+    except (pa.ArrowInvalid, OSError) as e:
+        raise InputError(f"{inp.path}: cannot read Arrow data: {e}") from e
+    finally:
+        source.close()
+
+
+def _read_csv(
+    inp: InputFile, text_field: str, skip_bad: bool, batch_docs: int
+) -> Iterator[TextBatch]:
+    import pyarrow.csv as pc
+
+    stream, raw = _arrow_input(inp)
+    try:
+        head = stream.read(1 << 16).decode("utf-8", errors="replace")
+    finally:
+        stream.close()
+    header = next(csv.reader(io.StringIO(head)), [])
+    if text_field not in header:
+        fields = ", ".join(repr(n) for n in header[:20]) or "none"
+        raise InputError(
+            f"{inp.path}: no column {text_field!r} (columns found: {fields}); "
+            "choose the column with --text-field"
+        )
+    bad: list[BadRecordError] = []
+
+    def on_invalid(row: Any) -> str:
+        where = f"{inp.path}:{row.number}" if row.number is not None else str(inp.path)
+        bad.append(
+            BadRecordError(
+                where,
+                f"malformed CSV row {row.text[:60]!r} ({row.actual_columns} columns, "
+                f"expected {row.expected_columns})",
+            )
+        )
+        return "skip" if skip_bad else "error"
+
+    stream, raw = _arrow_input(inp)
+    try:
+        reader = pc.open_csv(
+            stream,
+            read_options=pc.ReadOptions(block_size=4 << 20),
+            parse_options=pc.ParseOptions(newlines_in_values=True, invalid_row_handler=on_invalid),
+            convert_options=pc.ConvertOptions(
+                include_columns=[text_field],
+                column_types={text_field: pa.string()},
+                strings_can_be_null=False,
+                quoted_strings_can_be_null=False,
+            ),
+        )
+
+        def batches() -> Iterator[pa.RecordBatch]:
+            yield from reader
+
+        for batch in _table_batches(
+            batches(), text_field, str(inp.path), skip_bad, batch_docs, raw.tell
+        ):
+            # Rows skipped as invalid have no place in the stream: count them as bad records.
+            if bad:
+                batch.texts = [None] * len(bad) + batch.texts
+                batch.bad = bad + batch.bad
+                bad = []
+            yield batch
+    except (pa.ArrowInvalid, OSError) as e:
+        if bad and not skip_bad:
+            raise bad[0].with_skip_hint() from None
+        raise InputError(f"{inp.path}: cannot read as CSV: {e}") from e
+    finally:
+        stream.close()
+    if bad:
+        yield TextBatch([None] * len(bad), bad=bad, bytes_done=inp.size_bytes)
+
+
+def _read_txt(inp: InputFile, unit: str, skip_bad: bool, batch_docs: int) -> Iterator[TextBatch]:
+    stream, counter = _open_binary(inp)
+    with stream:
+        if unit == "document":
+            data = stream.read()
+            try:
+                yield TextBatch([data.decode("utf-8")], bytes_done=inp.size_bytes)
+            except UnicodeDecodeError as e:
+                error = BadRecordError(str(inp.path), f"invalid UTF-8 at byte {e.start}")
+                if not skip_bad:
+                    raise error.with_skip_hint() from None
+                yield TextBatch([None], bad=[error], bytes_done=inp.size_bytes)
+            return
+        batch = TextBatch([])
+        paragraph: list[str] = []
+        lineno = 0
+        for raw_line in stream:
+            lineno += 1
+            try:
+                line = raw_line.decode("utf-8").rstrip("\r\n")
+            except UnicodeDecodeError as e:
+                error = BadRecordError(f"{inp.path}:{lineno}", f"invalid UTF-8 ({e.reason})")
+                if not skip_bad:
+                    raise error.with_skip_hint() from None
+                batch.texts.append(None)
+                batch.bad.append(error)
+                continue
+            if unit == "line":
+                batch.texts.append(line)
+            elif line.strip():
+                paragraph.append(line)
+            elif paragraph:
+                batch.texts.append("\n".join(paragraph))
+                paragraph = []
+            if len(batch.texts) >= batch_docs:
+                batch.bytes_done = counter.count
+                yield batch
+                batch = TextBatch([])
+        if paragraph:
+            batch.texts.append("\n".join(paragraph))
+        batch.bytes_done = inp.size_bytes
+        if batch.texts:
+            yield batch
+
+
+def _read_hf_dataset(
+    inp: InputFile, text_field: str, split: str | None, skip_bad: bool, batch_docs: int
+) -> Iterator[TextBatch]:
+    import datasets
+
+    try:
+        ds: Any = datasets.load_from_disk(str(inp.path))
+    except Exception as e:  # datasets raises many kinds here
+        raise InputError(f"{inp.path}: cannot load the saved dataset: {e}") from e
+    if isinstance(ds, datasets.DatasetDict):
+        names = list(ds)
+        chosen = split or ("train" if "train" in ds else None)
+        if chosen is None or chosen not in ds:
+            raise InputError(
+                f"{inp.path}: a dataset with splits {', '.join(names)}: choose one with --split"
+            )
+        ds = ds[chosen]
+    where = str(inp.path)
+    _check_column(ds.data.schema, text_field, where)
+    total = max(1, len(ds))
+    done = [0]
+
+    def batches() -> Iterator[pa.RecordBatch]:
+        for table in ds.select_columns([text_field]).with_format("arrow").iter(batch_docs * 8):
+            done[0] += table.num_rows
+            yield from table.to_batches()
+
+    yield from _table_batches(
+        batches(),
+        text_field,
+        where,
+        skip_bad,
+        batch_docs,
+        lambda: inp.size_bytes * done[0] // total,
+    )
+
+
+def read_texts(
+    inp: InputFile,
+    *,
+    text_field: str = "text",
+    skip_bad_records: bool = False,
+    split: str | None = None,
+    txt_unit: str = "line",
+    batch_docs: int = BATCH_DOCS,
+) -> Iterator[TextBatch]:
+    """Yield the texts of ``inp`` in order, in batches of about ``batch_docs`` records.
+
+    Raises :class:`~packtool.errors.BadRecordError` naming the file and line (or row) of the
+    first bad record, unless ``skip_bad_records``, in which case bad records come as ``None``
+    with the error in ``TextBatch.bad``.
+    """
+    if inp.kind == "jsonl":
+        return _read_jsonl(inp, text_field, skip_bad_records, batch_docs)
+    if inp.kind == "json":
+        return _read_json_array(inp, text_field, skip_bad_records, batch_docs)
+    if inp.kind == "parquet":
+        return _read_parquet(inp, text_field, skip_bad_records, batch_docs)
+    if inp.kind == "arrow":
+        return _read_arrow(inp, text_field, skip_bad_records, batch_docs)
+    if inp.kind == "csv":
+        return _read_csv(inp, text_field, skip_bad_records, batch_docs)
+    if inp.kind == "txt":
+        if txt_unit not in ("line", "paragraph", "document"):
+            raise ValueError(f"txt_unit must be line, paragraph or document, got {txt_unit!r}")
+        return _read_txt(inp, txt_unit, skip_bad_records, batch_docs)
+    if inp.kind == "hf_dataset":
+        return _read_hf_dataset(inp, text_field, split, skip_bad_records, batch_docs)
+    raise ValueError(f"unknown input kind {inp.kind!r}")

@@ -1,0 +1,336 @@
+"""Tokenizer loading and document encoding.
+
+The tokenizer sits behind a small :class:`Tokenizer` protocol, so tests can use a fake and
+Hugging Face `tokenizers` is one implementation (:class:`HFTokenizer`).
+
+``load_tokenizer(spec)`` takes, in this order:
+
+- ``None``: the bundled default, a byte-level BPE (8,192 tokens) trained on the sample corpus
+  by ``sample_data/train_tokenizer.py``; it works offline;
+- a path to a ``tokenizer.json``;
+- a local model directory holding ``tokenizer.json`` (and, optionally,
+  ``tokenizer_config.json``, which names the special tokens);
+- a hub name such as ``gpt2``: fetched with ``huggingface_hub`` when online or found in the local
+  cache; offline and not cached, a clear :class:`~packtool.errors.TokenizerError`.
+
+Special tokens: EOS, BOS and PAD come from ``tokenizer_config.json`` when there is one, else
+from the tokenizer's padding settings and the usual token names (``<|endoftext|>``, ``</s>``,
+``<pad>``...); ``--eos-token`` and friends override.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import itertools
+import json
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+
+from .errors import TokenizerError
+
+__all__ = [
+    "DEFAULT_TOKENIZER",
+    "DocumentEncoder",
+    "EncodedBatch",
+    "HFTokenizer",
+    "SpecialTokens",
+    "Tokenizer",
+    "load_tokenizer",
+]
+
+DEFAULT_TOKENIZER = "packtool-default"
+_DATA = Path(__file__).parent / "_data"
+
+_EOS_NAMES = ("<|endoftext|>", "</s>", "<|end_of_text|>", "<eos>", "<|eos|>", "<|im_end|>")
+_BOS_NAMES = ("<s>", "<|begin_of_text|>", "<bos>", "<|bos|>", "<|startoftext|>")
+_PAD_NAMES = ("<pad>", "<|pad|>", "[PAD]", "<|padding|>", "<|finetune_right_pad_id|>")
+
+
+@dataclass(frozen=True)
+class SpecialTokens:
+    """Ids of the special tokens packtool uses (``None`` where the tokenizer has none)."""
+
+    eos_id: int | None
+    bos_id: int | None
+    pad_id: int | None
+
+
+@runtime_checkable
+class Tokenizer(Protocol):
+    """What packtool needs of a tokenizer."""
+
+    name: str
+    sha256: str
+    special: SpecialTokens
+
+    def encode_batch(
+        self, texts: Sequence[str], add_special_tokens: bool = True
+    ) -> list[list[int]]: ...
+
+    def num_special_tokens_to_add(self) -> int: ...
+
+    def decode(self, ids: Sequence[int], skip_special_tokens: bool = False) -> str: ...
+
+    def token_to_id(self, token: str) -> int | None: ...
+
+
+class HFTokenizer:
+    """A Hugging Face `tokenizers.Tokenizer` with its special tokens and provenance."""
+
+    def __init__(
+        self,
+        tokenizer: Any,
+        *,
+        name: str,
+        json_bytes: bytes,
+        config: dict[str, Any] | None = None,
+        eos_token: str | None = None,
+        bos_token: str | None = None,
+        pad_token: str | None = None,
+    ) -> None:
+        self.tokenizer = tokenizer
+        self.name = name
+        self.json_bytes = json_bytes
+        self.sha256 = hashlib.sha256(json_bytes).hexdigest()
+        self.config = config or {}
+        self.special = SpecialTokens(
+            eos_id=self._resolve("eos", eos_token, _EOS_NAMES),
+            bos_id=self._resolve("bos", bos_token, _BOS_NAMES),
+            pad_id=self._resolve("pad", pad_token, _PAD_NAMES),
+        )
+        self._n_special = tokenizer.num_special_tokens_to_add(False)
+
+    def _resolve(self, kind: str, override: str | None, names: Sequence[str]) -> int | None:
+        if override is not None:
+            tid = self._token_id_or_int(override)
+            if tid is None:
+                raise TokenizerError(
+                    f"tokenizer {self.name}: no token {override!r} in its vocabulary "
+                    f"(given as --{kind}-token)"
+                )
+            return tid
+        configured = self.config.get(f"{kind}_token")
+        if isinstance(configured, dict):
+            configured = configured.get("content")
+        if isinstance(configured, str):
+            tid = self.tokenizer.token_to_id(configured)
+            if tid is not None:
+                return int(tid)
+        if kind == "pad" and self.tokenizer.padding:
+            return int(self.tokenizer.padding["pad_id"])
+        for candidate in names:
+            tid = self.tokenizer.token_to_id(candidate)
+            if tid is not None:
+                return int(tid)
+        return None
+
+    def _token_id_or_int(self, token: str) -> int | None:
+        tid = self.tokenizer.token_to_id(token)
+        if tid is not None:
+            return int(tid)
+        if token.isdigit() and int(token) < self.tokenizer.get_vocab_size(with_added_tokens=True):
+            return int(token)
+        return None
+
+    @property
+    def vocab_size(self) -> int:
+        return int(self.tokenizer.get_vocab_size(with_added_tokens=True))
+
+    def encode_batch(
+        self, texts: Sequence[str], add_special_tokens: bool = True
+    ) -> list[list[int]]:
+        encodings = self.tokenizer.encode_batch_fast(
+            list(texts), add_special_tokens=add_special_tokens
+        )
+        return [e.ids for e in encodings]
+
+    def num_special_tokens_to_add(self) -> int:
+        return int(self._n_special)
+
+    def decode(self, ids: Sequence[int], skip_special_tokens: bool = False) -> str:
+        return str(self.tokenizer.decode(list(ids), skip_special_tokens=skip_special_tokens))
+
+    def token_to_id(self, token: str) -> int | None:
+        tid = self.tokenizer.token_to_id(token)
+        return None if tid is None else int(tid)
+
+    def id_to_token(self, tid: int) -> str | None:
+        return self.tokenizer.id_to_token(int(tid))
+
+    def describe(self) -> dict[str, Any]:
+        """The manifest's record of this tokenizer."""
+        return {
+            "name": self.name,
+            "sha256": self.sha256,
+            "vocab_size": self.vocab_size,
+            "special_tokens": {
+                "eos_id": self.special.eos_id,
+                "bos_id": self.special.bos_id,
+                "pad_id": self.special.pad_id,
+            },
+        }
+
+
+def _read_config(directory: Path) -> dict[str, Any]:
+    path = directory / "tokenizer_config.json"
+    if not path.exists():
+        return {}
+    try:
+        config = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise TokenizerError(f"{path}: unreadable tokenizer config: {e}") from e
+    return config if isinstance(config, dict) else {}
+
+
+def _from_file(
+    path: Path, name: str, config: dict[str, Any], **overrides: str | None
+) -> HFTokenizer:
+    from tokenizers import Tokenizer as RustTokenizer
+
+    try:
+        data = path.read_bytes()
+        tok = RustTokenizer.from_str(data.decode("utf-8"))
+    except Exception as e:  # tokenizers raises a bare Exception on malformed files
+        raise TokenizerError(f"{path}: cannot load as a tokenizers tokenizer.json: {e}") from e
+    return HFTokenizer(tok, name=name, json_bytes=data, config=config, **overrides)
+
+
+def _offline() -> bool:
+    return os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on")
+
+
+def _from_hub(name: str, **overrides: str | None) -> HFTokenizer:
+    if name.count("/") > 1 or name.startswith((".", "/", "~")) or name.endswith(".json"):
+        raise TokenizerError(f"tokenizer {name!r}: no such file or directory")
+    try:
+        from huggingface_hub import hf_hub_download
+    except ImportError as e:  # pragma: no cover - huggingface_hub comes with datasets
+        raise TokenizerError(f"tokenizer {name!r}: not a local path, and no huggingface_hub") from e
+    try:
+        path = Path(hf_hub_download(name, "tokenizer.json"))
+    except Exception as e:
+        if _offline():
+            raise TokenizerError(
+                f"tokenizer {name!r} is not a local file or directory and is not in the local "
+                "hub cache, and the hub is offline (HF_HUB_OFFLINE=1): pass the path of a "
+                "tokenizer.json or of a model directory that holds one"
+            ) from None
+        raise TokenizerError(
+            f"tokenizer {name!r}: not a local path, and the hub could not provide "
+            f"tokenizer.json ({type(e).__name__}): check the name, or pass a local path"
+        ) from None
+    config: dict[str, Any] = {}
+    with contextlib.suppress(Exception):  # an optional file
+        config = _read_config(Path(hf_hub_download(name, "tokenizer_config.json")).parent)
+    return _from_file(path, name, config, **overrides)
+
+
+def load_tokenizer(
+    spec: str | os.PathLike[str] | None = None,
+    *,
+    eos_token: str | None = None,
+    bos_token: str | None = None,
+    pad_token: str | None = None,
+) -> HFTokenizer:
+    """Load a tokenizer from a ``tokenizer.json``, a model directory, a hub name, or the default.
+
+    ``eos_token``/``bos_token``/``pad_token`` (a token string, or an id) override the special
+    tokens found in the tokenizer's files.
+    """
+    overrides = {"eos_token": eos_token, "bos_token": bos_token, "pad_token": pad_token}
+    if spec is None or str(spec) == DEFAULT_TOKENIZER:
+        return _from_file(
+            _DATA / "tokenizer.json", DEFAULT_TOKENIZER, _read_config(_DATA), **overrides
+        )
+    path = Path(spec).expanduser()
+    if path.is_file():
+        return _from_file(path, str(spec), _read_config(path.parent), **overrides)
+    if path.is_dir():
+        if not (path / "tokenizer.json").exists():
+            raise TokenizerError(
+                f"{path}: the directory has no tokenizer.json (packtool reads fast-tokenizer "
+                "files; save one with transformers' tokenizer.save_pretrained)"
+            )
+        return _from_file(path / "tokenizer.json", str(spec), _read_config(path), **overrides)
+    return _from_hub(str(spec), **overrides)
+
+
+@dataclass(frozen=True)
+class EncodedBatch:
+    """Token ids of a batch of documents, flat, with each document's length.
+
+    Document ``i`` is ``ids[offsets[i]:offsets[i] + lengths[i]]``; ``empty[i]`` is true for
+    a document with no content tokens (it is skipped and counted as empty).
+    """
+
+    ids: np.ndarray  # int32
+    lengths: np.ndarray  # int64
+    empty: np.ndarray  # bool
+
+    @property
+    def offsets(self) -> np.ndarray:
+        return np.concatenate([[0], np.cumsum(self.lengths)[:-1]]).astype(np.int64)
+
+
+class DocumentEncoder:
+    """Turns document texts into token ids, with BOS and EOS handled as configured.
+
+    - ``add_eos`` (default on): EOS appended to every document, unless it already ends the
+      document (a post-processor may add it).
+    - ``bos=None`` (default): the tokenizer's post-processor decides (Llama's adds BOS, GPT-2's
+      adds nothing). ``bos=True``: exactly one BOS first; ``bos=False``: no special tokens from
+      the post-processor at all.
+    """
+
+    def __init__(self, tokenizer: Tokenizer, *, add_eos: bool = True, bos: bool | None = None):
+        self.tokenizer = tokenizer
+        self.add_eos = add_eos
+        self.bos = bos
+        special = tokenizer.special
+        if add_eos and special.eos_id is None:
+            raise TokenizerError(
+                f"tokenizer {tokenizer.name} has no EOS token I can find: "
+                "name it with --eos-token, or pass --no-eos"
+            )
+        if bos and special.bos_id is None:
+            raise TokenizerError(
+                f"tokenizer {tokenizer.name} has no BOS token I can find: "
+                "name it with --bos-token, or drop --bos"
+            )
+        self._add_special = bos is None
+        self._n_special = tokenizer.num_special_tokens_to_add() if bos is None else 0
+
+    def encode(self, texts: Sequence[str]) -> EncodedBatch:
+        if not texts:
+            return EncodedBatch(np.zeros(0, np.int32), np.zeros(0, np.int64), np.zeros(0, bool))
+        encoded = self.tokenizer.encode_batch(texts, add_special_tokens=self._add_special)
+        raw_lengths = np.fromiter(map(len, encoded), dtype=np.int64, count=len(encoded))
+        empty = raw_lengths <= self._n_special
+        prefix = [self.tokenizer.special.bos_id] if self.bos else []
+        eos = self.tokenizer.special.eos_id
+        if not prefix and not self.add_eos and not empty.any():
+            flat = np.fromiter(
+                itertools.chain.from_iterable(encoded), dtype=np.int32, count=int(raw_lengths.sum())
+            )
+            return EncodedBatch(flat, raw_lengths, empty)
+        pieces: list[list[int]] = []
+        for ids, is_empty in zip(encoded, empty.tolist(), strict=True):
+            if is_empty:
+                pieces.append([])
+                continue
+            if prefix:
+                ids = prefix + ids
+            if self.add_eos and ids[-1] != eos:
+                ids = [*ids, eos]
+            pieces.append(ids)
+        lengths = np.fromiter(map(len, pieces), dtype=np.int64, count=len(pieces))
+        flat = np.fromiter(
+            itertools.chain.from_iterable(pieces), dtype=np.int32, count=int(lengths.sum())
+        )
+        return EncodedBatch(flat, lengths, empty)

@@ -1,0 +1,61 @@
+"""Independent checks of a packed output, written plainly against pyarrow (not via packtool's
+reader), so that the tests do not trust the code they test."""
+
+from __future__ import annotations
+
+import itertools
+import json
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+
+
+def read_rows(out_dir: Path) -> tuple[dict, list[dict]]:
+    """The manifest and every row (as Python lists), shards in manifest order."""
+    manifest = json.loads((out_dir / "manifest.json").read_text())
+    rows: list[dict] = []
+    for shard in manifest["shards"]:
+        with pa.memory_map(str(out_dir / shard["file"])) as src:
+            table = pa.ipc.open_stream(src).read_all()
+        assert table.num_rows == shard["rows"]
+        rows.extend(table.to_pylist())
+    return manifest, rows
+
+
+def assert_row_invariants(row: dict, max_len: int, pad_id: int) -> None:
+    """The written invariants of one row (docs/format.md)."""
+    ids, pos, cu = row["input_ids"], row["position_ids"], row["cu_seqlens"]
+    n, docs, chunks = row["num_tokens"], row["doc_ids"], row["chunk_ids"]
+    assert len(ids) == max_len and len(pos) == max_len
+    assert cu[0] == 0 and cu[-1] == max_len
+    assert all(b > a for a, b in itertools.pairwise(cu)), cu
+    assert len(docs) == len(chunks)
+    padded = n < max_len
+    assert len(cu) - 1 == len(docs) + (1 if padded else 0)
+    assert cu[len(docs)] == n, (cu, n)
+    for i in range(len(cu) - 1):
+        assert pos[cu[i] : cu[i + 1]] == list(range(cu[i + 1] - cu[i])), i
+    assert all(t == pad_id for t in ids[n:])
+    if "labels" in row and row["labels"] is not None:
+        assert all(label == -100 for label in row["labels"][n:])
+
+
+def documents_from_rows(rows: list[dict]) -> dict[int, list[int]]:
+    """Each document's tokens, its chunks joined in chunk order."""
+    pieces: dict[int, dict[int, list[int]]] = defaultdict(dict)
+    for row in rows:
+        cu = row["cu_seqlens"]
+        for k, (doc, chunk) in enumerate(zip(row["doc_ids"], row["chunk_ids"], strict=True)):
+            assert chunk not in pieces[doc], f"chunk {chunk} of doc {doc} appears twice"
+            pieces[doc][chunk] = row["input_ids"][cu[k] : cu[k + 1]]
+    out = {}
+    for doc, chunks in pieces.items():
+        assert sorted(chunks) == list(range(len(chunks))), f"doc {doc} misses chunks"
+        out[doc] = [t for c in range(len(chunks)) for t in chunks[c]]
+    return out
+
+
+def as_np(x: list[int]) -> np.ndarray:
+    return np.asarray(x, dtype=np.int64)

@@ -1,0 +1,238 @@
+"""The command line, through typer's runner: success paths and one-line errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from conftest import SAMPLE, write_jsonl
+from helpers import read_rows
+from typer.testing import CliRunner
+
+from packtool.cli import app
+
+runner = CliRunner()
+
+
+def run(*args: str):
+    return runner.invoke(app, [str(a) for a in args])
+
+
+def assert_one_line_error(result, pattern: str, code: int | None = None) -> None:
+    import re
+
+    assert result.exit_code != 0, result.output
+    if code is not None:
+        assert result.exit_code == code
+    text = result.stderr.strip()
+    assert "Traceback" not in result.output + result.stderr
+    assert text.startswith("Error: "), text
+    assert len(text.splitlines()) == 1, text
+    assert re.search(pattern, text), text
+
+
+def test_pack_sample_and_summary(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    result = run("pack", SAMPLE, "--max-len", "4096", "-o", out, "--rows-per-shard", "100")
+    assert result.exit_code == 0, result.output + result.stderr
+    manifest, rows = read_rows(out)
+    assert "documents read" in result.stdout and "packing efficiency" in result.stdout
+    assert f"{manifest['rows']:,}" in result.stdout
+    assert manifest["options"]["rows_per_shard"] == 100
+    assert len(rows) == manifest["rows"] > 0
+
+
+def test_pack_json_summary(tmp_path: Path) -> None:
+    result = run("pack", SAMPLE, "--max-len", "2048", "-o", tmp_path / "o", "--json")
+    assert result.exit_code == 0, result.stderr
+    data = json.loads(result.stdout)
+    assert data["rows"] == json.loads((tmp_path / "o" / "manifest.json").read_text())["rows"]
+    assert data["documents"]["read"] == 2500
+
+
+def test_default_output_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    src = write_jsonl(tmp_path / "corpus.jsonl", [{"text": "hello world"}])
+    monkeypatch.chdir(tmp_path)
+    result = run("pack", src, "--max-len", "64", "-q")
+    assert result.exit_code == 0, result.stderr
+    assert (tmp_path / "corpus-packed-64" / "manifest.json").exists()
+    assert result.stdout == ""
+
+
+def test_version_and_help() -> None:
+    assert run("--version").stdout.startswith("packtool ")
+    result = run("pack", "--help")
+    assert result.exit_code == 0
+    for option in ("--max-len", "--tokenizer", "--overflow", "--skip-bad-records", "--seed"):
+        assert option in result.stdout
+
+
+def test_error_missing_input(tmp_path: Path) -> None:
+    assert_one_line_error(
+        run("pack", tmp_path / "nope.jsonl", "--max-len", "64", "-o", tmp_path / "o"),
+        r"nope\.jsonl: no such file or directory",
+    )
+    assert not (tmp_path / "o").exists()
+
+
+def test_error_malformed_json(tmp_path: Path) -> None:
+    (tmp_path / "in.jsonl").write_text('{"text": "a"}\n{"text": "b",,}\n')
+    assert_one_line_error(
+        run("pack", tmp_path / "in.jsonl", "--max-len", "64", "-o", tmp_path / "o"),
+        r"in\.jsonl:2: malformed JSON.*--skip-bad-records",
+    )
+    assert not (tmp_path / "o").exists()
+
+
+def test_error_missing_field_lists_fields(tmp_path: Path) -> None:
+    write_jsonl(tmp_path / "in.jsonl", [{"content": "a", "meta": 1}])
+    assert_one_line_error(
+        run("pack", tmp_path / "in.jsonl", "--max-len", "64", "-o", tmp_path / "o"),
+        r"in\.jsonl:1: no field 'text' \(fields found: 'content', 'meta'\).*--text-field",
+    )
+    ok = run(
+        "pack",
+        tmp_path / "in.jsonl",
+        "--max-len",
+        "64",
+        "-o",
+        tmp_path / "o",
+        "--text-field",
+        "content",
+        "-q",
+    )
+    assert ok.exit_code == 0, ok.stderr
+
+
+def test_error_non_string_text(tmp_path: Path) -> None:
+    write_jsonl(tmp_path / "in.jsonl", [{"text": "a"}, {"text": ["a", "list"]}])
+    assert_one_line_error(
+        run("pack", tmp_path / "in.jsonl", "--max-len", "64", "-o", tmp_path / "o"),
+        r"in\.jsonl:2: field 'text' is array, not a string",
+    )
+
+
+def test_skip_bad_records_reports(tmp_path: Path) -> None:
+    (tmp_path / "in.jsonl").write_text('{"text": "a"}\n{"text": 3}\n{"text": "b"}\n')
+    result = run(
+        "pack", tmp_path / "in.jsonl", "--max-len", "64", "-o", tmp_path / "o", "--skip-bad-records"
+    )
+    assert result.exit_code == 0, result.stderr
+    assert "skipped:" in result.stderr and "in.jsonl:2" in result.stderr
+    manifest = json.loads((tmp_path / "o" / "manifest.json").read_text())
+    assert manifest["documents"]["bad_records_skipped"] == 1
+    assert manifest["documents"]["read"] == 3
+
+
+@pytest.mark.parametrize("value", ["1", "0", "-5"])
+def test_error_max_len(tmp_path: Path, value: str) -> None:
+    assert_one_line_error(
+        run("pack", SAMPLE, "--max-len", value, "-o", tmp_path / "o"),
+        r"--max-len must be an integer >= 2",
+        code=2,
+    )
+
+
+def test_error_tokenizer_not_found(tmp_path: Path) -> None:
+    assert_one_line_error(
+        run(
+            "pack",
+            SAMPLE,
+            "--max-len",
+            "64",
+            "-o",
+            tmp_path / "o",
+            "--tokenizer",
+            tmp_path / "missing" / "tokenizer.json",
+        ),
+        r"no such file or directory",
+    )
+    # A hub name while offline (the suite sets HF_HUB_OFFLINE=1): the clear message.
+    assert_one_line_error(
+        run(
+            "pack",
+            SAMPLE,
+            "--max-len",
+            "64",
+            "-o",
+            tmp_path / "o",
+            "--tokenizer",
+            "some-org/some-model-that-is-not-cached",
+        ),
+        r"'some-org/some-model-that-is-not-cached' is not a local file or directory.*offline",
+    )
+    (tmp_path / "model").mkdir()
+    assert_one_line_error(
+        run(
+            "pack",
+            SAMPLE,
+            "--max-len",
+            "64",
+            "-o",
+            tmp_path / "o",
+            "--tokenizer",
+            tmp_path / "model",
+        ),
+        r"model: the directory has no tokenizer\.json",
+    )
+    (tmp_path / "broken.json").write_text("{}")
+    assert_one_line_error(
+        run(
+            "pack",
+            SAMPLE,
+            "--max-len",
+            "64",
+            "-o",
+            tmp_path / "o",
+            "--tokenizer",
+            tmp_path / "broken.json",
+        ),
+        r"broken\.json: cannot load as a tokenizers tokenizer\.json",
+    )
+    assert not (tmp_path / "o").exists()
+
+
+def test_error_output_exists(tmp_path: Path) -> None:
+    (tmp_path / "o").mkdir()
+    assert_one_line_error(
+        run("pack", SAMPLE, "--max-len", "64", "-o", tmp_path / "o"),
+        r"already exists \(pass --overwrite to replace it\)",
+    )
+
+
+def test_error_bad_overflow_and_eos_token(tmp_path: Path) -> None:
+    assert_one_line_error(
+        run("pack", SAMPLE, "--max-len", "64", "-o", tmp_path / "o", "--overflow", "wrap"),
+        r"--overflow must be one of split",
+    )
+    assert_one_line_error(
+        run("pack", SAMPLE, "--max-len", "64", "-o", tmp_path / "o", "--eos-token", "<nope>"),
+        r"no token '<nope>'.*--eos-token",
+    )
+
+
+def test_tokenizer_directory_with_config(tmp_path: Path) -> None:
+    from packtool.tokenize import _DATA
+
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "tokenizer.json").write_bytes((_DATA / "tokenizer.json").read_bytes())
+    (model / "tokenizer_config.json").write_text(json.dumps({"eos_token": "<|sep|>"}))
+    write_jsonl(tmp_path / "in.jsonl", [{"text": "hello"}])
+    result = run(
+        "pack",
+        tmp_path / "in.jsonl",
+        "--max-len",
+        "16",
+        "-o",
+        tmp_path / "o",
+        "--tokenizer",
+        model,
+        "-q",
+    )
+    assert result.exit_code == 0, result.stderr
+    _, rows = read_rows(tmp_path / "o")
+    sep = json.loads((tmp_path / "o" / "manifest.json").read_text())["tokenizer"]
+    assert sep["special_tokens"]["eos_id"] == 5
+    assert rows[0]["input_ids"][rows[0]["num_tokens"] - 1] == 5

@@ -1,0 +1,165 @@
+"""Reading every supported input kind, and naming the exact place of bad records."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from conftest import write_jsonl
+
+from packtool.errors import BadRecordError, InputError
+from packtool.sources import read_texts, resolve_inputs
+
+TEXTS = ["first doc", 'second, with "quotes"\nand a newline', "", "ünïcödé 文字 🎉"]
+
+
+def texts_of(path: Path | str, **kwargs) -> list[str | None]:
+    out: list[str | None] = []
+    for inp in resolve_inputs([str(path)]):
+        for batch in read_texts(inp, **kwargs):
+            out.extend(batch.texts)
+    return out
+
+
+def test_jsonl_plain_gz_zst(tmp_path: Path) -> None:
+    import zstandard
+
+    records = [{"text": t, "n": i} for i, t in enumerate(TEXTS)]
+    plain = write_jsonl(tmp_path / "a.jsonl", records)
+    data = plain.read_bytes()
+    (tmp_path / "b.jsonl.gz").write_bytes(gzip.compress(data))
+    (tmp_path / "c.jsonl.zst").write_bytes(zstandard.ZstdCompressor().compress(data))
+    for name in ("a.jsonl", "b.jsonl.gz", "c.jsonl.zst"):
+        assert texts_of(tmp_path / name) == TEXTS, name
+
+
+def test_json_array_and_jsonl_named_json(tmp_path: Path) -> None:
+    (tmp_path / "arr.json").write_text(json.dumps([{"text": t} for t in TEXTS]))
+    assert texts_of(tmp_path / "arr.json") == TEXTS
+    write_jsonl(tmp_path / "lines.json", [{"text": t} for t in TEXTS])
+    assert texts_of(tmp_path / "lines.json") == TEXTS
+
+
+def test_parquet_arrow_csv_txt(tmp_path: Path) -> None:
+    table = pa.table({"id": list(range(len(TEXTS))), "body": TEXTS})
+    pq.write_table(table, tmp_path / "t.parquet")
+    with pa.OSFile(str(tmp_path / "t.arrow"), "wb") as f, pa.ipc.new_file(f, table.schema) as w:
+        w.write_table(table)
+    with pa.OSFile(str(tmp_path / "s.arrow"), "wb") as f, pa.ipc.new_stream(f, table.schema) as w:
+        w.write_table(table)
+    import pyarrow.csv as pc
+
+    pc.write_csv(table, tmp_path / "t.csv")
+    for name in ("t.parquet", "t.arrow", "s.arrow", "t.csv"):
+        got = texts_of(tmp_path / name, text_field="body")
+        assert got == TEXTS, name
+    (tmp_path / "t.txt").write_text("line one\nline two\n\nline four\n")
+    assert texts_of(tmp_path / "t.txt") == ["line one", "line two", "", "line four"]
+    assert texts_of(tmp_path / "t.txt", txt_unit="paragraph") == ["line one\nline two", "line four"]
+    assert texts_of(tmp_path / "t.txt", txt_unit="document") == [
+        "line one\nline two\n\nline four\n"
+    ]
+
+
+def test_saved_hf_dataset_and_dict(tmp_path: Path) -> None:
+    import datasets
+
+    ds = datasets.Dataset.from_dict({"text": TEXTS, "x": [1, 2, 3, 4]})
+    ds.save_to_disk(str(tmp_path / "ds"))
+    assert texts_of(tmp_path / "ds") == TEXTS
+    dd = datasets.DatasetDict({"train": ds, "test": ds.select([0])})
+    dd.save_to_disk(str(tmp_path / "dd"))
+    assert texts_of(tmp_path / "dd") == TEXTS
+    assert texts_of(tmp_path / "dd", split="test") == TEXTS[:1]
+    dd2 = datasets.DatasetDict({"a": ds, "b": ds})
+    dd2.save_to_disk(str(tmp_path / "dd2"))
+    with pytest.raises(InputError, match="splits a, b: choose one with --split"):
+        texts_of(tmp_path / "dd2")
+
+
+def test_directory_and_glob(tmp_path: Path) -> None:
+    (tmp_path / "d" / "sub").mkdir(parents=True)
+    write_jsonl(tmp_path / "d" / "b.jsonl", [{"text": "b"}])
+    write_jsonl(tmp_path / "d" / "sub" / "a.jsonl", [{"text": "a"}])
+    (tmp_path / "d" / "notes.md").write_text("ignored")
+    write_jsonl(tmp_path / "d" / ".hidden.jsonl", [{"text": "hidden"}])
+    files = resolve_inputs([str(tmp_path / "d")])
+    assert [f.path.name for f in files] == ["b.jsonl", "a.jsonl"]
+    assert texts_of(tmp_path / "d" / "**" / "*.jsonl") == ["b", "a"]
+    with pytest.raises(InputError, match="matches no files"):
+        resolve_inputs([str(tmp_path / "*.parquet")])
+    with pytest.raises(InputError, match="no such file or directory"):
+        resolve_inputs([str(tmp_path / "missing.jsonl")])
+    (tmp_path / "x.docx").write_text("?")
+    with pytest.raises(InputError, match="unsupported file type"):
+        resolve_inputs([str(tmp_path / "x.docx")])
+
+
+@pytest.mark.parametrize(
+    ("lines", "message"),
+    [
+        (['{"text": "a"}', '{"text": "b"', '{"text": "c"}'], r"bad\.jsonl:2: malformed JSON"),
+        (
+            ['{"text": "a"}', '{"body": "b", "id": 3}'],
+            r"bad\.jsonl:2: no field 'text' \(fields found: 'body', 'id'\).*--text-field",
+        ),
+        (['{"text": "a"}', '{"text": 5}'], r"bad\.jsonl:2: field 'text' is int, not a string"),
+        (['{"text": "a"}', '{"text": null}'], r"bad\.jsonl:2: field 'text' is null, not a string"),
+        (['{"text": "a"}', "[1, 2]"], r"bad\.jsonl:2: expected a JSON object, found array"),
+    ],
+)
+def test_bad_jsonl_names_the_line(tmp_path: Path, lines: list[str], message: str) -> None:
+    path = tmp_path / "bad.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    with pytest.raises(BadRecordError, match=message):
+        texts_of(path)
+    skipped = texts_of(path, skip_bad_records=True)
+    assert skipped[0] == "a" and None in skipped
+
+
+def test_bad_record_deep_in_a_large_file(tmp_path: Path) -> None:
+    """The fast reader's failure is traced back to the exact line, past many blocks."""
+    path = tmp_path / "big.jsonl"
+    good = json.dumps({"text": "x" * 200})
+    with open(path, "w") as f:
+        for _ in range(60_000):
+            f.write(good + "\n")
+        f.write('{"text": 12}\n')
+    with pytest.raises(BadRecordError, match=r"big\.jsonl:60001: field 'text' is int"):
+        texts_of(path)
+
+
+def test_invalid_utf8(tmp_path: Path) -> None:
+    path = tmp_path / "u.jsonl"
+    path.write_bytes(b'{"text": "ok"}\n{"text": "\xff\xfe"}\n')
+    with pytest.raises(BadRecordError, match=r"u\.jsonl:2: invalid UTF-8"):
+        texts_of(path)
+    assert texts_of(path, skip_bad_records=True) == ["ok", None]
+
+
+def test_columnar_errors(tmp_path: Path) -> None:
+    pq.write_table(pa.table({"body": ["a"], "n": [1]}), tmp_path / "t.parquet")
+    with pytest.raises(InputError, match=r"no column 'text' \(columns found: 'body', 'n'\)"):
+        texts_of(tmp_path / "t.parquet")
+    pq.write_table(pa.table({"text": [1, 2]}), tmp_path / "i.parquet")
+    with pytest.raises(InputError, match="column 'text' is int64, not a string column"):
+        texts_of(tmp_path / "i.parquet")
+    pq.write_table(pa.table({"text": ["a", None, "c"]}), tmp_path / "n.parquet")
+    with pytest.raises(BadRecordError, match=r"n\.parquet: row 1: 'text' is null"):
+        texts_of(tmp_path / "n.parquet")
+    assert texts_of(tmp_path / "n.parquet", skip_bad_records=True) == ["a", None, "c"]
+    (tmp_path / "c.csv").write_text("id,body\n1,x\n")
+    with pytest.raises(InputError, match=r"no column 'text' \(columns found: 'id', 'body'\)"):
+        texts_of(tmp_path / "c.csv")
+    (tmp_path / "bad.csv").write_text("id,text\n1,x\n2,y,extra\n3,z\n")
+    with pytest.raises(BadRecordError, match=r"bad\.csv.*malformed CSV row"):
+        texts_of(tmp_path / "bad.csv")
+    got = texts_of(tmp_path / "bad.csv", skip_bad_records=True)
+    assert sorted(t for t in got if t) == ["x", "z"] and got.count(None) == 1
+    (tmp_path / "bad.parquet").write_bytes(b"not parquet at all")
+    with pytest.raises(InputError, match="not a readable Parquet file"):
+        texts_of(tmp_path / "bad.parquet")
