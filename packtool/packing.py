@@ -148,6 +148,7 @@ def first_fit_decreasing(
     """For each item in input order, the index (int64) of its row.
 
     Rows are numbered in the order FFD opens them (row 0 first).
+
     Exact FFD: items taken by length descending, equal lengths in input order; each goes into
     the lowest-numbered row whose remaining capacity is at least its length, or opens a new
     row. With ``max_len`` 10::
@@ -164,8 +165,9 @@ def first_fit_decreasing(
     ``"numba"`` or ``"python"`` (both give identical results); by default numba is used when
     it can be imported and ``PACKTOOL_NO_NUMBA=1`` is not set.
 
-    Runs in O(n + max_len + n log rows); 10 million items at ``max_len`` 4096 take about a
-    second with numba (after the first call, which compiles or loads the cached kernel).
+    Runs in O(n + max_len + n log rows): 10 million lognormal lengths at ``max_len`` 4096
+    take about 0.6 s with numba, about 2 s with the numpy fallback (the first numba call in
+    a process adds ~0.3 s to load the cached kernel, ~1 s to compile it when not cached).
     """
     _check_max_len(max_len)
     max_len = int(max_len)
