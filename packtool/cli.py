@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import functools
 import json
-import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -270,10 +269,6 @@ def pack(
     """
     from .pipeline import pack as run_pack
 
-    if num_proc is not None:
-        if num_proc < 1:
-            raise fail(f"--num-proc must be >= 1, got {num_proc}", 2)
-        os.environ["RAYON_NUM_THREADS"] = str(num_proc)
     if output is None:
         output = Path(f"{inputs[0].name.split('.')[0] or 'corpus'}-packed-{max_len}")
     with _RichProgress(enabled=not quiet and not as_json) as progress:
@@ -297,6 +292,7 @@ def pack(
             skip_bad_records=skip_bad_records,
             split=split,
             txt_unit=txt_unit,
+            num_proc=num_proc,
             progress=progress,
         )
     if as_json:

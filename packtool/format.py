@@ -30,6 +30,7 @@ and ``position_ids[cu[i]:cu[i+1]] == arange(cu[i+1] - cu[i])`` holds for every s
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import os
 import shutil
@@ -82,11 +83,21 @@ def packed_schema(max_len: int, with_labels: bool = False) -> pa.Schema:
     return pa.schema(fields)
 
 
-def _hf_features(schema: pa.Schema) -> dict[str, Any]:
-    """The `datasets` features dict for ``schema``, in the installed `datasets`' own dialect."""
-    import datasets  # imported lazily: it is slow to import and only needed here
+def _hf_feature(kind: pa.DataType) -> dict[str, Any]:
+    if pa.types.is_fixed_size_list(kind):
+        return {"feature": _hf_feature(kind.value_type), "length": kind.list_size, "_type": "List"}
+    if pa.types.is_list(kind):
+        return {"feature": _hf_feature(kind.value_type), "_type": "List"}
+    return {"dtype": str(kind), "_type": "Value"}
 
-    return datasets.Features.from_arrow_schema(schema).to_dict()
+
+def hf_features(schema: pa.Schema) -> dict[str, Any]:
+    """The Hugging Face `datasets` (>= 4) features dict of ``schema``.
+
+    Written by hand rather than with `datasets.Features` to keep the slow `datasets` import out
+    of ``pack``; a test checks it against `datasets`' own conversion.
+    """
+    return {f.name: _hf_feature(f.type) for f in schema}
 
 
 @dataclass(frozen=True)
@@ -140,7 +151,38 @@ class PackedBatch:
         return pa.Table.from_arrays(arrays, schema=schema)
 
 
-def _sha256(path: Path) -> str:
+class _HashingFile(io.RawIOBase):
+    """A write-only file that hashes (sha256) what goes through it, for the manifest."""
+
+    def __init__(self, raw: Any) -> None:
+        self.raw = raw
+        self.digest = hashlib.sha256()
+        self.size = 0
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data: Any) -> int:
+        view = memoryview(data)
+        self.digest.update(view)
+        self.raw.write(view)
+        self.size += view.nbytes
+        return view.nbytes
+
+    def flush(self) -> None:
+        if not self.raw.closed:
+            self.raw.flush()
+
+    def close(self) -> None:
+        if not self.closed:
+            self.raw.flush()
+            os.fsync(self.raw.fileno())
+            self.raw.close()
+        super().close()
+
+
+def sha256_file(path: Path) -> str:
+    """The sha256 of a file, as recorded for each shard in the manifest."""
     digest = hashlib.sha256()
     with open(path, "rb") as f:
         for block in iter(lambda: f.read(1 << 22), b""):
@@ -213,9 +255,10 @@ class ShardWriter:
     def _open_shard(self) -> None:
         name = _SHARD_NAME.format(index=len(self._shards), count=self.num_shards)
         path = self.staging / name
-        self._sink_file = pa.OSFile(str(path), "wb")
+        self._hashing = _HashingFile(open(path, "wb"))  # noqa: SIM115 - closed in _close_shard
+        self._sink_file = pa.PythonFile(self._hashing, mode="w")
         schema = self.schema.with_metadata(
-            {"huggingface": json.dumps({"info": {"features": _hf_features(self.schema)}})}
+            {"huggingface": json.dumps({"info": {"features": hf_features(self.schema)}})}
         )
         self._sink = pa.ipc.new_stream(self._sink_file, schema)
         self._shards.append({"file": name, "rows": 0})
@@ -224,14 +267,16 @@ class ShardWriter:
     def _close_shard(self) -> None:
         if self._sink is None:
             return
-        self._sink.close()
+        sink, self._sink = self._sink, None
+        sink.close()
         self._sink_file.close()
-        self._sink = None
         entry = self._shards[-1]
         entry["rows"] = self._rows_in_shard
         path = self.staging / entry["file"]
         entry["bytes"] = path.stat().st_size
-        entry["sha256"] = _sha256(path)
+        entry["sha256"] = self._hashing.digest.hexdigest()
+        if entry["bytes"] != self._hashing.size:  # pragma: no cover - a short write
+            raise OSError(f"{path}: wrote {entry['bytes']} bytes, expected {self._hashing.size}")
 
     def write(self, batch: PackedBatch | pa.Table) -> None:
         """Append rows, starting new shards every ``rows_per_shard`` rows."""
@@ -260,7 +305,7 @@ class ShardWriter:
         if not self._shards:  # an empty dataset still gets one (empty) shard
             self._open_shard()
         self._close_shard()
-        features = _hf_features(self.schema)
+        features = hf_features(self.schema)
         _write_json(
             self.staging / "dataset_info.json",
             {"citation": "", "description": "packed by packtool", "features": features},

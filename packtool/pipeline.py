@@ -8,8 +8,10 @@ so the output is deterministic.
 from __future__ import annotations
 
 import os
+import queue
+import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,9 +20,10 @@ import numpy as np
 
 from . import __version__
 from .errors import OptionError
-from .format import PackedBatch, ShardWriter, check_output_dir
+from .format import ShardWriter, check_output_dir
+from .gather import gather_rows
 from .packing import Overflow, first_fit_decreasing, lower_bound_rows, plan_rows
-from .sources import InputFile, read_texts, resolve_inputs
+from .sources import InputFile, TextBatch, read_texts, resolve_inputs
 from .store import TokenStore
 from .tokenize import DocumentEncoder, HFTokenizer, Tokenizer, load_tokenizer
 
@@ -161,61 +164,49 @@ def _segment_items(
     return doc, chunk, item_len, counts
 
 
-def _gather(
-    tokens: np.ndarray,
-    item_off: np.ndarray,
-    item_len: np.ndarray,
-    item_doc: np.ndarray,
-    item_chunk: np.ndarray,
-    order: np.ndarray,
-    row_starts: np.ndarray,
-    plan_rows_block: np.ndarray,
-    max_len: int,
-    pad_id: int,
-) -> PackedBatch:
-    """Build the rows ``plan_rows_block`` (plan row numbers, in output order), vectorised."""
-    n_rows = plan_rows_block.size
-    counts = row_starts[plan_rows_block + 1] - row_starts[plan_rows_block]
-    seg_offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
-    n_items = int(seg_offsets[-1])
-    local = np.arange(n_items) - np.repeat(seg_offsets[:-1], counts)
-    items = order[np.repeat(row_starts[plan_rows_block], counts) + local]
-    lens = item_len[items].astype(np.int64)
-    ends_global = np.cumsum(lens)
-    row_token_base = np.repeat(np.concatenate([[0], ends_global])[seg_offsets[:-1]], counts)
-    seg_start = ends_global - lens - row_token_base  # start of each item within its row
-    seg_end = seg_start + lens
-    num_tokens = np.zeros(n_rows, np.int64)
-    if n_items:
-        np.add.at(num_tokens, np.repeat(np.arange(n_rows), counts), lens)
+_DONE = object()
 
-    total = int(lens.sum())
-    intra = np.arange(total) - np.repeat(np.concatenate([[0], ends_global[:-1]]), lens)
-    row_of_item = np.repeat(np.arange(n_rows), counts)
-    dest = np.repeat(row_of_item * max_len + seg_start, lens) + intra
-    src = np.repeat(item_off[items], lens) + intra
 
-    input_ids = np.full(n_rows * max_len, pad_id, np.int32)
-    input_ids[dest] = tokens[src]
-    position_ids = (np.arange(max_len)[None, :] - num_tokens[:, None]).astype(np.int32).reshape(-1)
-    position_ids[dest] = intra
+def _background(iterable: Iterable[Any], ahead: int = 2) -> Iterator[Any]:
+    """Iterate ``iterable`` in a daemon thread, at most ``ahead`` items in advance.
 
-    padded = num_tokens < max_len
-    cu_counts = 1 + counts + padded
-    cu_offsets = np.concatenate([[0], np.cumsum(cu_counts)]).astype(np.int64)
-    cu_values = np.zeros(int(cu_offsets[-1]), np.int32)
-    cu_values[np.repeat(cu_offsets[:-1] + 1, counts) + local] = seg_end
-    cu_values[cu_offsets[1:][padded] - 1] = max_len
-    return PackedBatch(
-        input_ids=input_ids.reshape(n_rows, max_len),
-        position_ids=position_ids.reshape(n_rows, max_len),
-        cu_values=cu_values,
-        cu_offsets=cu_offsets,
-        num_tokens=num_tokens.astype(np.int32),
-        doc_ids=item_doc[items],
-        chunk_ids=item_chunk[items],
-        seg_offsets=seg_offsets,
-    )
+    Order is kept. An exception in the thread is raised in the consumer; when the consumer
+    stops early (error, Ctrl-C), the thread stops at its next item.
+    """
+    q: queue.Queue[Any] = queue.Queue(maxsize=ahead)
+    stop = threading.Event()
+
+    def put(item: Any) -> bool:
+        while not stop.is_set():
+            try:
+                q.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def run() -> None:
+        try:
+            for item in iterable:
+                if not put((True, item)):
+                    return
+        except BaseException as e:  # forwarded to the consumer
+            put((False, e))
+            return
+        put((True, _DONE))
+
+    thread = threading.Thread(target=run, daemon=True, name="packtool-stage")
+    thread.start()
+    try:
+        while True:
+            ok, item = q.get()
+            if not ok:
+                raise item
+            if item is _DONE:
+                return
+            yield item
+    finally:
+        stop.set()
 
 
 def _parse_size(size: str | int) -> int:
@@ -258,6 +249,7 @@ def pack(
     skip_bad_records: bool = False,
     split: str | None = None,
     txt_unit: str = "line",
+    num_proc: int | None = None,
     progress: ProgressCallback | None = None,
 ) -> PackReport:
     """Pack ``inputs`` into rows of ``max_len`` tokens and write them to ``out_dir``.
@@ -298,16 +290,17 @@ def pack(
     if rows_per_shard is None:
         rows_per_shard = max(1, _parse_size(shard_size) // row_bytes)
 
+    _set_threads(num_proc)
+
     counts = DocumentCounts()
     tokens_truncated = tokens_dropped = 0
     bad_records: list[str] = []
     input_records: list[dict[str, Any]] = []
     total_bytes = sum(f.size_bytes for f in files)
     items = _Items()
-    with TokenStore(out_path) as store:
-        bytes_before = 0
-        for inp in files:
-            first_doc = counts.read
+
+    def read_all() -> Iterator[tuple[int, TextBatch]]:
+        for index, inp in enumerate(files):
             for batch in read_texts(
                 inp,
                 text_field=text_field,
@@ -315,36 +308,53 @@ def pack(
                 split=split,
                 txt_unit=txt_unit,
             ):
-                base_doc = counts.read
-                counts.read += len(batch.texts)
-                counts.bad_records_skipped += len(batch.bad)
-                for error in batch.bad:
-                    if len(bad_records) < _BAD_RECORDS_KEPT:
-                        bad_records.append(str(error))
-                good = [i for i, t in enumerate(batch.texts) if t is not None]
-                texts = [batch.texts[i] for i in good]
-                encoded = encoder.encode(texts)  # type: ignore[arg-type]
-                doc, chunk, item_len, c = _segment_items(
-                    encoded.lengths, encoded.empty, max_len, overflow
-                )
-                for key in ("packed", "split", "truncated", "dropped", "empty"):
-                    setattr(counts, key, getattr(counts, key) + c[key])
-                tokens_truncated += c["tokens_truncated"]
-                tokens_dropped += c["tokens_dropped"]
-                base = store.append(encoded.ids)
-                doc_offsets = encoded.offsets
-                items.add(
-                    base + doc_offsets[doc] + chunk.astype(np.int64) * max_len,
-                    item_len,
-                    base_doc + np.asarray(good, np.int64)[doc],
-                    chunk,
-                )
-                if progress:
-                    progress("tokenize", bytes_before + batch.bytes_done, total_bytes)
-            bytes_before += inp.size_bytes
-            input_records.append(_describe_input(inp, first_doc, counts.read - first_doc))
+                yield index, batch
+            yield index, None  # end of this input
+
+    def tokenize_all() -> Iterator[tuple[int, TextBatch | None, Any]]:
+        for index, batch in _background(read_all(), ahead=4):
+            if batch is None:
+                yield index, None, None
+                continue
+            texts = [t for t in batch.texts if t is not None]
+            yield index, batch, encoder.tokenize(texts)  # type: ignore[arg-type]
+
+    with TokenStore(out_path) as store:
+        # Three stages overlap: reading (thread), tokenizing (thread; Rust, all cores, no
+        # GIL), and here, in order: flattening the ids, cutting items, appending to the store.
+        bytes_before = 0
+        first_doc = 0
+        for index, batch, raw in _background(tokenize_all(), ahead=2):
+            inp = files[index]
+            if batch is None:
+                input_records.append(_describe_input(inp, first_doc, counts.read - first_doc))
+                first_doc = counts.read
+                bytes_before += inp.size_bytes
+                continue
+            base_doc = counts.read
+            counts.read += len(batch.texts)
+            counts.bad_records_skipped += len(batch.bad)
+            bad_records.extend(str(e) for e in batch.bad[: _BAD_RECORDS_KEPT - len(bad_records)])
+            good = np.flatnonzero(np.fromiter((t is not None for t in batch.texts), bool))
+            encoded = encoder.finish(raw)
+            doc, chunk, item_len, c = _segment_items(
+                encoded.lengths, encoded.empty, max_len, overflow
+            )
+            for key in ("packed", "split", "truncated", "dropped", "empty"):
+                setattr(counts, key, getattr(counts, key) + c[key])
+            tokens_truncated += c["tokens_truncated"]
+            tokens_dropped += c["tokens_dropped"]
+            base = store.append(encoded.ids)
+            items.add(
+                base + encoded.offsets[doc] + chunk.astype(np.int64) * max_len,
+                item_len,
+                base_doc + good[doc],
+                chunk,
+            )
+            if progress:
+                progress("tokenize", bytes_before + batch.bytes_done, total_bytes)
         counts.check()
-        tokens = store.finish()
+        store.finish()
         item_off, item_len, item_doc, item_chunk = items.arrays()
         del items
 
@@ -369,20 +379,23 @@ def pack(
             block = max(1, min(rows_per_shard, (64 << 20) // row_bytes))
             for start in range(0, n_rows, block):
                 plan_block = output_order[start : start + block]
-                writer.write(
-                    _gather(
-                        tokens,
-                        item_off,
-                        item_len,
-                        item_doc,
-                        item_chunk,
-                        order,
-                        row_starts,
-                        plan_block,
-                        max_len,
-                        pad_id,
-                    )
+                # A fresh map per block: pages touched by one block leave our resident set
+                # when it is done, so memory does not grow with the corpus.
+                tokens = store.open()
+                batch_out = gather_rows(
+                    tokens,
+                    item_off,
+                    item_len,
+                    item_doc,
+                    item_chunk,
+                    order,
+                    row_starts,
+                    plan_block,
+                    max_len,
+                    pad_id,
                 )
+                del tokens
+                writer.write(batch_out)
                 if progress:
                     progress("write", start + plan_block.size, n_rows)
             if progress and n_rows == 0:
@@ -441,6 +454,19 @@ def pack(
         bad_records=bad_records,
         manifest=manifest,
     )
+
+
+def _set_threads(num_proc: int | None) -> None:
+    """Tokenizer threads: `tokenizers` reads RAYON_NUM_THREADS when its pool first starts.
+
+    Set before the first encoding in the process (the CLI always is); later calls with another
+    value cannot resize the pool. The output does not depend on it.
+    """
+    if num_proc is None:
+        return
+    if num_proc < 1:
+        raise OptionError(f"--num-proc must be >= 1, got {num_proc}")
+    os.environ["RAYON_NUM_THREADS"] = str(num_proc)
 
 
 def _describe_input(inp: InputFile, first_doc: int, documents: int) -> dict[str, Any]:

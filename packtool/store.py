@@ -23,7 +23,8 @@ class TokenStore:
 
     >>> with TokenStore(Path("out")) as store:
     ...     base = store.append(np.array([5, 6, 7], np.int32))   # -> 0
-    ...     tokens = store.finish()                              # memmap of all tokens
+    ...     store.finish()
+    ...     tokens = store.open()                                # memmap of all tokens
     """
 
     def __init__(self, out_dir: Path) -> None:
@@ -32,7 +33,6 @@ class TokenStore:
         self.path = self.directory / "tokens.i32"
         self._file: Any = None
         self.num_tokens = 0
-        self._map: np.ndarray | None = None
 
     def __enter__(self) -> TokenStore:
         if self.directory.exists():
@@ -51,20 +51,26 @@ class TokenStore:
         self.num_tokens += int(tokens.size)
         return base
 
-    def finish(self) -> np.ndarray:
-        """Close for writing; the memory-mapped tokens (an empty array if there are none)."""
+    def finish(self) -> None:
+        """Close for writing."""
         if self._file is not None:
             self._file.close()
             self._file = None
+
+    def open(self) -> np.ndarray:
+        """The tokens, memory-mapped read-only (an empty array if there are none).
+
+        Each call maps anew; dropping the array unmaps it, which keeps the pages it touched
+        out of the process's resident memory (they stay in the page cache).
+        """
+        self.finish()
         if self.num_tokens == 0:
             return np.zeros(0, np.int32)
-        self._map = np.memmap(self.path, dtype=np.int32, mode="r", shape=(self.num_tokens,))
-        return self._map
+        return np.memmap(self.path, dtype=np.int32, mode="r", shape=(self.num_tokens,))
 
     def close(self) -> None:
         """Remove the store from disk."""
         if self._file is not None:
             self._file.close()
             self._file = None
-        self._map = None
         shutil.rmtree(self.directory, ignore_errors=True)

@@ -177,6 +177,30 @@ class HFTokenizer:
         }
 
 
+class _EncodingIds(Sequence[list[int]]):
+    """The ids of a list of `tokenizers` encodings, converted to lists only when read.
+
+    Reading ``Encoding.ids`` builds Python lists, which holds the GIL; deferring it lets a
+    pipeline do it in another thread while the tokenizer encodes the next batch.
+    """
+
+    __slots__ = ("_encodings",)
+
+    def __init__(self, encodings: list[Any]) -> None:
+        self._encodings = encodings
+
+    def __len__(self) -> int:
+        return len(self._encodings)
+
+    def __getitem__(self, i: Any) -> Any:
+        if isinstance(i, slice):
+            return [e.ids for e in self._encodings[i]]
+        return self._encodings[i].ids
+
+    def __iter__(self) -> Any:
+        return (e.ids for e in self._encodings)
+
+
 def _read_config(directory: Path) -> dict[str, Any]:
     path = directory / "tokenizer_config.json"
     if not path.exists():
@@ -286,6 +310,10 @@ class DocumentEncoder:
     - ``bos=None`` (default): the tokenizer's post-processor decides (Llama's adds BOS, GPT-2's
       adds nothing). ``bos=True``: exactly one BOS first; ``bos=False``: no special tokens from
       the post-processor at all.
+
+    Encoding is two steps so that a pipeline can overlap them: :meth:`tokenize` runs the
+    tokenizer (Rust, all cores, without the GIL) and :meth:`finish` turns its output into flat
+    arrays (Python). :meth:`encode` does both.
     """
 
     def __init__(self, tokenizer: Tokenizer, *, add_eos: bool = True, bos: bool | None = None):
@@ -306,31 +334,43 @@ class DocumentEncoder:
         self._add_special = bos is None
         self._n_special = tokenizer.num_special_tokens_to_add() if bos is None else 0
 
-    def encode(self, texts: Sequence[str]) -> EncodedBatch:
+    def tokenize(self, texts: Sequence[str]) -> Sequence[Sequence[int]]:
+        """Run the tokenizer on ``texts`` (the heavy, parallel part)."""
         if not texts:
-            return EncodedBatch(np.zeros(0, np.int32), np.zeros(0, np.int64), np.zeros(0, bool))
-        encoded = self.tokenizer.encode_batch(texts, add_special_tokens=self._add_special)
-        raw_lengths = np.fromiter(map(len, encoded), dtype=np.int64, count=len(encoded))
-        empty = raw_lengths <= self._n_special
-        prefix = [self.tokenizer.special.bos_id] if self.bos else []
-        eos = self.tokenizer.special.eos_id
-        if not prefix and not self.add_eos and not empty.any():
-            flat = np.fromiter(
-                itertools.chain.from_iterable(encoded), dtype=np.int32, count=int(raw_lengths.sum())
-            )
-            return EncodedBatch(flat, raw_lengths, empty)
-        pieces: list[list[int]] = []
-        for ids, is_empty in zip(encoded, empty.tolist(), strict=True):
-            if is_empty:
-                pieces.append([])
-                continue
-            if prefix:
-                ids = prefix + ids
-            if self.add_eos and ids[-1] != eos:
-                ids = [*ids, eos]
-            pieces.append(ids)
-        lengths = np.fromiter(map(len, pieces), dtype=np.int64, count=len(pieces))
-        flat = np.fromiter(
-            itertools.chain.from_iterable(pieces), dtype=np.int32, count=int(lengths.sum())
+            return []
+        return self.tokenizer.encode_batch(texts, add_special_tokens=self._add_special)
+
+    def finish(self, encoded: Sequence[Sequence[int]]) -> EncodedBatch:
+        """Flatten the tokenizer's output, adding BOS/EOS and marking empty documents."""
+        lists = list(encoded)
+        n = len(lists)
+        raw_len = np.fromiter(map(len, lists), dtype=np.int64, count=n)
+        raw = np.fromiter(
+            itertools.chain.from_iterable(lists), dtype=np.int32, count=int(raw_len.sum())
         )
-        return EncodedBatch(flat, lengths, empty)
+        empty = raw_len <= self._n_special
+        add_bos = np.full(n, bool(self.bos)) & ~empty
+        add_eos = np.zeros(n, bool)
+        if self.add_eos:
+            last = raw[np.maximum(np.cumsum(raw_len) - 1, 0)] if raw.size else np.zeros(n, np.int32)
+            add_eos = ~empty & ((raw_len == 0) | (last != self.tokenizer.special.eos_id))
+        if not empty.any() and not add_bos.any() and not add_eos.any():
+            return EncodedBatch(raw, raw_len, empty)
+        lengths = np.where(empty, 0, raw_len + add_bos + add_eos)
+        out = np.empty(int(lengths.sum()), np.int32)
+        new_off = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
+        raw_off = np.concatenate([[0], np.cumsum(raw_len)[:-1]]).astype(np.int64)
+        doc_of_token = np.repeat(np.arange(n), raw_len)
+        keep = ~empty[doc_of_token]
+        intra = np.arange(raw.size, dtype=np.int64) - raw_off[doc_of_token]
+        dest = (new_off + add_bos)[doc_of_token] + intra
+        out[dest[keep]] = raw[keep]
+        if add_bos.any():
+            out[new_off[add_bos]] = self.tokenizer.special.bos_id
+        if add_eos.any():
+            out[(new_off + lengths - 1)[add_eos]] = self.tokenizer.special.eos_id
+        return EncodedBatch(out, lengths, empty)
+
+    def encode(self, texts: Sequence[str]) -> EncodedBatch:
+        """Token ids of ``texts``, flat, one document after another."""
+        return self.finish(self.tokenize(texts))

@@ -1,0 +1,220 @@
+"""packtool's benchmark: one command, its own inputs, one table.
+
+    python benchmarks/run.py            # full run (~100 MB corpus; a few minutes on 2 cores)
+    python benchmarks/run.py --quick    # small corpora, for a smoke test
+
+What it measures, all in one run (ratios are taken within the run: shared machines are noisy):
+
+1. ``first_fit_decreasing`` on 1M and 10M lognormal lengths (median 300) at max_len 4096:
+   time (warm, median of 3, sort included), rows, rows over ceil(tokens / max_len), efficiency.
+   With ``trl`` installed, TRL's ``pack_dataset(strategy="bfd")`` on the same 1M lengths.
+2. End to end on a generated corpus (``sample_data/make_corpus.py``): ``packtool pack`` against
+   the raw tokenizer ceiling, i.e. `tokenizers`' ``encode_batch_fast`` on the same texts with
+   all cores and nothing else (texts already in memory). Runs alternate raw / pack and the
+   best of each is kept; the ratio is pack tokens/s over raw tokens/s.
+3. Peak resident memory (``ru_maxrss`` of the ``packtool pack`` process) at two corpus sizes
+   4x apart.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "sample_data"))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from bench_ffd import bench_ffd, synthetic_lengths  # noqa: E402
+
+RAW_SCRIPT = r"""
+import json, sys, time
+import pyarrow.json as pj
+from packtool.tokenize import load_tokenizer
+texts = pj.read_json(sys.argv[1]).column("text").to_pylist()
+tok = load_tokenizer().tokenizer
+tok.encode_batch_fast(texts[:64])  # start the thread pool
+t0 = time.perf_counter()
+n = 0
+for i in range(0, len(texts), 1024):
+    n += sum(len(e) for e in tok.encode_batch_fast(texts[i : i + 1024]))
+print(json.dumps({"seconds": time.perf_counter() - t0, "tokens": n}))
+"""
+
+
+def _env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    env["HF_HUB_OFFLINE"] = "1"
+    env["HF_DATASETS_OFFLINE"] = "1"
+    return env
+
+
+def _run(cmd: list[str]) -> tuple[str, float, int]:
+    """Run ``cmd``; (stdout, wall seconds, peak RSS in bytes of that process)."""
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=_env())
+    out, err = proc.communicate()
+    wall = time.perf_counter() - t0
+    # communicate() has reaped the child; its rusage is folded into RUSAGE_CHILDREN, so run
+    # each measured process through wait4 instead: see _run_rss.
+    if proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed:\n{err.decode()[-2000:]}")
+    return out.decode(), wall, 0
+
+
+def _run_rss(cmd: list[str]) -> tuple[str, float, int]:
+    t0 = time.perf_counter()
+    with tempfile.TemporaryFile() as out_f, tempfile.TemporaryFile() as err_f:
+        proc = subprocess.Popen(cmd, stdout=out_f, stderr=err_f, env=_env())
+        _, status, usage = os.wait4(proc.pid, 0)
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        wall = time.perf_counter() - t0
+        out_f.seek(0)
+        err_f.seek(0)
+        if proc.returncode != 0:
+            raise RuntimeError(f"{' '.join(cmd)} failed:\n{err_f.read().decode()[-2000:]}")
+        return out_f.read().decode(), wall, usage.ru_maxrss * 1024
+
+
+def _write_corpus(path: Path, num_docs: int, seed: int) -> int:
+    from make_corpus import generate_documents
+
+    with open(path, "w", encoding="utf-8") as f:
+        for doc in generate_documents(num_docs, seed):
+            f.write(json.dumps(doc, ensure_ascii=False) + "\n")
+    return path.stat().st_size
+
+
+def _pack(corpus: Path, out: Path, max_len: int) -> tuple[dict[str, Any], float, int]:
+    cmd = [
+        sys.executable,
+        "-m",
+        "packtool.cli",
+        "pack",
+        str(corpus),
+        "--max-len",
+        str(max_len),
+        "-o",
+        str(out),
+        "--overwrite",
+        "--json",
+    ]
+    stdout, wall, rss = _run_rss(cmd)
+    return json.loads(stdout), wall, rss
+
+
+def _raw(corpus: Path) -> dict[str, Any]:
+    stdout, _, _ = _run([sys.executable, "-c", RAW_SCRIPT, str(corpus)])
+    return json.loads(stdout)
+
+
+def _trl(lengths: Any, max_len: int) -> float | None:
+    try:
+        import datasets
+        from trl import pack_dataset
+    except ImportError:
+        return None
+    ds = datasets.Dataset.from_dict({"input_ids": [[1] * int(n) for n in lengths]})
+    t0 = time.perf_counter()
+    pack_dataset(ds, max_len, strategy="bfd")
+    return time.perf_counter() - t0
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="small sizes (smoke test)")
+    parser.add_argument("--docs", type=int, default=48_000, help="documents in the large corpus")
+    parser.add_argument("--max-len", type=int, default=4096)
+    parser.add_argument("--repeats", type=int, default=2, help="alternating raw/pack runs")
+    args = parser.parse_args(argv)
+    big_docs = 4_000 if args.quick else args.docs
+    ffd_sizes = (100_000, 1_000_000) if args.quick else (1_000_000, 10_000_000)
+    rows: list[tuple[str, str]] = []
+
+    # 1. FFD
+    for n in ffd_sizes:
+        r = bench_ffd(n, args.max_len)
+        rows.append((f"FFD {n:,} items (s, warm median of 3)", f"{r['time_s']:.3f}"))
+        rows.append(
+            (
+                f"FFD {n:,}: rows / lower bound / over",
+                f"{r['rows']:,} / {r['lower_bound']:,} / {r['rows_over_bound']:,}",
+            )
+        )
+        rows.append((f"FFD {n:,}: efficiency", f"{r['efficiency']:.5f}"))
+    trl_n = ffd_sizes[0]
+    trl_s = _trl(synthetic_lengths(trl_n, args.max_len), args.max_len)
+    if trl_s is not None:
+        ours = bench_ffd(trl_n, args.max_len)["time_s"]
+        rows.append((f"TRL pack_dataset bfd {trl_n:,} (s)", f"{trl_s:.3f}"))
+        rows.append(("TRL time / packtool FFD time", f"{trl_s / ours:.1f}x"))
+    else:
+        rows.append(("TRL pack_dataset bfd", "not installed (pip install trl)"))
+
+    with tempfile.TemporaryDirectory(prefix="packtool-bench-") as tmp:
+        tmpdir = Path(tmp)
+        big = tmpdir / "big.jsonl"
+        small = tmpdir / "small.jsonl"
+        big_bytes = _write_corpus(big, big_docs, 1)
+        small_bytes = _write_corpus(small, big_docs // 4, 2)
+
+        # 2. End to end vs the raw tokenizer, alternating, best of each.
+        raw_best = pack_best = None
+        for _ in range(args.repeats):
+            raw = _raw(big)
+            if raw_best is None or raw["seconds"] < raw_best["seconds"]:
+                raw_best = raw
+            report, wall, rss_big = _pack(big, tmpdir / "out-big", args.max_len)
+            if pack_best is None or report["seconds"] < pack_best[0]["seconds"]:
+                pack_best = (report, wall, rss_big)
+        assert raw_best is not None and pack_best is not None
+        report, wall, rss_big = pack_best
+        raw_tps = raw_best["tokens"] / raw_best["seconds"]
+        pack_tps = report["tokens"]["packed"] / report["seconds"]
+        pack_wall_tps = report["tokens"]["packed"] / wall
+        rows.append(("corpus (MB, documents)", f"{big_bytes / 1e6:,.1f}, {big_docs:,}"))
+        rows.append(("raw tokenizer ceiling (tokens/s)", f"{raw_tps:,.0f}"))
+        rows.append(("packtool pack (tokens/s, pack())", f"{pack_tps:,.0f}"))
+        rows.append(("  ratio to the raw ceiling", f"{pack_tps / raw_tps:.1%}"))
+        rows.append(("packtool pack (tokens/s, whole process)", f"{pack_wall_tps:,.0f}"))
+        rows.append(("  ratio to the raw ceiling", f"{pack_wall_tps / raw_tps:.1%}"))
+        rows.append(
+            (
+                "pack: rows / lower bound / over",
+                f"{report['rows']:,} / "
+                f"{report['lower_bound_rows']:,} / {report['rows_over_lower_bound']:,}",
+            )
+        )
+        rows.append(("pack: efficiency", f"{report['efficiency']:.4%}"))
+
+        # 3. Peak RSS at two sizes.
+        _, _, rss_small = _pack(small, tmpdir / "out-small", args.max_len)
+        rows.append(
+            (f"peak RSS, {small_bytes / 1e6:,.0f} MB corpus (MB)", f"{rss_small / 1e6:,.0f}")
+        )
+        rows.append((f"peak RSS, {big_bytes / 1e6:,.0f} MB corpus (MB)", f"{rss_big / 1e6:,.0f}"))
+        rows.append(("  large / small", f"{rss_big / rss_small:.2f}x"))
+
+    width = max(len(k) for k, _ in rows)
+    print(
+        f"packtool benchmark: {platform.machine()}, {os.cpu_count()} cores, Python "
+        f"{platform.python_version()}, {time.strftime('%Y-%m-%d')}"
+    )
+    print(f"{'measure':<{width}}  value")
+    print(f"{'-' * width}  {'-' * 24}")
+    for k, v in rows:
+        print(f"{k:<{width}}  {v}")
+
+
+if __name__ == "__main__":
+    main()

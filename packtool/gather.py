@@ -1,0 +1,153 @@
+"""Gather planned rows from the token store into arrays ready to write.
+
+Given the row plan (which items go to which row, in which order) and the on-disk token store,
+:func:`gather_rows` builds a :class:`~packtool.format.PackedBatch` for a block of rows. The
+token copy is a numba kernel (one pass over the items) when numba is available, and vectorised
+NumPy otherwise; both give identical arrays (tested).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from .format import IGNORE_INDEX, PackedBatch
+
+__all__ = ["gather_rows"]
+
+_KERNEL: list[Callable[..., Any] | None] = []
+_LOCK = threading.Lock()
+
+
+def _kernel() -> Callable[..., Any] | None:
+    if os.environ.get("PACKTOOL_NO_NUMBA", "").strip().lower() in ("1", "true", "yes", "on"):
+        return None
+    if not _KERNEL:
+        with _LOCK:
+            if not _KERNEL:
+                try:
+                    _KERNEL.append(_build_kernel())
+                except Exception:  # no numba, or one that does not match numpy
+                    _KERNEL.append(None)
+    return _KERNEL[0]
+
+
+def _build_kernel() -> Callable[..., Any]:
+    from numba import njit
+
+    @njit(cache=True, nogil=True)
+    def copy_items(tokens, src_off, lens, dest_start, labels_src, out_ids, out_pos, out_lab):
+        # pragma: no cover - compiled
+        for k in range(lens.shape[0]):
+            s = src_off[k]
+            d = dest_start[k]
+            for t in range(lens[k]):
+                out_ids[d + t] = tokens[s + t]
+                out_pos[d + t] = t
+            if labels_src.shape[0] > 0:
+                for t in range(lens[k]):
+                    out_lab[d + t] = labels_src[s + t]
+
+    return copy_items
+
+
+def _copy_numpy(
+    tokens: np.ndarray,
+    src_off: np.ndarray,
+    lens: np.ndarray,
+    dest_start: np.ndarray,
+    labels_src: np.ndarray | None,
+    out_ids: np.ndarray,
+    out_pos: np.ndarray,
+    out_lab: np.ndarray | None,
+) -> None:
+    total = int(lens.sum())
+    if total == 0:
+        return
+    starts = np.concatenate([[0], np.cumsum(lens)[:-1]])
+    intra = np.arange(total, dtype=np.int64) - np.repeat(starts, lens)
+    dest = np.repeat(dest_start, lens) + intra
+    src = np.repeat(src_off, lens) + intra
+    out_ids[dest] = tokens[src]
+    out_pos[dest] = intra
+    if labels_src is not None and out_lab is not None:
+        out_lab[dest] = labels_src[src]
+
+
+def gather_rows(
+    tokens: np.ndarray,
+    item_off: np.ndarray,
+    item_len: np.ndarray,
+    item_doc: np.ndarray,
+    item_chunk: np.ndarray,
+    order: np.ndarray,
+    row_starts: np.ndarray,
+    rows: np.ndarray,
+    max_len: int,
+    pad_id: int,
+    labels: np.ndarray | None = None,
+) -> PackedBatch:
+    """Build the planned rows ``rows`` (in this order) as a :class:`PackedBatch`.
+
+    Row ``p`` of the plan holds items ``order[row_starts[p]:row_starts[p + 1]]``, in that
+    order; item ``i`` is ``tokens[item_off[i]:item_off[i] + item_len[i]]``. ``labels``, when
+    given, is aligned with ``tokens`` and gathered the same way (-100 in the padding).
+    """
+    rows = np.asarray(rows, dtype=np.int64)
+    n_rows = int(rows.size)
+    counts = row_starts[rows + 1] - row_starts[rows]
+    seg_offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+    n_items = int(seg_offsets[-1])
+    local = np.arange(n_items, dtype=np.int64) - np.repeat(seg_offsets[:-1], counts)
+    items = order[np.repeat(row_starts[rows], counts) + local]
+    lens = item_len[items].astype(np.int64)
+    ends = np.cumsum(lens)
+    row_base = np.repeat(np.concatenate([[0], ends])[seg_offsets[:-1]], counts)
+    seg_end = ends - row_base  # end of each item within its row
+    seg_start = seg_end - lens
+    row_of_item = np.repeat(np.arange(n_rows, dtype=np.int64), counts)
+    num_tokens = np.zeros(n_rows, np.int64)
+    np.add.at(num_tokens, row_of_item, lens)
+
+    input_ids = np.full(n_rows * max_len, pad_id, np.int32)
+    # Positions count up in the padding segment too: it is a segment of its own.
+    position_ids = (np.arange(max_len)[None, :] - num_tokens[:, None]).astype(np.int32).ravel()
+    out_lab = np.full(n_rows * max_len, IGNORE_INDEX, np.int32) if labels is not None else None
+    dest_start = row_of_item * max_len + seg_start
+    src_off = item_off[items].astype(np.int64)
+    kernel = _kernel()
+    if kernel is not None:
+        kernel(
+            tokens,
+            src_off,
+            lens,
+            dest_start,
+            labels if labels is not None else np.zeros(0, np.int32),
+            input_ids,
+            position_ids,
+            out_lab if out_lab is not None else np.zeros(0, np.int32),
+        )
+    else:
+        _copy_numpy(tokens, src_off, lens, dest_start, labels, input_ids, position_ids, out_lab)
+
+    padded = num_tokens < max_len
+    cu_counts = 1 + counts + padded
+    cu_offsets = np.concatenate([[0], np.cumsum(cu_counts)]).astype(np.int64)
+    cu_values = np.zeros(int(cu_offsets[-1]), np.int32)
+    cu_values[np.repeat(cu_offsets[:-1] + 1, counts) + local] = seg_end
+    cu_values[cu_offsets[1:][padded] - 1] = max_len
+    return PackedBatch(
+        input_ids=input_ids.reshape(n_rows, max_len),
+        position_ids=position_ids.reshape(n_rows, max_len),
+        cu_values=cu_values,
+        cu_offsets=cu_offsets,
+        num_tokens=num_tokens.astype(np.int32),
+        doc_ids=item_doc[items],
+        chunk_ids=item_chunk[items],
+        seg_offsets=seg_offsets,
+        labels=out_lab.reshape(n_rows, max_len) if out_lab is not None else None,
+    )

@@ -1,0 +1,112 @@
+"""The format module: schema, features, writer atomicity, checksums, reader errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from packtool.errors import FormatError
+from packtool.format import (
+    FORMAT_VERSION,
+    PackedBatch,
+    ShardWriter,
+    hf_features,
+    open_packed,
+    packed_schema,
+    sha256_file,
+)
+
+
+def test_hf_features_match_datasets_own_conversion() -> None:
+    import datasets
+
+    for labels in (False, True):
+        schema = packed_schema(16, with_labels=labels)
+        assert hf_features(schema) == datasets.Features.from_arrow_schema(schema).to_dict()
+
+
+def _batch(rows: int, max_len: int, start: int = 0) -> PackedBatch:
+    ids = np.arange(start * max_len, (start + rows) * max_len, dtype=np.int32).reshape(
+        rows, max_len
+    )
+    return PackedBatch(
+        input_ids=ids,
+        position_ids=np.tile(np.arange(max_len, dtype=np.int32), (rows, 1)),
+        cu_values=np.tile(np.array([0, max_len], np.int32), rows),
+        cu_offsets=np.arange(0, 2 * rows + 1, 2),
+        num_tokens=np.full(rows, max_len, np.int32),
+        doc_ids=np.arange(start, start + rows, dtype=np.int64),
+        chunk_ids=np.zeros(rows, np.int32),
+        seg_offsets=np.arange(rows + 1),
+    )
+
+
+def test_writer_round_trip_shards_and_checksums(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    with ShardWriter(out, max_len=4, num_rows=10, rows_per_shard=4) as w:
+        w.write(_batch(3, 4))
+        w.write(_batch(7, 4, start=3))
+        manifest = w.commit({"note": "x"})
+    assert [s["rows"] for s in manifest["shards"]] == [4, 4, 2]
+    assert [s["file"] for s in manifest["shards"]] == [
+        f"data-0000{i}-of-00003.arrow" for i in range(3)
+    ]
+    for s in manifest["shards"]:
+        assert s["sha256"] == sha256_file(out / s["file"])
+        assert s["bytes"] == (out / s["file"]).stat().st_size
+    on_disk = json.loads((out / "manifest.json").read_text())
+    assert on_disk == manifest and on_disk["format_version"] == FORMAT_VERSION
+    reader = open_packed(out)
+    assert len(reader) == 10
+    for i in range(10):
+        assert reader[i].input_ids.tolist() == list(range(4 * i, 4 * i + 4))
+        assert reader[i].doc_ids.tolist() == [i]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+
+
+def test_writer_without_commit_leaves_nothing(tmp_path: Path) -> None:
+    with (
+        pytest.raises(RuntimeError, match="boom"),
+        ShardWriter(tmp_path / "out", max_len=4, num_rows=3, rows_per_shard=2) as w,
+    ):
+        w.write(_batch(3, 4))
+        raise RuntimeError("boom")
+    assert list(tmp_path.iterdir()) == []
+    with ShardWriter(tmp_path / "out", max_len=4, num_rows=3, rows_per_shard=2) as w:
+        w.write(_batch(2, 4))
+        with pytest.raises(RuntimeError, match="wrote 2 rows, expected 3"):
+            w.commit({})
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_reader_refuses_non_outputs(tmp_path: Path) -> None:
+    with pytest.raises(FormatError, match="no such directory"):
+        open_packed(tmp_path / "missing")
+    (tmp_path / "d").mkdir()
+    with pytest.raises(FormatError, match=r"not a packtool output: it has no manifest\.json"):
+        open_packed(tmp_path / "d")
+    (tmp_path / "d" / "manifest.json").write_text("{not json")
+    with pytest.raises(FormatError, match="unreadable manifest"):
+        open_packed(tmp_path / "d")
+    (tmp_path / "d" / "manifest.json").write_text(json.dumps({"format": "other"}))
+    with pytest.raises(FormatError, match="not a packtool manifest"):
+        open_packed(tmp_path / "d")
+    (tmp_path / "d" / "manifest.json").write_text(
+        json.dumps({"format": "packtool.packed", "format_version": 99})
+    )
+    with pytest.raises(FormatError, match="format version 99 is not supported"):
+        open_packed(tmp_path / "d")
+
+
+def test_reader_reports_a_truncated_shard(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    with ShardWriter(out, max_len=4, num_rows=4, rows_per_shard=4) as w:
+        w.write(_batch(4, 4))
+        w.commit({})
+    shard = out / "data-00000-of-00001.arrow"
+    shard.write_bytes(shard.read_bytes()[:-100])
+    with pytest.raises(FormatError, match="cannot read shard"):
+        open_packed(out)[0]
