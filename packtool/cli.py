@@ -60,7 +60,8 @@ def handle_errors(func: F) -> F:
             where = f"{e.filename}: " if getattr(e, "filename", None) else ""
             raise fail(f"{where}{e.strerror or e}") from None
         except KeyboardInterrupt:
-            raise fail("interrupted; nothing was written", 130) from None
+            hint = " (rerun with --resume to continue)" if kwargs.get("resume") else ""
+            raise fail(f"interrupted; no output was written{hint}", 130) from None
 
     return wrapper  # type: ignore[return-value]
 
@@ -255,6 +256,14 @@ def pack(
         int | None,
         typer.Option(help="Tokenizer threads [default: all cores].", show_default=False),
     ] = None,
+    resume: Annotated[
+        bool,
+        typer.Option(
+            "--resume",
+            help="Continue an interrupted --resume run from its checkpoint, and keep this "
+            "run's work if it is interrupted.",
+        ),
+    ] = False,
     quiet: Annotated[
         bool, typer.Option("--quiet", "-q", help="No progress bars and no summary.")
     ] = False,
@@ -293,6 +302,7 @@ def pack(
             split=split,
             txt_unit=txt_unit,
             num_proc=num_proc,
+            resume=resume,
             progress=progress,
         )
     if as_json:
@@ -311,6 +321,8 @@ def pack(
         print(json.dumps({"out_dir": str(report.out_dir), **{k: m[k] for k in keys}}, indent=2))
         return
     if not quiet:
+        if report.resumed:
+            err.print("[green]resumed[/] from the checkpoint of an interrupted run")
         out.print(_summary_table(report))
         for line in report.bad_records[:5]:
             err.print(f"[yellow]skipped:[/] {line}", highlight=False)

@@ -7,6 +7,8 @@ so the output is deterministic.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import queue
 import threading
@@ -79,6 +81,7 @@ class PackReport:
     seconds: float
     bad_records: list[str] = field(default_factory=list)
     manifest: dict[str, Any] = field(default_factory=dict)
+    resumed: bool = False  # continued from a checkpoint (``resume=True``)
 
     @property
     def efficiency(self) -> float:
@@ -102,33 +105,6 @@ class PackReport:
     @property
     def tokens_per_second(self) -> float:
         return self.tokens / self.seconds if self.seconds > 0 else 0.0
-
-
-@dataclass
-class _Items:
-    """Growing per-item arrays (an item is a segment to pack: a document or a chunk of one)."""
-
-    offsets: list[np.ndarray] = field(default_factory=list)
-    lengths: list[np.ndarray] = field(default_factory=list)
-    doc_ids: list[np.ndarray] = field(default_factory=list)
-    chunk_ids: list[np.ndarray] = field(default_factory=list)
-
-    def add(self, offsets: np.ndarray, lengths: np.ndarray, docs: np.ndarray, chunks: np.ndarray):
-        self.offsets.append(offsets.astype(np.int64))
-        self.lengths.append(lengths.astype(np.int32))
-        self.doc_ids.append(docs.astype(np.int64))
-        self.chunk_ids.append(chunks.astype(np.int32))
-
-    def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        def cat(parts: list[np.ndarray], dtype: Any) -> np.ndarray:
-            return np.concatenate(parts) if parts else np.zeros(0, dtype)
-
-        return (
-            cat(self.offsets, np.int64),
-            cat(self.lengths, np.int32),
-            cat(self.doc_ids, np.int64),
-            cat(self.chunk_ids, np.int32),
-        )
 
 
 def _segment_items(
@@ -250,6 +226,7 @@ def pack(
     split: str | None = None,
     txt_unit: str = "line",
     num_proc: int | None = None,
+    resume: bool = False,
     progress: ProgressCallback | None = None,
 ) -> PackReport:
     """Pack ``inputs`` into rows of ``max_len`` tokens and write them to ``out_dir``.
@@ -292,70 +269,49 @@ def pack(
 
     _set_threads(num_proc)
 
-    counts = DocumentCounts()
-    tokens_truncated = tokens_dropped = 0
-    bad_records: list[str] = []
-    input_records: list[dict[str, Any]] = []
+    fingerprint = _fingerprint(
+        files,
+        tok,
+        max_len,
+        text_field,
+        overflow,
+        add_eos,
+        bos,
+        pad_id,
+        skip_bad_records,
+        split,
+        txt_unit,
+    )
     total_bytes = sum(f.size_bytes for f in files)
-    items = _Items()
 
-    def read_all() -> Iterator[tuple[int, TextBatch]]:
-        for index, inp in enumerate(files):
-            for batch in read_texts(
-                inp,
-                text_field=text_field,
-                skip_bad_records=skip_bad_records,
-                split=split,
-                txt_unit=txt_unit,
-            ):
-                yield index, batch
-            yield index, None  # end of this input
-
-    def tokenize_all() -> Iterator[tuple[int, TextBatch | None, Any]]:
-        for index, batch in _background(read_all(), ahead=4):
-            if batch is None:
-                yield index, None, None
-                continue
-            texts = [t for t in batch.texts if t is not None]
-            yield index, batch, encoder.tokenize(texts)  # type: ignore[arg-type]
-
-    with TokenStore(out_path) as store:
-        # Three stages overlap: reading (thread), tokenizing (thread; Rust, all cores, no
-        # GIL), and here, in order: flattening the ids, cutting items, appending to the store.
-        bytes_before = 0
-        first_doc = 0
-        for index, batch, raw in _background(tokenize_all(), ahead=2):
-            inp = files[index]
-            if batch is None:
-                input_records.append(_describe_input(inp, first_doc, counts.read - first_doc))
-                first_doc = counts.read
-                bytes_before += inp.size_bytes
-                continue
-            base_doc = counts.read
-            counts.read += len(batch.texts)
-            counts.bad_records_skipped += len(batch.bad)
-            bad_records.extend(str(e) for e in batch.bad[: _BAD_RECORDS_KEPT - len(bad_records)])
-            good = np.flatnonzero(np.fromiter((t is not None for t in batch.texts), bool))
-            encoded = encoder.finish(raw)
-            doc, chunk, item_len, c = _segment_items(
-                encoded.lengths, encoded.empty, max_len, overflow
+    with TokenStore(out_path, keep_on_error=resume) as store:
+        saved = store.resume(fingerprint) if resume else None
+        if not resume:
+            store.start()
+        state = _ReadState.from_json(saved) if saved else _ReadState()
+        if not state.done:
+            _read_and_tokenize(
+                files,
+                state,
+                store,
+                encoder,
+                fingerprint,
+                read_options={
+                    "text_field": text_field,
+                    "skip_bad_records": skip_bad_records,
+                    "split": split,
+                    "txt_unit": txt_unit,
+                },
+                max_len=max_len,
+                overflow=overflow,
+                total_bytes=total_bytes,
+                progress=progress,
             )
-            for key in ("packed", "split", "truncated", "dropped", "empty"):
-                setattr(counts, key, getattr(counts, key) + c[key])
-            tokens_truncated += c["tokens_truncated"]
-            tokens_dropped += c["tokens_dropped"]
-            base = store.append(encoded.ids)
-            items.add(
-                base + encoded.offsets[doc] + chunk.astype(np.int64) * max_len,
-                item_len,
-                base_doc + good[doc],
-                chunk,
-            )
-            if progress:
-                progress("tokenize", bytes_before + batch.bytes_done, total_bytes)
+        counts = state.counts
         counts.check()
-        store.finish()
-        item_off, item_len, item_doc, item_chunk = items.arrays()
+        items = store.items()
+        item_off, item_len = items["offset"], items["length"]
+        item_doc, item_chunk = items["doc_id"], items["chunk_id"]
         del items
 
         if progress:
@@ -420,19 +376,19 @@ def pack(
                     "split": split,
                     "txt_unit": txt_unit,
                 },
-                "inputs": input_records,
+                "inputs": state.input_records,
                 "documents": asdict(counts),
                 "segments": int(item_len.size),
                 "tokens": {
                     "packed": n_tokens,
-                    "truncated_away": tokens_truncated,
-                    "dropped": tokens_dropped,
+                    "truncated_away": state.tokens_truncated,
+                    "dropped": state.tokens_dropped,
                 },
                 "rows": n_rows,
                 "lower_bound_rows": lower,
                 "rows_over_lower_bound": n_rows - lower,
                 "efficiency": n_tokens / (n_rows * max_len) if n_rows else 0.0,
-                "bad_records": bad_records,
+                "bad_records": state.bad_records,
                 "seconds": round(seconds, 3),
             }
             if isinstance(tok, HFTokenizer):
@@ -445,15 +401,139 @@ def pack(
         documents=counts,
         segments=int(item_len.size),
         tokens=n_tokens,
-        tokens_truncated=tokens_truncated,
-        tokens_dropped=tokens_dropped,
+        tokens_truncated=state.tokens_truncated,
+        tokens_dropped=state.tokens_dropped,
         rows=n_rows,
         lower_bound_rows=lower,
         shards=len(manifest["shards"]),
         seconds=seconds,
-        bad_records=bad_records,
+        bad_records=state.bad_records,
         manifest=manifest,
+        resumed=saved is not None,
     )
+
+
+@dataclass
+class _ReadState:
+    """Progress of the read + tokenize stage: what a checkpoint saves to resume from."""
+
+    counts: DocumentCounts = field(default_factory=DocumentCounts)
+    tokens_truncated: int = 0
+    tokens_dropped: int = 0
+    bad_records: list[str] = field(default_factory=list)
+    input_records: list[dict[str, Any]] = field(default_factory=list)
+    input_index: int = 0  # the input being read
+    records_done: int = 0  # records of that input already in the store
+    bytes_before: int = 0  # size of the inputs before it
+    done: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        return {**asdict(self), "counts": asdict(self.counts)}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> _ReadState:
+        return cls(**{**data, "counts": DocumentCounts(**data["counts"])})
+
+
+_CHECKPOINT_SECONDS = float(os.environ.get("PACKTOOL_CHECKPOINT_SECONDS", "10"))
+
+
+def _fingerprint(files: Sequence[InputFile], tok: Tokenizer, *options: Any) -> str:
+    """What the tokens and items depend on: inputs (path, size, mtime), tokenizer, options."""
+    described = [[str(f.path.resolve()), f.size_bytes, f.path.stat().st_mtime_ns] for f in files]
+    text = json.dumps([described, tok.sha256, [str(o) for o in options]])
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _skip_records(batches: Iterator[TextBatch], n: int) -> Iterator[TextBatch]:
+    """Drop the first ``n`` records of a stream of batches (to resume inside an input)."""
+    for batch in batches:
+        if n >= len(batch.texts):
+            n -= len(batch.texts)
+            continue
+        if n:
+            skipped_bad = sum(t is None for t in batch.texts[:n])
+            batch.texts = batch.texts[n:]
+            batch.bad = batch.bad[skipped_bad:]
+            n = 0
+        yield batch
+
+
+def _read_and_tokenize(
+    files: Sequence[InputFile],
+    state: _ReadState,
+    store: TokenStore,
+    encoder: DocumentEncoder,
+    fingerprint: str,
+    *,
+    read_options: dict[str, Any],
+    max_len: int,
+    overflow: Overflow,
+    total_bytes: int,
+    progress: ProgressCallback | None,
+) -> None:
+    """Read every input from ``state`` on, tokenize, cut items, append to ``store``.
+
+    Three stages overlap: reading (a thread), tokenizing (a thread; Rust, all cores, without
+    the GIL), and, here, in order: flattening the ids, cutting items, appending to the store.
+    A checkpoint is saved every few seconds and at the end.
+    """
+    start_input, skip = state.input_index, state.records_done
+
+    def read_all() -> Iterator[tuple[int, TextBatch | None]]:
+        for index in range(start_input, len(files)):
+            batches = read_texts(files[index], **read_options)
+            if index == start_input and skip:
+                batches = _skip_records(batches, skip)
+            for batch in batches:
+                yield index, batch
+            yield index, None  # end of this input
+
+    def tokenize_all() -> Iterator[tuple[int, TextBatch | None, Any]]:
+        for index, batch in _background(read_all(), ahead=4):
+            if batch is None:
+                yield index, None, None
+                continue
+            texts = [t for t in batch.texts if t is not None]
+            yield index, batch, encoder.tokenize(texts)  # type: ignore[arg-type]
+
+    counts = state.counts
+    last_checkpoint = time.monotonic()
+    for index, batch, raw in _background(tokenize_all(), ahead=2):
+        inp = files[index]
+        if batch is None:
+            first_doc = counts.read - state.records_done
+            state.input_records.append(_describe_input(inp, first_doc, state.records_done))
+            state.bytes_before += inp.size_bytes
+            state.input_index, state.records_done = index + 1, 0
+            continue
+        base_doc = counts.read
+        counts.read += len(batch.texts)
+        state.records_done += len(batch.texts)
+        counts.bad_records_skipped += len(batch.bad)
+        room = max(0, _BAD_RECORDS_KEPT - len(state.bad_records))
+        state.bad_records.extend(str(e) for e in batch.bad[:room])
+        good = np.flatnonzero(np.fromiter((t is not None for t in batch.texts), bool))
+        encoded = encoder.finish(raw)
+        doc, chunk, item_len, c = _segment_items(encoded.lengths, encoded.empty, max_len, overflow)
+        for key in ("packed", "split", "truncated", "dropped", "empty"):
+            setattr(counts, key, getattr(counts, key) + c[key])
+        state.tokens_truncated += c["tokens_truncated"]
+        state.tokens_dropped += c["tokens_dropped"]
+        base = store.append(encoded.ids)
+        store.add_items(
+            base + encoded.offsets[doc] + chunk.astype(np.int64) * max_len,
+            item_len,
+            base_doc + good[doc],
+            chunk,
+        )
+        if time.monotonic() - last_checkpoint >= _CHECKPOINT_SECONDS:
+            store.checkpoint(fingerprint, state.to_json())
+            last_checkpoint = time.monotonic()
+        if progress:
+            progress("tokenize", state.bytes_before + batch.bytes_done, total_bytes)
+    state.done = True
+    store.checkpoint(fingerprint, state.to_json())
 
 
 def _set_threads(num_proc: int | None) -> None:

@@ -1,13 +1,18 @@
-"""The temporary on-disk token store.
+"""The on-disk work store: tokens, items and a checkpoint, until the rows are written.
 
-Tokens are appended to one flat int32 file as documents are encoded; only per-item lengths
-and offsets stay in memory. Rows are later gathered from the memory-mapped file. The store
-lives in a hidden sibling of the output directory (same filesystem, so no surprise from a
-small ``/tmp``) and is removed when the context exits, on success, error or Ctrl-C.
+Tokens are appended to one flat int32 file as documents are encoded, and items (the segments
+to pack: a document or a chunk of one) to a file of fixed-size records; only what the packer
+needs is ever loaded. Rows are gathered from the memory-mapped token file.
+
+The store lives in a hidden sibling of the output directory, ``.NAME.packtool-work`` (same
+filesystem as the output, so no surprise from a small ``/tmp``). It is removed when the run
+ends, on success, error or Ctrl-C, unless the run is resumable (``pack --resume``): then an
+interrupted run keeps it, with a checkpoint, and the next ``--resume`` run continues from it.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from pathlib import Path
@@ -15,11 +20,22 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["TokenStore"]
+__all__ = ["ITEM_DTYPE", "TokenStore"]
+
+ITEM_DTYPE = np.dtype(
+    [("offset", "<i8"), ("length", "<i4"), ("doc_id", "<i8"), ("chunk_id", "<i4")]
+)
+"""One item: where its tokens start in the token file, how many, and where they come from."""
+
+_CHECKPOINT = "checkpoint.json"
+
+
+def work_dir_for(out_dir: Path) -> Path:
+    return out_dir.parent / f".{out_dir.name}.packtool-work"
 
 
 class TokenStore:
-    """Append-only int32 token file, then a read-only memory map.
+    """Append-only token and item files, a checkpoint, then read-only maps.
 
     >>> with TokenStore(Path("out")) as store:
     ...     base = store.append(np.array([5, 6, 7], np.int32))   # -> 0
@@ -27,23 +43,63 @@ class TokenStore:
     ...     tokens = store.open()                                # memmap of all tokens
     """
 
-    def __init__(self, out_dir: Path) -> None:
-        out_dir = Path(out_dir)
-        self.directory = out_dir.parent / f".{out_dir.name}.packtool-store-{os.getpid()}"
+    def __init__(self, out_dir: Path, *, keep_on_error: bool = False) -> None:
+        self.directory = work_dir_for(Path(out_dir))
         self.path = self.directory / "tokens.i32"
+        self.items_path = self.directory / "items.bin"
+        self.keep_on_error = keep_on_error
         self._file: Any = None
+        self._items: Any = None
         self.num_tokens = 0
+        self.num_items = 0
 
+    # -- lifecycle -------------------------------------------------------------------------
     def __enter__(self) -> TokenStore:
+        return self
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        if exc_type is not None and self.keep_on_error:
+            self._close_files()  # an interrupted resumable run keeps its work
+        else:
+            self.close()
+
+    def start(self) -> None:
+        """Start empty (a stale store from an earlier, killed run is removed)."""
         if self.directory.exists():
             shutil.rmtree(self.directory)
         self.directory.mkdir(parents=True)
-        self._file = open(self.path, "wb")
-        return self
+        self._file = open(self.path, "wb")  # noqa: SIM115 - closed in _close_files
+        self._items = open(self.items_path, "wb")  # noqa: SIM115
 
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
+    def resume(self, fingerprint: str) -> dict[str, Any] | None:
+        """Reopen a checkpointed store made with the same ``fingerprint``.
 
+        Returns the checkpoint's state (what the pipeline saved with :meth:`checkpoint`), or
+        ``None`` after starting empty when there is no usable checkpoint.
+        """
+        try:
+            saved = json.loads((self.directory / _CHECKPOINT).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            saved = None
+        if not isinstance(saved, dict) or saved.get("fingerprint") != fingerprint:
+            self.start()
+            return None
+        self.num_tokens = int(saved["num_tokens"])
+        self.num_items = int(saved["num_items"])
+        # Drop whatever was appended after the checkpoint.
+        for path, size in (
+            (self.path, self.num_tokens * 4),
+            (self.items_path, self.num_items * ITEM_DTYPE.itemsize),
+        ):
+            if path.stat().st_size < size:
+                self.start()
+                return None
+            os.truncate(path, size)
+        self._file = open(self.path, "ab")  # noqa: SIM115
+        self._items = open(self.items_path, "ab")  # noqa: SIM115
+        return dict(saved["state"])
+
+    # -- writing ---------------------------------------------------------------------------
     def append(self, tokens: np.ndarray) -> int:
         """Write ``tokens`` (int32) at the end; return the offset of the first one."""
         base = self.num_tokens
@@ -51,11 +107,44 @@ class TokenStore:
         self.num_tokens += int(tokens.size)
         return base
 
+    def add_items(self, offsets: Any, lengths: Any, doc_ids: Any, chunk_ids: Any) -> None:
+        records = np.empty(len(lengths), ITEM_DTYPE)
+        records["offset"] = offsets
+        records["length"] = lengths
+        records["doc_id"] = doc_ids
+        records["chunk_id"] = chunk_ids
+        records.tofile(self._items)
+        self.num_items += len(records)
+
+    def checkpoint(self, fingerprint: str, state: dict[str, Any]) -> None:
+        """Record that everything appended so far, and ``state``, can be resumed from."""
+        self._file.flush()
+        self._items.flush()
+        tmp = self.directory / (_CHECKPOINT + ".tmp")
+        tmp.write_text(
+            json.dumps(
+                {
+                    "fingerprint": fingerprint,
+                    "num_tokens": self.num_tokens,
+                    "num_items": self.num_items,
+                    "state": state,
+                }
+            ),
+            encoding="utf-8",
+        )
+        os.replace(tmp, self.directory / _CHECKPOINT)
+
+    # -- reading ---------------------------------------------------------------------------
     def finish(self) -> None:
         """Close for writing."""
-        if self._file is not None:
-            self._file.close()
-            self._file = None
+        self._close_files()
+
+    def items(self) -> np.ndarray:
+        """All items, as a structured array of :data:`ITEM_DTYPE`."""
+        self.finish()
+        if self.num_items == 0:
+            return np.zeros(0, ITEM_DTYPE)
+        return np.fromfile(self.items_path, dtype=ITEM_DTYPE, count=self.num_items)
 
     def open(self) -> np.ndarray:
         """The tokens, memory-mapped read-only (an empty array if there are none).
@@ -68,9 +157,14 @@ class TokenStore:
             return np.zeros(0, np.int32)
         return np.memmap(self.path, dtype=np.int32, mode="r", shape=(self.num_tokens,))
 
+    def _close_files(self) -> None:
+        for name in ("_file", "_items"):
+            f = getattr(self, name)
+            if f is not None:
+                f.close()
+                setattr(self, name, None)
+
     def close(self) -> None:
         """Remove the store from disk."""
-        if self._file is not None:
-            self._file.close()
-            self._file = None
+        self._close_files()
         shutil.rmtree(self.directory, ignore_errors=True)

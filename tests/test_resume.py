@@ -1,0 +1,147 @@
+"""pack --resume: an interrupted run continues from its checkpoint to the same output."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from conftest import REPO, SAMPLE, CharTokenizer
+from helpers import read_rows
+
+import packtool
+from packtool import pipeline
+from packtool.store import work_dir_for
+
+
+class Stop(KeyboardInterrupt):
+    pass
+
+
+def _interrupt_after(n_batches: int):
+    seen = {"n": 0}
+
+    def progress(stage: str, done: int, total: int | None) -> None:
+        if stage == "tokenize":
+            seen["n"] += 1
+            if seen["n"] == n_batches:
+                raise Stop
+
+    return progress
+
+
+def _corpus(tmp_path: Path) -> list[Path]:
+    # Two inputs, so that resuming crosses an input boundary and starts inside one.
+    lines = SAMPLE.read_text(encoding="utf-8").splitlines()
+    a, b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    a.write_text("\n".join(lines[:300]) + "\n", encoding="utf-8")
+    b.write_text("\n".join(lines[300:2500]) + "\n{bad json\n", encoding="utf-8")
+    return [a, b]
+
+
+@pytest.mark.parametrize("stop_at", [1, 2, 4])
+def test_resume_gives_the_uninterrupted_output(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, stop_at: int
+) -> None:
+    monkeypatch.setattr(pipeline, "_CHECKPOINT_SECONDS", 0.0)  # checkpoint after every batch
+    inputs = _corpus(tmp_path)
+    opts = {"max_len": 512, "skip_bad_records": True, "rows_per_shard": 500}
+    full = packtool.pack(inputs, tmp_path / "full", **opts)
+    out = tmp_path / "out"
+    with pytest.raises(Stop):
+        packtool.pack(inputs, out, resume=True, progress=_interrupt_after(stop_at), **opts)
+    assert not out.exists()
+    work = work_dir_for(out)
+    checkpoint = json.loads((work / "checkpoint.json").read_text())
+    assert checkpoint["state"]["counts"]["read"] > 0
+    resumed = packtool.pack(inputs, out, resume=True, **opts)
+    assert resumed.resumed and not full.resumed
+    assert not work.exists()
+    m_full, rows_full = read_rows(tmp_path / "full")
+    m_res, rows_res = read_rows(out)
+    assert rows_res == rows_full
+    assert [s["sha256"] for s in m_res["shards"]] == [s["sha256"] for s in m_full["shards"]]
+    for key in ("documents", "inputs", "tokens", "rows", "bad_records", "segments"):
+        assert m_res[key] == m_full[key], key
+
+
+def test_resume_with_other_options_starts_afresh(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setattr(pipeline, "_CHECKPOINT_SECONDS", 0.0)
+    inputs = _corpus(tmp_path)
+    with pytest.raises(Stop):
+        packtool.pack(
+            inputs,
+            tmp_path / "out",
+            max_len=512,
+            skip_bad_records=True,
+            resume=True,
+            progress=_interrupt_after(2),
+        )
+    report = packtool.pack(
+        inputs, tmp_path / "out", max_len=256, skip_bad_records=True, resume=True
+    )
+    assert not report.resumed
+    packtool.pack(inputs, tmp_path / "fresh", max_len=256, skip_bad_records=True)
+    assert read_rows(tmp_path / "out")[1] == read_rows(tmp_path / "fresh")[1]
+
+
+def test_without_resume_an_interrupted_run_leaves_nothing(tmp_path: Path) -> None:
+    src = _corpus(tmp_path)[0]
+    with pytest.raises(Stop):
+        packtool.pack(
+            [src],
+            tmp_path / "out",
+            max_len=512,
+            tokenizer=CharTokenizer(),
+            progress=_interrupt_after(1),
+        )
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.jsonl", "b.jsonl"]
+
+
+@pytest.mark.slow
+def test_resume_after_sigkill(tmp_path: Path) -> None:
+    """A real kill -9 in the middle of tokenizing, then `pack --resume` from the CLI."""
+    lines = SAMPLE.read_text(encoding="utf-8").splitlines()
+    big = tmp_path / "big.jsonl"
+    big.write_text("\n".join(lines * 3) + "\n", encoding="utf-8")
+    env = dict(
+        os.environ, PYTHONPATH=str(REPO), PACKTOOL_CHECKPOINT_SECONDS="0.2", RAYON_NUM_THREADS="1"
+    )
+    cmd = [
+        sys.executable,
+        "-m",
+        "packtool.cli",
+        "pack",
+        str(big),
+        "--max-len",
+        "1024",
+        "--rows-per-shard",
+        "2000",
+        "-q",
+    ]
+    out = tmp_path / "out"
+    proc = subprocess.Popen([*cmd, "-o", str(out), "--resume"], env=env)
+    checkpoint = work_dir_for(out) / "checkpoint.json"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and proc.poll() is None:
+        if checkpoint.exists():
+            state = json.loads(checkpoint.read_text())["state"]
+            if state["counts"]["read"] > 0 and not state["done"]:
+                break
+        time.sleep(0.05)
+    assert proc.poll() is None, "pack finished before it could be killed: use a larger corpus"
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert not out.exists()
+    result = subprocess.run(
+        [*cmd, "-o", str(out), "--resume"], env=env, capture_output=True, text=True
+    )
+    assert result.returncode == 0, result.stderr
+    subprocess.run([*cmd, "-o", str(tmp_path / "ref")], env=env, check=True)
+    assert read_rows(out)[1] == read_rows(tmp_path / "ref")[1]
+    assert not work_dir_for(out).exists()
