@@ -466,11 +466,28 @@ def is_packed_output(path: str | os.PathLike[str]) -> bool:
     return p.is_dir() and (p / MANIFEST_FILE).exists()
 
 
-def _list_parts(array: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+_NUMPY_TYPES = {pa.int32(): np.int32, pa.int64(): np.int64}
+
+
+def _values(array: pa.Array, where: str) -> np.ndarray:
+    """Zero-copy NumPy view of a null-free int32/int64 array (slices too).
+
+    Reads the Arrow buffer directly: pyarrow's own ``to_numpy`` imports pandas, which costs
+    more time and memory than the statistics themselves.
+    """
+    dtype = _NUMPY_TYPES.get(array.type)
+    if dtype is None or array.null_count:
+        raise FormatError(f"{where}: unexpected {array.type} column with nulls or of another type")
+    size = np.dtype(dtype).itemsize
+    return np.frombuffer(array.buffers()[1], dtype, len(array), array.offset * size)
+
+
+def _list_parts(array: pa.Array, where: str) -> tuple[np.ndarray, np.ndarray]:
     """(offsets, values) of a list array; offsets index ``values`` directly (slices too)."""
-    offsets = array.offsets.to_numpy().astype(np.int64)
-    values = array.values.to_numpy(zero_copy_only=False)
-    return offsets, values
+    if not pa.types.is_list(array.type) or array.null_count:
+        raise FormatError(f"{where}: unexpected {array.type} column with nulls or of another type")
+    offsets = np.frombuffer(array.buffers()[1], np.int32, len(array) + 1, array.offset * 4)
+    return offsets.astype(np.int64), _values(array.values, where)
 
 
 @dataclass
@@ -492,10 +509,10 @@ def _read_batch(
     batch: pa.RecordBatch, max_len: int, where: str, first_row: int, into: _Columns
 ) -> None:
     """Segment lengths, fill and counts of one record batch, checked against the format."""
-    nt = batch.column("num_tokens").to_numpy(zero_copy_only=False).astype(np.int64)
-    cu_off, cu_val = _list_parts(batch.column("cu_seqlens"))
-    ch_off, ch_val = _list_parts(batch.column("chunk_ids"))
-    d_off, d_val = _list_parts(batch.column("doc_ids"))
+    nt = _values(batch.column("num_tokens"), where).astype(np.int64)
+    cu_off, cu_val = _list_parts(batch.column("cu_seqlens"), where)
+    ch_off, ch_val = _list_parts(batch.column("chunk_ids"), where)
+    d_off, d_val = _list_parts(batch.column("doc_ids"), where)
     ndocs = np.diff(ch_off)
     ncu = np.diff(cu_off)
     padded = nt < max_len
@@ -534,7 +551,7 @@ def _read_batch(
     into.per_row.append(ndocs)
     into.lengths.append(lengths.astype(np.int32))
     into.doc_ids.append(np.asarray(d_val[d_off[0] : d_off[-1]], dtype=np.int64))
-    into.chunk_ids.append(np.asarray(ch_val[ch_off[0] : ch_off[-1]], dtype=np.int64))
+    into.chunk_ids.append(np.asarray(ch_val[ch_off[0] : ch_off[-1]], dtype=np.int32))
 
 
 def _input_order(
@@ -592,7 +609,7 @@ def dataset_stats(
     per_row = _Columns._cat(cols.per_row, np.int64)
     lengths = _Columns._cat(cols.lengths, np.int32)
     doc_ids = _Columns._cat(cols.doc_ids, np.int64)
-    chunk_ids = _Columns._cat(cols.chunk_ids, np.int64)
+    chunk_ids = _Columns._cat(cols.chunk_ids, np.int32)
     del cols
 
     pos, per_doc = _input_order(doc_ids, chunk_ids, str(reader.path))
