@@ -358,7 +358,7 @@ def stats(
         str | None,
         typer.Option(
             help="Corpus mode: tokenizer.json, model directory or hub name "
-            "[default: packtool's bundled byte-level BPE].",
+            "(default: packtool's bundled byte-level BPE).",
             show_default=False,
         ),
     ] = None,
@@ -377,7 +377,7 @@ def stats(
         typer.Option(
             "--bos/--no-bos",
             help="Corpus mode: force one BOS, or no post-processor tokens "
-            "[default: the tokenizer's post-processor decides].",
+            "(default: the tokenizer's post-processor decides).",
             show_default=False,
         ),
     ] = None,
@@ -394,7 +394,7 @@ def stats(
     split: Annotated[
         str | None,
         typer.Option(
-            help="Corpus mode: split of a saved DatasetDict [default: train].",
+            help="Corpus mode: split of a saved DatasetDict (default: train).",
             show_default=False,
         ),
     ] = None,
@@ -404,8 +404,8 @@ def stats(
     cache_dir: Annotated[
         Path | None,
         typer.Option(
-            help="Corpus mode: where tokenized lengths are cached [default: $PACKTOOL_CACHE_DIR, "
-            "else ~/.cache/packtool].",
+            help="Corpus mode: where tokenized lengths are cached (default: $PACKTOOL_CACHE_DIR, "
+            "else $XDG_CACHE_HOME/packtool, else ~/.cache/packtool).",
             show_default=False,
         ),
     ] = None,
@@ -416,7 +416,7 @@ def stats(
     num_proc: Annotated[
         int | None,
         typer.Option(
-            help="Corpus mode: tokenizer threads [default: all cores].", show_default=False
+            help="Corpus mode: tokenizer threads (default: all cores).", show_default=False
         ),
     ] = None,
 ) -> None:
@@ -429,7 +429,14 @@ def stats(
     from ._stats_render import render_corpus_stats, render_dataset_stats
     from .stats import corpus_stats, dataset_stats, is_packed_output, parse_max_lens
 
-    if len(paths) == 1 and is_packed_output(paths[0]):
+    packed_outputs = [p for p in paths if is_packed_output(p)]
+    if packed_outputs and len(paths) > 1:
+        raise fail(
+            f"{packed_outputs[0]} is a packed output: give one packed output at a time "
+            "(or only corpus inputs, with --max-len)",
+            2,
+        )
+    if packed_outputs:
         corpus_only = {
             "--max-len": max_len is not None,
             "--tokenizer": tokenizer is not None,

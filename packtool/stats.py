@@ -62,9 +62,11 @@ __all__ = [
     "LengthSummary",
     "PackingStats",
     "RowCounts",
+    "batch_slots",
     "corpus_stats",
     "dataset_stats",
     "default_cache_dir",
+    "histogram",
     "is_packed_output",
     "parse_max_lens",
 ]
