@@ -746,8 +746,11 @@ def _store_cached(directory: Path, key: str, data: _Tokenized, describe: dict[st
     directory.mkdir(parents=True, exist_ok=True)
     tmp = f".tmp-{os.getpid()}"
     data_tmp = directory / f"{key}.npy{tmp}"
+    lengths = data.lengths
+    if lengths.size and lengths.max() <= np.iinfo(np.int32).max:
+        lengths = lengths.astype(np.int32)  # half the size; read back as int64
     with open(data_tmp, "wb") as f:
-        np.save(f, data.lengths, allow_pickle=False)
+        np.save(f, lengths, allow_pickle=False)
     os.replace(data_tmp, directory / f"{key}.npy")
     meta_tmp = directory / f"{key}.json{tmp}"
     meta = {"records": int(data.lengths.size), "bad_records": data.bad_records, **describe}
