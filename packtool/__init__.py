@@ -37,12 +37,15 @@ from .format import (
 )
 from .packing import Overflow, first_fit_decreasing, lower_bound_rows
 from .pipeline import DocumentCounts, PackReport, pack
+from .stats import CorpusStats, DatasetStats, PackingStats, corpus_stats, dataset_stats
 from .tokenize import DocumentEncoder, HFTokenizer, SpecialTokens, Tokenizer, load_tokenizer
 
 __all__ = [
     "FORMAT_VERSION",
     "IGNORE_INDEX",
     "BadRecordError",
+    "CorpusStats",
+    "DatasetStats",
     "DocumentCounts",
     "DocumentEncoder",
     "FormatError",
@@ -54,12 +57,15 @@ __all__ = [
     "PackReport",
     "PackedReader",
     "PackedRow",
+    "PackingStats",
     "PacktoolError",
     "Segment",
     "SpecialTokens",
     "Tokenizer",
     "TokenizerError",
     "__version__",
+    "corpus_stats",
+    "dataset_stats",
     "first_fit_decreasing",
     "load_tokenizer",
     "lower_bound_rows",

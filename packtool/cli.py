@@ -331,6 +331,196 @@ def pack(
 # == stats (issue 4): add the `stats` command below this line ==
 
 
+@app.command()
+@handle_errors
+def stats(
+    paths: Annotated[
+        list[Path],
+        typer.Argument(
+            help="A packed output directory (OUT_DIR), or, with --max-len, a corpus: input "
+            "files, directories or globs as for `pack`.",
+            show_default=False,
+        ),
+    ],
+    max_len: Annotated[
+        str | None,
+        typer.Option(
+            "--max-len",
+            "-L",
+            help="Corpus mode: the max-len values to compare, comma-separated "
+            "(e.g. 2048,4096,8192).",
+            show_default=False,
+        ),
+    ] = None,
+    batch_size: Annotated[
+        int,
+        typer.Option(
+            "--batch-size", "-b", help="Batch size of the padded baselines it compares with."
+        ),
+    ] = 8,
+    seed: Annotated[int, typer.Option(help="Seed of the random-batches baseline.")] = 0,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print the figures as one JSON object.")
+    ] = False,
+    tokenizer: Annotated[
+        str | None,
+        typer.Option(
+            help="Corpus mode: tokenizer.json, model directory or hub name "
+            "(default: packtool's bundled byte-level BPE).",
+            show_default=False,
+        ),
+    ] = None,
+    text_field: Annotated[
+        str, typer.Option(help="Corpus mode: field (column) holding the text.")
+    ] = "text",
+    overflow: Annotated[
+        str,
+        typer.Option(help="Corpus mode: split, truncate or drop documents over max-len."),
+    ] = "split",
+    eos: Annotated[
+        bool, typer.Option("--eos/--no-eos", help="Corpus mode: append EOS to every document.")
+    ] = True,
+    bos: Annotated[
+        bool | None,
+        typer.Option(
+            "--bos/--no-bos",
+            help="Corpus mode: force one BOS, or no post-processor tokens "
+            "(default: the tokenizer's post-processor decides).",
+            show_default=False,
+        ),
+    ] = None,
+    eos_token: Annotated[
+        str | None, typer.Option(help="Corpus mode: EOS token (or id) override.")
+    ] = None,
+    bos_token: Annotated[
+        str | None, typer.Option(help="Corpus mode: BOS token (or id) override.")
+    ] = None,
+    skip_bad_records: Annotated[
+        bool,
+        typer.Option("--skip-bad-records", help="Corpus mode: skip (and count) bad records."),
+    ] = False,
+    split: Annotated[
+        str | None,
+        typer.Option(
+            help="Corpus mode: split of a saved DatasetDict (default: train).",
+            show_default=False,
+        ),
+    ] = None,
+    txt_unit: Annotated[
+        str, typer.Option(help="Corpus mode: a document in .txt inputs: line, paragraph, document.")
+    ] = "line",
+    cache_dir: Annotated[
+        Path | None,
+        typer.Option(
+            help="Corpus mode: where tokenized lengths are cached (default: $PACKTOOL_CACHE_DIR, "
+            "else $XDG_CACHE_HOME/packtool, else ~/.cache/packtool).",
+            show_default=False,
+        ),
+    ] = None,
+    cache: Annotated[
+        bool,
+        typer.Option("--cache/--no-cache", help="Corpus mode: reuse and keep tokenized lengths."),
+    ] = True,
+    num_proc: Annotated[
+        int | None,
+        typer.Option(
+            help="Corpus mode: tokenizer threads (default: all cores).", show_default=False
+        ),
+    ] = None,
+) -> None:
+    """Report packing statistics: rows, efficiency, padding saved against padded batches.
+
+    On a packed output (a directory with manifest.json): what is in it. On a corpus, with
+    --max-len 2048,4096,...: how it would pack at each max-len, without writing rows
+    (tokenized lengths are cached, so a second call is fast).
+    """
+    from ._stats_render import render_corpus_stats, render_dataset_stats
+    from .stats import corpus_stats, dataset_stats, is_packed_output, parse_max_lens
+
+    packed_outputs = [p for p in paths if is_packed_output(p)]
+    if packed_outputs and len(paths) > 1:
+        raise fail(
+            f"{packed_outputs[0]} is a packed output: give one packed output at a time "
+            "(or only corpus inputs, with --max-len)",
+            2,
+        )
+    if packed_outputs:
+        corpus_only = {
+            "--max-len": max_len is not None,
+            "--tokenizer": tokenizer is not None,
+            "--text-field": text_field != "text",
+            "--overflow": overflow != "split",
+            "--no-eos": not eos,
+            "--bos/--no-bos": bos is not None,
+            "--eos-token": eos_token is not None,
+            "--bos-token": bos_token is not None,
+            "--skip-bad-records": skip_bad_records,
+            "--split": split is not None,
+            "--txt-unit": txt_unit != "line",
+            "--cache-dir": cache_dir is not None,
+            "--no-cache": not cache,
+            "--num-proc": num_proc is not None,
+        }
+        given = [name for name, on in corpus_only.items() if on]
+        if given:
+            raise fail(
+                f"{paths[0]} is a packed output: {', '.join(given)} appl"
+                f"{'ies' if len(given) == 1 else 'y'} to a corpus before packing; drop "
+                f"{'it' if len(given) == 1 else 'them'}",
+                2,
+            )
+        result: Any = dataset_stats(paths[0], batch_size=batch_size, seed=seed)
+        renderable = None if as_json else render_dataset_stats(result)
+    else:
+        if max_len is None:
+            first = paths[0]
+            if first.is_dir() and any(first.glob("data-*-of-*.arrow")):
+                raise fail(
+                    f"{first} is not a packtool output: it has no manifest.json (an "
+                    "interrupted `packtool pack` never writes one); for the stats of a corpus, "
+                    "pass --max-len",
+                    2,
+                )
+            if not first.exists() and not any(c in str(first) for c in "*?["):
+                raise fail(f"{first}: no such file or directory")
+            raise fail(
+                f"{first} is not a packed output (no manifest.json); to see how this corpus "
+                "would pack, pass --max-len, e.g. --max-len 2048,4096,8192",
+                2,
+            )
+        if num_proc is not None:
+            if num_proc < 1:
+                raise fail(f"--num-proc must be >= 1, got {num_proc}", 2)
+            os.environ["RAYON_NUM_THREADS"] = str(num_proc)
+        with _RichProgress(enabled=not as_json) as progress:
+            result = corpus_stats(
+                [str(p) for p in paths],
+                parse_max_lens(max_len),
+                tokenizer=tokenizer,
+                text_field=text_field,
+                overflow=overflow,
+                add_eos=eos,
+                bos=bos,
+                eos_token=eos_token,
+                bos_token=bos_token,
+                skip_bad_records=skip_bad_records,
+                split=split,
+                txt_unit=txt_unit,
+                batch_size=batch_size,
+                seed=seed,
+                cache_dir=cache_dir,
+                use_cache=cache,
+                progress=progress,
+            )
+        renderable = None if as_json else render_corpus_stats(result)
+    if renderable is None:
+        print(json.dumps(result.to_dict(), indent=2))
+        return
+    out.print(renderable)
+    for line in result.bad_records[:5]:
+        err.print(f"[yellow]skipped:[/] {line}", highlight=False)
+
+
 # == end of stats ==
 
 

@@ -1,0 +1,298 @@
+"""rich renderables for ``packtool stats`` (used by cli.py only; the library never imports it).
+
+Turns the dataclasses of :mod:`packtool.stats` into tables and bar histograms; computes
+nothing that is not already in them.
+"""
+
+from __future__ import annotations
+
+from rich import box
+from rich.console import Group, RenderableType
+from rich.table import Table
+from rich.text import Text
+
+from .stats import (
+    BATCHINGS,
+    CorpusStats,
+    DatasetStats,
+    DocumentOutcome,
+    Histogram,
+    LengthSummary,
+    PackingStats,
+)
+
+__all__ = ["render_corpus_stats", "render_dataset_stats"]
+
+BAR_WIDTH = 40
+_EIGHTHS = " ▏▎▍▌▋▊▉"
+
+
+def _bar(count: int, top: int, width: int = BAR_WIDTH) -> str:
+    """A horizontal bar of ``count / top`` of ``width`` cells, in eighths of a cell."""
+    if top <= 0 or count <= 0:
+        return ""
+    eighths = max(1, round(8 * width * count / top))
+    full, part = divmod(eighths, 8)
+    return "█" * full + (_EIGHTHS[part] if part else "")
+
+
+def _pct(x: float) -> str:
+    return f"{x:.1%}"
+
+
+def _num(x: int | None) -> str:
+    return "-" if x is None else f"{x:,}"
+
+
+def _bin_labels(hist: Histogram, percent_of: int | None = None) -> list[str]:
+    """Labels of the bins: ``≤ e1``, ``e1+1–e2``, ..., or percents of ``percent_of``."""
+    e = hist.edges
+    labels = []
+    for i in range(len(e) - 1):
+        lo, hi = e[i], e[i + 1]
+        if percent_of:
+            labels.append(f"{100 * lo / percent_of:.0f}–{100 * hi / percent_of:.0f}%")
+        elif i == 0:
+            labels.append(f"≤ {hi:,}" if hi - lo > 1 else f"{hi:,}")
+        elif hi - lo == 1:
+            labels.append(f"{hi:,}")
+        else:
+            labels.append(f"{lo + 1:,}–{hi:,}")
+    return labels
+
+
+def histogram_table(
+    title: str, hist: Histogram, *, percent_of: int | None = None, above: str = ""
+) -> Table:
+    """One histogram as a table: bin, count, share, and a bar."""
+    counts = list(hist.counts)
+    labels = _bin_labels(hist, percent_of)
+    if hist.above:
+        counts.append(hist.above)
+        labels.append(above or f"> {hist.edges[-1]:,}")
+    total = sum(counts)
+    top = max(counts, default=0)
+    table = Table(title=title, title_justify="left", show_header=False, box=None, pad_edge=False)
+    table.add_column(justify="right", style="bold")
+    table.add_column(justify="right")
+    table.add_column(justify="right", style="dim")
+    table.add_column(style="cyan", no_wrap=True)
+    for label, count in zip(labels, counts, strict=True):
+        share = f"{count / total:.1%}" if total else ""
+        table.add_row(label, f"{count:,}", share, _bar(count, top))
+    return table
+
+
+_BATCHING_LABELS = {
+    "packed": "packed",
+    "pad_to_max_len": "pad to max_len",
+    "random_batches": "random batches",
+    "length_grouped": "length-grouped",
+}
+
+
+_CAPTION = (
+    "slots: token positions computed; padding: share of them that are padding; saved: slots "
+    "packing avoids; speed-up: real tokens per slot, packed / that batching (docs/stats.md)"
+)
+
+
+def _comparison_rows(table: Table, p: PackingStats, first: str | None = None) -> None:
+    for i, key in enumerate(BATCHINGS):
+        b = p.comparison[key]
+        saved = "-" if key == "packed" else f"{b.slots_saved:,}"
+        speedup = "-" if b.speedup is None else f"{b.speedup:.2f}x"
+        cells = [
+            _BATCHING_LABELS[key],
+            f"{b.slots:,}",
+            _pct(b.padding_fraction),
+            saved,
+            speedup,
+        ]
+        if first is not None:
+            cells.insert(0, first if i == 0 else "")
+        table.add_row(*cells, style="bold" if key == "packed" else None)
+
+
+def comparison_table(results: list[PackingStats], title: str) -> Table:
+    """Packed rows against padded batching, for one or several max_len."""
+    several = len(results) > 1
+    table = Table(
+        title=title,
+        title_justify="left",
+        caption=_CAPTION,
+        caption_justify="left",
+        box=box.SIMPLE_HEAD,
+        pad_edge=False,
+    )
+    if several:
+        table.add_column("max_len", justify="right", no_wrap=True)
+    table.add_column("batching", no_wrap=True)
+    table.add_column("slots", justify="right", no_wrap=True)
+    table.add_column("padding", justify="right", no_wrap=True)
+    table.add_column("saved", justify="right", no_wrap=True)
+    table.add_column("speed-up", justify="right", no_wrap=True)
+    for p in results:
+        _comparison_rows(table, p, f"{p.max_len:,}" if several else None)
+        if several:
+            table.add_section()
+    return table
+
+
+def _outcome_lines(o: DocumentOutcome) -> list[tuple[str, str]]:
+    lines = [
+        ("documents read", f"{o.read:,}"),
+        ("  packed whole", f"{o.packed:,}"),
+        ("  split into chunks", f"{o.split:,}"),
+        (
+            "  truncated",
+            f"{o.truncated:,}"
+            + (f" ({o.tokens_truncated_away:,} tokens cut)" if o.tokens_truncated_away else ""),
+        ),
+        (
+            "  dropped (too long)",
+            f"{o.dropped:,}" + (f" ({o.tokens_dropped:,} tokens)" if o.tokens_dropped else ""),
+        ),
+        ("  empty", f"{o.empty:,}"),
+        ("  bad records skipped", f"{o.bad_records_skipped:,}"),
+    ]
+    return lines
+
+
+def _key_value_table(title: str | None, pairs: list[tuple[str, str]]) -> Table:
+    table = Table(title=title, title_justify="left", show_header=False, box=None)
+    table.add_column(style="bold")
+    table.add_column(justify="right")
+    for k, v in pairs:
+        table.add_row(k, v)
+    return table
+
+
+def _length_pairs(s: LengthSummary) -> list[tuple[str, str]]:
+    if s.count == 0:
+        return [("document length", "no documents")]
+    return [
+        ("document length mean", f"{s.mean:,.1f}"),
+        ("  p50 · p90 · p99", f"{s.p50:,} · {s.p90:,} · {s.p99:,}"),
+        ("  min · max", f"{s.min:,} · {s.max:,}"),
+    ]
+
+
+def _packing_pairs(p: PackingStats) -> list[tuple[str, str]]:
+    over = p.rows_over_lower_bound
+    over_pct = f", {over / p.lower_bound_rows:+.2%}" if p.lower_bound_rows else ""
+    d = p.docs_per_row
+    per_row = "-" if d.min is None else f"min {d.min:,} · mean {d.mean:,.2f} · max {d.max:,}"
+    return [
+        ("documents", f"{p.documents:,}"),
+        ("segments", f"{p.segments:,}"),
+        ("tokens", f"{p.tokens:,}"),
+        ("rows", f"{p.rows:,}"),
+        ("lower bound ceil(tokens / max_len)", f"{p.lower_bound_rows:,} (+{over:,}{over_pct})"),
+        ("efficiency (tokens / slots)", f"{p.efficiency:.2%}"),
+        ("full rows", f"{p.full_rows:,}"),
+        ("documents per row", per_row),
+    ]
+
+
+def _title(p: PackingStats) -> str:
+    return (
+        f"Packed rows vs padded batches of {p.batch_size} "
+        f"(random batches: seed {p.seed}; length-grouped: sorted)"
+    )
+
+
+def render_dataset_stats(s: DatasetStats) -> RenderableType:
+    """Everything ``packtool stats OUT_DIR`` prints."""
+    p = s.packing
+    head = Text.assemble(
+        ("stats of ", ""),
+        (str(s.path), "bold"),
+        f"  max_len {p.max_len:,} · {s.shards:,} shard{'s' if s.shards != 1 else ''}"
+        + (f" · tokenizer {s.tokenizer}" if s.tokenizer else ""),
+    )
+    pairs = _packing_pairs(p)
+    pairs.extend(_length_pairs(s.document_lengths))
+    parts: list[RenderableType] = [
+        head,
+        _key_value_table(None, pairs),
+        Text(""),
+        comparison_table([p], _title(p)),
+        Text(""),
+        histogram_table(
+            "Document lengths (tokens, chunks of split documents joined)",
+            s.document_lengths.histogram,
+            above=f"> {p.max_len:,} (split)",
+        ),
+        Text(""),
+        histogram_table("Row fill (real tokens / max_len)", p.row_fill, percent_of=p.max_len),
+        Text(""),
+        histogram_table("Documents per row", p.docs_per_row.histogram),
+        Text(""),
+        _key_value_table("What happened to the documents", _outcome_lines(p.outcome)),
+    ]
+    return Group(*parts)
+
+
+def render_corpus_stats(s: CorpusStats) -> RenderableType:
+    """Everything ``packtool stats CORPUS --max-len ...`` prints."""
+    inputs = s.inputs[0] if len(s.inputs) == 1 else f"{len(s.inputs):,} inputs"
+    source = "lengths from the cache" if s.cache_hit else "tokenized"
+    head = Text.assemble(
+        ("stats of corpus ", ""),
+        (inputs, "bold"),
+        f"  tokenizer {s.tokenizer} · {s.documents_read:,} documents read ({source})",
+    )
+    summary = Table(
+        title="Packing at each max_len",
+        title_justify="left",
+        box=box.SIMPLE_HEAD,
+        pad_edge=False,
+        collapse_padding=True,
+    )
+    for name in (
+        "max_len",
+        "rows",
+        "over bound",
+        "efficiency",
+        "docs/row",
+        "split",
+        "truncated",
+        "dropped",
+    ):
+        summary.add_column(name, justify="right", no_wrap=True)
+    for p in s.results:
+        o = p.outcome
+        summary.add_row(
+            f"{p.max_len:,}",
+            f"{p.rows:,}",
+            f"+{p.rows_over_lower_bound:,}",
+            f"{p.efficiency:.2%}",
+            "-" if p.docs_per_row.mean is None else f"{p.docs_per_row.mean:.2f}",
+            f"{o.split:,}",
+            f"{o.truncated:,}",
+            f"{o.dropped:,}",
+        )
+    top = max(p.max_len for p in s.results)
+    parts: list[RenderableType] = [
+        head,
+        _key_value_table(
+            None,
+            [
+                ("documents read", f"{s.documents_read:,}"),
+                ("  empty", f"{s.empty:,}"),
+                ("  bad records skipped", f"{s.bad_records_skipped:,}"),
+                ("tokens (with EOS/BOS)", f"{s.document_lengths.tokens:,}"),
+                *_length_pairs(s.document_lengths),
+            ],
+        ),
+        Text(""),
+        histogram_table(
+            "Document lengths, tokens", s.document_lengths.histogram, above=f"> {top:,}"
+        ),
+        Text(""),
+        summary,
+        Text(""),
+        comparison_table(s.results, _title(s.results[0])),
+    ]
+    return Group(*parts)

@@ -1,0 +1,927 @@
+"""``stats``: what packing does to a dataset, and what it saves against padded batches.
+
+Two entry points, one set of figures:
+
+- :func:`dataset_stats` reads a packed output (``packtool pack``'s directory) column by
+  column, shard by shard: only ``num_tokens``, ``cu_seqlens``, ``doc_ids`` and ``chunk_ids``,
+  memory-mapped and vectorised; ``input_ids`` are never touched.
+- :func:`corpus_stats` tokenizes a corpus (or reuses the cached document lengths of an
+  earlier call), applies the overflow policy and first-fit-decreasing for each ``max_len``,
+  and reports the same figures without writing any row, so one can choose ``max_len``.
+
+Everything is computed on *segments*, the items that were packed: a document, or one chunk of
+a document split under ``--overflow split``. One row of ``max_len`` 24 with segments of 9, 7
+and 5 tokens::
+
+    input_ids    b b b b b b b b b c c c c c c c a a a a a P P P
+    cu_seqlens   [0, 9, 16, 21, 24]        segment lengths 9 7 5 (then the padding, 3)
+    num_tokens   21                        row fill 21/24
+    doc_ids      [1, 2, 0]                 3 documents in the row
+
+The comparison puts the packed rows next to three ways of batching the same segments without
+packing, each batch costing ``len(batch) * max_len_in_batch`` slots (``docs/stats.md`` has
+the exact definitions)::
+
+    pad_to_max_len   every segment alone, padded to max_len
+    random_batches   segments shuffled (seed), batches of B, each padded to its longest
+    length_grouped   segments sorted longest first, batches of B, each padded to its longest
+    packed           rows * max_len
+
+This module computes; it never prints. The CLI renders the dataclasses with rich.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from . import __version__
+from .errors import FormatError, OptionError
+from .format import MANIFEST_FILE, open_packed
+from .packing import Overflow, first_fit_decreasing, lower_bound_rows
+from .sources import InputFile, read_texts, resolve_inputs
+from .tokenize import DocumentEncoder, Tokenizer, load_tokenizer
+
+__all__ = [
+    "BATCHINGS",
+    "Batching",
+    "CorpusStats",
+    "DatasetStats",
+    "DocumentOutcome",
+    "Histogram",
+    "LengthSummary",
+    "PackingStats",
+    "RowCounts",
+    "batch_slots",
+    "corpus_stats",
+    "dataset_stats",
+    "default_cache_dir",
+    "histogram",
+    "is_packed_output",
+    "parse_max_lens",
+]
+
+BATCHINGS = ("packed", "pad_to_max_len", "random_batches", "length_grouped")
+"""The keys of :attr:`PackingStats.comparison`, in display order."""
+
+LENGTH_BINS = 16
+FILL_BINS = 10
+DOCS_PER_ROW_BINS = 16
+PERCENTILES = (50, 90, 99)
+_CACHE_FORMAT = 1
+_BAD_RECORDS_KEPT = 20
+_COLUMNS = ("num_tokens", "cu_seqlens", "doc_ids", "chunk_ids")
+
+ProgressCallback = Callable[[str, int, "int | None"], None]
+
+
+# -- the figures --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Histogram:
+    """Counts of integer values in bins ``[e0, e1], (e1, e2], ..., (e(k-1), ek]``.
+
+    ``counts[i]`` counts the values ``v`` with ``edges[i] < v <= edges[i + 1]`` (the first
+    bin also holds ``v == edges[0]``); ``above`` counts ``v > edges[-1]``. Row fill of rows
+    holding 3, 12, 16 and 16 tokens with ``max_len`` 16 and 4 bins::
+
+        edges  [0, 4, 8, 12, 16]
+        counts [1, 0, 1, 2]           [0, 4]: 3   (8, 12]: 12   (12, 16]: 16, 16
+        above  0
+    """
+
+    edges: tuple[int, ...]
+    counts: tuple[int, ...]
+    above: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"edges": list(self.edges), "counts": list(self.counts), "above": self.above}
+
+
+@dataclass(frozen=True)
+class LengthSummary:
+    """The distribution of document lengths in tokens.
+
+    ``p50``/``p90``/``p99``: the smallest length such that at least that percent of the
+    documents are no longer (``sorted[ceil(q * n / 100) - 1]``). ``None`` when there are no
+    documents.
+    """
+
+    count: int
+    tokens: int
+    min: int | None
+    mean: float | None
+    p50: int | None
+    p90: int | None
+    p99: int | None
+    max: int | None
+    histogram: Histogram
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["histogram"] = self.histogram.to_dict()
+        return d
+
+
+@dataclass(frozen=True)
+class RowCounts:
+    """Documents (segments) per row: ``min``, ``mean``, ``max`` and a histogram."""
+
+    min: int | None
+    mean: float | None
+    max: int | None
+    histogram: Histogram
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "min": self.min,
+            "mean": self.mean,
+            "max": self.max,
+            "histogram": self.histogram.to_dict(),
+        }
+
+
+@dataclass(frozen=True)
+class Batching:
+    """The cost of one way of batching the segments, in slots (token positions computed).
+
+    ``tokens_per_slot`` is real tokens / slots; ``speedup`` is the packed rows' tokens per slot
+    divided by this one's (``slots / packed slots``; ``None`` if there is nothing packed);
+    ``slots_saved`` is ``slots - packed slots``, the padding that packing does not compute.
+    """
+
+    slots: int
+    padding_slots: int
+    padding_fraction: float
+    tokens_per_slot: float
+    speedup: float | None
+    slots_saved: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class DocumentOutcome:
+    """What happened to every document read; ``read`` is the sum of the six counts after it.
+
+    ``packed`` is whole documents (one segment each); ``split`` documents became several
+    segments; ``truncated`` ones lost ``tokens_truncated_away`` tokens; ``dropped`` ones (and
+    their ``tokens_dropped`` tokens) are not in the rows.
+    """
+
+    read: int = 0
+    packed: int = 0
+    split: int = 0
+    truncated: int = 0
+    dropped: int = 0
+    empty: int = 0
+    bad_records_skipped: int = 0
+    tokens_truncated_away: int = 0
+    tokens_dropped: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class PackingStats:
+    """The figures of one packing (one ``max_len``): rows, efficiency, and the comparison.
+
+    ``comparison`` maps each of :data:`BATCHINGS` to its :class:`Batching`; ``row_fill`` is
+    the histogram of real tokens per row; ``docs_per_row`` counts document segments per row
+    (a row never holds two chunks of one document, so this is also documents per row).
+    """
+
+    max_len: int
+    batch_size: int
+    seed: int
+    documents: int  # documents with at least one segment in the rows
+    segments: int
+    tokens: int
+    rows: int
+    lower_bound_rows: int
+    efficiency: float
+    full_rows: int
+    docs_per_row: RowCounts
+    row_fill: Histogram
+    comparison: dict[str, Batching]
+    outcome: DocumentOutcome
+
+    @property
+    def rows_over_lower_bound(self) -> int:
+        return self.rows - self.lower_bound_rows
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "max_len": self.max_len,
+            "batch_size": self.batch_size,
+            "seed": self.seed,
+            "documents": self.documents,
+            "segments": self.segments,
+            "tokens": self.tokens,
+            "rows": self.rows,
+            "lower_bound_rows": self.lower_bound_rows,
+            "rows_over_lower_bound": self.rows_over_lower_bound,
+            "efficiency": self.efficiency,
+            "full_rows": self.full_rows,
+            "docs_per_row": self.docs_per_row.to_dict(),
+            "row_fill": self.row_fill.to_dict(),
+            "comparison": {k: b.to_dict() for k, b in self.comparison.items()},
+            "outcome": self.outcome.to_dict(),
+        }
+
+
+@dataclass(frozen=True)
+class DatasetStats:
+    """Statistics of a packed output (:func:`dataset_stats`).
+
+    ``document_lengths`` are lengths as packed: the chunks of a split document joined, a
+    truncated document at ``max_len``.
+    """
+
+    path: Path
+    shards: int
+    tokenizer: str | None
+    packing: PackingStats
+    document_lengths: LengthSummary
+    bad_records: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        """The ``packtool stats OUT --json`` object (keys listed in docs/stats.md)."""
+        return {
+            "kind": "packed",
+            "path": str(self.path),
+            "shards": self.shards,
+            "tokenizer": self.tokenizer,
+            **self.packing.to_dict(),
+            "document_lengths": self.document_lengths.to_dict(),
+            "bad_records": list(self.bad_records),
+            "seconds": round(self.seconds, 3),
+        }
+
+
+@dataclass(frozen=True)
+class CorpusStats:
+    """Statistics of a corpus before packing, for several ``max_len`` (:func:`corpus_stats`).
+
+    ``document_lengths`` are the tokenized lengths (with EOS/BOS as ``pack`` adds them) of
+    the non-empty documents, before any overflow policy; ``results`` holds one
+    :class:`PackingStats` per ``max_len``, in the order given.
+    """
+
+    inputs: list[str]
+    tokenizer: str
+    documents_read: int
+    empty: int
+    bad_records_skipped: int
+    document_lengths: LengthSummary
+    results: list[PackingStats]
+    cache_path: Path | None = None
+    cache_hit: bool = False
+    bad_records: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        """The ``packtool stats CORPUS --max-len ... --json`` object (docs/stats.md)."""
+        return {
+            "kind": "corpus",
+            "inputs": list(self.inputs),
+            "tokenizer": self.tokenizer,
+            "cache": {
+                "path": str(self.cache_path) if self.cache_path else None,
+                "hit": self.cache_hit,
+            },
+            "documents_read": self.documents_read,
+            "empty": self.empty,
+            "bad_records_skipped": self.bad_records_skipped,
+            "document_lengths": self.document_lengths.to_dict(),
+            "max_lens": [r.to_dict() for r in self.results],
+            "bad_records": list(self.bad_records),
+            "seconds": round(self.seconds, 3),
+        }
+
+
+# -- shared computations ------------------------------------------------------------------
+
+
+def _edges(top: int, bins: int) -> tuple[int, ...]:
+    """Integer edges ``0 = e0 < e1 < ... = top``, about ``bins`` bins of equal width."""
+    if top <= 0:
+        return (0, 1)
+    return tuple(sorted({(top * i) // bins for i in range(bins + 1)}))
+
+
+def histogram(values: np.ndarray, edges: Sequence[int]) -> Histogram:
+    """Bin integer ``values`` (see :class:`Histogram` for the bins)."""
+    e = np.asarray(edges, dtype=np.int64)
+    k = e.size - 1
+    if values.size == 0:
+        return Histogram(tuple(int(x) for x in e), (0,) * k, 0)
+    idx = np.searchsorted(e, values, side="left") - 1
+    np.maximum(idx, 0, out=idx)  # v <= e0 goes to the first (closed) bin
+    counts = np.bincount(idx, minlength=k + 1)
+    return Histogram(
+        tuple(int(x) for x in e), tuple(int(c) for c in counts[:k]), int(counts[k:].sum())
+    )
+
+
+def _length_summary(lengths: np.ndarray, top: int) -> LengthSummary:
+    n = int(lengths.size)
+    hist = histogram(lengths, _edges(top, LENGTH_BINS))
+    if n == 0:
+        return LengthSummary(0, 0, None, None, None, None, None, None, hist)
+    kth = [max(0, -(-q * n // 100) - 1) for q in PERCENTILES]
+    part = np.partition(lengths, kth)
+    tokens = int(lengths.sum(dtype=np.int64))
+    p50, p90, p99 = (int(part[i]) for i in kth)
+    return LengthSummary(
+        count=n,
+        tokens=tokens,
+        min=int(lengths.min()),
+        mean=tokens / n,
+        p50=p50,
+        p90=p90,
+        p99=p99,
+        max=int(lengths.max()),
+        histogram=hist,
+    )
+
+
+def _row_counts(per_row: np.ndarray) -> RowCounts:
+    if per_row.size == 0:
+        return RowCounts(None, None, None, histogram(per_row, (0, 1)))
+    top = int(per_row.max())
+    width = -(-top // DOCS_PER_ROW_BINS)  # 1 up to DOCS_PER_ROW_BINS, then wider integer bins
+    edges = tuple(range(0, -(-top // width) * width + 1, width))
+    return RowCounts(
+        min=int(per_row.min()),
+        mean=float(per_row.sum(dtype=np.int64) / per_row.size),
+        max=top,
+        histogram=histogram(per_row, edges),
+    )
+
+
+def batch_slots(lengths: np.ndarray, batch_size: int) -> int:
+    """Slots of batching ``lengths`` in order, ``batch_size`` at a time, each batch padded to
+    its longest: ``sum(len(batch) * max(batch))`` (the last batch may be smaller)::
+
+        batch_slots([3, 9, 2, 5, 4], 2)  ->  2*9 + 2*5 + 1*4 = 32
+    """
+    a = np.asarray(lengths, dtype=np.int64)
+    n = int(a.size)
+    full = n // batch_size
+    slots = int(a[: full * batch_size].reshape(full, batch_size).max(axis=1).sum()) * batch_size
+    if n % batch_size:
+        slots += (n % batch_size) * int(a[full * batch_size :].max())
+    return slots
+
+
+def _batching(slots: int, tokens: int, packed_slots: int) -> Batching:
+    return Batching(
+        slots=slots,
+        padding_slots=slots - tokens,
+        padding_fraction=(slots - tokens) / slots if slots else 0.0,
+        tokens_per_slot=tokens / slots if slots else 0.0,
+        speedup=slots / packed_slots if packed_slots else None,
+        slots_saved=slots - packed_slots,
+    )
+
+
+def _comparison(
+    segments: np.ndarray, rows: int, max_len: int, batch_size: int, seed: int
+) -> dict[str, Batching]:
+    """The four batchings of ``segments`` (lengths in input order: by document, then chunk)."""
+    tokens = int(segments.sum(dtype=np.int64))
+    n = int(segments.size)
+    packed = rows * max_len
+    shuffled = segments[np.random.default_rng(seed).permutation(n)]
+    longest_first = np.sort(segments)[::-1]
+    slots = {
+        "packed": packed,
+        "pad_to_max_len": n * max_len,
+        "random_batches": batch_slots(shuffled, batch_size),
+        "length_grouped": batch_slots(longest_first, batch_size),
+    }
+    return {k: _batching(slots[k], tokens, packed) for k in BATCHINGS}
+
+
+def _packing_stats(
+    *,
+    segments: np.ndarray,
+    fill: np.ndarray,
+    docs_per_row: np.ndarray,
+    documents: int,
+    max_len: int,
+    batch_size: int,
+    seed: int,
+    outcome: DocumentOutcome,
+) -> PackingStats:
+    tokens = int(segments.sum(dtype=np.int64))
+    rows = int(fill.size)
+    return PackingStats(
+        max_len=max_len,
+        batch_size=batch_size,
+        seed=seed,
+        documents=documents,
+        segments=int(segments.size),
+        tokens=tokens,
+        rows=rows,
+        lower_bound_rows=lower_bound_rows(tokens, max_len),
+        efficiency=tokens / (rows * max_len) if rows else 0.0,
+        full_rows=int(np.count_nonzero(fill == max_len)),
+        docs_per_row=_row_counts(docs_per_row),
+        row_fill=histogram(fill, _edges(max_len, FILL_BINS)),
+        comparison=_comparison(segments, rows, max_len, batch_size, seed),
+        outcome=outcome,
+    )
+
+
+def _check_batching(batch_size: int, seed: int) -> None:
+    if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)):
+        raise OptionError(f"--batch-size must be an integer >= 1, got {batch_size!r}")
+    if batch_size < 1:
+        raise OptionError(f"--batch-size must be an integer >= 1, got {batch_size}")
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise OptionError(f"--seed must be an integer >= 0, got {seed!r}")
+
+
+# -- packed outputs -----------------------------------------------------------------------
+
+
+def is_packed_output(path: str | os.PathLike[str]) -> bool:
+    """True if ``path`` is a directory holding a ``manifest.json`` (a packed output, or
+    something claiming to be one: :func:`dataset_stats` checks its format)."""
+    p = Path(path)
+    return p.is_dir() and (p / MANIFEST_FILE).exists()
+
+
+_NUMPY_TYPES = {pa.int32(): np.int32, pa.int64(): np.int64}
+
+
+def _values(array: pa.Array, where: str) -> np.ndarray:
+    """Zero-copy NumPy view of a null-free int32/int64 array (slices too).
+
+    Reads the Arrow buffer directly: pyarrow's own ``to_numpy`` imports pandas, which costs
+    more time and memory than the statistics themselves.
+    """
+    dtype = _NUMPY_TYPES.get(array.type)
+    if dtype is None or array.null_count:
+        raise FormatError(f"{where}: unexpected {array.type} column with nulls or of another type")
+    size = np.dtype(dtype).itemsize
+    return np.frombuffer(array.buffers()[1], dtype, len(array), array.offset * size)
+
+
+def _list_parts(array: pa.Array, where: str) -> tuple[np.ndarray, np.ndarray]:
+    """(offsets, values) of a list array; offsets index ``values`` directly (slices too)."""
+    if not pa.types.is_list(array.type) or array.null_count:
+        raise FormatError(f"{where}: unexpected {array.type} column with nulls or of another type")
+    offsets = np.frombuffer(array.buffers()[1], np.int32, len(array) + 1, array.offset * 4)
+    return offsets.astype(np.int64), _values(array.values, where)
+
+
+@dataclass
+class _Columns:
+    """The per-row and per-segment arrays of a packed dataset, gathered shard by shard."""
+
+    fill: list[np.ndarray] = field(default_factory=list)
+    per_row: list[np.ndarray] = field(default_factory=list)
+    lengths: list[np.ndarray] = field(default_factory=list)
+    doc_ids: list[np.ndarray] = field(default_factory=list)
+    chunk_ids: list[np.ndarray] = field(default_factory=list)
+
+    @staticmethod
+    def _cat(parts: list[np.ndarray], dtype: Any) -> np.ndarray:
+        return np.concatenate(parts) if parts else np.zeros(0, dtype)
+
+
+def _read_batch(
+    batch: pa.RecordBatch, max_len: int, where: str, first_row: int, into: _Columns
+) -> None:
+    """Segment lengths, fill and counts of one record batch, checked against the format."""
+    nt = _values(batch.column("num_tokens"), where).astype(np.int64)
+    cu_off, cu_val = _list_parts(batch.column("cu_seqlens"), where)
+    ch_off, ch_val = _list_parts(batch.column("chunk_ids"), where)
+    d_off, d_val = _list_parts(batch.column("doc_ids"), where)
+    ndocs = np.diff(ch_off)
+    ncu = np.diff(cu_off)
+    padded = nt < max_len
+
+    def fail(bad: np.ndarray, problem: str) -> None:
+        row = first_row + int(np.flatnonzero(bad)[0])
+        raise FormatError(f"{where}: row {row}: {problem} (run `packtool verify`)")
+
+    def fail_segment(bad_seg: np.ndarray, problem: str) -> None:
+        row = first_row + int(np.repeat(np.arange(nt.size), ndocs)[bad_seg][0])
+        raise FormatError(f"{where}: row {row}: {problem} (run `packtool verify`)")
+
+    bad = np.diff(d_off) != ndocs
+    if bad.any():
+        fail(bad, "doc_ids and chunk_ids differ in length")
+    bad = (nt < 0) | (nt > max_len)
+    if bad.any():
+        fail(bad, f"num_tokens outside [0, max_len={max_len}]")
+    bad = ncu - 1 != ndocs + padded
+    if bad.any():
+        fail(bad, "cu_seqlens does not have one boundary per document segment (+ padding)")
+    starts = cu_off[:-1]
+    bad = (
+        (cu_val[starts] != 0) | (cu_val[starts + ndocs] != nt) | (cu_val[cu_off[1:] - 1] != max_len)
+    )
+    if bad.any():
+        fail(bad, "cu_seqlens does not run from 0 through num_tokens to max_len")
+
+    n_seg = int(ndocs.sum())
+    local = np.arange(n_seg, dtype=np.int64) - np.repeat(ch_off[:-1] - ch_off[0], ndocs)
+    pos = np.repeat(starts, ndocs) + local
+    lengths = cu_val[pos + 1].astype(np.int64) - cu_val[pos]
+    if (lengths < 1).any():
+        fail_segment(lengths < 1, "cu_seqlens does not rise strictly")
+    into.fill.append(nt)
+    into.per_row.append(ndocs)
+    into.lengths.append(lengths.astype(np.int32))
+    into.doc_ids.append(np.asarray(d_val[d_off[0] : d_off[-1]], dtype=np.int64))
+    into.chunk_ids.append(np.asarray(ch_val[ch_off[0] : ch_off[-1]], dtype=np.int32))
+
+
+def _input_order(
+    doc_ids: np.ndarray, chunk_ids: np.ndarray, where: str
+) -> tuple[np.ndarray, np.ndarray]:
+    """(position of each segment in input order, segments per document id).
+
+    Input order is by document, then chunk. Checks that every (doc_id, chunk_id) appears once
+    and that chunks run 0..k-1, in O(segments + documents) without sorting.
+    """
+    n = int(doc_ids.size)
+    if n == 0:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    if doc_ids.min() < 0 or chunk_ids.min() < 0:
+        raise FormatError(f"{where}: negative doc_id or chunk_id (run `packtool verify`)")
+    per_doc = np.bincount(doc_ids)
+    first = np.concatenate([[0], np.cumsum(per_doc)[:-1]])
+    if (chunk_ids >= per_doc[doc_ids]).any():
+        raise FormatError(
+            f"{where}: the chunks of a document are not numbered 0..k-1 (run `packtool verify`)"
+        )
+    pos = first[doc_ids] + chunk_ids
+    seen = np.zeros(n, dtype=bool)
+    seen[pos] = True
+    if not seen.all():
+        raise FormatError(f"{where}: a (doc_id, chunk_id) appears twice (run `packtool verify`)")
+    return pos, per_doc
+
+
+def dataset_stats(
+    path: str | os.PathLike[str], *, batch_size: int = 8, seed: int = 0
+) -> DatasetStats:
+    """Statistics of the packed output at ``path``, read column by column.
+
+    Reads ``num_tokens``, ``cu_seqlens``, ``doc_ids`` and ``chunk_ids`` of each shard through
+    :meth:`~packtool.format.PackedReader.iter_tables` (memory-mapped); keeps in memory one
+    int32 length and two ids per segment, and two numbers per row. ``batch_size`` and
+    ``seed`` define the padded baselines (see :func:`batch_slots`). Raises
+    :class:`~packtool.errors.FormatError` for a directory that is not a packtool output, an
+    unsupported format version, or rows that break the format's invariants.
+    """
+    started = time.perf_counter()
+    _check_batching(batch_size, seed)
+    reader = open_packed(path)
+    manifest = reader.manifest
+    max_len = reader.max_len
+    cols = _Columns()
+    first_row = 0
+    for shard, table in enumerate(reader.iter_tables(columns=list(_COLUMNS))):
+        where = str(reader.shard_paths[shard])
+        for batch in table.to_batches():
+            _read_batch(batch, max_len, where, first_row, cols)
+            first_row += batch.num_rows
+    fill = _Columns._cat(cols.fill, np.int64)
+    per_row = _Columns._cat(cols.per_row, np.int64)
+    lengths = _Columns._cat(cols.lengths, np.int32)
+    doc_ids = _Columns._cat(cols.doc_ids, np.int64)
+    chunk_ids = _Columns._cat(cols.chunk_ids, np.int32)
+    del cols
+
+    pos, per_doc = _input_order(doc_ids, chunk_ids, str(reader.path))
+    segments = np.empty_like(lengths)
+    segments[pos] = lengths
+    doc_lengths = np.bincount(doc_ids, weights=lengths, minlength=per_doc.size)[per_doc > 0]
+    doc_lengths = doc_lengths.astype(np.int64)
+    del doc_ids, chunk_ids, pos
+
+    docs = manifest.get("documents", {})
+    toks = manifest.get("tokens", {})
+    outcome = DocumentOutcome(
+        read=int(docs.get("read", 0)),
+        packed=int(docs.get("packed", 0)),
+        split=int(docs.get("split", 0)),
+        truncated=int(docs.get("truncated", 0)),
+        dropped=int(docs.get("dropped", 0)),
+        empty=int(docs.get("empty", 0)),
+        bad_records_skipped=int(docs.get("bad_records_skipped", 0)),
+        tokens_truncated_away=int(toks.get("truncated_away", 0)),
+        tokens_dropped=int(toks.get("dropped", 0)),
+    )
+    packing = _packing_stats(
+        segments=segments,
+        fill=fill,
+        docs_per_row=per_row,
+        documents=int(doc_lengths.size),
+        max_len=max_len,
+        batch_size=batch_size,
+        seed=seed,
+        outcome=outcome,
+    )
+    tokenizer = manifest.get("tokenizer", {})
+    return DatasetStats(
+        path=reader.path,
+        shards=len(reader.shard_paths),
+        tokenizer=tokenizer.get("name") if isinstance(tokenizer, dict) else None,
+        packing=packing,
+        document_lengths=_length_summary(doc_lengths, max_len),
+        bad_records=[str(b) for b in manifest.get("bad_records", [])],
+        seconds=time.perf_counter() - started,
+    )
+
+
+# -- corpora, before packing --------------------------------------------------------------
+
+
+def parse_max_lens(text: str | Sequence[int]) -> list[int]:
+    """``"2048,4096"`` (or a list of ints) -> ``[2048, 4096]``; each an integer >= 2, no repeats.
+
+    Also takes ``4k``-style values: ``"2k,4k"`` -> ``[2048, 4096]``.
+    """
+    items: list[Any] = text.split(",") if isinstance(text, str) else list(text)
+    out: list[int] = []
+    for item in items:
+        value: Any = item
+        if isinstance(item, str):
+            s = item.strip().lower()
+            try:
+                value = int(s[:-1]) * 1024 if s.endswith("k") else int(s)
+            except ValueError:
+                raise OptionError(
+                    f"--max-len: cannot read {item.strip()!r} as an integer "
+                    "(give one or more, comma-separated: --max-len 2048,4096)"
+                ) from None
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 2:
+            raise OptionError(f"--max-len values must be integers >= 2, got {item!r}")
+        if int(value) in out:
+            raise OptionError(f"--max-len: {int(value)} is given twice")
+        out.append(int(value))
+    if not out:
+        raise OptionError("--max-len: give at least one value, e.g. --max-len 2048,4096")
+    return out
+
+
+def default_cache_dir() -> Path:
+    """``$PACKTOOL_CACHE_DIR``, else ``$XDG_CACHE_HOME/packtool``, else ``~/.cache/packtool``."""
+    env = os.environ.get("PACKTOOL_CACHE_DIR")
+    if env:
+        return Path(env).expanduser()
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    base = Path(xdg).expanduser() if xdg else Path.home() / ".cache"
+    return base / "packtool"
+
+
+def _fingerprint(inp: InputFile) -> list[Any]:
+    st = inp.path.stat()
+    mtime = st.st_mtime_ns
+    if inp.path.is_dir():
+        mtime = max([mtime, *(p.stat().st_mtime_ns for p in inp.path.rglob("*") if p.is_file())])
+    return [str(inp.path.resolve()), inp.kind, inp.size_bytes, mtime]
+
+
+def _cache_key(files: Sequence[InputFile], tok: Tokenizer, options: dict[str, Any]) -> str:
+    spec = {
+        "cache_format": _CACHE_FORMAT,
+        "packtool": __version__,
+        "inputs": [_fingerprint(f) for f in files],
+        "tokenizer": [tok.name, tok.sha256, asdict(tok.special)],
+        **options,
+    }
+    return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:32]
+
+
+@dataclass(frozen=True)
+class _Tokenized:
+    """Per-record token lengths in input order: -1 for a skipped bad record, 0 for empty."""
+
+    lengths: np.ndarray
+    bad_records: list[str]
+
+
+def _load_cached(directory: Path, key: str) -> _Tokenized | None:
+    meta_path, data_path = directory / f"{key}.json", directory / f"{key}.npy"
+    try:
+        meta = json.loads(meta_path.read_text(encoding="utf-8"))
+        lengths = np.load(data_path, allow_pickle=False)
+    except (OSError, ValueError, json.JSONDecodeError):
+        return None  # absent, or damaged: tokenize again
+    if (
+        not isinstance(meta, dict)
+        or meta.get("records") != int(lengths.size)
+        or lengths.ndim != 1
+        or lengths.dtype.kind != "i"
+    ):
+        return None
+    return _Tokenized(lengths.astype(np.int64, copy=False), list(meta.get("bad_records", [])))
+
+
+def _store_cached(directory: Path, key: str, data: _Tokenized, describe: dict[str, Any]) -> None:
+    """Write the lengths, then the JSON (last: it marks the entry complete), atomically."""
+    directory.mkdir(parents=True, exist_ok=True)
+    tmp = f".tmp-{os.getpid()}"
+    data_tmp = directory / f"{key}.npy{tmp}"
+    lengths = data.lengths
+    if lengths.size and lengths.max() <= np.iinfo(np.int32).max:
+        lengths = lengths.astype(np.int32)  # half the size; read back as int64
+    with open(data_tmp, "wb") as f:
+        np.save(f, lengths, allow_pickle=False)
+    os.replace(data_tmp, directory / f"{key}.npy")
+    meta_tmp = directory / f"{key}.json{tmp}"
+    meta = {"records": int(data.lengths.size), "bad_records": data.bad_records, **describe}
+    meta_tmp.write_text(json.dumps(meta, indent=2), encoding="utf-8")
+    os.replace(meta_tmp, directory / f"{key}.json")
+
+
+def _tokenize_lengths(
+    files: Sequence[InputFile],
+    encoder: DocumentEncoder,
+    *,
+    text_field: str,
+    skip_bad_records: bool,
+    split: str | None,
+    txt_unit: str,
+    progress: ProgressCallback | None,
+) -> _Tokenized:
+    parts: list[np.ndarray] = []
+    bad_records: list[str] = []
+    total_bytes = sum(f.size_bytes for f in files)
+    bytes_before = 0
+    for inp in files:
+        for batch in read_texts(
+            inp,
+            text_field=text_field,
+            skip_bad_records=skip_bad_records,
+            split=split,
+            txt_unit=txt_unit,
+        ):
+            for error in batch.bad[: max(0, _BAD_RECORDS_KEPT - len(bad_records))]:
+                bad_records.append(str(error))
+            good = [i for i, t in enumerate(batch.texts) if t is not None]
+            encoded = encoder.encode([batch.texts[i] for i in good])  # type: ignore[misc]
+            lengths = np.full(len(batch.texts), -1, dtype=np.int64)
+            lengths[good] = np.where(encoded.empty, 0, encoded.lengths)
+            parts.append(lengths)
+            if progress:
+                progress("tokenize", bytes_before + batch.bytes_done, total_bytes)
+        bytes_before += inp.size_bytes
+    lengths = np.concatenate(parts) if parts else np.zeros(0, np.int64)
+    return _Tokenized(lengths, bad_records)
+
+
+def _segment_lengths(
+    lengths: np.ndarray, max_len: int, overflow: Overflow
+) -> tuple[np.ndarray, DocumentOutcome]:
+    """Segments (in input order) of non-empty document ``lengths`` under ``overflow``, as
+    ``pack`` makes them (the pipeline's own code), and what happened to the documents."""
+    from .pipeline import _segment_items
+
+    good = lengths[lengths >= 0]
+    _, _, item_len, c = _segment_items(good, good == 0, max_len, overflow)
+    outcome = DocumentOutcome(
+        read=int(lengths.size),
+        packed=c["packed"],
+        split=c["split"],
+        truncated=c["truncated"],
+        dropped=c["dropped"],
+        empty=c["empty"],
+        bad_records_skipped=int(np.count_nonzero(lengths < 0)),
+        tokens_truncated_away=c["tokens_truncated"],
+        tokens_dropped=c["tokens_dropped"],
+    )
+    return item_len.astype(np.int64), outcome
+
+
+def corpus_stats(
+    inputs: Sequence[str | os.PathLike[str]],
+    max_lens: Sequence[int] | str,
+    *,
+    tokenizer: str | os.PathLike[str] | Tokenizer | None = None,
+    text_field: str = "text",
+    overflow: str | Overflow = Overflow.SPLIT,
+    add_eos: bool = True,
+    bos: bool | None = None,
+    eos_token: str | None = None,
+    bos_token: str | None = None,
+    skip_bad_records: bool = False,
+    split: str | None = None,
+    txt_unit: str = "line",
+    batch_size: int = 8,
+    seed: int = 0,
+    cache_dir: str | os.PathLike[str] | None = None,
+    use_cache: bool = True,
+    progress: ProgressCallback | None = None,
+) -> CorpusStats:
+    """How ``inputs`` would pack at each of ``max_lens``, without writing any row.
+
+    Reads and tokenizes like :func:`packtool.pack` (same options, same EOS/BOS handling,
+    same overflow policy and first-fit-decreasing), keeping only each document's token
+    count. Those counts are cached in ``cache_dir`` (default :func:`default_cache_dir`) under
+    a key made of the inputs' paths, sizes and modification times, the tokenizer's sha256
+    and special tokens, and the reading/encoding options, so a second call on the same corpus
+    does not tokenize again (``use_cache=False`` neither reads nor writes the cache).
+
+    ``corpus_stats(inputs, [L])`` and ``dataset_stats(pack(inputs, out, max_len=L))`` give
+    the same :class:`PackingStats` figures.
+    """
+    started = time.perf_counter()
+    lens_wanted = parse_max_lens(max_lens)
+    _check_batching(batch_size, seed)
+    try:
+        overflow = Overflow(overflow)
+    except ValueError:
+        raise OptionError(
+            f"--overflow must be one of split, truncate, drop; got {overflow!r}"
+        ) from None
+    files = resolve_inputs(inputs)
+    tok: Tokenizer
+    if tokenizer is None or isinstance(tokenizer, (str, os.PathLike)):
+        tok = load_tokenizer(tokenizer, eos_token=eos_token, bos_token=bos_token)
+    else:
+        tok = tokenizer
+    encoder = DocumentEncoder(tok, add_eos=add_eos, bos=bos)
+    read_options = {
+        "text_field": text_field,
+        "skip_bad_records": skip_bad_records,
+        "split": split,
+        "txt_unit": txt_unit,
+    }
+    key = _cache_key(files, tok, {**read_options, "add_eos": add_eos, "bos": bos})
+    directory = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
+    directory = directory / "lengths"
+    data = _load_cached(directory, key) if use_cache else None
+    hit = data is not None
+    if data is None:
+        data = _tokenize_lengths(files, encoder, progress=progress, **read_options)  # type: ignore[arg-type]
+        if use_cache:
+            describe = {
+                "inputs": [str(f.path) for f in files],
+                "tokenizer": tok.name,
+                "created_unix": int(time.time()),
+            }
+            # A cache that cannot be written is no reason to fail.
+            with contextlib.suppress(OSError):
+                _store_cached(directory, key, data, describe)
+    elif progress:
+        total = sum(f.size_bytes for f in files)
+        progress("tokenize", total, total)
+
+    lengths = data.lengths
+    results = []
+    for max_len in lens_wanted:
+        segments, outcome = _segment_lengths(lengths, max_len, overflow)
+        row_of = first_fit_decreasing(segments, max_len)
+        n_rows = int(row_of.max()) + 1 if row_of.size else 0
+        fill = np.bincount(row_of, weights=segments, minlength=n_rows).astype(np.int64)
+        per_row = np.bincount(row_of, minlength=n_rows).astype(np.int64)
+        results.append(
+            _packing_stats(
+                segments=segments,
+                fill=fill,
+                docs_per_row=per_row,
+                documents=outcome.packed + outcome.split + outcome.truncated,
+                max_len=max_len,
+                batch_size=batch_size,
+                seed=seed,
+                outcome=outcome,
+            )
+        )
+    nonempty = lengths[lengths > 0]
+    return CorpusStats(
+        inputs=[str(f.path) for f in files],
+        tokenizer=tok.name,
+        documents_read=int(lengths.size),
+        empty=int(np.count_nonzero(lengths == 0)),
+        bad_records_skipped=int(np.count_nonzero(lengths < 0)),
+        document_lengths=_length_summary(nonempty, max(lens_wanted)),
+        results=results,
+        cache_path=(directory / f"{key}.npy") if use_cache else None,
+        cache_hit=hit,
+        bad_records=data.bad_records,
+        seconds=time.perf_counter() - started,
+    )
