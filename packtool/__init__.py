@@ -35,6 +35,7 @@ from .format import (
     Segment,
     open_packed,
 )
+from .inspect import MaskGrid, RowView, SegmentView, inspect_row, row_mask_grid
 from .packing import Overflow, first_fit_decreasing, lower_bound_rows
 from .pipeline import DocumentCounts, PackReport, pack
 from .tokenize import DocumentEncoder, HFTokenizer, SpecialTokens, Tokenizer, load_tokenizer
@@ -48,6 +49,7 @@ __all__ = [
     "FormatError",
     "HFTokenizer",
     "InputError",
+    "MaskGrid",
     "OptionError",
     "OutputExistsError",
     "Overflow",
@@ -55,14 +57,18 @@ __all__ = [
     "PackedReader",
     "PackedRow",
     "PacktoolError",
+    "RowView",
     "Segment",
+    "SegmentView",
     "SpecialTokens",
     "Tokenizer",
     "TokenizerError",
     "__version__",
     "first_fit_decreasing",
+    "inspect_row",
     "load_tokenizer",
     "lower_bound_rows",
     "open_packed",
     "pack",
+    "row_mask_grid",
 ]
