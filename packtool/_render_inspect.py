@@ -85,9 +85,12 @@ def _ruler(grid: MaskGrid, label_width: int) -> Text:
     return Text(" " * label_width + "".join(chars).rstrip(), style="dim")
 
 
-def render_mask(grid: MaskGrid, view: RowView, label_width: int, note: str = "") -> Group:
+def render_mask(
+    grid: MaskGrid, view: RowView, label_width: int, note: str = "", width: int = 80
+) -> Group:
     """The mask picture: a title with the scale, the framed grid (query rows labelled with their
-    first token, key columns on a ruler), and a legend of colours and shades."""
+    first token, key columns on a ruler), and a legend of colours and shades (lines of at most
+    ``width`` characters)."""
     k = grid.cell
     scale = f"1 cell = {k} x {k} tokens" if k > 1 else "1 cell = 1 token pair"
     title = Text.assemble(
@@ -109,18 +112,22 @@ def render_mask(grid: MaskGrid, view: RowView, label_width: int, note: str = "")
         line.append("│", style="dim")
         lines.append(line)
     lines.append(Text(pad + "└" + "─" * (grid.cells * CELL_CHARS) + "┘", style="dim"))
-    lines.extend(_legend(grid, view))
+    lines.extend(_legend(grid, view, width))
     return Group(*lines)
 
 
-def _legend(grid: MaskGrid, view: RowView) -> list[Text]:
+def _legend(grid: MaskGrid, view: RowView, width: int) -> list[Text]:
     shown = sorted({int(s) for s in np.unique(grid.segment) if s >= 0})
-    colours = Text("segments: ")
-    for i, s in enumerate(shown):
-        if i:
-            colours.append("  ")
-        colours.append("██", style=segment_style(s, view))
-        colours.append(f" {view.segments[s].name}")
+    lines = [Text("segments:")]
+    indent = " " * len("segments:")
+    for s in shown:
+        entry = Text.assemble(("██", segment_style(s, view)), f" {view.segments[s].name}")
+        line = lines[-1]
+        if line.plain.strip() != "segments:" and line.cell_len + 2 + entry.cell_len > width:
+            line = Text(indent)
+            lines.append(line)
+        line.append(" " if line.plain.strip() in ("segments:", "") else "  ")
+        line.append_text(entry)
     if grid.cell == 1:
         shades = Text("█ query token i (row) may attend to key token j (column)")
     else:
@@ -129,7 +136,7 @@ def _legend(grid: MaskGrid, view: RowView) -> list[Text]:
             f"shade: share of a cell's {k}x{k} pairs (query i = row, key j = column) where i "
             "may attend to j: ░ up to 1/3  ▒ up to 2/3  ▓ more  █ all"
         )
-    return [colours, shades]
+    return [*lines, shades]
 
 
 def _abbreviate(values: Sequence[int], keep: int = 6) -> str:
@@ -164,13 +171,15 @@ def _ids_head_tail(ids: np.ndarray, keep: int = 6) -> str:
     return " ".join(vals)
 
 
-def _text_cell(seg: SegmentView, half: int, decoded: bool) -> Text:
+def _text_cell(seg: SegmentView, room: int, decoded: bool) -> Text:
     if seg.is_padding:
         plural = "s" if seg.length != 1 else ""
         return Text(f"{seg.length:,} pad token{plural}", style=PADDING_STYLE)
     if not decoded or seg.text is None:
         return Text("ids " + _ids_head_tail(seg.token_ids), style="dim")
-    head, tail = head_tail(seg.text, half)
+    # Two thirds for the beginning, a third for the end (mostly EOS and the last words).
+    tail_width = max(4, (room - 3) // 3)
+    head, tail = head_tail(seg.text, max(4, room - 3 - tail_width), tail_width)
     text = Text(head)
     if tail:
         text.append(" … ", style="dim")
@@ -190,19 +199,19 @@ def render_segments(view: RowView, console_width: int, decoded: bool) -> Table:
         table.add_column("learned", justify="right", no_wrap=True)
     # The one column that may wrap, so that a narrow terminal squeezes it first.
     table.add_column("text" if decoded else "token ids", overflow="fold")
-    # The text column gets what the other columns leave (each is padded by 1 on both sides).
+    # The text column gets what the other columns leave (1 space of padding on each side).
     widest = [
         2,
         3,
-        max(len("padding"), *(len(f"{s.doc_id or 0:,}") for s in view.segments)),
+        max(len("padding"), *(len(str(s.doc_id)) for s in view.segments)),
         5,
-        len(f"{view.max_len:,}"),
+        max(5, len(f"{view.max_len:,}")),
         max(6, len(f"{view.max_len:,}")),
         max(9, len(f"0..{view.max_len - 1}")),
     ]
     if has_labels:
         widest.append(max(7, len(f"{view.max_len:,}")))
-    half = max(4, (console_width - sum(w + 2 for w in widest) - 5) // 2)
+    room = max(12, console_width - sum(w + 2 for w in widest))
     for seg in view.segments:
         style = segment_style(seg.index, view)
         positions = Text(f"{seg.first_position}..{seg.last_position}")
@@ -211,7 +220,7 @@ def render_segments(view: RowView, console_width: int, decoded: bool) -> Table:
         cells: list[RenderableType] = [
             Text("██", style=style),
             str(seg.index),
-            "padding" if seg.is_padding else f"{seg.doc_id:,}",
+            "padding" if seg.is_padding else str(seg.doc_id),
             "" if seg.is_padding else str(seg.chunk_id),
             f"{seg.start:,}",
             f"{seg.length:,}",
@@ -219,7 +228,7 @@ def render_segments(view: RowView, console_width: int, decoded: bool) -> Table:
         ]
         if has_labels:
             cells.append("" if seg.learned is None else f"{seg.learned:,}")
-        cells.append(_text_cell(seg, half, decoded))
+        cells.append(_text_cell(seg, room, decoded))
         table.add_row(*cells, style=PADDING_STYLE if seg.is_padding else None)
     return table
 

@@ -387,10 +387,13 @@ def inspect_command(
         raise OptionError("--seed only applies to --random: add --random, or pass --row N")
     if width is not None and width < 20:
         raise OptionError(f"--width must be at least 20 columns, got {width}")
+    for flag, path in (("--svg", svg), ("--html", html)):
+        if path is not None and not path.parent.is_dir():
+            raise OptionError(f"{flag} {path}: the directory {path.parent} does not exist")
     reader = open_packed(out_dir)
     span = parse_window(window, reader.max_len) if window is not None else None
     picked = ""
-    if random_row:
+    if random_row and reader.num_rows:
         index = pick_row(reader.num_rows, seed)
         picked = f"--random --seed {seed}" if seed is not None else f"picked: --row {index}"
     else:
@@ -414,11 +417,11 @@ def inspect_command(
 
     console.print(render.render_header(view, picked))
     if no_tokenizer:
-        console.print(f"[dim]no text shown: {no_tokenizer}[/]")
+        console.print(f"no text shown: {no_tokenizer}", style="dim", markup=False)
     console.print()
     console.print(render.render_segments(view, console.width, decoded=tokenizer is not None))
     console.print()
-    console.print(render.render_mask(grid, view, label_width, note))
+    console.print(render.render_mask(grid, view, label_width, note, console.width))
     if decode:
         console.print()
         console.print(render.render_decoded(view))

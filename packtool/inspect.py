@@ -237,20 +237,21 @@ def pick_row(num_rows: int, seed: int | None = None) -> int:
     return random.Random(seed).randrange(num_rows)
 
 
-def head_tail(text: str, width: int) -> tuple[str, str]:
-    """The beginning and the end of ``text``, control characters escaped (``\\n`` -> ``\\\\n``),
-    each at most ``width`` characters; the end is empty when the whole text fits in the
-    beginning.
+def head_tail(text: str, head: int, tail: int | None = None) -> tuple[str, str]:
+    """The first ``head`` and the last ``tail`` (default ``head``) characters of ``text``,
+    control characters escaped (``\\n`` becomes the two characters ``\\``, ``n``); the end is
+    empty when the whole text fits in ``head + tail`` characters.
 
     >>> head_tail("one\\ntwo three four", 8)
     ('one\\\\ntwo', 'ree four')
     >>> head_tail("short", 8)
     ('short', '')
     """
+    tail = head if tail is None else tail
     escaped = _escape(text)
-    if len(escaped) <= 2 * width:
+    if len(escaped) <= head + tail:
         return escaped, ""
-    return escaped[:width], escaped[-width:]
+    return escaped[:head], escaped[len(escaped) - tail :]
 
 
 def _escape(text: str) -> str:

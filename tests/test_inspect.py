@@ -557,6 +557,20 @@ def test_cli_errors(bpe_out: Path, tmp_path: Path) -> None:
     for window in ("9:3", "0:33", "x:y"):
         assert_one_line_error(run("inspect", bpe_out, "--window", window), r"--window ", code=2)
     assert_one_line_error(run("inspect", bpe_out, "--width", "5"), r"--width must be at least 20")
+    assert_one_line_error(
+        run("inspect", bpe_out, "--svg", tmp_path / "nope" / "x.svg"),
+        r"--svg .*x\.svg: the directory .*nope does not exist",
+        code=2,
+    )
+
+
+def test_cli_empty_dataset(tmp_path: Path) -> None:
+    src = write_jsonl(tmp_path / "in.jsonl", [{"text": ""}])
+    packtool.pack([src], tmp_path / "out", max_len=16)
+    for extra in ([], ["--random"]):
+        assert_one_line_error(
+            run("inspect", tmp_path / "out", *extra), r"out has no rows to inspect"
+        )
 
 
 def test_library_does_not_import_rich() -> None:
@@ -566,3 +580,31 @@ def test_library_does_not_import_rich() -> None:
         "assert not bad, bad"
     )
     subprocess.run([sys.executable, "-c", code], check=True, cwd=REPO)
+
+
+def test_docs_cover_every_option() -> None:
+    doc = (REPO / "docs" / "inspect.md").read_text(encoding="utf-8")
+    help_text = run("inspect", "--help").stdout
+    options = set(re.findall(r"(--[a-z][a-z-]+)", help_text)) - {"--help"}
+    assert {"--row", "--random", "--seed", "--window", "--decode", "--svg", "--html"} <= options
+    for option in options:
+        assert f"`{option}" in doc, option
+
+
+def test_docs_example_is_the_real_output(tmp_path: Path) -> None:
+    """docs/inspect.md shows the output of its own commands: run them and compare."""
+    doc = (REPO / "docs" / "inspect.md").read_text(encoding="utf-8")
+    texts = re.findall(r"'(\{\"text\": [^']*\})'", doc)
+    assert len(texts) == 4
+    src = tmp_path / "tiny.jsonl"
+    src.write_text("\n".join(texts) + "\n", encoding="utf-8")
+    packtool.pack([src], tmp_path / "tiny", max_len=40, shuffle=False)
+    blocks = re.findall(r"^```[a-z]*\n(.*?)^```$", doc, flags=re.S | re.M)
+    for args in (["--width", "72"], ["--width", "72", "--window", "20:40"]):
+        command = "packtool inspect tiny/ " + " ".join(args)
+        shown = next(b for i, b in enumerate(blocks) if i and command in blocks[i - 1])
+        result = run("inspect", tmp_path / "tiny", *args)
+        assert result.exit_code == 0, result.stderr
+        actual = [line.rstrip() for line in result.stdout.splitlines()]
+        expected = [line.rstrip() for line in shown.splitlines()]
+        assert actual[len(actual) - len(expected) :] == expected
