@@ -370,7 +370,9 @@ def test_inspect_row_errors(bpe_out: Path, tmp_path: Path) -> None:
         inspect_row(reader, -1)
 
 
-def write_custom_row(out: Path, position_ids: list[int], cu: list[int]) -> Path:
+def write_custom_row(
+    out: Path, position_ids: list[int], cu: list[int], labels: list[int] | None = None
+) -> Path:
     """One row of 8 tokens, documents 0 (5 tokens) and 1 (3), with the given columns."""
     batch = PackedBatch(
         input_ids=np.arange(10, 18, dtype=np.int32)[None, :],
@@ -381,8 +383,12 @@ def write_custom_row(out: Path, position_ids: list[int], cu: list[int]) -> Path:
         doc_ids=np.asarray([0, 1], dtype=np.int64),
         chunk_ids=np.asarray([0, 0], dtype=np.int32),
         seg_offsets=np.asarray([0, 2], dtype=np.int32),
+        labels=None if labels is None else np.asarray([labels], dtype=np.int32),
     )
-    with ShardWriter(out, max_len=8, num_rows=1, rows_per_shard=1) as writer:
+    with_labels = labels is not None
+    with ShardWriter(
+        out, max_len=8, num_rows=1, rows_per_shard=1, with_labels=with_labels
+    ) as writer:
         writer.write(batch)
         writer.commit({})
     return out
@@ -397,6 +403,26 @@ def test_wrong_positions_are_flagged(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.stderr
     assert "5..7 (not 0..2!)" in result.stdout
     assert "no text shown" in result.stdout and "ids 15 16 17" in result.stdout
+
+
+def test_learned_tokens_are_counted(tmp_path: Path) -> None:
+    labels = [-100, -100, 5, 5, 5, -100, 7, 7]
+    out = write_custom_row(tmp_path / "o", [0, 1, 2, 3, 4, 0, 1, 2], [0, 5, 8], labels)
+    view = inspect_row(packtool.open_packed(out), 0)
+    assert [s.learned for s in view.segments] == [3, 2]
+    result = run("inspect", out, "--width", "120")
+    assert result.exit_code == 0, result.stderr
+    assert "learned" in result.stdout
+    assert re.search(r"██\s+1\s+1\s+0\s+5\s+3\s+0\.\.2\s+2\s+ids 15 16 17", result.stdout)
+
+
+def test_docstring_examples() -> None:
+    import doctest
+
+    import packtool.inspect
+
+    failures, tried = doctest.testmod(packtool.inspect)
+    assert tried > 5 and failures == 0
 
 
 def test_bad_cu_seqlens_is_a_format_error(tmp_path: Path) -> None:
