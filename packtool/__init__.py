@@ -35,6 +35,7 @@ from .format import (
     Segment,
     open_packed,
 )
+from .inspect import MaskGrid, RowView, SegmentView, inspect_row, row_mask_grid
 from .packing import Overflow, first_fit_decreasing, lower_bound_rows
 from .pipeline import DocumentCounts, PackReport, pack
 from .stats import CorpusStats, DatasetStats, PackingStats, corpus_stats, dataset_stats
@@ -51,6 +52,7 @@ __all__ = [
     "FormatError",
     "HFTokenizer",
     "InputError",
+    "MaskGrid",
     "OptionError",
     "OutputExistsError",
     "Overflow",
@@ -59,7 +61,9 @@ __all__ = [
     "PackedRow",
     "PackingStats",
     "PacktoolError",
+    "RowView",
     "Segment",
+    "SegmentView",
     "SpecialTokens",
     "Tokenizer",
     "TokenizerError",
@@ -67,8 +71,10 @@ __all__ = [
     "corpus_stats",
     "dataset_stats",
     "first_fit_decreasing",
+    "inspect_row",
     "load_tokenizer",
     "lower_bound_rows",
     "open_packed",
     "pack",
+    "row_mask_grid",
 ]

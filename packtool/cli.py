@@ -527,6 +527,109 @@ def stats(
 # == inspect (issue 5): add the `inspect` command below this line ==
 
 
+@app.command("inspect")
+@handle_errors
+def inspect_command(
+    out_dir: Annotated[
+        Path, typer.Argument(help="A directory written by `packtool pack`.", show_default=False)
+    ],
+    row: Annotated[
+        int | None,
+        typer.Option("--row", "-r", help="Row to show [default: 0].", show_default=False),
+    ] = None,
+    random_row: Annotated[
+        bool, typer.Option("--random", help="Show a row picked at random (see --seed).")
+    ] = False,
+    seed: Annotated[
+        int | None,
+        typer.Option(
+            help="Seed of --random: the same seed picks the same row.", show_default=False
+        ),
+    ] = None,
+    window: Annotated[
+        str | None,
+        typer.Option(
+            help="Draw only tokens START:END of the mask (END exclusive), at one token per cell "
+            "when it fits the terminal.",
+            show_default=False,
+        ),
+    ] = None,
+    decode: Annotated[
+        bool, typer.Option("--decode", help="Also print the full decoded text of every segment.")
+    ] = False,
+    svg: Annotated[
+        Path | None,
+        typer.Option(help="Also save the output as an SVG picture.", show_default=False),
+    ] = None,
+    html: Annotated[
+        Path | None, typer.Option(help="Also save the output as HTML.", show_default=False)
+    ] = None,
+    width: Annotated[
+        int | None,
+        typer.Option(
+            help="Draw for this many columns [default: the terminal's width].", show_default=False
+        ),
+    ] = None,
+) -> None:
+    """Show one packed row: its segments (source, positions, decoded text) and its attention
+    mask drawn from the stored cu_seqlens, so you can see that documents do not see each other.
+    """
+    from . import _render_inspect as render
+    from .errors import OptionError
+    from .format import open_packed
+    from .inspect import fit_cell, inspect_row, parse_window, pick_row
+
+    if row is not None and random_row:
+        raise OptionError("--row and --random exclude each other: pass one of them")
+    if seed is not None and not random_row:
+        raise OptionError("--seed only applies to --random: add --random, or pass --row N")
+    if width is not None and width < 20:
+        raise OptionError(f"--width must be at least 20 columns, got {width}")
+    for flag, path in (("--svg", svg), ("--html", html)):
+        if path is not None and not path.parent.is_dir():
+            raise OptionError(f"{flag} {path}: the directory {path.parent} does not exist")
+    reader = open_packed(out_dir)
+    span = parse_window(window, reader.max_len) if window is not None else None
+    picked = ""
+    if random_row and reader.num_rows:
+        index = pick_row(reader.num_rows, seed)
+        picked = f"--random --seed {seed}" if seed is not None else f"picked: --row {index}"
+    else:
+        index = 0 if row is None else row
+    tokenizer, no_tokenizer = None, ""
+    try:
+        tokenizer = reader.load_tokenizer()
+    except PacktoolError as e:
+        no_tokenizer = str(e)
+    view = inspect_row(reader, index, tokenizer)
+
+    console = Console(width=width, record=svg is not None or html is not None, highlight=False)
+    start, end = span if span is not None else (0, view.max_len)
+    label_width, max_cells = render.mask_layout(console.width, end)
+    cell = fit_cell(end - start, max_cells)
+    note = ""
+    if cell > 1:
+        fit = f"downsampled to fit {console.width} columns"
+        note = f"window of {end - start:,} tokens {fit}" if span is not None else fit
+    grid = view.mask_grid(cell, span)
+
+    console.print(render.render_header(view, picked))
+    if no_tokenizer:
+        console.print(f"no text shown: {no_tokenizer}", style="dim", markup=False)
+    console.print()
+    console.print(render.render_segments(view, console.width, decoded=tokenizer is not None))
+    console.print()
+    console.print(render.render_mask(grid, view, label_width, note, console.width))
+    if decode:
+        console.print()
+        console.print(render.render_decoded(view))
+    title = f"packtool inspect {out_dir} --row {index}"
+    if svg is not None:
+        svg.write_text(console.export_svg(title=title, clear=False), encoding="utf-8")
+    if html is not None:
+        html.write_text(console.export_html(clear=False), encoding="utf-8")
+
+
 # == end of inspect ==
 
 
