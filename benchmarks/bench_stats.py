@@ -28,12 +28,14 @@ from typing import Any
 import numpy as np
 
 try:
-    from packtool import packing, pipeline, stats
+    from packtool import packing, stats
     from packtool.format import ShardWriter
+    from packtool.gather import gather_rows
 except ImportError:  # run as a script from a checkout that is not installed
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    from packtool import packing, pipeline, stats
+    from packtool import packing, stats
     from packtool.format import ShardWriter
+    from packtool.gather import gather_rows
 
 MEDIAN_TOKENS = 40
 SIGMA = 0.8
@@ -65,7 +67,7 @@ def write_synthetic(
         block = 50_000
         for start in range(0, n_rows, block):
             writer.write(
-                pipeline._gather(
+                gather_rows(
                     tokens,
                     item_off,
                     lengths,
