@@ -250,7 +250,7 @@ def test_packed_logits_equal_documents_alone(model: Any, packed: dict[str, Any],
     assert max(diffs.values()) < TOL, diffs
 
 
-@pytest.mark.slow  # compiles flex attention: ~20 s on 2 cores
+@pytest.mark.slow  # compiles flex attention: 7 s warm, 20-35 s cold on 2 cores
 def test_flex_block_mask_logits_equal_documents_alone(packed: dict[str, Any]) -> None:
     # GPT-2 has no flex attention in transformers; the Llama covers the BlockMask.
     llama = tiny_llama()
