@@ -1,6 +1,6 @@
 """A minimal training loop on a packtool output: a tiny Llama from config, a few steps, CPU.
 
-    pip install torch==2.13.0 && pip install -e '.[torch]' transformers   # CPU wheel first
+    pip install -e '.[torch]' transformers   # no GPU: a CPU build of torch first, see docs
     packtool pack sample_data/corpus.jsonl --max-len 256 -o out/
     python examples/train.py out/ --steps 20
 

@@ -225,6 +225,8 @@ def _rows_cu(cu_seqlens: Any, max_len: int) -> list[np.ndarray]:
     """Per-row ``cu_seqlens`` from a global (flattened batch) one or from a list of rows."""
     if isinstance(cu_seqlens, torch.Tensor) and cu_seqlens.ndim == 1:
         cu_seqlens = cu_seqlens.detach().cpu().numpy()
+    elif isinstance(cu_seqlens, Sequence) and cu_seqlens and np.ndim(cu_seqlens[0]) == 0:
+        cu_seqlens = np.asarray(cu_seqlens)  # a plain list of ints: the global form
     if isinstance(cu_seqlens, np.ndarray) and cu_seqlens.ndim == 1:
         cu = cu_seqlens.astype(np.int64)
         if cu.size < 2 or cu[-1] <= 0 or cu[-1] % max_len:

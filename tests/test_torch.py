@@ -499,6 +499,7 @@ def test_collate_properties(rows: list[dict[str, Any]]) -> None:
     # the mask from the global cu_seq_lens is packtool.masks' definition, row by row
     mask = block_causal_mask(batch["cu_seq_lens_q"], max_len)
     per_row = block_causal_mask([r["cu_seqlens"] for r in rows], max_len)
+    assert torch.equal(block_causal_mask(batch["cu_seq_lens_q"].tolist(), max_len), mask)
     for b, row in enumerate(rows):
         assert np.array_equal(mask[b, 0].numpy(), np_block_causal_mask(row["cu_seqlens"], max_len))
     assert torch.equal(mask, per_row)
