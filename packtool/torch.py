@@ -1,0 +1,319 @@
+"""The training side: packed rows as PyTorch batches, and the attention inputs built from them.
+
+Install with ``pip install 'packtool[torch]'``. ``import packtool`` never imports torch; this
+module does, and raises an ImportError with the install line when torch is missing.
+
+Two rows of ``max_len`` 8 (``P`` = padding, ``-`` = -100)::
+
+    row 0: documents a (3 tokens), b (3), then 2 pad      row 1: documents c (5), d (3)
+    input_ids     a0 a1 a2 b0 b1 b2 P  P                   c0 c1 c2 c3 c4 d0 d1 d2
+    position_ids  0  1  2  0  1  2  0  1                   0  1  2  3  4  0  1  2
+    cu_seqlens    [0, 3, 6, 8]                             [0, 5, 8]
+    labels        -  a1 a2 -  b1 b2 -  -                   -  c1 c2 c3 c4 -  d1 d2
+
+:func:`collate` turns them into one batch::
+
+    input_ids, position_ids, labels   [2, 8] int64
+    cu_seq_lens_q = cu_seq_lens_k     [0, 3, 6, 8, 13, 16]   int32, over the flattened batch
+    max_length_q = max_length_k       5                      the longest segment
+    num_learned_tokens                10                     labels[:, 1:] != -100
+
+and :func:`block_causal_mask` / :func:`flex_block_mask` build the attention masks from
+``cu_seq_lens_q``, through :mod:`packtool.masks` (the one definition, also drawn by
+``packtool inspect``). See ``docs/training.md`` for the traps this avoids.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+try:
+    import torch
+    from torch.utils.data import Dataset
+except ImportError as e:  # pragma: no cover - exercised in a subprocess by the tests
+    raise ImportError(
+        "packtool.torch needs PyTorch: pip install 'packtool[torch]'. On a machine without a "
+        "GPU, install a CPU build of torch first (pip install torch --index-url "
+        "https://download.pytorch.org/whl/cpu), or pip pulls the multi-GB CUDA build."
+    ) from e
+
+from packtool.errors import OptionError
+from packtool.format import IGNORE_INDEX, PackedReader, open_packed
+from packtool.masks import batch_block_causal_mask, document_ids
+
+__all__ = [
+    "IGNORE_INDEX",
+    "PackedDataset",
+    "block_causal_mask",
+    "collate",
+    "flex_block_mask",
+]
+
+
+class PackedDataset(Dataset):
+    """A map-style dataset over a packed output: one packed row per item, memory-mapped.
+
+    >>> ds = PackedDataset("out/")          # packtool pack sample_data/corpus.jsonl -L 4096
+    >>> len(ds), ds.max_len
+    (296, 4096)
+    >>> item = ds[0]
+    >>> item["input_ids"].shape, item["num_tokens"]
+    (torch.Size([4096]), 4095)
+    >>> item["cu_seqlens"].tolist()             # 9 documents, then 1 pad token
+    [0, 480, 958, 1436, 1912, 2388, 2863, 3338, 3813, 4095, 4096]
+
+    Each item is a dict: ``input_ids`` and ``position_ids`` (int64, ``[max_len]``),
+    ``cu_seqlens`` (int32, the row's segment boundaries, padding tail included), ``num_tokens``
+    (int, real tokens; the padding segment is ``[num_tokens, max_len)``), ``row`` (int, the row's
+    number in the whole output) and, when the output has a ``labels`` column, ``labels``.
+    Batch items with :func:`collate`.
+
+    **Data parallel.** With ``world_size`` > 1, rank ``rank`` gets a contiguous block of
+    ``num_rows // world_size`` rows: rows ``[rank * n, (rank + 1) * n)``. The shards are thus split
+    between the ranks in order, each rank opening only the shards that hold its block (whole
+    shards when the shard sizes divide evenly; a shard on a boundary is shared by two ranks).
+    Every rank gets the same number of rows, which distributed training needs (a rank that runs
+    out of batches first leaves the others waiting in a collective): the last
+    ``num_rows % world_size`` rows (fewer than ``world_size``) are left out. This also works when
+    there are fewer shards than ranks. Rows were shuffled when packed; shuffle again per epoch
+    with the DataLoader's ``shuffle=True``, and do not add a ``DistributedSampler`` (it would
+    split the rank's share once more).
+
+    >>> [len(PackedDataset("out/", rank=r, world_size=4)) for r in range(4)]  # 296 rows
+    [74, 74, 74, 74]
+    >>> [len(PackedDataset("out/", rank=r, world_size=5)) for r in range(5)]  # 1 left out
+    [59, 59, 59, 59, 59]
+    """
+
+    def __init__(self, path: str | os.PathLike[str], *, rank: int = 0, world_size: int = 1) -> None:
+        if not isinstance(world_size, int) or world_size < 1:
+            raise OptionError(f"world_size must be an integer >= 1, got {world_size!r}")
+        if not isinstance(rank, int) or not 0 <= rank < world_size:
+            raise OptionError(f"rank must be in [0, {world_size - 1}], got {rank!r}")
+        self.path = path
+        self.rank = rank
+        self.world_size = world_size
+        self._reader: PackedReader | None = open_packed(path)
+        reader = self._reader
+        self.max_len: int = reader.max_len
+        self.has_labels: bool = reader.has_labels
+        self.num_rows_total: int = reader.num_rows
+        per_rank = reader.num_rows // world_size
+        if per_rank == 0:
+            raise OptionError(
+                f"{path} has {reader.num_rows} rows, fewer than world_size={world_size}: "
+                "every rank needs at least one row (pack more data or a smaller --max-len)"
+            )
+        self.rows = range(rank * per_rank, (rank + 1) * per_rank)
+        """The global row numbers this rank reads."""
+
+    @property
+    def reader(self) -> PackedReader:
+        """The underlying :class:`~packtool.format.PackedReader` (opened lazily after pickling)."""
+        if self._reader is None:
+            self._reader = open_packed(self.path)
+        return self._reader
+
+    def __getstate__(self) -> dict[str, Any]:
+        # DataLoader workers get a copy of the dataset: send the path, not the mapped tables
+        # (pickling a pyarrow table copies its data).
+        state = self.__dict__.copy()
+        state["_reader"] = None
+        return state
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def __getitem__(self, index: int) -> dict[str, Any]:
+        if not -len(self) <= index < len(self):
+            raise IndexError(f"index {index} is out of range for {len(self)} rows")
+        row = self.reader.row(self.rows[index])
+        item: dict[str, Any] = {
+            # astype copies out of the read-only memory map, so torch gets writable memory
+            "input_ids": torch.from_numpy(row.input_ids.astype(np.int64)),
+            "position_ids": torch.from_numpy(row.position_ids.astype(np.int64)),
+            "cu_seqlens": torch.from_numpy(row.cu_seqlens.astype(np.int32)),
+            "num_tokens": int(row.num_tokens),
+            "row": int(row.index),
+        }
+        if row.labels is not None:
+            item["labels"] = torch.from_numpy(row.labels.astype(np.int64))
+        return item
+
+
+def _as_long(x: Any) -> torch.Tensor:
+    return torch.as_tensor(np.asarray(x) if not isinstance(x, torch.Tensor) else x).long()
+
+
+def collate(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Batch packed rows for a causal LM; the keys are the keywords Hugging Face models take.
+
+    ``rows`` are :class:`PackedDataset` items, or any mappings with ``input_ids``,
+    ``position_ids``, ``cu_seqlens``, ``num_tokens`` (and optionally ``labels``) as tensors,
+    arrays or lists (rows of ``datasets.load_from_disk("out/")`` work too). Returns::
+
+        input_ids           [B, L] int64
+        position_ids        [B, L] int64    restart at 0 at every segment
+        labels              [B, L] int64    input_ids (or the stored labels), with -100 on the
+                                            padding and on the first token of every document
+        cu_seq_lens_q       [S + 1] int32   every row's cu_seqlens, offset by row * L, joined:
+        cu_seq_lens_k                       boundaries over the flattened [B * L] batch
+        max_length_q        int             the longest segment (padding segments included)
+        max_length_k        int
+        num_learned_tokens  int             (labels[:, 1:] != -100).sum(): the tokens the loss
+                                            is taken over, after the model's shift by one
+
+    Why -100 on document starts: the model shifts labels by one (logits at ``t`` predict
+    ``labels[t + 1]``), so ``labels[cu[k]] = -100`` stops the last token of document ``k - 1``
+    (its EOS) from being trained to predict the first token of document ``k``, which it cannot
+    see. With documents ``a`` (3 tokens) and ``b`` (3), then 2 pad tokens::
+
+        input_ids  a0 a1 a2 b0 b1 b2 P  P
+        labels     -  a1 a2 -  b1 b2 -  -
+        learned    a0->a1, a1->a2, b0->b1, b1->b2        num_learned_tokens = 4
+                   (not a2->b0: labels[3] is -100; not b2->P: padding)
+
+    Deliberately, there is no ``attention_mask`` key: a 2-D mask, even all ones, turns off
+    Hugging Face's packed-sequence handling. Pass ``use_cache=False`` too.
+    """
+    if not rows:
+        raise ValueError("collate needs at least one row")
+    input_ids = torch.stack([_as_long(r["input_ids"]) for r in rows])
+    position_ids = torch.stack([_as_long(r["position_ids"]) for r in rows])
+    max_len = input_ids.shape[1]
+    if position_ids.shape != input_ids.shape:
+        raise ValueError(
+            f"position_ids {tuple(position_ids.shape)} do not match input_ids "
+            f"{tuple(input_ids.shape)}"
+        )
+    labels = torch.full_like(input_ids, IGNORE_INDEX)
+    cu_parts = [np.zeros(1, dtype=np.int64)]
+    for b, r in enumerate(rows):
+        cu = np.asarray(r["cu_seqlens"], dtype=np.int64)
+        if cu.ndim != 1 or cu.size < 2 or cu[0] != 0 or cu[-1] != max_len:
+            raise ValueError(
+                f"row {b}: cu_seqlens must run from 0 to the row length {max_len}, "
+                f"got {cu.tolist()}"
+            )
+        num_tokens = int(r["num_tokens"])
+        stored = r.get("labels")
+        learned = _as_long(stored) if stored is not None else input_ids[b]
+        labels[b, :num_tokens] = learned[:num_tokens]
+        starts = cu[:-1][cu[:-1] < num_tokens]  # document segments; the padding one is masked
+        labels[b, torch.from_numpy(starts)] = IGNORE_INDEX
+        cu_parts.append(cu[1:] + b * max_len)
+    cu_global = np.concatenate(cu_parts)
+    cu_tensor = torch.from_numpy(cu_global.astype(np.int32))
+    max_length = int(np.diff(cu_global).max())
+    return {
+        "input_ids": input_ids,
+        "position_ids": position_ids,
+        "labels": labels,
+        "cu_seq_lens_q": cu_tensor,
+        "cu_seq_lens_k": cu_tensor.clone(),
+        "max_length_q": max_length,
+        "max_length_k": max_length,
+        "num_learned_tokens": int((labels[:, 1:] != IGNORE_INDEX).sum()),
+    }
+
+
+def _rows_cu(cu_seqlens: Any, max_len: int) -> list[np.ndarray]:
+    """Per-row ``cu_seqlens`` from a global (flattened batch) one or from a list of rows."""
+    if isinstance(cu_seqlens, torch.Tensor) and cu_seqlens.ndim == 1:
+        cu_seqlens = cu_seqlens.detach().cpu().numpy()
+    elif isinstance(cu_seqlens, Sequence) and cu_seqlens and np.ndim(cu_seqlens[0]) == 0:
+        cu_seqlens = np.asarray(cu_seqlens)  # a plain list of ints: the global form
+    if isinstance(cu_seqlens, np.ndarray) and cu_seqlens.ndim == 1:
+        cu = cu_seqlens.astype(np.int64)
+        if cu.size < 2 or cu[-1] <= 0 or cu[-1] % max_len:
+            raise ValueError(
+                f"cu_seqlens must end at a multiple of max_len={max_len} "
+                f"(batch x max_len), got {cu.tolist()}"
+            )
+        batch = int(cu[-1]) // max_len
+        bounds = np.arange(batch + 1) * max_len
+        missing = np.setdiff1d(bounds, cu)
+        if missing.size:
+            raise ValueError(
+                f"cu_seqlens must hold every row boundary (multiples of max_len={max_len}); "
+                f"{missing.tolist()} missing from {cu.tolist()}"
+            )
+        return [
+            cu[(cu >= b * max_len) & (cu <= (b + 1) * max_len)] - b * max_len for b in range(batch)
+        ]
+    return [
+        np.asarray(c.detach().cpu() if isinstance(c, torch.Tensor) else c, dtype=np.int64)
+        for c in cu_seqlens
+    ]
+
+
+def _device_of(cu_seqlens: Any, device: torch.device | str | None) -> torch.device:
+    if device is not None:
+        return torch.device(device)
+    if isinstance(cu_seqlens, torch.Tensor):
+        return cu_seqlens.device
+    return torch.device("cpu")
+
+
+def block_causal_mask(
+    cu_seqlens: Any,
+    max_len: int,
+    dtype: torch.dtype = torch.bool,
+    *,
+    device: torch.device | str | None = None,
+) -> torch.Tensor:
+    """The ``[B, 1, L, L]`` block-diagonal causal mask of a batch, for SDPA or eager attention.
+
+    ``cu_seqlens`` is the batch's ``cu_seq_lens_q`` from :func:`collate` (global, ending at
+    ``B * max_len``), or a list of per-row ``cu_seqlens``. The mask is
+    :func:`packtool.masks.block_causal_mask` (the one definition) for every row::
+
+        >>> block_causal_mask(torch.tensor([0, 2, 3, 6]), 3).int()[:, 0].tolist()
+        [[[1, 0, 0], [1, 1, 0], [0, 0, 1]],        row 0: segments [0, 2), [2, 3)
+         [[1, 0, 0], [1, 1, 0], [1, 1, 1]]]        row 1: one segment [3, 6)
+
+    ``dtype=torch.bool`` (the default): ``True`` where a query may attend to a key, as SDPA
+    takes it. A float ``dtype``: an additive mask, ``0`` where allowed and ``finfo(dtype).min``
+    elsewhere, as eager attention takes it (it *adds* the mask to the scores, so a boolean mask
+    there is silently wrong). The result is on ``device``, else on ``cu_seqlens``' device.
+    """
+    mask = torch.from_numpy(batch_block_causal_mask(_rows_cu(cu_seqlens, max_len), max_len))
+    mask = mask[:, None].to(_device_of(cu_seqlens, device))
+    if dtype == torch.bool:
+        return mask
+    if not dtype.is_floating_point:
+        raise ValueError(f"dtype must be torch.bool or a floating dtype, got {dtype}")
+    additive = torch.zeros(mask.shape, dtype=dtype, device=mask.device)
+    return additive.masked_fill_(~mask, torch.finfo(dtype).min)
+
+
+def flex_block_mask(
+    cu_seqlens: Any, max_len: int, *, device: torch.device | str | None = None
+) -> Any:
+    """A flex-attention ``BlockMask`` for the batch: same document and ``q_idx >= kv_idx``.
+
+    Built from the document id of every token (:func:`packtool.masks.document_ids`), so it
+    allows exactly what :func:`block_causal_mask` allows, without materialising ``L x L``::
+
+        >>> bm = flex_block_mask(batch["cu_seq_lens_q"], batch["input_ids"].shape[1])
+        >>> model(**inputs, attention_mask=bm, use_cache=False)  # attn: flex_attention
+
+    Hand the model this ``BlockMask``, not a 4-D tensor: flex attention on CPU crashes on a dense
+    mask.
+    """
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    dev = _device_of(cu_seqlens, device)
+    rows = _rows_cu(cu_seqlens, max_len)
+    docs = torch.from_numpy(np.stack([document_ids(cu, max_len) for cu in rows])).to(dev)
+
+    def same_document_causal(b: Any, h: Any, q_idx: Any, kv_idx: Any) -> Any:
+        return (docs[b, q_idx] == docs[b, kv_idx]) & (q_idx >= kv_idx)
+
+    return create_block_mask(
+        same_document_causal, B=len(rows), H=None, Q_LEN=max_len, KV_LEN=max_len, device=dev
+    )
