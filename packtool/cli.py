@@ -177,7 +177,7 @@ def pack(
         typer.Option(
             "--output",
             "-o",
-            help="Output directory [default: INPUT-packed-MAXLEN next to the current dir].",
+            help="Output directory (default: INPUT-packed-MAXLEN in the current directory).",
             show_default=False,
         ),
     ] = None,
@@ -185,7 +185,7 @@ def pack(
         str | None,
         typer.Option(
             help="tokenizer.json path, local model directory, or hub name "
-            "[default: packtool's bundled byte-level BPE].",
+            "(default: packtool's bundled byte-level BPE).",
             show_default=False,
         ),
     ] = None,
@@ -207,7 +207,7 @@ def pack(
         typer.Option(
             "--bos/--no-bos",
             help="Force one BOS at each document start, or no post-processor tokens at all "
-            "[default: the tokenizer's post-processor decides].",
+            "(default: the tokenizer's post-processor decides).",
             show_default=False,
         ),
     ] = None,
@@ -220,7 +220,7 @@ def pack(
     pad_id: Annotated[
         int | None,
         typer.Option(
-            help="Padding id [default: the tokenizer's pad token, else EOS].", show_default=False
+            help="Padding id (default: the tokenizer's pad token, else EOS).", show_default=False
         ),
     ] = None,
     shuffle: Annotated[
@@ -230,7 +230,7 @@ def pack(
     seed: Annotated[int, typer.Option(help="Seed of the row shuffle.")] = 0,
     rows_per_shard: Annotated[
         int | None,
-        typer.Option(help="Rows per shard [default: from --shard-size].", show_default=False),
+        typer.Option(help="Rows per shard (default: from --shard-size).", show_default=False),
     ] = None,
     shard_size: Annotated[
         str, typer.Option(help="Target shard size, e.g. 256MB (ignored with --rows-per-shard).")
@@ -248,14 +248,14 @@ def pack(
     ] = False,
     split: Annotated[
         str | None,
-        typer.Option(help="Split of a saved DatasetDict [default: train].", show_default=False),
+        typer.Option(help="Split of a saved DatasetDict (default: train).", show_default=False),
     ] = None,
     txt_unit: Annotated[
         str, typer.Option(help="A document in .txt inputs: line, paragraph or document.")
     ] = "line",
     num_proc: Annotated[
         int | None,
-        typer.Option(help="Tokenizer threads [default: all cores].", show_default=False),
+        typer.Option(help="Tokenizer threads (default: all cores).", show_default=False),
     ] = None,
     resume: Annotated[
         bool,
@@ -536,7 +536,7 @@ def inspect_command(
     ],
     row: Annotated[
         int | None,
-        typer.Option("--row", "-r", help="Row to show [default: 0].", show_default=False),
+        typer.Option("--row", "-r", help="Row to show (default: 0).", show_default=False),
     ] = None,
     random_row: Annotated[
         bool, typer.Option("--random", help="Show a row picked at random (see --seed).")
@@ -568,7 +568,7 @@ def inspect_command(
     width: Annotated[
         int | None,
         typer.Option(
-            help="Draw for this many columns [default: the terminal's width].", show_default=False
+            help="Draw for this many columns (default: the terminal's width).", show_default=False
         ),
     ] = None,
 ) -> None:
