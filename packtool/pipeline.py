@@ -7,6 +7,7 @@ so the output is deterministic.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -268,6 +269,7 @@ def pack(
         rows_per_shard = max(1, _parse_size(shard_size) // row_bytes)
 
     _set_threads(num_proc)
+    _warm_up_kernels()
 
     fingerprint = _fingerprint(
         files,
@@ -332,28 +334,34 @@ def pack(
             rows_per_shard=rows_per_shard,
             overwrite=overwrite,
         ) as writer:
-            block = max(1, min(rows_per_shard, (64 << 20) // row_bytes))
-            for start in range(0, n_rows, block):
-                plan_block = output_order[start : start + block]
-                # A fresh map per block: pages touched by one block leave our resident set
-                # when it is done, so memory does not grow with the corpus.
-                tokens = store.open()
-                batch_out = gather_rows(
-                    tokens,
-                    item_off,
-                    item_len,
-                    item_doc,
-                    item_chunk,
-                    order,
-                    row_starts,
-                    plan_block,
-                    max_len,
-                    pad_id,
-                )
-                del tokens
+            block = max(1, min(rows_per_shard, (32 << 20) // row_bytes))
+
+            def gather_blocks() -> Iterator[tuple[int, Any]]:
+                for start in range(0, n_rows, block):
+                    plan_block = output_order[start : start + block]
+                    # A fresh map per block: pages touched by one block leave our resident
+                    # set when it is done, so memory does not grow with the corpus.
+                    tokens = store.open()
+                    yield start + plan_block.size, gather_rows(
+                        tokens,
+                        item_off,
+                        item_len,
+                        item_doc,
+                        item_chunk,
+                        order,
+                        row_starts,
+                        plan_block,
+                        max_len,
+                        pad_id,
+                    )
+                    del tokens
+
+            # Gathering (a thread; the copy kernel runs without the GIL) overlaps writing
+            # (Arrow, hashing and file I/O, which release it too).
+            for done, batch_out in _background(gather_blocks(), ahead=1):
                 writer.write(batch_out)
                 if progress:
-                    progress("write", start + plan_block.size, n_rows)
+                    progress("write", done, n_rows)
             if progress and n_rows == 0:
                 progress("write", 0, 0)
             seconds = time.perf_counter() - started
@@ -534,6 +542,22 @@ def _read_and_tokenize(
             progress("tokenize", state.bytes_before + batch.bytes_done, total_bytes)
     state.done = True
     store.checkpoint(fingerprint, state.to_json())
+
+
+def _warm_up_kernels() -> None:
+    """Load the compiled packing and gathering kernels in a thread while tokenizing runs.
+
+    Importing numba and loading its cached machine code takes about half a second; done
+    here it hides under tokenization instead of adding to the packing stage.
+    """
+    from . import gather, packing
+
+    def load() -> None:
+        with contextlib.suppress(Exception):
+            packing._numba_kernel()
+            gather._kernel()
+
+    threading.Thread(target=load, daemon=True, name="packtool-warm-up").start()
 
 
 def _set_threads(num_proc: int | None) -> None:
