@@ -59,9 +59,11 @@ def block_causal_mask(cu_seqlens: ArrayLike, max_len: int) -> np.ndarray:
     >>> block_causal_mask([0, 2, 3], 3).astype(int).tolist()
     [[1, 0, 0], [1, 1, 0], [0, 0, 1]]
     """
-    doc = document_ids(cu_seqlens, max_len)
-    causal = np.tri(max_len, dtype=bool)
-    return causal & (doc[:, None] == doc[None, :])
+    cu = _check_cu(cu_seqlens, max_len)
+    mask = np.zeros((max_len, max_len), dtype=bool)
+    for start, end in zip(cu[:-1].tolist(), cu[1:].tolist(), strict=True):
+        mask[start:end, start:end] = np.tri(end - start, dtype=bool)
+    return mask
 
 
 def batch_block_causal_mask(cu_seqlens: Sequence[ArrayLike], max_len: int) -> np.ndarray:
