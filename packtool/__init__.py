@@ -18,8 +18,10 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
+from .chat import ChatTemplate, load_chat_template
 from .errors import (
     BadRecordError,
+    ChatTemplateError,
     FormatError,
     InputError,
     OptionError,
@@ -35,6 +37,7 @@ from .format import (
     Segment,
     open_packed,
 )
+from .instruct import InputShape, InstructEncoder, LossOn
 from .packing import Overflow, first_fit_decreasing, lower_bound_rows
 from .pipeline import DocumentCounts, PackReport, pack
 from .tokenize import DocumentEncoder, HFTokenizer, SpecialTokens, Tokenizer, load_tokenizer
@@ -43,11 +46,16 @@ __all__ = [
     "FORMAT_VERSION",
     "IGNORE_INDEX",
     "BadRecordError",
+    "ChatTemplate",
+    "ChatTemplateError",
     "DocumentCounts",
     "DocumentEncoder",
     "FormatError",
     "HFTokenizer",
     "InputError",
+    "InputShape",
+    "InstructEncoder",
+    "LossOn",
     "OptionError",
     "OutputExistsError",
     "Overflow",
@@ -61,6 +69,7 @@ __all__ = [
     "TokenizerError",
     "__version__",
     "first_fit_decreasing",
+    "load_chat_template",
     "load_tokenizer",
     "lower_bound_rows",
     "open_packed",

@@ -92,7 +92,7 @@ def _tojson(
 
 
 def _environment() -> Any:
-    from jinja2 import nodes
+    from jinja2 import DictLoader, nodes
     from jinja2.ext import Extension, loopcontrols
     from jinja2.sandbox import ImmutableSandboxedEnvironment
 
@@ -111,7 +111,10 @@ def _environment() -> Any:
             return str(caller())
 
     env = ImmutableSandboxedEnvironment(
-        trim_blocks=True, lstrip_blocks=True, extensions=[loopcontrols, _Generation]
+        trim_blocks=True,
+        lstrip_blocks=True,
+        extensions=[loopcontrols, _Generation],
+        loader=DictLoader({}),  # no files: {% include %} and {% import %} find nothing
     )
     env.filters["tojson"] = _tojson
     env.globals["raise_exception"] = _raise_exception
@@ -182,8 +185,8 @@ class ChatTemplate:
             )
         except SecurityError as e:
             raise ChatTemplateError(
-                f"chat template {self.name}: unsafe operation refused: {e} (templates are "
-                "rendered in a sandbox: no Python internals, no code, no files)"
+                f"chat template {self.name}: unsafe operation refused: {str(e).rstrip('.')} "
+                "(templates are rendered in a sandbox: no Python internals, no code, no files)"
             ) from None
         except (TemplateNotFound, TemplatesNotFound) as e:
             raise ChatTemplateError(

@@ -143,9 +143,8 @@ def _summary_table(report: Any) -> Table:
     if report.tokens_learned is not None:
         labels = report.manifest.get("labels", {})
         table.add_row(
-            "  learned (labels)",
-            f"{report.tokens_learned:,} ({report.learned_share:.1%} of slots, "
-            f"loss on {labels.get('loss_on')})",
+            f"  learned ({labels.get('loss_on')})",
+            f"{report.tokens_learned:,} ({report.learned_share:.1%} of slots)",
         )
         if labels.get("documents_without_labels") or labels.get("chunks_without_labels_dropped"):
             table.add_row(
