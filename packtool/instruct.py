@@ -13,11 +13,12 @@ Boundaries are exact by construction: an example is cut into pieces at the learn
 (prompt | completion | EOS, or context | assistant content | turn end | context ...) and each
 piece is tokenized on its own, so no token straddles a boundary even with a tokenizer that would
 merge across it. It is also what the model meets when generating: the prompt tokenized, then
-the answer produced token by token after it. A completion ``"5"`` after the prompt ``"2+3="``::
+the answer produced token by token after it. A completion ``"5"`` after the prompt ``"2+3="``,
+with the bundled tokenizer (no BOS)::
 
-    text     <bos> 2+3=  | 5 | <eos>
-    ids        2   17 41 | 9 |   0            (pieces tokenized apart: "=5" is never one token)
-    labels   -100 -100 -100  9    0           (the completion and its EOS)
+    text       2     +     3     =   |  5 | <|endoftext|>
+    ids       23    16    24    34   | 26 |  0
+    labels  -100  -100  -100  -100   | 26 |  0         (the completion and the EOS closing it)
 
 Labels are unshifted (``labels[i]`` is the token at ``i`` when it is learned, else -100), as
 Hugging Face models take them.

@@ -789,3 +789,21 @@ def test_sample_generator_is_deterministic(tmp_path: Path) -> None:
     assert len(chats) == 300 and len(load_jsonl(PROMPT_COMPLETION)) == 300
     assert any(m["role"] == "system" for c in chats for m in c["messages"])
     assert any(len(c["messages"]) > 4 for c in chats)
+
+
+def test_documented_commands_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The `packtool pack` commands of docs/instruct.md and sample_data/README.md work."""
+    import shlex
+
+    commands = []
+    for doc in (REPO / "docs" / "instruct.md", REPO / "sample_data" / "README.md"):
+        for block in re.findall(r"```(?:bash|sh)\n(.*?)```", doc.read_text(), flags=re.S):
+            commands += [line for line in block.splitlines() if line.startswith("packtool pack")]
+    assert len(commands) >= 4
+    monkeypatch.chdir(REPO)
+    for i, command in enumerate(commands):
+        args = shlex.split(command.split("#")[0])[1:]
+        args[args.index("-o") + 1] = str(tmp_path / f"out{i}")
+        result = run(*args, "-q")
+        assert result.exit_code == 0, (command, result.stderr)
+        assert "labels" in json.loads((tmp_path / f"out{i}" / "manifest.json").read_text())
