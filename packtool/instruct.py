@@ -26,6 +26,7 @@ Hugging Face models take them.
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import itertools
 import os
@@ -90,12 +91,20 @@ def parse_shape(value: str | InputShape) -> InputShape:
 def resolve_loss_on(value: str | LossOn | None, shape: InputShape) -> LossOn | None:
     """``--loss-on`` checked against the input shape (``None``: the shape's default)."""
     if shape is InputShape.TEXT:
-        if value is not None and LossOn(value) is not LossOn.ALL:
+        if value is None:
+            return None
+        try:
+            loss_on = LossOn(value)
+        except ValueError:
             raise OptionError(
-                f"--loss-on {LossOn(value).value} needs prompt/completion or chat records, but "
+                f"--loss-on must be one of completion, assistant, all; got {value!r}"
+            ) from None
+        if loss_on is not LossOn.ALL:
+            raise OptionError(
+                f"--loss-on {loss_on.value} needs prompt/completion or chat records, but "
                 "the input shape is text (set --input-shape, or the field options)"
             )
-        return None
+        return loss_on  # text with a labels column: every token learned
     if value is None:
         return LossOn.COMPLETION if shape is InputShape.PROMPT_COMPLETION else LossOn.ASSISTANT
     try:
@@ -471,8 +480,8 @@ class InstructEncoder:
 class InputPlan:
     """How a run reads and encodes its inputs: the shape, and the reader and encoder for it.
 
-    Built by :func:`plan_input`; the pipeline calls :meth:`read` per input and
-    :meth:`tokenize` per batch, then ``encoder.finish``.
+    Built by :func:`plan_input`; the pipeline calls :meth:`read` per input, and :meth:`tokenize`
+    then :meth:`finish` per batch.
     """
 
     shape: InputShape
@@ -489,8 +498,9 @@ class InputPlan:
 
     @property
     def labelled(self) -> bool:
-        """Whether the output has a labels column."""
-        return self.shape is not InputShape.TEXT
+        """Whether the output has a labels column (instruction data, or text with
+        ``--loss-on all``)."""
+        return self.loss_on is not None
 
     def read(
         self, inp: InputFile, *, skip_bad_records: bool, split: str | None, txt_unit: str
@@ -517,6 +527,13 @@ class InputPlan:
         if isinstance(self.encoder, InstructEncoder):
             return self.encoder.tokenize(batch, skip_bad_records)  # type: ignore[arg-type]
         return self.encoder.tokenize([t for t in batch.records if t is not None])
+
+    def finish(self, tokenized: Any) -> EncodedBatch:
+        """Flat ids (and labels) of a tokenized batch."""
+        encoded = self.encoder.finish(tokenized)
+        if self.labelled and encoded.labels is None:  # text, --loss-on all
+            encoded = dataclasses.replace(encoded, labels=encoded.ids.copy())
+        return encoded
 
     def describe(self) -> dict[str, Any]:
         """The manifest's options about the input shape and the labels."""

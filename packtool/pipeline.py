@@ -372,7 +372,7 @@ def pack(
         bos=bos,
         split=split,
     )
-    encoder, overflow, add_eos = plan.encoder, plan.overflow, plan.add_eos
+    overflow, add_eos = plan.overflow, plan.add_eos
     if pad_id is None:
         pad_id = tok.special.pad_id if tok.special.pad_id is not None else tok.special.eos_id
     if pad_id is None:
@@ -428,7 +428,7 @@ def pack(
             counts.bad_records_skipped += len(batch.bad)
             bad_records.extend(str(e) for e in batch.bad[: _BAD_RECORDS_KEPT - len(bad_records)])
             good = np.flatnonzero(np.fromiter((t is not None for t in batch.records), bool))
-            encoded = encoder.finish(raw)
+            encoded = plan.finish(raw)
             doc, chunk, item_len, c, labels = _cut(encoded, max_len, overflow)
             for key in ("packed", "split", "truncated", "dropped", "empty"):
                 setattr(counts, key, getattr(counts, key) + c[key])
@@ -587,7 +587,7 @@ def _describe_labels(plan: Any, counts: dict[str, int]) -> dict[str, Any]:
         "documents_without_labels": counts["documents_without_labels"],
         "chunks_without_labels_dropped": counts["chunks_without_labels_dropped"],
         "tokens_in_chunks_without_labels": counts["tokens_in_chunks_without_labels"],
-        "piece_encoding": plan.encoder.piece_encoding,
+        "piece_encoding": getattr(plan.encoder, "piece_encoding", "plain"),
     }
 
 

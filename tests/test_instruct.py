@@ -193,6 +193,20 @@ def test_loss_on_all(tmp_path: Path) -> None:
     assert manifest["tokens"]["learned"] == manifest["tokens"]["packed"] - manifest["segments"]
 
 
+def test_text_with_loss_on_all(tmp_path: Path, docs_jsonl: Path) -> None:
+    """Plain text can get a labels column too: every token learned but segment starts."""
+    packtool.pack(
+        [docs_jsonl], tmp_path / "o", max_len=16, tokenizer=CharTokenizer(), loss_on="all"
+    )
+    manifest, rows = read_rows(tmp_path / "o")
+    for row in rows:
+        assert_label_invariants(row, 16, 1)
+        for _doc, _chunk, ids, labels in segments(row):
+            assert labels == [IGNORE, *ids[1:]]
+    assert manifest["tokens"]["learned"] == manifest["tokens"]["packed"] - manifest["segments"]
+    assert manifest["options"]["input_shape"] == "text" and manifest["labels"]["loss_on"] == "all"
+
+
 def test_text_corpus_unchanged_by_auto_detection(tmp_path: Path, docs_jsonl: Path) -> None:
     report = packtool.pack([docs_jsonl], tmp_path / "o", max_len=16, tokenizer=CharTokenizer())
     manifest, rows = read_rows(tmp_path / "o")
