@@ -185,13 +185,14 @@ def _segment_labelled_items(
     - Under ``split``, a chunk with no learned token is dropped and counted.
     """
     assert encoded.labels is not None
-    lengths, offsets = encoded.lengths, encoded.offsets
+    lengths = encoded.lengths
+    offsets = (np.cumsum(lengths) - lengths).astype(np.int64)
     labels = encoded.labels.copy()
     if overflow is Overflow.SPLIT:
         n_starts = -(-lengths // max_len)
     else:
         n_starts = (lengths > 0).astype(np.int64)
-    first = np.concatenate([[0], np.cumsum(n_starts)[:-1]]).astype(np.int64)
+    first = (np.cumsum(n_starts) - n_starts).astype(np.int64)
     k = np.arange(int(n_starts.sum()), dtype=np.int64) - np.repeat(first, n_starts)
     labels[np.repeat(offsets, n_starts) + k * max_len] = IGNORE_INDEX
     learned = np.concatenate([[0], np.cumsum(labels != IGNORE_INDEX, dtype=np.int64)])

@@ -12,6 +12,7 @@ import re
 import string
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -821,3 +822,58 @@ def test_documented_commands_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
         result = run(*args, "-q")
         assert result.exit_code == 0, (command, result.stderr)
         assert "labels" in json.loads((tmp_path / f"out{i}" / "manifest.json").read_text())
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(st.lists(st.booleans(), max_size=30), max_size=8),
+    st.integers(2, 12),
+    st.sampled_from(["split", "truncate", "drop"]),
+)
+def test_property_cutting_labelled_examples(docs, max_len: int, policy: str) -> None:
+    """Items, counts and stored labels of a batch of examples, against a plain-loop oracle."""
+    from packtool.packing import Overflow
+    from packtool.pipeline import _segment_labelled_items
+    from packtool.tokenize import EncodedBatch
+
+    lengths = np.array([len(d) for d in docs], np.int64)
+    learned = np.array([x for d in docs for x in d], bool)
+    ids = np.arange(learned.size, dtype=np.int32) + 10
+    encoded = EncodedBatch(ids, lengths, lengths == 0, np.where(learned, ids, IGNORE))
+    doc, chunk, item_len, counts, labels = _segment_labelled_items(
+        encoded, max_len, Overflow(policy)
+    )
+    want_items, want_labels = [], []
+    want = dict.fromkeys(["packed", "split", "truncated", "dropped", "empty"], 0)
+    chunks_dropped = 0
+    for d, flags in enumerate(docs):
+        n = len(flags)
+        starts = range(0, n, max_len) if policy == "split" else range(min(n, 1))
+        flags = [f and i not in starts for i, f in enumerate(flags)]
+        want_labels += flags
+        kept = min(n, max_len) if policy == "truncate" else n
+        if n == 0 or not any(flags[:kept]):
+            want["empty"] += 1
+        elif n <= max_len:
+            want["packed"] += 1
+            want_items.append((d, 0, n))
+        elif policy == "drop":
+            want["dropped"] += 1
+        elif policy == "truncate":
+            want["truncated"] += 1
+            want_items.append((d, 0, max_len))
+        else:
+            want["split"] += 1
+            for k in range(0, n, max_len):
+                if any(flags[k : k + max_len]):
+                    want_items.append((d, k // max_len, min(max_len, n - k)))
+                else:
+                    chunks_dropped += 1
+    got_items = list(zip(doc.tolist(), chunk.tolist(), item_len.tolist(), strict=True))
+    assert got_items == want_items
+    assert {k: counts[k] for k in want} == want
+    assert counts["chunks_without_labels_dropped"] == chunks_dropped
+    assert (labels != IGNORE).tolist() == want_labels
+    assert counts["learned"] == sum(
+        sum(want_labels[int(encoded.offsets[d]) + c * max_len :][:n]) for d, c, n in want_items
+    )
