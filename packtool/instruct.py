@@ -243,12 +243,17 @@ def _affixes(tokenizer: Tokenizer) -> tuple[list[int], list[int]]:
 
 _PROBE = ("Hello", " world", "x", "y z", "ok")  # plain letters: every vocabulary has them
 
-_BOS_UNLESS_FIRST = "bos"  # a BOS, unless the rendered example already starts with one
-_EOS_UNLESS_LAST = "eos"  # an EOS, unless the rendered example already ends with one
 
-_Source = int | tuple[int, ...] | str
+class _Fixed(enum.Enum):
+    """Pieces decided once the example is tokenized."""
+
+    BOS_UNLESS_FIRST = "a BOS, unless the rendered example already starts with one"
+    EOS_UNLESS_LAST = "an EOS, unless the rendered example already ends with one"
+
+
+_Source = int | tuple[int, ...] | _Fixed
 """Where a piece's ids come from: the index of its text in the tokenizer's batch (``-i - 1``
-when it was tokenized behind the anchor), fixed ids, or one of the sentinels above."""
+when it was tokenized behind the anchor), fixed ids, or a :class:`_Fixed`."""
 
 
 @dataclass
@@ -342,8 +347,8 @@ class InstructEncoder:
         return None, None  # no better way: tokenize the pieces as they are
 
     # -- step 1: pieces and the tokenizer -------------------------------------------------
-    def _pieces(self, record: Any) -> list[tuple[PieceKind, str | tuple[int, ...]]]:
-        """The pieces of one record: text to tokenize, fixed ids, or a sentinel."""
+    def _pieces(self, record: Any) -> list[tuple[PieceKind, str | tuple[int, ...] | _Fixed]]:
+        """The pieces of one record: text to tokenize, fixed ids, or a :class:`_Fixed`."""
         if self.shape is InputShape.PROMPT_COMPLETION:
             prompt, completion = record
             end = list(self.suffix)
@@ -358,13 +363,13 @@ class InstructEncoder:
         assert self.template is not None
         if not record:
             return []
-        pieces: list[tuple[PieceKind, str | tuple[int, ...]]] = [
+        pieces: list[tuple[PieceKind, str | tuple[int, ...] | _Fixed]] = [
             (p.kind, p.text) for p in self.template.pieces(record)
         ]
         if self.bos:
-            pieces.insert(0, (PieceKind.CONTEXT, _BOS_UNLESS_FIRST))
+            pieces.insert(0, (PieceKind.CONTEXT, _Fixed.BOS_UNLESS_FIRST))
         if self.add_eos:
-            pieces.append((PieceKind.CONTEXT, _EOS_UNLESS_LAST))
+            pieces.append((PieceKind.CONTEXT, _Fixed.EOS_UNLESS_LAST))
         return pieces
 
     def tokenize(
@@ -396,7 +401,7 @@ class InstructEncoder:
             plan: list[tuple[PieceKind, _Source]] = []
             first_text = True
             for kind, piece in pieces:
-                if not isinstance(piece, str) or piece in (_BOS_UNLESS_FIRST, _EOS_UNLESS_LAST):
+                if not isinstance(piece, str):
                     plan.append((kind, piece))
                     continue
                 if not piece:
@@ -437,10 +442,10 @@ class InstructEncoder:
             for kind, source in plan:
                 if isinstance(source, tuple):
                     pieces.append((kind, list(source)))
-                elif source == _BOS_UNLESS_FIRST:
+                elif source is _Fixed.BOS_UNLESS_FIRST:
                     bos_at = len(pieces)
                     pieces.append((kind, []))
-                elif source == _EOS_UNLESS_LAST:
+                elif source is _Fixed.EOS_UNLESS_LAST:
                     last = next((p[-1] for _k, p in reversed(pieces) if p), None)
                     pieces.append((kind, [] if last == eos else [eos]))  # type: ignore[list-item]
                 else:

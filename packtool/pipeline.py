@@ -396,12 +396,10 @@ def pack(
 
     def read_all() -> Iterator[tuple[int, TextBatch | RecordBatch | None]]:
         for index, inp in enumerate(files):
-            yield from (
-                (index, batch)
-                for batch in plan.read(
-                    inp, skip_bad_records=skip_bad_records, split=split, txt_unit=txt_unit
-                )
-            )
+            for batch in plan.read(
+                inp, skip_bad_records=skip_bad_records, split=split, txt_unit=txt_unit
+            ):
+                yield index, batch
             yield index, None  # end of this input
 
     def tokenize_all() -> Iterator[tuple[int, TextBatch | RecordBatch | None, Any]]:
@@ -409,7 +407,7 @@ def pack(
             if batch is None:
                 yield index, None, None
                 continue
-            # Chat templates fail on some records: those become bad records here, in order.
+            # A record the chat template fails on becomes a bad record here (or stops the run).
             yield index, batch, plan.tokenize(batch, skip_bad_records)
 
     with TokenStore(out_path, with_labels=plan.labelled) as store:

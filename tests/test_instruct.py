@@ -356,7 +356,10 @@ def test_metaspace_tokenizer_pieces_are_anchored(tmp_path: Path) -> None:
     st.lists(
         st.tuples(
             st.sampled_from(["system", "user", "assistant", "tool"]),
-            st.text(alphabet="Yes, sure.\n aé文🎉", max_size=12),
+            st.one_of(
+                st.text(alphabet="Yes, sure.\n aé文🎉", max_size=12),
+                st.sampled_from(["bos", "eos", "assistant", "\n", " ", "user\n"]),
+            ),
         ),
         min_size=1,
         max_size=7,
