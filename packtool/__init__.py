@@ -18,8 +18,10 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
+from .chat import ChatTemplate, load_chat_template
 from .errors import (
     BadRecordError,
+    ChatTemplateError,
     FormatError,
     InputError,
     OptionError,
@@ -36,6 +38,7 @@ from .format import (
     open_packed,
 )
 from .inspect import MaskGrid, RowView, SegmentView, inspect_row, row_mask_grid
+from .instruct import InputShape, InstructEncoder, LossOn
 from .packing import Overflow, first_fit_decreasing, lower_bound_rows
 from .pipeline import DocumentCounts, PackReport, pack
 from .stats import CorpusStats, DatasetStats, PackingStats, corpus_stats, dataset_stats
@@ -45,6 +48,8 @@ __all__ = [
     "FORMAT_VERSION",
     "IGNORE_INDEX",
     "BadRecordError",
+    "ChatTemplate",
+    "ChatTemplateError",
     "CorpusStats",
     "DatasetStats",
     "DocumentCounts",
@@ -52,6 +57,9 @@ __all__ = [
     "FormatError",
     "HFTokenizer",
     "InputError",
+    "InputShape",
+    "InstructEncoder",
+    "LossOn",
     "MaskGrid",
     "OptionError",
     "OutputExistsError",
@@ -72,6 +80,7 @@ __all__ = [
     "dataset_stats",
     "first_fit_decreasing",
     "inspect_row",
+    "load_chat_template",
     "load_tokenizer",
     "lower_bound_rows",
     "open_packed",

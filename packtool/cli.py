@@ -142,6 +142,18 @@ def _summary_table(report: Any) -> Table:
     )
     table.add_row("segments", f"{report.segments:,}")
     table.add_row("tokens in rows", f"{report.tokens:,}")
+    if report.tokens_learned is not None:
+        labels = report.manifest.get("labels", {})
+        table.add_row(
+            f"  learned ({labels.get('loss_on')})",
+            f"{report.tokens_learned:,} ({report.learned_share:.1%} of slots)",
+        )
+        if labels.get("documents_without_labels") or labels.get("chunks_without_labels_dropped"):
+            table.add_row(
+                "  nothing to learn: documents / chunks dropped",
+                f"{labels['documents_without_labels']:,} / "
+                f"{labels['chunks_without_labels_dropped']:,}",
+            )
     table.add_row(
         "rows",
         f"{report.rows:,} of {report.max_len:,} (lower bound {report.lower_bound_rows:,}, "
@@ -192,16 +204,56 @@ def pack(
     text_field: Annotated[
         str, typer.Option(help="Field (column) holding the document text.")
     ] = "text",
-    overflow: Annotated[
+    input_shape: Annotated[
         str,
         typer.Option(
-            help="What to do with documents longer than --max-len: split (into chunks), "
-            "truncate, or drop."
+            help="Records are text, prompt-completion or chat; auto decides by the fields of "
+            "the first record (messages -> chat, prompt + completion -> prompt-completion).",
         ),
-    ] = "split",
+    ] = "auto",
+    prompt_field: Annotated[
+        str, typer.Option(help="Field holding the prompt (prompt-completion records).")
+    ] = "prompt",
+    completion_field: Annotated[
+        str, typer.Option(help="Field holding the completion (prompt-completion records).")
+    ] = "completion",
+    messages_field: Annotated[
+        str,
+        typer.Option(help="Field holding the list of {role, content} messages (chat records)."),
+    ] = "messages",
+    chat_template: Annotated[
+        Path | None,
+        typer.Option(
+            help="Jinja chat template for chat records, rendered in a sandbox \\[default: the "
+            "chat_template of the tokenizer's tokenizer_config.json].",
+            show_default=False,
+        ),
+    ] = None,
+    loss_on: Annotated[
+        str | None,
+        typer.Option(
+            help="Tokens learned (labels column): completion, assistant or all \\[default: "
+            "completion for prompt-completion, assistant for chat].",
+            show_default=False,
+        ),
+    ] = None,
+    overflow: Annotated[
+        str | None,
+        typer.Option(
+            help="What to do with documents longer than --max-len: split (into chunks), "
+            "truncate, or drop \\[default: split for text, drop for prompt-completion and chat].",
+            show_default=False,
+        ),
+    ] = None,
     eos: Annotated[
-        bool, typer.Option("--eos/--no-eos", help="Append EOS to every document.")
-    ] = True,
+        bool | None,
+        typer.Option(
+            "--eos/--no-eos",
+            help="Append EOS to every document \\[default: on, except for chats, whose template "
+            "closes every turn].",
+            show_default=False,
+        ),
+    ] = None,
     bos: Annotated[
         bool | None,
         typer.Option(
@@ -288,6 +340,12 @@ def pack(
             max_len=max_len,
             tokenizer=tokenizer,
             text_field=text_field,
+            input_shape=input_shape,
+            prompt_field=prompt_field,
+            completion_field=completion_field,
+            messages_field=messages_field,
+            chat_template=chat_template,
+            loss_on=loss_on,
             overflow=overflow,
             add_eos=eos,
             bos=bos,
@@ -318,8 +376,10 @@ def pack(
             "efficiency",
             "bad_records",
             "seconds",
+            "labels",
         )
-        print(json.dumps({"out_dir": str(report.out_dir), **{k: m[k] for k in keys}}, indent=2))
+        summary = {k: m[k] for k in keys if k in m}
+        print(json.dumps({"out_dir": str(report.out_dir), **summary}, indent=2))
         return
     if not quiet:
         if report.resumed:

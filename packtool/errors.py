@@ -9,6 +9,7 @@ from __future__ import annotations
 
 __all__ = [
     "BadRecordError",
+    "ChatTemplateError",
     "FormatError",
     "InputError",
     "OptionError",
@@ -67,3 +68,11 @@ class OutputExistsError(PacktoolError):
 
 class FormatError(PacktoolError):
     """A directory is not a packtool output, or its manifest or shards are not readable."""
+
+
+class ChatTemplateError(PacktoolError):
+    """A chat template cannot be found or compiled, or tried something the sandbox forbids.
+
+    An error raised while rendering one record (``raise_exception`` in the template, a missing
+    key) is a :class:`BadRecordError` instead, naming the record.
+    """

@@ -22,13 +22,15 @@ from typing import Any
 import numpy as np
 
 from . import __version__
+from .chat import ChatTemplate
 from .errors import OptionError
-from .format import ShardWriter, check_output_dir
+from .format import IGNORE_INDEX, ShardWriter, check_output_dir
 from .gather import gather_rows
+from .instruct import InputPlan, InputShape, LossOn, plan_input
 from .packing import Overflow, first_fit_decreasing, lower_bound_rows, plan_rows
-from .sources import InputFile, TextBatch, read_texts, resolve_inputs
+from .sources import InputFile, RecordBatch, TextBatch, resolve_inputs
 from .store import TokenStore
-from .tokenize import DocumentEncoder, HFTokenizer, Tokenizer, load_tokenizer
+from .tokenize import EncodedBatch, HFTokenizer, Tokenizer, load_tokenizer
 
 __all__ = ["DocumentCounts", "PackReport", "ProgressCallback", "pack"]
 
@@ -83,11 +85,19 @@ class PackReport:
     bad_records: list[str] = field(default_factory=list)
     manifest: dict[str, Any] = field(default_factory=dict)
     resumed: bool = False  # continued from a checkpoint (``resume=True``)
+    tokens_learned: int | None = None  # tokens with a label (instruction data), else None
 
     @property
     def efficiency(self) -> float:
         """Real tokens / (rows x max_len)."""
         return self.tokens / (self.rows * self.max_len) if self.rows else 0.0
+
+    @property
+    def learned_share(self) -> float | None:
+        """Learned tokens / (rows x max_len): the share of slots the loss sees."""
+        if self.tokens_learned is None:
+            return None
+        return self.tokens_learned / (self.rows * self.max_len) if self.rows else 0.0
 
     @property
     def rows_over_lower_bound(self) -> int:
@@ -140,6 +150,63 @@ def _segment_items(
     }
     return doc, chunk, item_len, counts
 
+
+def _segment_labelled_items(
+    encoded: EncodedBatch, max_len: int, overflow: Overflow
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict[str, int], np.ndarray]:
+    """:func:`_segment_items` for examples with labels; also returns the labels to store.
+
+    - The first token of every segment gets no label: nothing in its segment precedes it, and a
+      model shifting labels would otherwise learn it from the segment before.
+    - An example with no learned token (in what ``truncate`` keeps) is counted as empty.
+    - Under ``split``, a chunk with no learned token is dropped and counted.
+    """
+    assert encoded.labels is not None
+    lengths = encoded.lengths
+    offsets = (np.cumsum(lengths) - lengths).astype(np.int64)
+    labels = encoded.labels.copy()
+    if overflow is Overflow.SPLIT:
+        n_starts = -(-lengths // max_len)
+    else:
+        n_starts = (lengths > 0).astype(np.int64)
+    first = (np.cumsum(n_starts) - n_starts).astype(np.int64)
+    k = np.arange(int(n_starts.sum()), dtype=np.int64) - np.repeat(first, n_starts)
+    labels[np.repeat(offsets, n_starts) + k * max_len] = IGNORE_INDEX
+    learned = np.concatenate([[0], np.cumsum(labels != IGNORE_INDEX, dtype=np.int64)])
+    kept = np.minimum(lengths, max_len) if overflow is Overflow.TRUNCATE else lengths
+    no_labels = ~encoded.empty & (learned[offsets + kept] == learned[offsets])
+    doc, chunk, item_len, counts = _segment_items(
+        lengths, encoded.empty | no_labels, max_len, overflow
+    )
+    item_off = offsets[doc] + chunk.astype(np.int64) * max_len
+    item_learned = learned[item_off + item_len] - learned[item_off]
+    keep = item_learned > 0
+    counts["learned"] = int(item_learned[keep].sum())
+    counts["documents_without_labels"] = int(no_labels.sum())
+    counts["chunks_without_labels_dropped"] = int((~keep).sum())
+    counts["tokens_in_chunks_without_labels"] = int(item_len[~keep].sum())
+    return doc[keep], chunk[keep], item_len[keep], counts, labels
+
+
+def _cut(
+    encoded: EncodedBatch, max_len: int, overflow: Overflow
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict[str, int], np.ndarray | None]:
+    """Items of one encoded batch (document index in batch, chunk, length), the counts, and
+    the labels to store with its tokens (``None`` for text)."""
+    if encoded.labels is None:
+        doc, chunk, item_len, counts = _segment_items(
+            encoded.lengths, encoded.empty, max_len, overflow
+        )
+        return doc, chunk, item_len, counts, None
+    return _segment_labelled_items(encoded, max_len, overflow)
+
+
+_LABEL_COUNTS = (
+    "learned",
+    "documents_without_labels",
+    "chunks_without_labels_dropped",
+    "tokens_in_chunks_without_labels",
+)
 
 _DONE = object()
 
@@ -212,8 +279,8 @@ def pack(
     max_len: int,
     tokenizer: str | os.PathLike[str] | Tokenizer | None = None,
     text_field: str = "text",
-    overflow: str | Overflow = Overflow.SPLIT,
-    add_eos: bool = True,
+    overflow: str | Overflow | None = None,
+    add_eos: bool | None = None,
     bos: bool | None = None,
     eos_token: str | None = None,
     bos_token: str | None = None,
@@ -229,6 +296,12 @@ def pack(
     num_proc: int | None = None,
     resume: bool = False,
     progress: ProgressCallback | None = None,
+    input_shape: str | InputShape = InputShape.AUTO,
+    prompt_field: str = "prompt",
+    completion_field: str = "completion",
+    messages_field: str = "messages",
+    chat_template: str | os.PathLike[str] | ChatTemplate | None = None,
+    loss_on: str | LossOn | None = None,
 ) -> PackReport:
     """Pack ``inputs`` into rows of ``max_len`` tokens and write them to ``out_dir``.
 
@@ -237,16 +310,22 @@ def pack(
     (unless ``shuffle=False``), and written as Arrow shards plus a manifest (last). Returns a
     :class:`PackReport`. Raises :class:`~packtool.errors.PacktoolError` subclasses for user
     mistakes.
+
+    Instruction data (``input_shape`` prompt-completion or chat, or detected by ``auto``; see
+    :mod:`packtool.instruct` and docs/instruct.md) also gets a ``labels`` column: the learned
+    tokens (``loss_on``), -100 elsewhere. ``overflow`` defaults to ``split`` for text and
+    ``drop`` for instruction data; ``add_eos`` to on, except for chats.
     """
     started = time.perf_counter()
     if not isinstance(max_len, int) or max_len < 2:
         raise OptionError(f"--max-len must be an integer >= 2, got {max_len!r}")
-    try:
-        overflow = Overflow(overflow)
-    except ValueError:
-        raise OptionError(
-            f"--overflow must be one of split, truncate, drop; got {overflow!r}"
-        ) from None
+    if overflow is not None:
+        try:
+            Overflow(overflow)
+        except ValueError:
+            raise OptionError(
+                f"--overflow must be one of split, truncate, drop; got {overflow!r}"
+            ) from None
     if rows_per_shard is not None and rows_per_shard < 1:
         raise OptionError(f"--rows-per-shard must be >= 1, got {rows_per_shard}")
     out_path = Path(out_dir)
@@ -257,14 +336,29 @@ def pack(
         tok = load_tokenizer(tokenizer, eos_token=eos_token, bos_token=bos_token)
     else:
         tok = tokenizer
-    encoder = DocumentEncoder(tok, add_eos=add_eos, bos=bos)
+    plan = plan_input(
+        files,
+        tok,
+        input_shape=input_shape,
+        text_field=text_field,
+        prompt_field=prompt_field,
+        completion_field=completion_field,
+        messages_field=messages_field,
+        chat_template=chat_template,
+        loss_on=loss_on,
+        overflow=overflow,
+        add_eos=add_eos,
+        bos=bos,
+        split=split,
+    )
+    overflow, add_eos = plan.overflow, plan.add_eos
     if pad_id is None:
         pad_id = tok.special.pad_id if tok.special.pad_id is not None else tok.special.eos_id
     if pad_id is None:
         raise OptionError(
             f"tokenizer {tok.name} has neither a pad nor an EOS token: choose one with --pad-id"
         )
-    row_bytes = 2 * 4 * max_len + 64
+    row_bytes = (3 if plan.labelled else 2) * 4 * max_len + 64
     if rows_per_shard is None:
         rows_per_shard = max(1, _parse_size(shard_size) // row_bytes)
 
@@ -283,10 +377,11 @@ def pack(
         skip_bad_records,
         split,
         txt_unit,
+        json.dumps(plan.describe(), sort_keys=True, default=str),
     )
     total_bytes = sum(f.size_bytes for f in files)
 
-    with TokenStore(out_path, keep_on_error=resume) as store:
+    with TokenStore(out_path, with_labels=plan.labelled, keep_on_error=resume) as store:
         saved = store.resume(fingerprint) if resume else None
         if not resume:
             store.start()
@@ -296,10 +391,9 @@ def pack(
                 files,
                 state,
                 store,
-                encoder,
+                plan,
                 fingerprint,
                 read_options={
-                    "text_field": text_field,
                     "skip_bad_records": skip_bad_records,
                     "split": split,
                     "txt_unit": txt_unit,
@@ -310,6 +404,7 @@ def pack(
                 progress=progress,
             )
         counts = state.counts
+        label_counts = state.label_counts
         counts.check()
         items = store.items()
         item_off, item_len = items["offset"], items["length"]
@@ -332,6 +427,7 @@ def pack(
             max_len=max_len,
             num_rows=n_rows,
             rows_per_shard=rows_per_shard,
+            with_labels=plan.labelled,
             overwrite=overwrite,
         ) as writer:
             block = max(1, min(rows_per_shard, (32 << 20) // row_bytes))
@@ -341,7 +437,7 @@ def pack(
                     plan_block = output_order[start : start + block]
                     # A fresh map per block: pages touched by one block leave our resident
                     # set when it is done, so memory does not grow with the corpus.
-                    tokens = store.open()
+                    tokens, labels = store.open(), store.open_labels()
                     yield start + plan_block.size, gather_rows(
                         tokens,
                         item_off,
@@ -353,8 +449,9 @@ def pack(
                         plan_block,
                         max_len,
                         pad_id,
+                        labels=labels,
                     )
-                    del tokens
+                    del tokens, labels
 
             # Gathering (a thread; the copy kernel runs without the GIL) overlaps writing
             # (Arrow, hashing and file I/O, which release it too).
@@ -383,6 +480,7 @@ def pack(
                     "skip_bad_records": skip_bad_records,
                     "split": split,
                     "txt_unit": txt_unit,
+                    **plan.describe(),
                 },
                 "inputs": state.input_records,
                 "documents": asdict(counts),
@@ -399,6 +497,9 @@ def pack(
                 "bad_records": state.bad_records,
                 "seconds": round(seconds, 3),
             }
+            if plan.labelled:
+                manifest["tokens"]["learned"] = label_counts["learned"]
+                manifest["labels"] = _describe_labels(plan, label_counts)
             if isinstance(tok, HFTokenizer):
                 (writer.staging / "tokenizer.json").write_bytes(tok.json_bytes)
             manifest = writer.commit(manifest)
@@ -418,6 +519,7 @@ def pack(
         bad_records=state.bad_records,
         manifest=manifest,
         resumed=saved is not None,
+        tokens_learned=label_counts["learned"] if plan.labelled else None,
     )
 
 
@@ -434,6 +536,7 @@ class _ReadState:
     records_done: int = 0  # records of that input already in the store
     bytes_before: int = 0  # size of the inputs before it
     done: bool = False
+    label_counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(_LABEL_COUNTS, 0))
 
     def to_json(self) -> dict[str, Any]:
         return {**asdict(self), "counts": asdict(self.counts)}
@@ -453,15 +556,21 @@ def _fingerprint(files: Sequence[InputFile], tok: Tokenizer, *options: Any) -> s
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def _skip_records(batches: Iterator[TextBatch], n: int) -> Iterator[TextBatch]:
+def _skip_records(
+    batches: Iterator[TextBatch | RecordBatch], n: int
+) -> Iterator[TextBatch | RecordBatch]:
     """Drop the first ``n`` records of a stream of batches (to resume inside an input)."""
     for batch in batches:
-        if n >= len(batch.texts):
-            n -= len(batch.texts)
+        if n >= len(batch.records):
+            n -= len(batch.records)
             continue
         if n:
-            skipped_bad = sum(t is None for t in batch.texts[:n])
-            batch.texts = batch.texts[n:]
+            skipped_bad = sum(r is None for r in batch.records[:n])
+            if isinstance(batch, TextBatch):
+                batch.texts = batch.texts[n:]
+            else:
+                batch.records = batch.records[n:]
+                batch.locations = batch.locations[n:]
             batch.bad = batch.bad[skipped_bad:]
             n = 0
         yield batch
@@ -471,7 +580,7 @@ def _read_and_tokenize(
     files: Sequence[InputFile],
     state: _ReadState,
     store: TokenStore,
-    encoder: DocumentEncoder,
+    plan: InputPlan,
     fingerprint: str,
     *,
     read_options: dict[str, Any],
@@ -488,22 +597,22 @@ def _read_and_tokenize(
     """
     start_input, skip = state.input_index, state.records_done
 
-    def read_all() -> Iterator[tuple[int, TextBatch | None]]:
+    def read_all() -> Iterator[tuple[int, TextBatch | RecordBatch | None]]:
         for index in range(start_input, len(files)):
-            batches = read_texts(files[index], **read_options)
+            batches = plan.read(files[index], **read_options)
             if index == start_input and skip:
                 batches = _skip_records(batches, skip)
             for batch in batches:
                 yield index, batch
             yield index, None  # end of this input
 
-    def tokenize_all() -> Iterator[tuple[int, TextBatch | None, Any]]:
+    def tokenize_all() -> Iterator[tuple[int, TextBatch | RecordBatch | None, Any]]:
         for index, batch in _background(read_all(), ahead=4):
             if batch is None:
                 yield index, None, None
                 continue
-            texts = [t for t in batch.texts if t is not None]
-            yield index, batch, encoder.tokenize(texts)  # type: ignore[arg-type]
+            # A record the chat template fails on becomes a bad record here (or stops the run).
+            yield index, batch, plan.tokenize(batch, read_options["skip_bad_records"])
 
     counts = state.counts
     last_checkpoint = time.monotonic()
@@ -516,19 +625,21 @@ def _read_and_tokenize(
             state.input_index, state.records_done = index + 1, 0
             continue
         base_doc = counts.read
-        counts.read += len(batch.texts)
-        state.records_done += len(batch.texts)
+        counts.read += len(batch.records)
+        state.records_done += len(batch.records)
         counts.bad_records_skipped += len(batch.bad)
         room = max(0, _BAD_RECORDS_KEPT - len(state.bad_records))
         state.bad_records.extend(str(e) for e in batch.bad[:room])
-        good = np.flatnonzero(np.fromiter((t is not None for t in batch.texts), bool))
-        encoded = encoder.finish(raw)
-        doc, chunk, item_len, c = _segment_items(encoded.lengths, encoded.empty, max_len, overflow)
+        good = np.flatnonzero(np.fromiter((r is not None for r in batch.records), bool))
+        encoded = plan.finish(raw)
+        doc, chunk, item_len, c, labels = _cut(encoded, max_len, overflow)
         for key in ("packed", "split", "truncated", "dropped", "empty"):
             setattr(counts, key, getattr(counts, key) + c[key])
         state.tokens_truncated += c["tokens_truncated"]
         state.tokens_dropped += c["tokens_dropped"]
-        base = store.append(encoded.ids)
+        for key in state.label_counts:
+            state.label_counts[key] += c.get(key, 0)
+        base = store.append(encoded.ids, labels)
         store.add_items(
             base + encoded.offsets[doc] + chunk.astype(np.int64) * max_len,
             item_len,
@@ -581,6 +692,18 @@ def _describe_input(inp: InputFile, first_doc: int, documents: int) -> dict[str,
         "size_bytes": inp.size_bytes,
         "first_doc": first_doc,
         "documents": documents,
+    }
+
+
+def _describe_labels(plan: Any, counts: dict[str, int]) -> dict[str, Any]:
+    """The manifest's ``labels`` section (instruction data only)."""
+    return {
+        "loss_on": plan.loss_on.value,
+        "learned_tokens": counts["learned"],
+        "documents_without_labels": counts["documents_without_labels"],
+        "chunks_without_labels_dropped": counts["chunks_without_labels_dropped"],
+        "tokens_in_chunks_without_labels": counts["tokens_in_chunks_without_labels"],
+        "piece_encoding": getattr(plan.encoder, "piece_encoding", "plain"),
     }
 
 

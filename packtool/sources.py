@@ -27,7 +27,15 @@ import pyarrow as pa
 
 from .errors import BadRecordError, InputError
 
-__all__ = ["InputFile", "TextBatch", "read_texts", "resolve_inputs"]
+__all__ = [
+    "InputFile",
+    "RecordBatch",
+    "TextBatch",
+    "first_record_fields",
+    "read_records",
+    "read_texts",
+    "resolve_inputs",
+]
 
 _KINDS = {
     ".jsonl": "jsonl",
@@ -62,6 +70,26 @@ class TextBatch:
     texts: list[str | None]
     bad: list[BadRecordError] = field(default_factory=list)
     bytes_done: int = 0  # how far into the input (bytes of the file as stored) this batch ends
+
+    @property
+    def records(self) -> list[str | None]:
+        """The texts (so that text and record batches read alike)."""
+        return self.texts
+
+
+@dataclass
+class RecordBatch:
+    """Consecutive records of one input (see :func:`read_records`).
+
+    ``records[i]`` is what the caller's ``check`` made of record ``i`` (``None``: a bad record
+    that was skipped); ``locations[i]`` names it (``file:line`` or ``file: row n``), so that a
+    later stage can report a problem with it.
+    """
+
+    records: list[Any]
+    locations: list[str]
+    bad: list[BadRecordError] = field(default_factory=list)
+    bytes_done: int = 0
 
 
 def _kind_of(path: Path) -> tuple[str, str | None] | None:
@@ -629,3 +657,327 @@ def read_texts(
     if inp.kind == "hf_dataset":
         return _read_hf_dataset(inp, text_field, split, skip_bad_records, batch_docs)
     raise ValueError(f"unknown input kind {inp.kind!r}")
+
+
+# -- records (instruction data) -------------------------------------------------------------
+
+RecordCheck = Callable[[dict[str, Any], str], Any]
+"""``check(record, location)``: validate one record (a dict of its fields) and return what the
+batch should hold for it; raise :class:`~packtool.errors.BadRecordError` for a bad one."""
+
+
+class _RecordCollector:
+    """Builds record batches, turning bad records into ``None`` or raising."""
+
+    def __init__(self, check: RecordCheck, skip_bad: bool) -> None:
+        self.check = check
+        self.skip_bad = skip_bad
+        self.batch = RecordBatch([], [])
+
+    def add(self, obj: Any, location: str, error: BadRecordError | None = None) -> None:
+        try:
+            if error is not None:
+                raise error
+            if not isinstance(obj, dict):
+                raise BadRecordError(location, f"expected a JSON object, found {_describe(obj)}")
+            value = self.check(obj, location)
+        except BadRecordError as e:
+            if not self.skip_bad:
+                raise e.with_skip_hint() from None
+            value = None
+            self.batch.bad.append(e)
+        self.batch.records.append(value)
+        self.batch.locations.append(location)
+
+    def take(self, bytes_done: int) -> RecordBatch:
+        batch, self.batch = self.batch, RecordBatch([], [])
+        batch.bytes_done = bytes_done
+        return batch
+
+
+def _json_records(inp: InputFile, collect: _RecordCollector, batch_docs: int):
+    stream, counter = _open_binary(inp)
+    with stream:
+        head = stream.peek(64)[:64] if hasattr(stream, "peek") else b""
+        if head.lstrip().startswith(b"[") and inp.kind == "json":
+            try:
+                data = json.load(stream)
+            except UnicodeDecodeError as e:
+                raise InputError(f"{inp.path}: invalid UTF-8 ({e.reason})") from None
+            except json.JSONDecodeError as e:
+                raise InputError(
+                    f"{inp.path}:{e.lineno}: malformed JSON: {e.msg} (column {e.colno})"
+                ) from None
+            except RecursionError:
+                raise InputError(f"{inp.path}: JSON nested too deeply") from None
+            if not isinstance(data, list):
+                raise InputError(f"{inp.path}: expected a JSON array of objects or JSON Lines")
+            for i, obj in enumerate(data):
+                collect.add(obj, f"{inp.path}: element {i}")
+                if len(collect.batch.records) >= batch_docs:
+                    yield collect.take(0)
+            if collect.batch.records:
+                yield collect.take(inp.size_bytes)
+            return
+        lineno = 0
+        while True:
+            try:
+                line = stream.readline()
+            except (OSError, EOFError, ValueError) as e:
+                raise InputError(f"{inp.path}: cannot read after line {lineno}: {e}") from e
+            if not line:
+                break
+            lineno += 1
+            if not line.strip():
+                continue
+            location = f"{inp.path}:{lineno}"
+            obj: Any = None
+            error = None
+            try:
+                obj = json.loads(line.decode("utf-8"))
+            except UnicodeDecodeError as e:
+                error = BadRecordError(location, f"invalid UTF-8 ({e.reason})")
+            except json.JSONDecodeError as e:
+                error = BadRecordError(location, f"malformed JSON: {e.msg}")
+            except RecursionError:
+                error = BadRecordError(location, "JSON nested too deeply")
+            collect.add(obj, location, error)
+            if len(collect.batch.records) >= batch_docs:
+                yield collect.take(counter.count)
+        if collect.batch.records:
+            yield collect.take(inp.size_bytes)
+
+
+def _check_columns(names: Sequence[str], fields: Sequence[str], where: str) -> None:
+    missing = [f for f in fields if f not in names]
+    if missing:
+        found = ", ".join(repr(n) for n in list(names)[:20]) or "none"
+        raise InputError(
+            f"{where}: no column {missing[0]!r} (columns found: {found}); "
+            "choose the columns with --prompt-field, --completion-field or --messages-field"
+        )
+
+
+def _table_records(
+    batches: Iterator[pa.RecordBatch],
+    fields: Sequence[str],
+    where: str,
+    collect: _RecordCollector,
+    batch_docs: int,
+    progress: Callable[[], int],
+):
+    row = 0
+    for record_batch in batches:
+        try:
+            rows = record_batch.select(list(fields)).to_pylist()
+        except UnicodeDecodeError as e:
+            raise InputError(f"{where}: invalid UTF-8 near row {row}: {e.reason}") from None
+        for obj in rows:
+            collect.add(obj, f"{where}: row {row}")
+            row += 1
+            if len(collect.batch.records) >= batch_docs:
+                yield collect.take(progress())
+    if collect.batch.records:
+        yield collect.take(progress())
+
+
+def _table_source(
+    inp: InputFile, fields: Sequence[str], split: str | None, batch_docs: int
+) -> tuple[list[str], Iterator[pa.RecordBatch], Callable[[], int], Callable[[], None]]:
+    """(column names, record batches of ``fields``, progress in bytes, close) of a Parquet,
+    Arrow or saved-`datasets` input. Nothing is read until the batches are iterated."""
+    where = str(inp.path)
+    if inp.kind == "parquet":
+        import pyarrow.parquet as pq
+
+        try:
+            pf = pq.ParquetFile(where)
+        except (pa.ArrowInvalid, OSError) as e:
+            raise InputError(f"{where}: not a readable Parquet file: {e}") from e
+        total, done = max(1, pf.metadata.num_rows), [0]
+
+        def parquet_batches() -> Iterator[pa.RecordBatch]:
+            try:
+                for b in pf.iter_batches(batch_size=batch_docs, columns=list(fields)):
+                    done[0] += b.num_rows
+                    yield b
+            except (pa.ArrowInvalid, OSError) as e:
+                raise InputError(f"{where}: cannot read Parquet data: {e}") from e
+
+        return (
+            list(pf.schema_arrow.names),
+            parquet_batches(),
+            lambda: inp.size_bytes * done[0] // total,
+            lambda: None,
+        )
+    if inp.kind == "arrow":
+        source = pa.memory_map(where)
+        try:
+            reader: Any = pa.ipc.open_file(source)
+            batches: Iterator[pa.RecordBatch] = (
+                reader.get_batch(i) for i in range(reader.num_record_batches)
+            )
+        except pa.ArrowInvalid:
+            source.seek(0)
+            try:
+                reader = pa.ipc.open_stream(source)
+            except pa.ArrowInvalid as e:
+                source.close()
+                raise InputError(f"{where}: not an Arrow IPC file or stream: {e}") from e
+            batches = iter(reader)
+        return list(reader.schema.names), batches, source.tell, source.close
+    import datasets
+
+    try:
+        ds: Any = datasets.load_from_disk(where)
+    except Exception as e:  # datasets raises many kinds here
+        raise InputError(f"{where}: cannot load the saved dataset: {e}") from e
+    if isinstance(ds, datasets.DatasetDict):
+        chosen = split or ("train" if "train" in ds else None)
+        if chosen is None or chosen not in ds:
+            raise InputError(
+                f"{where}: a dataset with splits {', '.join(ds)}: choose one with --split"
+            )
+        ds = ds[chosen]
+    total, done = max(1, len(ds)), [0]
+
+    def dataset_batches() -> Iterator[pa.RecordBatch]:
+        for table in ds.select_columns(list(fields)).with_format("arrow").iter(batch_docs):
+            done[0] += table.num_rows
+            yield from table.to_batches()
+
+    return (
+        list(ds.data.schema.names),
+        dataset_batches(),
+        lambda: inp.size_bytes * done[0] // total,
+        lambda: None,
+    )
+
+
+def _csv_records(
+    inp: InputFile, fields: Sequence[str], collect: _RecordCollector, batch_docs: int
+) -> Iterator[RecordBatch]:
+    import pyarrow.csv as pc
+
+    stream, raw = _arrow_input(inp)
+    try:
+        head = stream.read(1 << 16).decode("utf-8", errors="replace")
+    finally:
+        stream.close()
+    _check_columns(next(csv.reader(io.StringIO(head)), []), fields, str(inp.path))
+    stream, raw = _arrow_input(inp)
+    try:
+        reader = pc.open_csv(
+            stream,
+            read_options=pc.ReadOptions(block_size=4 << 20),
+            parse_options=pc.ParseOptions(newlines_in_values=True),
+            convert_options=pc.ConvertOptions(
+                include_columns=list(fields),
+                column_types={f: pa.string() for f in fields},
+                strings_can_be_null=False,
+                quoted_strings_can_be_null=False,
+            ),
+        )
+        yield from _table_records(
+            iter(reader), fields, str(inp.path), collect, batch_docs, raw.tell
+        )
+    except (pa.ArrowInvalid, OSError) as e:
+        raise InputError(f"{inp.path}: cannot read as CSV: {e}") from e
+    finally:
+        stream.close()
+
+
+def read_records(
+    inp: InputFile,
+    *,
+    fields: Sequence[str],
+    check: RecordCheck,
+    skip_bad_records: bool = False,
+    split: str | None = None,
+    batch_docs: int = BATCH_DOCS,
+) -> Iterator[RecordBatch]:
+    """Yield the records of ``inp`` in order, each made by ``check`` from its ``fields``.
+
+    For instruction data: a record is a JSON object (JSON Lines or a JSON array) or a row of a
+    Parquet, Arrow, CSV or saved-`datasets` input, seen by ``check`` as a dict holding (at least)
+    ``fields``. A record that is not an object, or that ``check`` rejects, stops the reading
+    with a :class:`~packtool.errors.BadRecordError` naming it, unless ``skip_bad_records``: then
+    it comes as ``None`` with its error in ``RecordBatch.bad``.
+
+    >>> for batch in read_records(inp, fields=["prompt", "completion"], check=lambda r, loc: r):
+    ...     batch.records[0], batch.locations[0]
+    ({'prompt': 'Add 2 and 3.', 'completion': ' 5'}, 'data.jsonl:1')
+    """
+    collect = _RecordCollector(check, skip_bad_records)
+    if inp.kind in ("jsonl", "json"):
+        return _json_records(inp, collect, batch_docs)
+    if inp.kind == "csv":
+        return _csv_records(inp, fields, collect, batch_docs)
+    if inp.kind in ("parquet", "arrow", "hf_dataset"):
+
+        def tables() -> Iterator[RecordBatch]:
+            names, batches, progress, close = _table_source(inp, fields, split, batch_docs)
+            try:
+                _check_columns(names, fields, str(inp.path))
+                yield from _table_records(
+                    batches, fields, str(inp.path), collect, batch_docs, progress
+                )
+            except (pa.ArrowInvalid, OSError) as e:
+                raise InputError(f"{inp.path}: cannot read: {e}") from e
+            finally:
+                close()
+
+        return tables()
+    if inp.kind == "txt":
+        raise InputError(
+            f"{inp.path}: a .txt input holds plain text, not prompt/completion or chat "
+            "records: use JSON Lines, JSON, Parquet, Arrow or CSV, or --input-shape text"
+        )
+    raise ValueError(f"unknown input kind {inp.kind!r}")
+
+
+def first_record_fields(inp: InputFile, *, split: str | None = None) -> list[str] | None:
+    """The field names of the first readable record of ``inp`` (columns of a table input).
+
+    Used to detect the input shape (``--input-shape auto``). ``None`` when there is nothing to
+    look at (a ``.txt`` input, an empty file, or no readable record in the first 100 lines).
+    """
+    if inp.kind == "txt":
+        return None
+    if inp.kind in ("jsonl", "json"):
+        stream, _ = _open_binary(inp)
+        with stream:
+            head = stream.peek(64)[:64] if hasattr(stream, "peek") else b""
+            if head.lstrip().startswith(b"["):
+                text = stream.read(1 << 20).decode("utf-8", errors="replace").lstrip()[1:]
+                try:
+                    obj, _end = json.JSONDecoder().raw_decode(text.lstrip())
+                except (json.JSONDecodeError, RecursionError):
+                    return None
+                return list(obj) if isinstance(obj, dict) else None
+            for _ in range(100):
+                line = stream.readline()
+                if not line:
+                    return None
+                if not line.strip():
+                    continue
+                try:
+                    obj = json.loads(line.decode("utf-8"))
+                except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
+                    continue
+                if isinstance(obj, dict):
+                    return list(obj)
+        return None
+    if inp.kind == "csv":
+        stream, _ = _arrow_input(inp)
+        try:
+            head = stream.read(1 << 16).decode("utf-8", errors="replace")
+        finally:
+            stream.close()
+        return next(csv.reader(io.StringIO(head)), None)
+    try:
+        names, _batches, _progress, close = _table_source(inp, (), split, 1)
+    except InputError:
+        return None  # reading it for real names the problem
+    close()
+    return names

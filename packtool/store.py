@@ -1,8 +1,9 @@
 """The on-disk work store: tokens, items and a checkpoint, until the rows are written.
 
-Tokens are appended to one flat int32 file as documents are encoded, and items (the segments
-to pack: a document or a chunk of one) to a file of fixed-size records; only what the packer
-needs is ever loaded. Rows are gathered from the memory-mapped token file.
+Tokens are appended to one flat int32 file as documents are encoded (and, for instruction
+data, their labels to a second file aligned with it), and items (the segments to pack: a
+document or a chunk of one) to a file of fixed-size records; only what the packer needs is
+ever loaded. Rows are gathered from the memory-mapped token file.
 
 The store lives in a hidden sibling of the output directory, ``.NAME.packtool-work`` (same
 filesystem as the output, so no surprise from a small ``/tmp``). It is removed when the run
@@ -41,14 +42,22 @@ class TokenStore:
     ...     base = store.append(np.array([5, 6, 7], np.int32))   # -> 0
     ...     store.finish()
     ...     tokens = store.open()                                # memmap of all tokens
+
+    With ``with_labels=True``, every :meth:`append` also takes the labels of its tokens
+    (int32, same length), and :meth:`open_labels` maps them: label ``i`` is that of token ``i``.
     """
 
-    def __init__(self, out_dir: Path, *, keep_on_error: bool = False) -> None:
+    def __init__(
+        self, out_dir: Path, *, with_labels: bool = False, keep_on_error: bool = False
+    ) -> None:
         self.directory = work_dir_for(Path(out_dir))
         self.path = self.directory / "tokens.i32"
+        self.labels_path = self.directory / "labels.i32"
         self.items_path = self.directory / "items.bin"
+        self.with_labels = with_labels
         self.keep_on_error = keep_on_error
         self._file: Any = None
+        self._labels_file: Any = None
         self._items: Any = None
         self.num_tokens = 0
         self.num_items = 0
@@ -70,6 +79,8 @@ class TokenStore:
         self.directory.mkdir(parents=True)
         self._file = open(self.path, "wb")  # noqa: SIM115 - closed in _close_files
         self._items = open(self.items_path, "wb")  # noqa: SIM115
+        if self.with_labels:
+            self._labels_file = open(self.labels_path, "wb")  # noqa: SIM115
 
     def resume(self, fingerprint: str) -> dict[str, Any] | None:
         """Reopen a checkpointed store made with the same ``fingerprint``.
@@ -87,23 +98,38 @@ class TokenStore:
         self.num_tokens = int(saved["num_tokens"])
         self.num_items = int(saved["num_items"])
         # Drop whatever was appended after the checkpoint.
-        for path, size in (
-            (self.path, self.num_tokens * 4),
-            (self.items_path, self.num_items * ITEM_DTYPE.itemsize),
-        ):
-            if path.stat().st_size < size:
+        files = [(self.path, self.num_tokens * 4)]
+        files.append((self.items_path, self.num_items * ITEM_DTYPE.itemsize))
+        if self.with_labels:
+            files.append((self.labels_path, self.num_tokens * 4))
+        for path, size in files:
+            if not path.exists():
+                self.start()
+                return None
+            if path.stat().st_size < size:  # pragma: no cover - a checkpoint is written last
                 self.start()
                 return None
             os.truncate(path, size)
         self._file = open(self.path, "ab")  # noqa: SIM115
         self._items = open(self.items_path, "ab")  # noqa: SIM115
+        if self.with_labels:
+            self._labels_file = open(self.labels_path, "ab")  # noqa: SIM115
         return dict(saved["state"])
 
     # -- writing ---------------------------------------------------------------------------
-    def append(self, tokens: np.ndarray) -> int:
-        """Write ``tokens`` (int32) at the end; return the offset of the first one."""
+    def append(self, tokens: np.ndarray, labels: np.ndarray | None = None) -> int:
+        """Write ``tokens`` (int32) at the end, and their ``labels`` in a store made
+        ``with_labels``; return the offset of the first token."""
+        if self.with_labels != (labels is not None):
+            raise ValueError(
+                "labels go with every append to a store made with_labels, and only there"
+            )
         base = self.num_tokens
         np.ascontiguousarray(tokens, dtype=np.int32).tofile(self._file)
+        if labels is not None:
+            if labels.shape != tokens.shape:
+                raise ValueError(f"labels {labels.shape} do not match tokens {tokens.shape}")
+            np.ascontiguousarray(labels, dtype=np.int32).tofile(self._labels_file)
         self.num_tokens += int(tokens.size)
         return base
 
@@ -118,8 +144,9 @@ class TokenStore:
 
     def checkpoint(self, fingerprint: str, state: dict[str, Any]) -> None:
         """Record that everything appended so far, and ``state``, can be resumed from."""
-        self._file.flush()
-        self._items.flush()
+        for f in (self._file, self._items, self._labels_file):
+            if f is not None:
+                f.flush()
         tmp = self.directory / (_CHECKPOINT + ".tmp")
         tmp.write_text(
             json.dumps(
@@ -157,8 +184,17 @@ class TokenStore:
             return np.zeros(0, np.int32)
         return np.memmap(self.path, dtype=np.int32, mode="r", shape=(self.num_tokens,))
 
+    def open_labels(self) -> np.ndarray | None:
+        """The labels, memory-mapped like :meth:`open` (``None`` in a store without labels)."""
+        if not self.with_labels:
+            return None
+        self.finish()
+        if self.num_tokens == 0:
+            return np.zeros(0, np.int32)
+        return np.memmap(self.labels_path, dtype=np.int32, mode="r", shape=(self.num_tokens,))
+
     def _close_files(self) -> None:
-        for name in ("_file", "_items"):
+        for name in ("_file", "_items", "_labels_file"):
             f = getattr(self, name)
             if f is not None:
                 f.close()

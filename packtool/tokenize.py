@@ -93,9 +93,11 @@ class HFTokenizer:
         eos_token: str | None = None,
         bos_token: str | None = None,
         pad_token: str | None = None,
+        directory: Path | None = None,
     ) -> None:
         self.tokenizer = tokenizer
         self.name = name
+        self.directory = directory  # where tokenizer.json was found (chat_template.jinja)
         self.json_bytes = json_bytes
         self.sha256 = hashlib.sha256(json_bytes).hexdigest()
         self.config = config or {}
@@ -222,7 +224,9 @@ def _from_file(
         tok = RustTokenizer.from_str(data.decode("utf-8"))
     except Exception as e:  # tokenizers raises a bare Exception on malformed files
         raise TokenizerError(f"{path}: cannot load as a tokenizers tokenizer.json: {e}") from e
-    return HFTokenizer(tok, name=name, json_bytes=data, config=config, **overrides)
+    return HFTokenizer(
+        tok, name=name, json_bytes=data, config=config, directory=path.parent, **overrides
+    )
 
 
 def _offline() -> bool:
@@ -290,12 +294,14 @@ class EncodedBatch:
     """Token ids of a batch of documents, flat, with each document's length.
 
     Document ``i`` is ``ids[offsets[i]:offsets[i] + lengths[i]]``; ``empty[i]`` is true for
-    a document with no content tokens (it is skipped and counted as empty).
+    a document with no content tokens (it is skipped and counted as empty). ``labels`` (for
+    instruction data) is aligned with ``ids``: the token where it is learned, else -100.
     """
 
     ids: np.ndarray  # int32
     lengths: np.ndarray  # int64
     empty: np.ndarray  # bool
+    labels: np.ndarray | None = None  # int32, like ids
 
     @property
     def offsets(self) -> np.ndarray:

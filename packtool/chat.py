@@ -1,0 +1,305 @@
+"""Chat templates: load one, render it in a sandbox, and cut a conversation into pieces.
+
+A chat template is a Jinja template (the Hugging Face convention: it sees ``messages``,
+``add_generation_prompt``, ``bos_token``, ``eos_token``, ``pad_token`` and can call
+``raise_exception``). packtool renders it in jinja2's ``ImmutableSandboxedEnvironment``: a
+template cannot reach Python internals (``__class__``, ``__globals__``...), run code, change
+its arguments, or include files; trying to is a :class:`~packtool.errors.ChatTemplateError`.
+
+To learn exactly the assistant tokens, a conversation is cut into pieces whose boundaries are
+the boundaries of the assistant contents, by rendering the conversation and its prefixes::
+
+    messages  [system "Be brief.", user "Hi", assistant "Hello!"]
+
+    rendered  <|im_start|>system\\nBe brief.<|im_end|>\\n<|im_start|>user\\nHi<|im_end|>\\n
+              <|im_start|>assistant\\nHello!<|im_end|>\\n
+    pieces    CONTEXT   "<|im_start|>system\\n ... <|im_start|>assistant\\n"
+              LEARN     "Hello!"
+              TURN_END  "<|im_end|>\\n"     (learned up to and including its first special
+                                           token: the end-of-turn token that closes it)
+
+For each assistant message ``k``: the conversation up to message ``k - 1`` rendered with the
+generation prompt says where the assistant turn starts; up to message ``k`` (without it), where
+the turn ends; the content is found in between. Each prefix must render as a prefix of the whole
+conversation (true of the usual templates); a template that renders earlier turns differently
+once more turns follow is reported, with the record that shows it.
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+import json
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .errors import ChatTemplateError
+
+__all__ = [
+    "KNOWN_ROLES",
+    "ChatTemplate",
+    "Piece",
+    "PieceKind",
+    "RenderError",
+    "load_chat_template",
+]
+
+KNOWN_ROLES = ("system", "user", "assistant", "tool")
+"""Roles a message may have; any other is a bad record."""
+
+
+class PieceKind(enum.IntEnum):
+    """What a piece of a rendered example is, for the loss."""
+
+    CONTEXT = 0  # never learned (under --loss-on all, everything is)
+    LEARN = 1  # an assistant content or a completion: every token learned
+    TURN_END = 2  # closes an assistant turn: learned up to and including its first special token
+
+
+@dataclass(frozen=True)
+class Piece:
+    """A piece of the text of one example, tokenized on its own."""
+
+    kind: PieceKind
+    text: str
+
+
+class RenderError(Exception):
+    """Rendering one record failed (the template raised, or the record does not fit it)."""
+
+
+class _TemplateRaised(Exception):
+    pass
+
+
+def _raise_exception(message: Any) -> None:
+    raise _TemplateRaised(str(message))
+
+
+def _tojson(
+    value: Any,
+    ensure_ascii: bool = False,
+    indent: Any = None,
+    separators: Any = None,
+    sort_keys: bool = False,
+) -> str:
+    return json.dumps(
+        value, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys
+    )
+
+
+def _environment() -> Any:
+    from jinja2 import DictLoader, nodes
+    from jinja2.ext import Extension, loopcontrols
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    class _Generation(Extension):
+        """``{% generation %}...{% endgeneration %}`` (Hugging Face's marker of assistant text):
+        rendered as its body; packtool finds the assistant contents itself."""
+
+        tags = {"generation"}  # noqa: RUF012 - jinja's API
+
+        def parse(self, parser: Any) -> Any:
+            lineno = next(parser.stream).lineno
+            body = parser.parse_statements(("name:endgeneration",), drop_needle=True)
+            return nodes.CallBlock(self.call_method("_body"), [], [], body).set_lineno(lineno)
+
+        def _body(self, caller: Any) -> str:
+            return str(caller())
+
+    env = ImmutableSandboxedEnvironment(
+        trim_blocks=True,
+        lstrip_blocks=True,
+        extensions=[loopcontrols, _Generation],
+        loader=DictLoader({}),  # no files: {% include %} and {% import %} find nothing
+    )
+    env.filters["tojson"] = _tojson
+    env.globals["raise_exception"] = _raise_exception
+    return env
+
+
+@dataclass
+class ChatTemplate:
+    """A compiled chat template and where it came from.
+
+    >>> t = ChatTemplate.from_string("{% for m in messages %}[{{ m.role }}] {{ m.content }}\\n"
+    ...                              "{% endfor %}", name="tiny")
+    >>> t.render([{"role": "user", "content": "Hi"}])
+    '[user] Hi\\n'
+    """
+
+    text: str
+    name: str
+    source: str  # "file", "tokenizer_config.json", "chat_template.jinja" or "string"
+    variables: Mapping[str, str] = field(default_factory=dict)
+    _compiled: Any = field(default=None, repr=False)
+
+    @classmethod
+    def from_string(
+        cls,
+        text: str,
+        *,
+        name: str = "<string>",
+        source: str = "string",
+        variables: Mapping[str, str] | None = None,
+    ) -> ChatTemplate:
+        """Compile ``text``; a syntax error is a :class:`ChatTemplateError` naming the line."""
+        from jinja2 import TemplateSyntaxError
+
+        try:
+            compiled = _environment().from_string(text)
+        except TemplateSyntaxError as e:
+            raise ChatTemplateError(
+                f"{name}:{e.lineno}: chat template syntax error: {e.message}"
+            ) from None
+        return cls(text, name, source, dict(variables or {}), compiled)
+
+    @property
+    def sha256(self) -> str:
+        return hashlib.sha256(self.text.encode("utf-8")).hexdigest()
+
+    def describe(self) -> dict[str, str]:
+        """The manifest's record of the template."""
+        return {"name": self.name, "source": self.source, "sha256": self.sha256}
+
+    def render(
+        self, messages: Sequence[Mapping[str, str]], add_generation_prompt: bool = False
+    ) -> str:
+        """The text of ``messages``.
+
+        Raises :class:`RenderError` when the template fails on these messages (a record
+        problem), :class:`ChatTemplateError` when it breaks the sandbox (a template problem).
+        """
+        from jinja2.exceptions import SecurityError, TemplateNotFound, TemplatesNotFound
+
+        try:
+            return str(
+                self._compiled.render(
+                    messages=list(messages),
+                    add_generation_prompt=add_generation_prompt,
+                    **self.variables,
+                )
+            )
+        except SecurityError as e:
+            raise ChatTemplateError(
+                f"chat template {self.name}: unsafe operation refused: {str(e).rstrip('.')} "
+                "(templates are rendered in a sandbox: no Python internals, no code, no files)"
+            ) from None
+        except (TemplateNotFound, TemplatesNotFound) as e:
+            raise ChatTemplateError(
+                f"chat template {self.name}: cannot include or import {e.name!r}: templates are "
+                "rendered in a sandbox without files; put everything in one template"
+            ) from None
+        except _TemplateRaised as e:
+            raise RenderError(f"the chat template raised an error: {e}") from None
+        except Exception as e:  # anything else the template hit on this record
+            raise RenderError(f"the chat template failed: {type(e).__name__}: {e}") from None
+
+    def pieces(self, messages: Sequence[Mapping[str, str]]) -> list[Piece]:
+        """Cut the rendered conversation at the assistant contents (see the module docstring).
+
+        Raises :class:`RenderError` when the template fails on ``messages``, changes an
+        assistant content beyond trimming it, or renders a prefix of the conversation as
+        something that is not a prefix of the whole.
+        """
+        full = self.render(messages)
+        out: list[Piece] = []
+        pos = 0  # end of what is already cut
+        for k, message in enumerate(messages):
+            if message["role"] != "assistant":
+                continue
+            turn_end = len(full) if k == len(messages) - 1 else self._prefix_end(full, messages, k)
+            try:
+                head: str | None = self.render(messages[:k], add_generation_prompt=True)
+            except RenderError:
+                head = None
+            if head is not None and full.startswith(head) and pos <= len(head) <= turn_end:
+                start = len(head)  # where the generation prompt ends
+            else:  # the template has no generation prompt: search the whole turn
+                start = max(pos, self._prefix_end(full, messages, k - 1) if k else 0)
+            content = message["content"]
+            at = full.find(content, start, turn_end)
+            if at < 0 and content.strip() != content:
+                content = content.strip()  # templates often trim contents
+                at = full.find(content, start, turn_end)
+            if at < 0:
+                raise RenderError(
+                    f"message {k} (assistant): its content is not in what the chat template "
+                    "renders for it (the template changes it)"
+                )
+            out.append(Piece(PieceKind.CONTEXT, full[pos:at]))
+            out.append(Piece(PieceKind.LEARN, content))
+            out.append(Piece(PieceKind.TURN_END, full[at + len(content) : turn_end]))
+            pos = turn_end
+        out.append(Piece(PieceKind.CONTEXT, full[pos:]))
+        return [p for p in out if p.text]
+
+    def _prefix_end(self, full: str, messages: Sequence[Mapping[str, str]], k: int) -> int:
+        prefix = self.render(messages[: k + 1])
+        if not full.startswith(prefix):
+            raise RenderError(
+                f"the chat template renders messages 0-{k} differently when more messages follow "
+                "(it is not prefix-consistent), so the assistant turns cannot be cut exactly"
+            )
+        return len(prefix)
+
+
+def _template_variables(tokenizer: Any) -> dict[str, str]:
+    """``bos_token``, ``eos_token``, ``pad_token`` strings of the tokenizer, where it has them."""
+    out: dict[str, str] = {}
+    to_token = getattr(tokenizer, "id_to_token", None)
+    special = tokenizer.special
+    for name, tid in (("bos", special.bos_id), ("eos", special.eos_id), ("pad", special.pad_id)):
+        token = to_token(tid) if (to_token is not None and tid is not None) else None
+        if token is not None:
+            out[f"{name}_token"] = token
+    return out
+
+
+def load_chat_template(spec: str | os.PathLike[str] | None, tokenizer: Any) -> ChatTemplate:
+    """The chat template to render chats with.
+
+    ``spec``: a Jinja file (``--chat-template``). Without one: the ``chat_template`` of the
+    tokenizer's ``tokenizer_config.json`` (a string, or a list of named templates, of which
+    ``default`` is taken), else a ``chat_template.jinja`` next to it.
+    """
+    variables = _template_variables(tokenizer)
+    if spec is not None:
+        path = Path(spec)
+        try:
+            text = path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            raise ChatTemplateError(f"{path}: no such chat template file") from None
+        except (OSError, UnicodeDecodeError) as e:
+            raise ChatTemplateError(f"{path}: cannot read the chat template: {e}") from None
+        return ChatTemplate.from_string(text, name=str(path), source="file", variables=variables)
+    config = getattr(tokenizer, "config", None) or {}
+    name = getattr(tokenizer, "name", "?")
+    configured = config.get("chat_template")
+    if isinstance(configured, list):
+        named = {t.get("name"): t.get("template") for t in configured if isinstance(t, dict)}
+        configured = named.get("default") or next(iter(named.values()), None)
+    if isinstance(configured, str):
+        return ChatTemplate.from_string(
+            configured,
+            name=f"{name} (tokenizer_config.json)",
+            source="tokenizer_config.json",
+            variables=variables,
+        )
+    directory = getattr(tokenizer, "directory", None)
+    if directory is not None and (Path(directory) / "chat_template.jinja").is_file():
+        path = Path(directory) / "chat_template.jinja"
+        return ChatTemplate.from_string(
+            path.read_text(encoding="utf-8"),
+            name=str(path),
+            source="chat_template.jinja",
+            variables=variables,
+        )
+    raise ChatTemplateError(
+        f"chat records need a chat template, and tokenizer {name} has none: pass "
+        "--chat-template FILE.jinja (sample_data/chatml.jinja is a ChatML one), or a --tokenizer "
+        "whose tokenizer_config.json has a chat_template"
+    )

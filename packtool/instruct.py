@@ -1,0 +1,636 @@
+"""Instruction data: prompt/completion and chat records, tokenized with exact loss labels.
+
+Two record shapes besides plain text (``--input-shape``):
+
+- ``prompt-completion``: ``{"prompt": "Add 2 and 3.", "completion": " 5"}`` (field names set by
+  ``--prompt-field`` / ``--completion-field``). The completion is learned, and the EOS that
+  closes it.
+- ``chat``: ``{"messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", ...}]}``
+  rendered with a chat template (:mod:`packtool.chat`). The assistant contents are learned, and
+  the end-of-turn token that closes each.
+
+Boundaries are exact by construction: an example is cut into pieces at the learned text
+(prompt | completion | EOS, or context | assistant content | turn end | context ...) and each
+piece is tokenized on its own, so no token straddles a boundary even with a tokenizer that would
+merge across it. It is also what the model meets when generating: the prompt tokenized, then
+the answer produced token by token after it. A completion ``"5"`` after the prompt ``"2+3="``,
+with the bundled tokenizer (no BOS)::
+
+    text       2     +     3     =   |  5 | <|endoftext|>
+    ids       23    16    24    34   | 26 |  0
+    labels  -100  -100  -100  -100   | 26 |  0         (the completion and the EOS closing it)
+
+Labels are unshifted (``labels[i]`` is the token at ``i`` when it is learned, else -100), as
+Hugging Face models take them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import itertools
+import os
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .chat import KNOWN_ROLES, ChatTemplate, PieceKind, RenderError, load_chat_template
+from .errors import BadRecordError, OptionError, TokenizerError
+from .format import IGNORE_INDEX
+from .packing import Overflow
+from .sources import (
+    InputFile,
+    RecordBatch,
+    TextBatch,
+    first_record_fields,
+    read_records,
+    read_texts,
+)
+from .tokenize import DocumentEncoder, EncodedBatch, Tokenizer
+
+__all__ = [
+    "InputPlan",
+    "InputShape",
+    "InstructEncoder",
+    "LossOn",
+    "check_chat",
+    "check_prompt_completion",
+    "detect_shape",
+    "plan_input",
+]
+
+
+class InputShape(str, enum.Enum):
+    """The shape of the input records."""
+
+    TEXT = "text"
+    PROMPT_COMPLETION = "prompt-completion"
+    CHAT = "chat"
+    AUTO = "auto"
+
+
+class LossOn(str, enum.Enum):
+    """Which tokens are learned."""
+
+    COMPLETION = "completion"  # prompt/completion: the completion (+ EOS)
+    ASSISTANT = "assistant"  # chat: assistant contents (+ end-of-turn)
+    ALL = "all"  # every token of the example
+
+
+def parse_shape(value: str | InputShape) -> InputShape:
+    try:
+        return InputShape(value)
+    except ValueError:
+        raise OptionError(
+            f"--input-shape must be one of text, prompt-completion, chat, auto; got {value!r}"
+        ) from None
+
+
+def resolve_loss_on(value: str | LossOn | None, shape: InputShape) -> LossOn | None:
+    """``--loss-on`` checked against the input shape (``None``: the shape's default)."""
+    if shape is InputShape.TEXT:
+        if value is None:
+            return None
+        try:
+            loss_on = LossOn(value)
+        except ValueError:
+            raise OptionError(
+                f"--loss-on must be one of completion, assistant, all; got {value!r}"
+            ) from None
+        if loss_on is not LossOn.ALL:
+            raise OptionError(
+                f"--loss-on {loss_on.value} needs prompt/completion or chat records, but "
+                "the input shape is text (set --input-shape, or the field options)"
+            )
+        return loss_on  # text with a labels column: every token learned
+    if value is None:
+        return LossOn.COMPLETION if shape is InputShape.PROMPT_COMPLETION else LossOn.ASSISTANT
+    try:
+        loss_on = LossOn(value)
+    except ValueError:
+        raise OptionError(
+            f"--loss-on must be one of completion, assistant, all; got {value!r}"
+        ) from None
+    wanted = LossOn.COMPLETION if shape is InputShape.PROMPT_COMPLETION else LossOn.ASSISTANT
+    if loss_on not in (wanted, LossOn.ALL):
+        raise OptionError(
+            f"--loss-on {loss_on.value} does not apply to {shape.value} records: "
+            f"use --loss-on {wanted.value} or all"
+        )
+    return loss_on
+
+
+def detect_shape(
+    fields: Sequence[str] | None,
+    *,
+    text_field: str = "text",
+    prompt_field: str = "prompt",
+    completion_field: str = "completion",
+    messages_field: str = "messages",
+) -> InputShape:
+    """The shape of records with these fields: chat if ``messages_field`` is one, else
+    prompt-completion if both of those fields are, else text.
+
+    >>> detect_shape(["id", "messages"])
+    <InputShape.CHAT: 'chat'>
+    """
+    names = set(fields or ())
+    if messages_field in names:
+        return InputShape.CHAT
+    if prompt_field in names and completion_field in names:
+        return InputShape.PROMPT_COMPLETION
+    return InputShape.TEXT
+
+
+def _kind(value: Any) -> str:
+    kind = type(value).__name__
+    return {"NoneType": "null", "dict": "object", "list": "array", "str": "string"}.get(kind, kind)
+
+
+def check_prompt_completion(
+    prompt_field: str = "prompt", completion_field: str = "completion"
+) -> Callable[[dict[str, Any], str], tuple[str, str]]:
+    """The record check of prompt/completion data: ``(prompt, completion)``, both strings."""
+
+    def check(record: dict[str, Any], location: str) -> tuple[str, str]:
+        values = []
+        fields = ((prompt_field, "--prompt-field"), (completion_field, "--completion-field"))
+        for name, option in fields:
+            if name not in record:
+                found = ", ".join(repr(k) for k in list(record)[:20]) or "none"
+                raise BadRecordError(
+                    location,
+                    f"no field {name!r} (fields found: {found})",
+                    f"choose it with {option}",
+                )
+            value = record[name]
+            if not isinstance(value, str):
+                raise BadRecordError(location, f"field {name!r} is {_kind(value)}, not a string")
+            values.append(value)
+        return values[0], values[1]
+
+    return check
+
+
+def check_chat(
+    messages_field: str = "messages", roles: Sequence[str] = KNOWN_ROLES
+) -> Callable[[dict[str, Any], str], list[dict[str, str]]]:
+    """The record check of chat data: a list of ``{"role", "content"}`` (both strings, the role
+    one of ``roles``). Other keys of a message are dropped: the template sees role and content."""
+    known = set(roles)
+
+    def check(record: dict[str, Any], location: str) -> list[dict[str, str]]:
+        if messages_field not in record:
+            found = ", ".join(repr(k) for k in list(record)[:20]) or "none"
+            raise BadRecordError(
+                location,
+                f"no field {messages_field!r} (fields found: {found})",
+                "choose it with --messages-field",
+            )
+        messages = record[messages_field]
+        if not isinstance(messages, list):
+            raise BadRecordError(
+                location, f"field {messages_field!r} is {_kind(messages)}, not a list of messages"
+            )
+        out = []
+        for i, m in enumerate(messages):
+            if not isinstance(m, dict):
+                raise BadRecordError(location, f"message {i} is {_kind(m)}, not an object")
+            for key in ("role", "content"):
+                if m.get(key) is None:
+                    raise BadRecordError(location, f"message {i} has no {key!r}")
+                if not isinstance(m[key], str):
+                    raise BadRecordError(
+                        location, f"message {i}: {key!r} is {_kind(m[key])}, not a string"
+                    )
+            if m["role"] not in known:
+                raise BadRecordError(
+                    location,
+                    f"message {i} has an unknown role {m['role']!r} "
+                    f"(known: {', '.join(sorted(known))})",
+                )
+            out.append({"role": m["role"], "content": m["content"]})
+        return out
+
+    return check
+
+
+def _special_ids(tokenizer: Tokenizer) -> frozenset[int]:
+    """Ids of the tokenizer's special tokens (end-of-turn tokens are among them)."""
+    ids = {t for t in (tokenizer.special.eos_id, tokenizer.special.bos_id) if t is not None}
+    if tokenizer.special.pad_id is not None:
+        ids.add(tokenizer.special.pad_id)
+    inner = getattr(tokenizer, "tokenizer", None)
+    decoder = getattr(inner, "get_added_tokens_decoder", None)
+    if decoder is not None:
+        ids.update(int(i) for i, t in decoder().items() if getattr(t, "special", False))
+    return frozenset(ids)
+
+
+def _affixes(tokenizer: Tokenizer) -> tuple[list[int], list[int]]:
+    """The ids the post-processor adds before and after a text (e.g. Llama's BOS)."""
+    if tokenizer.num_special_tokens_to_add() == 0:
+        return [], []
+    plain = list(tokenizer.encode_batch(["a"], add_special_tokens=False)[0])
+    full = list(tokenizer.encode_batch(["a"], add_special_tokens=True)[0])
+    for i in range(len(full) - len(plain) + 1):
+        if full[i : i + len(plain)] == plain:
+            return full[:i], full[i + len(plain) :]
+    return [], []
+
+
+_PROBE = ("Hello", " world", "x", "y z", "ok")  # plain letters: every vocabulary has them
+
+
+class _Fixed(enum.Enum):
+    """Pieces decided once the example is tokenized."""
+
+    BOS_UNLESS_FIRST = "a BOS, unless the rendered example already starts with one"
+    EOS_UNLESS_LAST = "an EOS, unless the rendered example already ends with one"
+
+
+_Source = int | tuple[int, ...] | _Fixed
+"""Where a piece's ids come from: the index of its text in the tokenizer's batch (``-i - 1``
+when it was tokenized behind the anchor), fixed ids, or a :class:`_Fixed`."""
+
+
+@dataclass
+class _Tokenized:
+    """What :meth:`InstructEncoder.tokenize` hands to :meth:`InstructEncoder.finish`."""
+
+    plans: list[list[tuple[PieceKind, _Source]]]  # per good record
+    ids: Sequence[Sequence[int]]  # the tokenizer's output, one list per text piece
+
+
+class InstructEncoder:
+    """Turns prompt/completion or chat records into token ids and loss labels.
+
+    Like :class:`~packtool.tokenize.DocumentEncoder`, in two steps a pipeline can overlap:
+    :meth:`tokenize` (render, cut into pieces, run the tokenizer) and :meth:`finish` (flat ids,
+    labels, lengths). :meth:`encode` does both.
+
+    - ``add_eos``: EOS after each example (prompt/completion: learned with the completion;
+      chat: context, the template's end-of-turn being what is learned).
+    - ``bos``: ``None`` for prompt/completion lets the post-processor add its tokens (as for
+      text); chats are rendered text, so the template decides and no post-processor token is
+      added. ``True``: exactly one BOS first; ``False``: none added.
+    """
+
+    def __init__(
+        self,
+        tokenizer: Tokenizer,
+        *,
+        shape: InputShape,
+        loss_on: LossOn,
+        template: ChatTemplate | None = None,
+        add_eos: bool = True,
+        bos: bool | None = None,
+    ) -> None:
+        if shape not in (InputShape.PROMPT_COMPLETION, InputShape.CHAT):
+            raise ValueError(f"InstructEncoder encodes prompt-completion or chat, not {shape}")
+        if shape is InputShape.CHAT and template is None:
+            raise ValueError("chat records need a chat template")
+        special = tokenizer.special
+        if add_eos and special.eos_id is None:
+            raise TokenizerError(
+                f"tokenizer {tokenizer.name} has no EOS token I can find: "
+                "name it with --eos-token, or pass --no-eos"
+            )
+        if bos and special.bos_id is None:
+            raise TokenizerError(
+                f"tokenizer {tokenizer.name} has no BOS token I can find: "
+                "name it with --bos-token, or drop --bos"
+            )
+        self.tokenizer = tokenizer
+        self.shape = shape
+        self.loss_on = loss_on
+        self.template = template
+        self.add_eos = add_eos
+        self.bos = bos
+        self.special_ids = _special_ids(tokenizer)
+        self.prefix: list[int] = []  # prompt/completion: before the prompt
+        self.suffix: list[int] = []  # prompt/completion: after the completion (before EOS)
+        if shape is InputShape.PROMPT_COMPLETION and bos is None:
+            self.prefix, self.suffix = _affixes(tokenizer)
+        elif bos:
+            self.prefix = [special.bos_id]  # type: ignore[list-item]
+        self.anchor, self.anchor_id = self._choose_anchor()
+
+    @property
+    def piece_encoding(self) -> str:
+        """``plain``: pieces tokenized as they are; ``anchored``: each piece after the first is
+        tokenized behind a special token that is then dropped, for tokenizers (Metaspace with
+        ``prepend_scheme="first"``: Llama, Mistral) that would mark every text start as a word
+        start."""
+        return "plain" if self.anchor is None else "anchored"
+
+    def _glued(self, pieces: Sequence[Sequence[int]]) -> bool:
+        ids = [t for p in pieces for t in p]
+        return self.tokenizer.decode(ids) == "".join(_PROBE)
+
+    def _choose_anchor(self) -> tuple[str | None, int | None]:
+        tok = self.tokenizer
+        if self._glued(tok.encode_batch(list(_PROBE), add_special_tokens=False)):
+            return None, None
+        to_token = getattr(tok, "id_to_token", None)
+        for tid in (tok.special.eos_id, tok.special.bos_id, tok.special.pad_id):
+            anchor = to_token(tid) if (to_token is not None and tid is not None) else None
+            if anchor is None:
+                continue
+            rest = tok.encode_batch([anchor + p for p in _PROBE[1:]], add_special_tokens=False)
+            if all(r and r[0] == tid for r in rest):
+                first = tok.encode_batch([_PROBE[0]], add_special_tokens=False)[0]
+                if self._glued([first, *(r[1:] for r in rest)]):
+                    return anchor, tid
+        return None, None  # no better way: tokenize the pieces as they are
+
+    # -- step 1: pieces and the tokenizer -------------------------------------------------
+    def _pieces(self, record: Any) -> list[tuple[PieceKind, str | tuple[int, ...] | _Fixed]]:
+        """The pieces of one record: text to tokenize, fixed ids, or a :class:`_Fixed`."""
+        if self.shape is InputShape.PROMPT_COMPLETION:
+            prompt, completion = record
+            end = list(self.suffix)
+            if self.add_eos and (not end or end[-1] != self.tokenizer.special.eos_id):
+                end.append(self.tokenizer.special.eos_id)  # type: ignore[arg-type]
+            return [
+                (PieceKind.CONTEXT, tuple(self.prefix)),
+                (PieceKind.CONTEXT, prompt),
+                (PieceKind.LEARN, completion),
+                (PieceKind.LEARN, tuple(end)),  # what closes the completion is learned
+            ]
+        assert self.template is not None
+        if not record:
+            return []
+        pieces: list[tuple[PieceKind, str | tuple[int, ...] | _Fixed]] = [
+            (p.kind, p.text) for p in self.template.pieces(record)
+        ]
+        if self.bos:
+            pieces.insert(0, (PieceKind.CONTEXT, _Fixed.BOS_UNLESS_FIRST))
+        if self.add_eos:
+            pieces.append((PieceKind.CONTEXT, _Fixed.EOS_UNLESS_LAST))
+        return pieces
+
+    def tokenize(
+        self, batch: RecordBatch | Sequence[Any], skip_bad_records: bool = False
+    ) -> _Tokenized:
+        """Cut every good record of ``batch`` into pieces and tokenize them (the slow part).
+
+        A record the chat template fails on raises :class:`~packtool.errors.BadRecordError`
+        naming it or, with ``skip_bad_records``, becomes ``None`` in ``batch.records`` with its
+        error added to ``batch.bad``.
+        """
+        if not isinstance(batch, RecordBatch):
+            records = list(batch)
+            batch = RecordBatch(records, [f"record {i}" for i in range(len(records))])
+        texts: list[str] = []
+        plans: list[list[tuple[PieceKind, _Source]]] = []
+        for i, record in enumerate(batch.records):
+            if record is None:
+                continue
+            try:
+                pieces = self._pieces(record)
+            except RenderError as e:
+                error = BadRecordError(batch.locations[i], str(e))
+                if not skip_bad_records:
+                    raise error.with_skip_hint() from None
+                batch.records[i] = None
+                batch.bad.append(error)
+                continue
+            plan: list[tuple[PieceKind, _Source]] = []
+            first_text = True
+            for kind, piece in pieces:
+                if not isinstance(piece, str):
+                    plan.append((kind, piece))
+                    continue
+                if not piece:
+                    continue
+                if self.anchor is not None and not first_text:
+                    texts.append(self.anchor + piece)
+                    plan.append((kind, -len(texts)))
+                else:
+                    texts.append(piece)
+                    plan.append((kind, len(texts) - 1))
+                first_text = False
+            plans.append(plan)
+        ids = self.tokenizer.encode_batch(texts, add_special_tokens=False) if texts else []
+        return _Tokenized(plans, ids)
+
+    # -- step 2: flat ids and labels ------------------------------------------------------
+    def _piece_ids(self, source: int, tokenized: _Tokenized) -> list[int]:
+        if source >= 0:
+            return list(tokenized.ids[source])
+        piece = list(tokenized.ids[-source - 1])
+        if not piece or piece[0] != self.anchor_id:  # pragma: no cover - probed at start
+            raise TokenizerError(
+                f"tokenizer {self.tokenizer.name}: {self.anchor!r} did not stay one token in "
+                "front of a piece"
+            )
+        return piece[1:]
+
+    def finish(self, tokenized: _Tokenized) -> EncodedBatch:
+        """Flat ids and labels of the good records, with their lengths."""
+        special = self.special_ids
+        bos, eos = self.tokenizer.special.bos_id, self.tokenizer.special.eos_id
+        learn_all = self.loss_on is LossOn.ALL
+        all_ids: list[list[int]] = []
+        all_learn: list[list[bool]] = []
+        for plan in tokenized.plans:
+            pieces: list[tuple[PieceKind, list[int]]] = []
+            bos_at = -1
+            for kind, source in plan:
+                if isinstance(source, tuple):
+                    pieces.append((kind, list(source)))
+                elif source is _Fixed.BOS_UNLESS_FIRST:
+                    bos_at = len(pieces)
+                    pieces.append((kind, []))
+                elif source is _Fixed.EOS_UNLESS_LAST:
+                    last = next((p[-1] for _k, p in reversed(pieces) if p), None)
+                    pieces.append((kind, [] if last == eos else [eos]))  # type: ignore[list-item]
+                else:
+                    pieces.append((kind, self._piece_ids(source, tokenized)))  # type: ignore[arg-type]
+            if bos_at >= 0:
+                first = next((p[0] for _k, p in pieces if p), None)
+                if first != bos:
+                    pieces[bos_at] = (pieces[bos_at][0], [bos])  # type: ignore[list-item]
+            ids: list[int] = []
+            learn: list[bool] = []
+            for kind, piece in pieces:
+                n = len(piece)
+                ids.extend(piece)
+                if kind is PieceKind.LEARN or learn_all:
+                    learn.extend([True] * n)
+                elif kind is PieceKind.TURN_END:
+                    k = next((j + 1 for j, t in enumerate(piece) if t in special), 0)
+                    learn.extend([True] * k + [False] * (n - k))
+                else:
+                    learn.extend([False] * n)
+            all_ids.append(ids)
+            all_learn.append(learn)
+        lengths = np.fromiter(map(len, all_ids), dtype=np.int64, count=len(all_ids))
+        total = int(lengths.sum())
+        flat = np.fromiter(itertools.chain.from_iterable(all_ids), dtype=np.int32, count=total)
+        learned = np.fromiter(itertools.chain.from_iterable(all_learn), dtype=bool, count=total)
+        labels = np.where(learned, flat, np.int32(IGNORE_INDEX)).astype(np.int32)
+        return EncodedBatch(flat, lengths, lengths == 0, labels)
+
+    def encode(self, records: Sequence[Any]) -> EncodedBatch:
+        """Ids and labels of ``records`` (checked records: ``(prompt, completion)`` tuples or
+        message lists), flat, one example after another."""
+        return self.finish(self.tokenize(records))
+
+
+@dataclass
+class InputPlan:
+    """How a run reads and encodes its inputs: the shape, and the reader and encoder for it.
+
+    Built by :func:`plan_input`; the pipeline calls :meth:`read` per input, and :meth:`tokenize`
+    then :meth:`finish` per batch.
+    """
+
+    shape: InputShape
+    shape_auto: bool  # chosen by --input-shape auto
+    loss_on: LossOn | None
+    template: ChatTemplate | None
+    encoder: DocumentEncoder | InstructEncoder
+    add_eos: bool
+    overflow: Overflow
+    text_field: str
+    prompt_field: str
+    completion_field: str
+    messages_field: str
+
+    @property
+    def labelled(self) -> bool:
+        """Whether the output has a labels column (instruction data, or text with
+        ``--loss-on all``)."""
+        return self.loss_on is not None
+
+    def read(
+        self, inp: InputFile, *, skip_bad_records: bool, split: str | None, txt_unit: str
+    ) -> Iterator[TextBatch | RecordBatch]:
+        if self.shape is InputShape.TEXT:
+            return read_texts(
+                inp,
+                text_field=self.text_field,
+                skip_bad_records=skip_bad_records,
+                split=split,
+                txt_unit=txt_unit,
+            )
+        if self.shape is InputShape.CHAT:
+            fields, check = [self.messages_field], check_chat(self.messages_field)
+        else:
+            fields = [self.prompt_field, self.completion_field]
+            check = check_prompt_completion(self.prompt_field, self.completion_field)  # type: ignore[assignment]
+        return read_records(
+            inp, fields=fields, check=check, skip_bad_records=skip_bad_records, split=split
+        )
+
+    def tokenize(self, batch: TextBatch | RecordBatch, skip_bad_records: bool) -> Any:
+        """Run the tokenizer on a batch (rendering chats first); ``encoder.finish`` follows."""
+        if isinstance(self.encoder, InstructEncoder):
+            return self.encoder.tokenize(batch, skip_bad_records)  # type: ignore[arg-type]
+        return self.encoder.tokenize([t for t in batch.records if t is not None])
+
+    def finish(self, tokenized: Any) -> EncodedBatch:
+        """Flat ids (and labels) of a tokenized batch."""
+        encoded = self.encoder.finish(tokenized)
+        if self.labelled and encoded.labels is None:  # text, --loss-on all
+            encoded = dataclasses.replace(encoded, labels=encoded.ids.copy())
+        return encoded
+
+    def describe(self) -> dict[str, Any]:
+        """The manifest's options about the input shape and the labels."""
+        return {
+            "input_shape": self.shape.value,
+            "input_shape_auto": self.shape_auto,
+            "prompt_field": self.prompt_field,
+            "completion_field": self.completion_field,
+            "messages_field": self.messages_field,
+            "loss_on": self.loss_on.value if self.loss_on is not None else None,
+            "chat_template": self.template.describe() if self.template is not None else None,
+        }
+
+
+def plan_input(
+    files: Sequence[InputFile],
+    tokenizer: Tokenizer,
+    *,
+    input_shape: str | InputShape = InputShape.AUTO,
+    text_field: str = "text",
+    prompt_field: str = "prompt",
+    completion_field: str = "completion",
+    messages_field: str = "messages",
+    chat_template: str | os.PathLike[str] | ChatTemplate | None = None,
+    loss_on: str | LossOn | None = None,
+    overflow: str | Overflow | None = None,
+    add_eos: bool | None = None,
+    bos: bool | None = None,
+    split: str | None = None,
+) -> InputPlan:
+    """Decide the input shape (``auto``: from the fields of the first record of the first
+    input), check the options against it, and build the encoder.
+
+    Defaults that depend on the shape: ``loss_on`` (completion / assistant), ``overflow``
+    (split for text, drop for instruction data, which splitting would cut into fragments) and
+    ``add_eos`` (on, except for chats: the template closes every turn).
+    """
+    shape = parse_shape(input_shape)
+    shape_auto = shape is InputShape.AUTO
+    if shape_auto:
+        shape = detect_shape(
+            first_record_fields(files[0], split=split) if files else None,
+            text_field=text_field,
+            prompt_field=prompt_field,
+            completion_field=completion_field,
+            messages_field=messages_field,
+        )
+    resolved_loss = resolve_loss_on(loss_on, shape)
+    if overflow is None:
+        overflow = Overflow.SPLIT if shape is InputShape.TEXT else Overflow.DROP
+    try:
+        overflow = Overflow(overflow)
+    except ValueError:
+        raise OptionError(
+            f"--overflow must be one of split, truncate, drop; got {overflow!r}"
+        ) from None
+    if add_eos is None:
+        add_eos = shape is not InputShape.CHAT
+    template: ChatTemplate | None = None
+    if shape is InputShape.CHAT:
+        if isinstance(chat_template, ChatTemplate):
+            template = chat_template
+        else:
+            template = load_chat_template(chat_template, tokenizer)
+    elif chat_template is not None:
+        raise OptionError(
+            f"--chat-template is for chat records, but the input shape is {shape.value}"
+            + (" (detected from the first record's fields)" if shape_auto else "")
+        )
+    encoder: DocumentEncoder | InstructEncoder
+    if shape is InputShape.TEXT:
+        encoder = DocumentEncoder(tokenizer, add_eos=add_eos, bos=bos)
+    else:
+        assert resolved_loss is not None
+        encoder = InstructEncoder(
+            tokenizer,
+            shape=shape,
+            loss_on=resolved_loss,
+            template=template,
+            add_eos=add_eos,
+            bos=bos,
+        )
+    return InputPlan(
+        shape=shape,
+        shape_auto=shape_auto,
+        loss_on=resolved_loss,
+        template=template,
+        encoder=encoder,
+        add_eos=add_eos,
+        overflow=overflow,
+        text_field=text_field,
+        prompt_field=prompt_field,
+        completion_field=completion_field,
+        messages_field=messages_field,
+    )
