@@ -43,6 +43,10 @@ CELL_CHARS = 2
 """Characters per cell: two, so that a cell is about as wide as it is tall."""
 
 
+LEARNED_STYLE = "bold green"
+CONTEXT_STYLE = "dim"
+
+
 def segment_style(segment: int, view: RowView) -> str:
     """The style of segment number ``segment`` of ``view`` (padding dimmed)."""
     if view.segments[segment].is_padding:
@@ -241,8 +245,19 @@ def render_decoded(view: RowView) -> Group:
             continue
         title = f"segment {seg.index}: {seg.name}, tokens {seg.start:,}..{seg.end - 1:,}"
         parts.append(Rule(Text(title, style=segment_style(seg.index, view)), align="left"))
-        if seg.text is None:
+        if seg.pieces is not None:
+            text = Text()
+            for piece, learned in seg.pieces:
+                text.append(piece, style=LEARNED_STYLE if learned else CONTEXT_STYLE)
+            parts.append(text)
+        elif seg.text is None:
             parts.append(Text(" ".join(str(int(t)) for t in seg.token_ids)))
         else:
             parts.append(Text(seg.text))
+    if any(seg.pieces is not None for seg in view.segments):
+        key = Text("key: ")
+        key.append("learned tokens (labels)", style=LEARNED_STYLE)
+        key.append(" · ")
+        key.append("context (label -100)", style=CONTEXT_STYLE)
+        parts.insert(0, key)
     return Group(*parts)

@@ -212,6 +212,9 @@ def render_dataset_stats(s: DatasetStats) -> RenderableType:
         + (f" · tokenizer {s.tokenizer}" if s.tokenizer else ""),
     )
     pairs = _packing_pairs(p)
+    if s.learned_tokens is not None:
+        share = s.learned_share_of_slots or 0.0
+        pairs.append(("learned tokens (labels)", f"{s.learned_tokens:,} ({share:.2%} of slots)"))
     pairs.extend(_length_pairs(s.document_lengths))
     parts: list[RenderableType] = [
         head,

@@ -25,6 +25,7 @@ A row of ``max_len`` 8 with documents of 3 and 2 tokens, then 3 padding tokens
 
 from __future__ import annotations
 
+import itertools
 import math
 import random
 from dataclasses import dataclass
@@ -270,7 +271,9 @@ class SegmentView:
     ``first_position``/``last_position`` come from the stored ``position_ids``;
     ``positions_ok`` is whether they are exactly ``0..length-1``. ``text`` is the decoded
     segment (``None`` for padding or without a tokenizer); ``learned`` counts tokens whose label
-    is not -100 (``None`` when the dataset has no labels).
+    is not -100 (``None`` when the dataset has no labels). ``pieces`` splits the decoded text
+    into runs of learned (``True``) and context (``False``) tokens, when there are labels and a
+    tokenizer.
     """
 
     index: int
@@ -284,6 +287,7 @@ class SegmentView:
     token_ids: np.ndarray
     text: str | None = None
     learned: int | None = None
+    pieces: list[tuple[str, bool]] | None = None
 
     @property
     def end(self) -> int:
@@ -329,6 +333,18 @@ class RowView:
         return row_mask_grid(self.cu_seqlens, self.max_len, cell, window)
 
 
+def _learned_runs(
+    tokenizer: Any, ids: np.ndarray, is_learned: np.ndarray
+) -> list[tuple[str, bool]]:
+    """The segment's text as runs of learned / context tokens, each run decoded on its own."""
+    cuts = np.flatnonzero(np.diff(is_learned.astype(np.int8))) + 1
+    bounds = [0, *cuts.tolist(), int(ids.size)]
+    return [
+        (tokenizer.decode([int(t) for t in ids[a:b]]), bool(is_learned[a]))
+        for a, b in itertools.pairwise(bounds)
+    ]
+
+
 def inspect_row(reader: PackedReader, index: int, tokenizer: Any | None = None) -> RowView:
     """Row ``index`` of ``reader`` with its segments, decoded with ``tokenizer`` if given
     (e.g. ``reader.load_tokenizer()``; anything with ``decode(ids)``).
@@ -356,9 +372,12 @@ def inspect_row(reader: PackedReader, index: int, tokenizer: Any | None = None) 
         text = None
         if tokenizer is not None and not seg.is_padding:
             text = tokenizer.decode([int(t) for t in ids])
-        learned = None
+        learned = pieces = None
         if row.labels is not None:
-            learned = int(np.count_nonzero(row.labels[seg.start : seg.end] != IGNORE_INDEX))
+            is_learned = row.labels[seg.start : seg.end] != IGNORE_INDEX
+            learned = int(np.count_nonzero(is_learned))
+            if tokenizer is not None and not seg.is_padding:
+                pieces = _learned_runs(tokenizer, ids, is_learned)
         views.append(
             SegmentView(
                 index=k,
@@ -372,6 +391,7 @@ def inspect_row(reader: PackedReader, index: int, tokenizer: Any | None = None) 
                 token_ids=ids,
                 text=text,
                 learned=learned,
+                pieces=pieces,
             )
         )
     return RowView(

@@ -438,18 +438,21 @@ def pack(
                     # A fresh map per block: pages touched by one block leave our resident
                     # set when it is done, so memory does not grow with the corpus.
                     tokens, labels = store.open(), store.open_labels()
-                    yield start + plan_block.size, gather_rows(
-                        tokens,
-                        item_off,
-                        item_len,
-                        item_doc,
-                        item_chunk,
-                        order,
-                        row_starts,
-                        plan_block,
-                        max_len,
-                        pad_id,
-                        labels=labels,
+                    yield (
+                        start + plan_block.size,
+                        gather_rows(
+                            tokens,
+                            item_off,
+                            item_len,
+                            item_doc,
+                            item_chunk,
+                            order,
+                            row_starts,
+                            plan_block,
+                            max_len,
+                            pad_id,
+                            labels=labels,
+                        ),
                     )
                     del tokens, labels
 

@@ -258,11 +258,23 @@ class DatasetStats:
     document_lengths: LengthSummary
     bad_records: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    learned_tokens: int | None = None  # instruction data: tokens with a label (manifest)
+
+    @property
+    def learned_share_of_slots(self) -> float | None:
+        """Learned tokens over all slots (rows x max_len): the share of compute that trains."""
+        slots = self.packing.rows * self.packing.max_len
+        if self.learned_tokens is None:
+            return None
+        return self.learned_tokens / slots if slots else 0.0
 
     def to_dict(self) -> dict[str, Any]:
         """The ``packtool stats OUT --json`` object (keys listed in docs/stats.md)."""
+        share = self.learned_share_of_slots
         return {
             "kind": "packed",
+            "learned_tokens": self.learned_tokens,
+            "learned_share_of_slots": None if share is None else round(share, 6),
             "path": str(self.path),
             "shards": self.shards,
             "tokenizer": self.tokenizer,
@@ -653,6 +665,7 @@ def dataset_stats(
         document_lengths=_length_summary(doc_lengths, max_len),
         bad_records=[str(b) for b in manifest.get("bad_records", [])],
         seconds=time.perf_counter() - started,
+        learned_tokens=manifest.get("tokens", {}).get("learned"),
     )
 
 

@@ -7,9 +7,10 @@ anywhere, and the output is byte-for-byte reproducible for a given ``(count, see
 
 ``chat.jsonl``: one conversation per line, ``{"id", "messages": [{"role", "content"}, ...]}``.
 One to four user/assistant exchanges, a system message in about 40% of them, a tool exchange in
-a few; assistant answers from a few words to a few thousand tokens (13 conversations are longer
-than 2,048 tokens under the bundled tokenizer, so that ``--overflow`` has something to do). Some contents
-start or end with spaces or newlines, and some hold non-ASCII text, to exercise the boundaries.
+a few; assistant answers from a few words to a few thousand tokens (13 conversations are
+longer than 2,048 tokens under the bundled tokenizer, so that ``--overflow`` has something to
+do). Some contents start or end with spaces or newlines, and some hold non-ASCII text, to
+exercise the boundaries.
 
 ``prompt_completion.jsonl``: ``{"id", "prompt", "completion"}`` per line: questions with computed
 answers, summaries, continuations and code requests.
@@ -31,7 +32,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from make_corpus import _Builder  # noqa: E402
+from make_corpus import _Builder
 
 DEFAULT_COUNT = 300
 DEFAULT_SEED = 20240607

@@ -880,3 +880,44 @@ def test_property_cutting_labelled_examples(docs, max_len: int, policy: str) -> 
     assert counts["learned"] == sum(
         sum(want_labels[int(encoded.offsets[d]) + c * max_len :][:n]) for d, c, n in want_items
     )
+
+
+def test_stats_and_inspect_show_learned_tokens(tmp_path: Path) -> None:
+    """stats reports the learned tokens; inspect --decode styles learned and context apart."""
+    import json as _json
+
+    from typer.testing import CliRunner
+
+    from packtool.cli import app
+    from packtool.inspect import inspect_row
+
+    out = tmp_path / "out"
+    packtool.pack([CHAT], out, max_len=2048, chat_template=CHATML)
+    _, rows = read_rows(out)
+    learned = sum(label != IGNORE for r in rows for label in r["labels"])
+    result = CliRunner().invoke(app, ["stats", str(out), "--json"])
+    assert result.exit_code == 0, result.output
+    data = _json.loads(result.stdout)
+    assert data["learned_tokens"] == learned
+    assert data["learned_share_of_slots"] == pytest.approx(learned / (len(rows) * 2048), abs=1e-6)
+    table = CliRunner().invoke(app, ["stats", str(out)], env={"COLUMNS": "120"})
+    assert "learned tokens (labels)" in table.stdout and f"{learned:,}" in table.stdout
+
+    reader = packtool.open_packed(out)
+    view = inspect_row(reader, 0, reader.load_tokenizer())
+    conversations = [r["messages"] for r in load_jsonl(CHAT)]
+    for seg in view.segments:
+        if seg.is_padding:
+            assert seg.pieces is None
+            continue
+        learned_text = [text for text, is_learned in seg.pieces if is_learned]
+        want = [
+            m["content"] + "<|im_end|>"
+            for m in conversations[seg.doc_id]
+            if m["role"] == "assistant"
+        ]
+        assert learned_text == want
+        assert "".join(text for text, _ in seg.pieces) == seg.text
+    shown = CliRunner().invoke(app, ["inspect", str(out), "--decode"], env={"COLUMNS": "120"})
+    assert shown.exit_code == 0, shown.output
+    assert "learned tokens (labels)" in shown.stdout

@@ -145,3 +145,21 @@ def test_resume_after_sigkill(tmp_path: Path) -> None:
     subprocess.run([*cmd, "-o", str(tmp_path / "ref")], env=env, check=True)
     assert read_rows(out)[1] == read_rows(tmp_path / "ref")[1]
     assert not work_dir_for(out).exists()
+
+
+def test_resume_chat_keeps_labels(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Labels are resumed too: the labels file is cut back to the checkpoint with the tokens."""
+    monkeypatch.setattr(pipeline, "_CHECKPOINT_SECONDS", 0.0)
+    chat = REPO / "sample_data" / "chat.jsonl"
+    lines = chat.read_text(encoding="utf-8").splitlines()
+    src = tmp_path / "chat.jsonl"
+    src.write_text("\n".join(lines * 8) + "\n", encoding="utf-8")
+    opts = {"max_len": 2048, "chat_template": REPO / "sample_data" / "chatml.jinja"}
+    packtool.pack([src], tmp_path / "full", **opts)
+    with pytest.raises(Stop):
+        packtool.pack([src], tmp_path / "out", resume=True, progress=_interrupt_after(2), **opts)
+    assert packtool.pack([src], tmp_path / "out", resume=True, **opts).resumed
+    m_full, rows_full = read_rows(tmp_path / "full")
+    m_res, rows_res = read_rows(tmp_path / "out")
+    assert rows_res == rows_full and "labels" in rows_res[0]
+    assert m_res["tokens"] == m_full["tokens"] and m_res["labels"] == m_full["labels"]

@@ -188,6 +188,18 @@ def expected_dataset(out_dir: Path, batch_size: int = 8, seed: int = 0) -> dict[
         },
         "document_lengths": expected_lengths(list(doc_len.values()), max_len),
         "bad_records": manifest["bad_records"],
+        **expected_learned(rows, max_len),
+    }
+
+
+def expected_learned(rows: list[dict], max_len: int) -> dict[str, Any]:
+    """Learned tokens counted from the labels column (None without one)."""
+    if not rows or "labels" not in rows[0]:
+        return {"learned_tokens": None, "learned_share_of_slots": None}
+    learned = sum(label != -100 for r in rows for label in r["labels"])
+    return {
+        "learned_tokens": learned,
+        "learned_share_of_slots": round(learned / (len(rows) * max_len), 6),
     }
 
 
