@@ -11,7 +11,7 @@ import os
 import queue
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -251,6 +251,9 @@ def pack(
     txt_unit: str = "line",
     num_proc: int | None = None,
     progress: ProgressCallback | None = None,
+    files: Sequence[InputFile] | None = None,
+    read: Callable[..., Iterable[TextBatch]] = read_texts,
+    extra_manifest: Mapping[str, Any] | None = None,
 ) -> PackReport:
     """Pack ``inputs`` into rows of ``max_len`` tokens and write them to ``out_dir``.
 
@@ -259,6 +262,11 @@ def pack(
     (unless ``shuffle=False``), and written as Arrow shards plus a manifest (last). Returns a
     :class:`PackReport`. Raises :class:`~packtool.errors.PacktoolError` subclasses for user
     mistakes.
+
+    For work units (``packtool.units``): ``files`` are inputs already resolved (then
+    ``inputs`` is ignored; it may be empty), each read with ``read(file, text_field=...,
+    skip_bad_records=..., split=..., txt_unit=...)``; ``extra_manifest`` keys are added to the
+    manifest.
     """
     started = time.perf_counter()
     if not isinstance(max_len, int) or max_len < 2:
@@ -273,7 +281,7 @@ def pack(
         raise OptionError(f"--rows-per-shard must be >= 1, got {rows_per_shard}")
     out_path = Path(out_dir)
     check_output_dir(out_path, overwrite)
-    files = resolve_inputs(inputs)
+    files = resolve_inputs(inputs) if files is None else list(files)
     tok: Tokenizer
     if tokenizer is None or isinstance(tokenizer, (str, os.PathLike)):
         tok = load_tokenizer(tokenizer, eos_token=eos_token, bos_token=bos_token)
@@ -301,7 +309,7 @@ def pack(
 
     def read_all() -> Iterator[tuple[int, TextBatch]]:
         for index, inp in enumerate(files):
-            for batch in read_texts(
+            for batch in read(
                 inp,
                 text_field=text_field,
                 skip_bad_records=skip_bad_records,
@@ -434,6 +442,7 @@ def pack(
                 "efficiency": n_tokens / (n_rows * max_len) if n_rows else 0.0,
                 "bad_records": bad_records,
                 "seconds": round(seconds, 3),
+                **(extra_manifest or {}),
             }
             if isinstance(tok, HFTokenizer):
                 (writer.staging / "tokenizer.json").write_bytes(tok.json_bytes)
