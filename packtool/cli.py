@@ -466,6 +466,7 @@ def _pack_units(args: dict[str, Any]) -> None:
     if as_json:
         data = _merged_json(report.merged)
         data["engine"] = report.engine
+        data["driver"] = {"pid": report.driver_pid, "host": report.driver_host}
         data["units_run"] = [u.to_dict() for u in report.units]
         print(json.dumps(data, indent=2))
         return

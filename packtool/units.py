@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import bisect
 import hashlib
-import io
 import json
 import os
 import re
@@ -425,21 +424,19 @@ def _read_jsonl_range(
 
     remaining = piece.stop - piece.start
     try:
-        f = open(piece.path, "rb")  # noqa: SIM115 - closed below
+        f = open(piece.path, "rb", buffering=1 << 20)  # noqa: SIM115 - closed below
     except OSError as e:
         raise InputError(f"{piece.path}: cannot open: {e.strerror or e}") from e
     with f:
         f.seek(piece.start)
-        stream = io.BufferedReader(f, 1 << 20)  # type: ignore[arg-type]
+        stream = f
         batch = TextBatch([])
         lineno = 0
         done = 0
-        while done < remaining:
+        while done < remaining:  # `stop` is a line start: the last line ends there
             line = stream.readline()
             if not line:
                 break
-            if done + len(line) > remaining:  # never past the range (stop is a line start)
-                line = line[: remaining - done]
             done += len(line)
             lineno += 1
             if not line.strip():

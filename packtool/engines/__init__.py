@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 import shutil
 import socket
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -184,6 +185,7 @@ def pack_units(
     tokenizer threads (default 1). ``ray_address`` joins a running Ray cluster; without it
     a local Ray instance is started for the run and stopped after it.
     """
+    started = time.perf_counter()
     if not isinstance(units, int) or units < 1:
         raise OptionError(f"--units must be an integer >= 1, got {units!r}")
     if unit is not None and not 0 <= unit < units:
@@ -283,6 +285,7 @@ def pack_units(
     merged = merge_units(
         out, shuffle=shuffle, seed=seed, rows_per_shard=rows_per_shard, progress=progress
     )
+    merged.seconds = time.perf_counter() - started  # the whole run (the manifest: the merge)
     return UnitsReport(out, engine, [results[i] for i in range(units)], merged)
 
 
