@@ -18,6 +18,7 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
+from .engines import UnitsReport, pack_units
 from .errors import (
     BadRecordError,
     FormatError,
@@ -35,9 +36,11 @@ from .format import (
     Segment,
     open_packed,
 )
+from .merge import merge_units
 from .packing import Overflow, first_fit_decreasing, lower_bound_rows
 from .pipeline import DocumentCounts, PackReport, pack
 from .tokenize import DocumentEncoder, HFTokenizer, SpecialTokens, Tokenizer, load_tokenizer
+from .units import Unit, UnitResult, plan_units
 
 __all__ = [
     "FORMAT_VERSION",
@@ -59,10 +62,16 @@ __all__ = [
     "SpecialTokens",
     "Tokenizer",
     "TokenizerError",
+    "Unit",
+    "UnitResult",
+    "UnitsReport",
     "__version__",
     "first_fit_decreasing",
     "load_tokenizer",
     "lower_bound_rows",
+    "merge_units",
     "open_packed",
     "pack",
+    "pack_units",
+    "plan_units",
 ]

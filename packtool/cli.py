@@ -264,7 +264,7 @@ def pack(
     units: Annotated[
         int | None,
         typer.Option(
-            help="Pack as N work units (FFD inside each), then merge them [see docs/cluster.md].",
+            help="Pack as N work units (FFD inside each), then merge them (docs/cluster.md).",
             show_default=False,
         ),
     ] = None,
@@ -282,7 +282,8 @@ def pack(
     ray_address: Annotated[
         str | None,
         typer.Option(
-            help="Ray cluster to join with --engine ray [default: start a local Ray instance].",
+            help="Ray cluster to join with --engine ray, or auto (default: start a local Ray "
+            "instance for the run).",
             show_default=False,
         ),
     ] = None,
@@ -493,19 +494,19 @@ def merge(
         bool | None,
         typer.Option(
             "--shuffle/--no-shuffle",
-            help="Shuffle the rows [default: as given to pack].",
+            help="Shuffle the rows (default: as given to pack).",
             show_default=False,
         ),
     ] = None,
     seed: Annotated[
         int | None,
         typer.Option(
-            help="Seed of the row shuffle [default: as given to pack].", show_default=False
+            help="Seed of the row shuffle (default: as given to pack).", show_default=False
         ),
     ] = None,
     rows_per_shard: Annotated[
         int | None,
-        typer.Option(help="Rows per shard [default: as given to pack].", show_default=False),
+        typer.Option(help="Rows per shard (default: as given to pack).", show_default=False),
     ] = None,
     shard_size: Annotated[
         str | None,

@@ -292,11 +292,14 @@ def _gather(
     """Rows ``rows`` (global numbers, in that order), with ``doc_ids`` made global."""
     table_of = np.searchsorted(starts, rows, side="right") - 1
     by_table = np.argsort(table_of, kind="stable")
-    pieces = []
-    for t in np.unique(table_of):
-        picked = rows[by_table][table_of[by_table] == t] - starts[t]
-        pieces.append(tables[int(t)].take(pa.array(picked)))
-    grouped = pa.concat_tables(pieces) if pieces else tables[0].slice(0, 0)
+    sorted_rows, sorted_tables = rows[by_table], table_of[by_table]
+    ids, firsts = np.unique(sorted_tables, return_index=True)
+    ends = [*firsts[1:], sorted_rows.size]
+    pieces = [
+        tables[int(t)].take(pa.array(sorted_rows[a:b] - starts[t]))
+        for t, a, b in zip(ids, firsts, ends, strict=True)
+    ]
+    grouped = pa.concat_tables(pieces)
     inverse = np.empty_like(by_table)
     inverse[by_table] = np.arange(by_table.size)
     table = grouped.take(pa.array(inverse)).combine_chunks()

@@ -319,6 +319,8 @@ def test_reruns_skip_finished_units(tmp_path: Path) -> None:
         pack_units(paths, out, units=2, max_len=48, tokenizer=tok, num_proc=1)
     redone = pack_units(paths, out, units=2, max_len=40, tokenizer=tok, num_proc=1, overwrite=True)
     assert [u.skipped for u in redone.units] == [False, False]
+    again = pack_units(paths, out, units=2, max_len=40, tokenizer=tok, num_proc=1, overwrite=True)
+    assert [u.skipped for u in again.units] == [False, False]  # --overwrite: start over
     assert sorted(p.name for p in (out / "units").iterdir()) == [
         "unit-00000-of-00002",
         "unit-00001-of-00002",

@@ -116,11 +116,18 @@ def unwrap(outcome: tuple[str, Any]) -> UnitResult:
 
 
 def _prepare(out: Path, count: int, single: bool, overwrite: bool) -> None:
-    """Check ``out`` before any work: a fresh directory, or the units of the same count."""
+    """Check ``out`` before any work: a fresh directory, or the units of the same count.
+
+    ``overwrite`` with all units removes ``out``; with one unit (``single``), only that unit
+    is replaced later.
+    """
     if not out.exists():
         return
     if not out.is_dir():
         raise OutputExistsError(f"output path {out} exists and is not a directory")
+    if overwrite and not single:  # start over: units, merged output, all
+        shutil.rmtree(out)
+        return
     found = unit_dirs(out)
     holds_units = (out / UNITS_DIR).is_dir()
     foreign = not holds_units and any(
@@ -128,9 +135,6 @@ def _prepare(out: Path, count: int, single: bool, overwrite: bool) -> None:
     )  # e.g. the output of a plain `pack`
     other = sorted(c for c in found if c != count)
     if not foreign and not other:
-        return
-    if overwrite and not single:
-        shutil.rmtree(out)
         return
     what = (
         f"units of --units {', '.join(map(str, other))}"

@@ -13,11 +13,12 @@ import multiprocessing
 import os
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_EXCEPTION, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 from typing import Any
 
 from ..units import Unit, UnitOptions, UnitResult
-from . import call_unit, unwrap
+from . import UnitFailedError, call_unit, unwrap
 
 __all__ = ["run_local"]
 
@@ -62,6 +63,12 @@ def run_local(
                     results.append(unwrap(future.result()))
                 if done and progress:
                     progress("units", already + len(results), total)
+        except BrokenProcessPool:
+            raise UnitFailedError(
+                "a worker process died while packing units (out of memory? try a smaller "
+                "--num-proc or more --units); finished units are kept: run the same command "
+                "again to go on"
+            ) from None
         except BaseException:
             for future in futures:
                 future.cancel()

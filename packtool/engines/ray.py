@@ -91,17 +91,28 @@ def run_ray(
         started_here = True
     refs: list[Any] = []
     try:
-        task = ray.remote(num_cpus=cpus, max_retries=0)(_task)
+        # A task whose worker or node dies is retried by Ray (a unit can run again: its
+        # output appears only when complete).
+        task = ray.remote(num_cpus=cpus)(_task)
         refs = [
             task.remote(unit, str(out_dir.resolve()), options, merge_options, cpus)
             for unit in units
         ]
+        names = {ref: unit.name for ref, unit in zip(refs, units, strict=True)}
         results: list[UnitResult] = []
         pending = list(refs)
         while pending:
             done, pending = ray.wait(pending, num_returns=1, timeout=1.0)
             for ref in done:
-                result = unwrap(ray.get(ref))
+                try:
+                    outcome = ray.get(ref)
+                except ray.exceptions.RayError as e:
+                    first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+                    raise UnitFailedError(
+                        f"{names[ref]}: the Ray task failed: {first} (finished units are kept: "
+                        "run the same command again to go on)"
+                    ) from None
+                result = unwrap(outcome)
                 if result.packtool_version != __version__:
                     raise UnitFailedError(
                         f"a Ray worker on {result.host} runs packtool {result.packtool_version}, "
