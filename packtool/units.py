@@ -187,6 +187,8 @@ class Unit:
     count: int
     pieces: tuple[Piece, ...]
     plan: str  # sha256 of the whole plan: inputs, cut points, options (UnitOptions.key)
+    inputs_sha256: str = ""  # of the inputs' paths, kinds and sizes
+    options_json: str = "null"  # UnitOptions.key(), as JSON
 
     @property
     def name(self) -> str:
@@ -206,6 +208,8 @@ class Unit:
             "count": self.count,
             "plan": self.plan,
             "plan_version": PLAN_VERSION,
+            "inputs_sha256": self.inputs_sha256,
+            "options": json.loads(self.options_json),
             "pieces": [p.describe() for p in self.pieces],
         }
 
@@ -341,16 +345,18 @@ def plan_units(
         bounds.append(max(snapped, bounds[-1]))
     bounds.append(total)
 
-    digest = hashlib.sha256()
-    plan_record = {
-        "plan_version": PLAN_VERSION,
-        "units": units,
-        "options": options.key() if options is not None else None,
-        "inputs": [[str(f.path), f.kind, f.compression, f.size_bytes] for f in files],
-        "bounds": bounds,
-    }
-    digest.update(json.dumps(plan_record, sort_keys=True).encode())
-    plan = digest.hexdigest()
+    inputs = [[str(f.path), f.kind, f.compression, f.size_bytes] for f in files]
+    inputs_sha = _sha256({"inputs": inputs})
+    options_key = options.key() if options is not None else None
+    plan = _sha256(
+        {
+            "plan_version": PLAN_VERSION,
+            "units": units,
+            "options": options_key,
+            "inputs": inputs_sha,
+            "bounds": bounds,
+        }
+    )
 
     pieces: list[list[Piece]] = [[] for _ in range(units)]
     for i, splitter in enumerate(splitters):
@@ -362,7 +368,12 @@ def plan_units(
             lo, hi = max(bounds[u], lo_file), min(bounds[u + 1], hi_file)
             if lo < hi:
                 pieces[u].append(splitter.piece(lo - lo_file, hi - lo_file))
-    return [Unit(u, units, tuple(pieces[u]), plan) for u in range(units)]
+    options_json = json.dumps(options_key, sort_keys=True)
+    return [Unit(u, units, tuple(pieces[u]), plan, inputs_sha, options_json) for u in range(units)]
+
+
+def _sha256(obj: Any) -> str:
+    return hashlib.sha256(json.dumps(obj, sort_keys=True).encode()).hexdigest()
 
 
 # -- reading a piece -----------------------------------------------------------------------
@@ -574,11 +585,16 @@ def finished_unit(unit: Unit, out_dir: str | os.PathLike[str]) -> dict[str, Any]
 
 
 def _differences(recorded: dict[str, Any], unit: Unit) -> str:
+    """What changed since the unit was packed, in a few words."""
     if recorded.get("plan_version") != PLAN_VERSION:
         return "an older unit assignment rule"
-    old = [(p["path"], p["start"], p["stop"]) for p in recorded.get("pieces", [])]
-    new = [(str(p.path), p.start, p.stop) for p in unit.pieces]
-    return "other input ranges" if old != new else "other options or tokenizer"
+    old, new = recorded.get("options") or {}, json.loads(unit.options_json) or {}
+    changed = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
+    if changed:
+        return "other " + ", ".join(changed)
+    if recorded.get("inputs_sha256") != unit.inputs_sha256:
+        return "other input files or sizes"
+    return "other input ranges"
 
 
 def run_unit(

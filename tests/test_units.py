@@ -313,8 +313,14 @@ def test_reruns_skip_finished_units(tmp_path: Path) -> None:
     assert again.units == [] and again.merged is not None
     assert again.merged.rows == report.merged.rows
     # Other options: the finished units do not fit; say so, and --overwrite starts over.
-    with pytest.raises(OutputExistsError, match=r"unit-00000-of-00003 was packed with other"):
+    with pytest.raises(OutputExistsError, match=r"unit-00000-of-00003 .*\(other max_len\)"):
         pack_units(paths, out, units=3, max_len=40, tokenizer=tok, num_proc=1)
+    with open(paths[0], "a") as f:  # the corpus grew: other byte ranges
+        f.write(json.dumps({"text": "one more"}) + "\n")
+    with pytest.raises(
+        OutputExistsError, match=r"unit-00000-of-00003 .*\(other input files or sizes\)"
+    ):
+        pack_units(paths, out, units=3, max_len=48, tokenizer=tok, num_proc=1)
     with pytest.raises(OutputExistsError, match=r"holds units of --units 3"):
         pack_units(paths, out, units=2, max_len=48, tokenizer=tok, num_proc=1)
     redone = pack_units(paths, out, units=2, max_len=40, tokenizer=tok, num_proc=1, overwrite=True)
