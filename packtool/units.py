@@ -41,7 +41,7 @@ import re
 import socket
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -136,7 +136,7 @@ class UnitOptions:
         """What identifies the rows a unit packs: every option here, and the tokenizer by the
         sha256 of its file (so an edited tokenizer.json re-packs)."""
         tok, _ = self.load_tokenizer()
-        out = {k: v for k, v in asdict(self).items() if k != "tokenizer_object"}
+        out = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "tokenizer_object"}
         out["tokenizer"] = {"spec": self.tokenizer or tok.name, "sha256": tok.sha256}
         return out
 

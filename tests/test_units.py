@@ -289,7 +289,7 @@ def test_engines_and_unit_runs_give_the_same_rows(tmp_path: Path) -> None:
     assert merged.manifest["options"]["seed"] == 5
     assert merged.manifest["shards"][0]["rows"] == 40
     pids = {u.pid for u in pool.units}
-    assert len(pids) == 2 and os.getpid() not in pids
+    assert os.getpid() not in pids and len(pids) <= 2  # worker processes, at most 2
     # A merge with another seed gives the same rows in another order.
     other = merge_units(tmp_path / "arr", seed=6)
     assert other.manifest["options"]["seed"] == 6
