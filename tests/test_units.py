@@ -335,7 +335,9 @@ def test_reruns_skip_finished_units(tmp_path: Path) -> None:
 
 def test_more_units_than_records(tmp_path: Path) -> None:
     src = write_jsonl(tmp_path / "in.jsonl", [{"text": "ab"}, {"text": "cde"}])
-    report = pack_units([src], tmp_path / "out", units=5, max_len=16, tokenizer=CharTokenizer())
+    report = pack_units(
+        [src], tmp_path / "out", units=5, max_len=16, tokenizer=CharTokenizer(), num_proc=1
+    )
     assert [u.documents for u in report.units] == [1, 0, 1, 0, 0]
     _, rows = read_rows(tmp_path / "out")
     assert documents_from_rows(rows) == {0: char_ids("ab"), 1: char_ids("cde")}
