@@ -19,6 +19,7 @@ from __future__ import annotations
 __version__ = "0.1.0"
 
 from .chat import ChatTemplate, load_chat_template
+from .engines import UnitsReport, pack_units
 from .errors import (
     BadRecordError,
     ChatTemplateError,
@@ -39,10 +40,12 @@ from .format import (
 )
 from .inspect import MaskGrid, RowView, SegmentView, inspect_row, row_mask_grid
 from .instruct import InputShape, InstructEncoder, LossOn
+from .merge import merge_units
 from .packing import Overflow, first_fit_decreasing, lower_bound_rows
 from .pipeline import DocumentCounts, PackReport, pack
 from .stats import CorpusStats, DatasetStats, PackingStats, corpus_stats, dataset_stats
 from .tokenize import DocumentEncoder, HFTokenizer, SpecialTokens, Tokenizer, load_tokenizer
+from .units import Unit, UnitResult, plan_units
 
 __all__ = [
     "FORMAT_VERSION",
@@ -75,6 +78,9 @@ __all__ = [
     "SpecialTokens",
     "Tokenizer",
     "TokenizerError",
+    "Unit",
+    "UnitResult",
+    "UnitsReport",
     "__version__",
     "corpus_stats",
     "dataset_stats",
@@ -83,7 +89,10 @@ __all__ = [
     "load_chat_template",
     "load_tokenizer",
     "lower_bound_rows",
+    "merge_units",
     "open_packed",
     "pack",
+    "pack_units",
+    "plan_units",
     "row_mask_grid",
 ]

@@ -323,6 +323,32 @@ def pack(
     as_json: Annotated[
         bool, typer.Option("--json", help="Print the summary as JSON (the manifest's figures).")
     ] = False,
+    units: Annotated[
+        int | None,
+        typer.Option(
+            help="Pack as N work units (FFD inside each), then merge them (docs/cluster.md).",
+            show_default=False,
+        ),
+    ] = None,
+    unit: Annotated[
+        int | None,
+        typer.Option(
+            help="Run only unit I (0-based) of --units, here, without merging (Slurm array, "
+            "Kubernetes indexed job); `packtool merge` joins the units.",
+            show_default=False,
+        ),
+    ] = None,
+    engine: Annotated[
+        str, typer.Option(help="Where --units run: local (process pool) or ray.")
+    ] = "local",
+    ray_address: Annotated[
+        str | None,
+        typer.Option(
+            help="Ray cluster to join with --engine ray, or auto (default: start a local Ray "
+            "instance for the run).",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Tokenize INPUTS and pack them into rows of --max-len tokens, written as Arrow shards.
 
@@ -333,6 +359,8 @@ def pack(
 
     if output is None:
         output = Path(f"{inputs[0].name.split('.')[0] or 'corpus'}-packed-{max_len}")
+    if units is not None or unit is not None or engine != "local" or ray_address is not None:
+        return _pack_units(locals())
     with _RichProgress(enabled=not quiet and not as_json) as progress:
         report = run_pack(
             [str(p) for p in inputs],
@@ -698,6 +726,198 @@ def inspect_command(
 
 
 # == end of verify ==
+
+
+# == merge (issue 9): work units (`pack --units`) and the `merge` command ==
+
+
+def _units_table(report: Any) -> Table:
+    """One line per unit: where it ran and what it packed."""
+    table = Table(title="units", title_justify="left")
+    for name, justify in (
+        ("unit", "left"),
+        ("status", "left"),
+        ("documents", "right"),
+        ("rows", "right"),
+        ("seconds", "right"),
+        ("host:pid", "left"),
+    ):
+        table.add_column(name, justify=justify)  # type: ignore[arg-type]
+    for u in report.units:
+        table.add_row(
+            u.name,
+            "skipped (finished)" if u.skipped else "packed",
+            f"{u.documents:,}",
+            f"{u.rows:,}",
+            f"{u.seconds:.1f}",
+            "" if u.skipped else f"{u.host}:{u.pid}",
+        )
+    return table
+
+
+def _units_line(manifest: dict[str, Any]) -> str:
+    units = manifest["units"]
+    return (
+        f"{units['count']} units: {manifest['rows']:,} rows; one global FFD would need "
+        f"{manifest['global_ffd_rows']:,} (+{units['rows_over_global_ffd']:,} rows, "
+        f"{units['packing_loss']:.2%} packing loss)"
+    )
+
+
+def _merged_json(report: Any) -> dict[str, Any]:
+    m = report.manifest
+    keys = (
+        "documents",
+        "segments",
+        "tokens",
+        "rows",
+        "lower_bound_rows",
+        "rows_over_lower_bound",
+        "efficiency",
+        "global_ffd_rows",
+        "bad_records",
+        "seconds",
+    )
+    units = {k: v for k, v in m["units"].items() if k != "per_unit"}
+    return {"out_dir": str(report.out_dir), **{k: m[k] for k in keys}, "units": units}
+
+
+def _pack_units(args: dict[str, Any]) -> None:
+    """`pack --units N [--unit I] [--engine local|ray]`: the options of `pack`, as a dict."""
+    from .engines import pack_units
+    from .errors import OptionError
+
+    if args["units"] is None:
+        raise OptionError("--unit, --engine and --ray-address work on units: give --units N")
+    if args["input_shape"] not in ("auto", "text") or (
+        args["chat_template"] is not None or args["loss_on"] is not None
+    ):
+        raise OptionError(
+            "--units packs text inputs only for now: pack instruction data without --units"
+        )
+    quiet, as_json = args["quiet"], args["as_json"]
+    with _RichProgress(enabled=not quiet and not as_json) as progress:
+        report = pack_units(
+            [str(p) for p in args["inputs"]],
+            args["output"],
+            units=args["units"],
+            unit=args["unit"],
+            engine=args["engine"],
+            ray_address=args["ray_address"],
+            max_len=args["max_len"],
+            tokenizer=args["tokenizer"],
+            text_field=args["text_field"],
+            overflow=args["overflow"] or "split",
+            add_eos=True if args["eos"] is None else args["eos"],
+            bos=args["bos"],
+            eos_token=args["eos_token"],
+            bos_token=args["bos_token"],
+            pad_id=args["pad_id"],
+            shuffle=args["shuffle"],
+            seed=args["seed"],
+            rows_per_shard=args["rows_per_shard"],
+            shard_size=args["shard_size"],
+            overwrite=args["overwrite"],
+            skip_bad_records=args["skip_bad_records"],
+            split=args["split"],
+            txt_unit=args["txt_unit"],
+            num_proc=args["num_proc"],
+            progress=progress,
+        )
+    if report.merged is None:  # one unit (--unit I)
+        (result,) = report.units
+        if as_json:
+            print(json.dumps({"out_dir": str(report.out_dir), **result.to_dict()}, indent=2))
+        elif not quiet:
+            what = "already finished, skipped" if result.skipped else "packed"
+            out.print(
+                f"{result.name}: {what}: {result.documents:,} documents, {result.rows:,} rows "
+                f"-> {report.out_dir / 'units' / result.name}",
+                highlight=False,
+            )
+        return
+    if as_json:
+        data = _merged_json(report.merged)
+        data["engine"] = report.engine
+        data["driver"] = {"pid": report.driver_pid, "host": report.driver_host}
+        data["units_run"] = [u.to_dict() for u in report.units]
+        print(json.dumps(data, indent=2))
+        return
+    if not quiet:
+        if report.units:
+            out.print(_units_table(report))
+        else:
+            out.print(f"{report.out_dir}: already packed and merged with these options")
+        out.print(_summary_table(report.merged))
+        out.print(_units_line(report.merged.manifest), highlight=False)
+
+
+@app.command()
+@handle_errors
+def merge(
+    out_dir: Annotated[
+        Path,
+        typer.Argument(
+            help="Output directory of `pack --units N`, holding units/unit-I-of-N/.",
+            show_default=False,
+        ),
+    ],
+    shuffle: Annotated[
+        bool | None,
+        typer.Option(
+            "--shuffle/--no-shuffle",
+            help="Shuffle the rows (default: as given to pack).",
+            show_default=False,
+        ),
+    ] = None,
+    seed: Annotated[
+        int | None,
+        typer.Option(
+            help="Seed of the row shuffle (default: as given to pack).", show_default=False
+        ),
+    ] = None,
+    rows_per_shard: Annotated[
+        int | None,
+        typer.Option(help="Rows per shard (default: as given to pack).", show_default=False),
+    ] = None,
+    shard_size: Annotated[
+        str | None,
+        typer.Option(
+            help="Target shard size, e.g. 256MB (ignored with --rows-per-shard).",
+            show_default=False,
+        ),
+    ] = None,
+    quiet: Annotated[
+        bool, typer.Option("--quiet", "-q", help="No progress and no summary.")
+    ] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
+) -> None:
+    """Join the work units in OUT_DIR/units into one dataset in OUT_DIR, with one manifest.
+
+    Units are joined in order, doc_ids renumbered over the whole corpus and the rows shuffled
+    as `pack` does. The manifest records global_ffd_rows: the rows one global packing would
+    need, to measure what packing unit by unit costs. A second merge with the same options
+    does nothing.
+    """
+    from .merge import merge_units
+
+    with _RichProgress(enabled=not quiet and not as_json) as progress:
+        report = merge_units(
+            out_dir,
+            shuffle=shuffle,
+            seed=seed,
+            rows_per_shard=rows_per_shard,
+            shard_size=shard_size,
+            progress=progress,
+        )
+    if as_json:
+        print(json.dumps(_merged_json(report), indent=2))
+    elif not quiet:
+        out.print(_summary_table(report))
+        out.print(_units_line(report.manifest), highlight=False)
+
+
+# == end of merge ==
 
 
 def main() -> None:

@@ -14,7 +14,7 @@ import os
 import queue
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -302,6 +302,9 @@ def pack(
     messages_field: str = "messages",
     chat_template: str | os.PathLike[str] | ChatTemplate | None = None,
     loss_on: str | LossOn | None = None,
+    files: Sequence[InputFile] | None = None,
+    read: Callable[..., Iterable[TextBatch]] | None = None,
+    extra_manifest: Mapping[str, Any] | None = None,
 ) -> PackReport:
     """Pack ``inputs`` into rows of ``max_len`` tokens and write them to ``out_dir``.
 
@@ -315,6 +318,11 @@ def pack(
     :mod:`packtool.instruct` and docs/instruct.md) also gets a ``labels`` column: the learned
     tokens (``loss_on``), -100 elsewhere. ``overflow`` defaults to ``split`` for text and
     ``drop`` for instruction data; ``add_eos`` to on, except for chats.
+
+    For work units (``packtool.units``): ``files`` are inputs already resolved (then
+    ``inputs`` is ignored; it may be empty), each read, for text inputs, with ``read(file,
+    text_field=..., skip_bad_records=..., split=..., txt_unit=...)``; ``extra_manifest`` keys
+    are added to the manifest.
     """
     started = time.perf_counter()
     if not isinstance(max_len, int) or max_len < 2:
@@ -330,7 +338,7 @@ def pack(
         raise OptionError(f"--rows-per-shard must be >= 1, got {rows_per_shard}")
     out_path = Path(out_dir)
     check_output_dir(out_path, overwrite)
-    files = resolve_inputs(inputs)
+    files = resolve_inputs(inputs) if files is None else list(files)
     tok: Tokenizer
     if tokenizer is None or isinstance(tokenizer, (str, os.PathLike)):
         tok = load_tokenizer(tokenizer, eos_token=eos_token, bos_token=bos_token)
@@ -352,6 +360,11 @@ def pack(
         split=split,
     )
     overflow, add_eos = plan.overflow, plan.add_eos
+    if read is not None and plan.shape is not InputShape.TEXT:
+        raise OptionError(
+            f"--units packs text inputs only for now; these inputs are {plan.shape.value} "
+            "records: pack them without --units"
+        )
     if pad_id is None:
         pad_id = tok.special.pad_id if tok.special.pad_id is not None else tok.special.eos_id
     if pad_id is None:
@@ -393,6 +406,7 @@ def pack(
                 store,
                 plan,
                 fingerprint,
+                read=read,
                 read_options={
                     "skip_bad_records": skip_bad_records,
                     "split": split,
@@ -499,6 +513,7 @@ def pack(
                 "efficiency": n_tokens / (n_rows * max_len) if n_rows else 0.0,
                 "bad_records": state.bad_records,
                 "seconds": round(seconds, 3),
+                **(extra_manifest or {}),
             }
             if plan.labelled:
                 manifest["tokens"]["learned"] = label_counts["learned"]
@@ -586,6 +601,7 @@ def _read_and_tokenize(
     plan: InputPlan,
     fingerprint: str,
     *,
+    read: Callable[..., Iterable[TextBatch]] | None = None,
     read_options: dict[str, Any],
     max_len: int,
     overflow: Overflow,
@@ -602,7 +618,10 @@ def _read_and_tokenize(
 
     def read_all() -> Iterator[tuple[int, TextBatch | RecordBatch | None]]:
         for index in range(start_input, len(files)):
-            batches = plan.read(files[index], **read_options)
+            if read is not None:
+                batches = read(files[index], text_field=plan.text_field, **read_options)
+            else:
+                batches = plan.read(files[index], **read_options)
             if index == start_input and skip:
                 batches = _skip_records(batches, skip)
             for batch in batches:

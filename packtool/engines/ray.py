@@ -1,0 +1,158 @@
+"""The Ray engine: one Ray task per unit (``pip install 'packtool[ray]'``).
+
+The units decide what is packed together; Ray only places the tasks. Each task runs
+:func:`packtool.units.run_unit` in a Ray worker process, which loads the tokenizer once for
+all the tasks it runs, writes the unit to ``OUT_DIR/units/`` (a filesystem every node sees
+at the same path), and returns its figures with the worker's process id and host. The
+driver merges the units when all are done.
+
+With ``address`` the run joins a running cluster (``ray start --head`` ...); packtool and
+its dependencies must be installed on every node. Without it packtool starts a local Ray
+instance for the run: bound to 127.0.0.1, no dashboard, its temporary files in a directory
+of packtool's own that is removed afterwards. Ray's usage statistics are always switched
+off (``RAY_USAGE_STATS_ENABLED=0``): a data tool does not report anywhere by itself.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from .. import __version__
+from ..errors import OptionError
+from ..units import Unit, UnitOptions, UnitResult
+from . import UnitFailedError, call_unit, unwrap
+
+__all__ = ["import_ray", "run_ray"]
+
+
+def import_ray() -> Any:
+    """Import Ray with its usage statistics off, or say how to install it."""
+    os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
+    try:
+        import ray
+    except ImportError:
+        raise OptionError(
+            "--engine ray needs Ray, which is not installed: pip install 'packtool[ray]'"
+        ) from None
+    return ray
+
+
+def _task(
+    unit: Unit,
+    out_dir: str,
+    options: UnitOptions,
+    merge_options: dict[str, Any],
+    threads: int,
+) -> tuple[str, Any]:
+    """Runs in a Ray worker."""
+    return call_unit(unit, out_dir, options, merge_options, False, threads)
+
+
+def run_ray(
+    units: Sequence[Unit],
+    out_dir: Path,
+    options: UnitOptions,
+    *,
+    merge_options: dict[str, Any],
+    num_proc: int | None = None,
+    address: str | None = None,
+    progress: Callable[[str, int, int | None], None] | None = None,
+    already: int = 0,
+) -> list[UnitResult]:
+    """Run ``units`` as Ray tasks of ``num_proc`` CPUs each (default 1); results in unit order.
+
+    Uses the Ray instance already initialised in this process if there is one, else joins
+    ``address``, else starts a local instance (and stops it at the end).
+    """
+    ray = import_ray()
+    cpus = num_proc or 1
+    started_here = False
+    temp_dir: str | None = None
+    if not ray.is_initialized():
+        if address is not None:
+            ray.init(address=address, log_to_driver=False)
+        else:
+            temp_dir = _temp_dir()
+            ray.init(
+                num_cpus=max(os.cpu_count() or 1, cpus),
+                include_dashboard=False,
+                _temp_dir=temp_dir,
+                _node_ip_address="127.0.0.1",
+                log_to_driver=False,
+                configure_logging=False,
+            )
+        started_here = True
+    refs: list[Any] = []
+    try:
+        # A task whose worker or node dies is retried by Ray (a unit can run again: its
+        # output appears only when complete).
+        task = ray.remote(num_cpus=cpus)(_task)
+        refs = [
+            task.remote(unit, str(out_dir.resolve()), options, merge_options, cpus)
+            for unit in units
+        ]
+        names = {ref: unit.name for ref, unit in zip(refs, units, strict=True)}
+        results: list[UnitResult] = []
+        pending = list(refs)
+        while pending:
+            done, pending = ray.wait(pending, num_returns=1, timeout=1.0)
+            for ref in done:
+                try:
+                    outcome = ray.get(ref)
+                except ray.exceptions.RayError as e:
+                    first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+                    raise UnitFailedError(
+                        f"{names[ref]}: the Ray task failed: {first} (finished units are kept: "
+                        "run the same command again to go on)"
+                    ) from None
+                result = unwrap(outcome)
+                if result.packtool_version != __version__:
+                    raise UnitFailedError(
+                        f"a Ray worker on {result.host} runs packtool {result.packtool_version}, "
+                        f"the driver {__version__}: install the same version on every node"
+                    )
+                results.append(result)
+            if done and progress:
+                progress("units", already + len(results), already + len(units))
+        return sorted(results, key=lambda r: r.index)
+    except BaseException:
+        for ref in refs:
+            with contextlib.suppress(Exception):
+                ray.cancel(ref, force=True)
+        raise
+    finally:
+        if started_here:
+            ray.shutdown()
+            if temp_dir is not None:
+                _remove(temp_dir)
+
+
+def _temp_dir() -> str:
+    """A new directory for Ray's files, under $TMPDIR if its path is short enough.
+
+    Ray puts Unix sockets at ``<dir>/session_<date>_<pid>/sockets/plasma_store``, and a
+    socket path has at most 107 bytes; past that, the directory goes under /tmp.
+    """
+    root = tempfile.gettempdir()
+    if len(os.path.join(root, "packtool-ray-12345678")) > _MAX_TEMP_DIR:
+        root = "/tmp"
+    return tempfile.mkdtemp(prefix="packtool-ray-", dir=root)
+
+
+_MAX_TEMP_DIR = 107 - len("/session_2026-01-01_00-00-00_000000_1234567/sockets/plasma_store")
+
+
+def _remove(path: str) -> None:
+    """Remove Ray's temporary directory; its last processes may still be writing logs."""
+    for _ in range(20):
+        shutil.rmtree(path, ignore_errors=True)
+        if not os.path.exists(path):
+            return
+        time.sleep(0.25)

@@ -1,0 +1,407 @@
+"""``packtool merge``: join the outputs of work units into one packed dataset.
+
+The units of ``OUT_DIR/units/unit-I-of-N/`` (see :mod:`packtool.units`) are read in unit
+order, their rows laid end to end (unit 0's rows in FFD order, then unit 1's, ...), shuffled
+with ``seed`` as ``pack`` shuffles its rows, and written to ``OUT_DIR`` itself as one dataset
+with one manifest (the units stay in ``OUT_DIR/units`` for reruns)::
+
+    unit 0 rows  r0 r1 r2        documents 0..999 of the corpus      doc_ids + 0
+    unit 1 rows  r3 r4           documents 1000..1799 (local 0..799)  doc_ids + 1000
+                 \\ permutation(5, seed) /
+    OUT_DIR      r4 r0 r3 r2 r1
+
+So with ``--units 1`` the merged rows are exactly those of a plain ``pack``; with more
+units they differ only in which documents share a row. The merge measures that difference:
+it runs one first-fit-decreasing over all segment lengths of all units and records the rows
+it needs as ``global_ffd_rows`` in the manifest (the rows a single ``pack`` would write),
+beside ``rows`` and the per-unit figures under ``units``.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from . import __version__
+from .errors import FormatError, OptionError
+from .format import MANIFEST_FILE, ShardWriter, open_packed, read_manifest
+from .packing import first_fit_decreasing, lower_bound_rows
+from .pipeline import DEFAULT_SHARD_BYTES, DocumentCounts, PackReport, _parse_size
+from .units import UNITS_DIR, unit_dirs
+
+__all__ = ["MERGE_KEYS", "merge_units", "segment_lengths"]
+
+MERGE_KEYS = ("shuffle", "seed", "rows_per_shard")
+"""Options that apply at the merge (they do not change which documents share a row)."""
+
+_BAD_RECORDS_KEPT = 20
+_STAGE = ".merge"  # the merged dataset is built in OUT_DIR/.merge, then moved up
+_DATASET_FILES = ("dataset_info.json", "state.json", "tokenizer.json")
+
+
+def segment_lengths(table: pa.Table) -> np.ndarray:
+    """The length of every document segment of ``table``'s rows, row by row (int64).
+
+    Row ``cu_seqlens [0, 9, 16, 21, 24]`` with 3 ``doc_ids`` gives ``[9, 7, 5]`` (the padding
+    segment is not a document).
+    """
+    cu = table.column("cu_seqlens").combine_chunks()
+    n_docs = pc.list_value_length(table.column("doc_ids")).to_numpy(zero_copy_only=False)
+    n_docs = np.asarray(n_docs, dtype=np.int64)
+    offsets = np.asarray(cu.offsets, dtype=np.int64)
+    values = np.asarray(cu.values, dtype=np.int64)
+    total = int(n_docs.sum())
+    if total == 0:
+        return np.zeros(0, np.int64)
+    first = np.concatenate([[0], np.cumsum(n_docs)[:-1]])
+    index = np.repeat(offsets[:-1], n_docs) + (np.arange(total) - np.repeat(first, n_docs))
+    return values[index + 1] - values[index]
+
+
+def _merge_options(
+    manifests: list[dict[str, Any]],
+    given: dict[str, Any],
+) -> dict[str, Any]:
+    """Options given to the merge win; else those recorded by the units at pack time."""
+    out: dict[str, Any] = {}
+    for key in MERGE_KEYS:
+        if given.get(key) is not None:
+            out[key] = given[key]
+            continue
+        recorded = {
+            repr(m["unit"].get("merge_options", {}).get(key))
+            for m in manifests
+            if m["unit"].get("merge_options", {}).get(key) is not None
+        }
+        if len(recorded) > 1:
+            flag = {"shuffle": "--shuffle/--no-shuffle", "seed": "--seed"}.get(
+                key, "--rows-per-shard"
+            )
+            raise OptionError(
+                f"the units were packed with different {key} values "
+                f"({', '.join(sorted(recorded))}): choose one with {flag}"
+            )
+        values = [
+            m["unit"]["merge_options"][key]
+            for m in manifests
+            if m["unit"].get("merge_options", {}).get(key) is not None
+        ]
+        out[key] = values[0] if values else None
+    return out
+
+
+def _load_units(out: Path) -> list[tuple[Path, dict[str, Any]]]:
+    found = unit_dirs(out)
+    if not found:
+        raise FormatError(
+            f"{out}: no units to merge (expected {out / UNITS_DIR}/unit-00000-of-0000N/ "
+            "from `packtool pack ... --units N`)"
+        )
+    if len(found) > 1:
+        counts = ", ".join(str(c) for c in sorted(found))
+        raise FormatError(
+            f"{out / UNITS_DIR} holds units of different --units ({counts}): "
+            "remove the stale ones, or pack again with --overwrite"
+        )
+    ((count, entries),) = found.items()
+    by_index = dict(entries)
+    missing = [
+        i for i in range(count) if i not in by_index or not (by_index[i] / MANIFEST_FILE).exists()
+    ]
+    if missing:
+        listed = ", ".join(str(i) for i in missing[:10]) + (" ..." if len(missing) > 10 else "")
+        raise FormatError(
+            f"{out}: {len(missing)} of {count} units are not finished (unit {listed}): run "
+            f"`packtool pack ... --units {count} --unit I` for them, or `packtool pack ... "
+            f"--units {count}`, which skips the finished ones"
+        )
+    units = [(by_index[i], read_manifest(by_index[i])) for i in range(count)]
+    first = units[0][1]
+    for path, m in units:
+        record = m.get("unit")
+        if not isinstance(record, dict) or record.get("count") != count:
+            raise FormatError(f"{path}: not a unit output (its manifest has no unit record)")
+        if record.get("plan") != first["unit"].get("plan"):
+            raise FormatError(
+                f"{path} was packed with other inputs or options than {units[0][0]}: "
+                "pack the units again with the same command (--overwrite)"
+            )
+        for key in ("max_len", "columns"):
+            if m[key] != first[key]:
+                raise FormatError(f"{path}: {key} {m[key]} differs from unit 0's {first[key]}")
+        if m["tokenizer"].get("sha256") != first["tokenizer"].get("sha256"):
+            raise FormatError(f"{path}: packed with another tokenizer than unit 0")
+    return units
+
+
+def _global_inputs(units: list[tuple[Path, dict[str, Any]]], first_docs: list[int]) -> list:
+    """One ``inputs`` entry per input file, its documents numbered over the whole corpus."""
+    out: list[dict[str, Any]] = []
+    for (_, m), base in zip(units, first_docs, strict=True):
+        pieces = m["unit"]["pieces"]
+        for piece, read in zip(pieces, m["inputs"], strict=True):
+            continues = piece["split_by"] != "file" and piece["start"] != 0
+            if continues and out and out[-1]["path"] == piece["path"]:
+                out[-1]["documents"] += read["documents"]  # the next range of the same file
+                continue
+            out.append(
+                {
+                    "path": piece["path"],
+                    "kind": piece["kind"],
+                    "compression": piece["compression"],
+                    "size_bytes": piece["file_size"],
+                    "first_doc": base + read["first_doc"],
+                    "documents": read["documents"],
+                }
+            )
+    return out
+
+
+def _report(out: Path, manifest: dict[str, Any], seconds: float) -> PackReport:
+    return PackReport(
+        out_dir=out,
+        max_len=int(manifest["max_len"]),
+        documents=DocumentCounts(**manifest["documents"]),
+        segments=int(manifest["segments"]),
+        tokens=int(manifest["tokens"]["packed"]),
+        tokens_truncated=int(manifest["tokens"]["truncated_away"]),
+        tokens_dropped=int(manifest["tokens"]["dropped"]),
+        rows=int(manifest["rows"]),
+        lower_bound_rows=int(manifest["lower_bound_rows"]),
+        shards=len(manifest["shards"]),
+        seconds=seconds,
+        bad_records=list(manifest.get("bad_records", [])),
+        manifest=manifest,
+    )
+
+
+def merge_units(
+    out_dir: str | os.PathLike[str],
+    *,
+    shuffle: bool | None = None,
+    seed: int | None = None,
+    rows_per_shard: int | None = None,
+    shard_size: str | int | None = None,
+    progress: Callable[[str, int, int | None], None] | None = None,
+) -> PackReport:
+    """Join the finished units under ``OUT_DIR/units`` into one dataset in ``OUT_DIR``.
+
+    ``shuffle``, ``seed`` and ``rows_per_shard`` (or ``shard_size``) default to what the
+    units recorded at pack time (``pack`` defaults: shuffle with seed 0, 256MB shards).
+    The merge is skipped when ``OUT_DIR`` already holds the merge of the same plan with the
+    same options. Raises :class:`~packtool.errors.FormatError` when a unit is missing or
+    was packed under another plan.
+    """
+    started = time.perf_counter()
+    out = Path(out_dir)
+    units = _load_units(out)
+    manifests = [m for _, m in units]
+    first = manifests[0]
+    max_len = int(first["max_len"])
+    row_bytes = 2 * 4 * max_len + 64
+    if rows_per_shard is not None and rows_per_shard < 1:
+        raise OptionError(f"--rows-per-shard must be >= 1, got {rows_per_shard}")
+    if rows_per_shard is None and shard_size is not None:
+        rows_per_shard = max(1, _parse_size(shard_size) // row_bytes)
+    opts = _merge_options(
+        manifests, {"shuffle": shuffle, "seed": seed, "rows_per_shard": rows_per_shard}
+    )
+    if opts["shuffle"] is None:
+        opts["shuffle"] = True
+    if opts["seed"] is None:
+        opts["seed"] = 0
+    if opts["rows_per_shard"] is None:
+        opts["rows_per_shard"] = max(1, DEFAULT_SHARD_BYTES // row_bytes)
+    plan = first["unit"]["plan"]
+
+    previous = _merged_manifest(out)
+    if (
+        previous is not None
+        and previous.get("units", {}).get("plan") == plan
+        and all(previous["options"].get(k) == opts[k] for k in MERGE_KEYS)
+    ):
+        return _report(out, previous, time.perf_counter() - started)
+
+    readers = [open_packed(path) for path, _ in units]
+    tables: list[pa.Table] = []  # every shard of every unit, in order
+    table_unit: list[int] = []
+    for u, reader in enumerate(readers):
+        for shard in range(len(reader.shard_paths)):
+            tables.append(reader.shard_table(shard))
+            table_unit.append(u)
+    starts = np.concatenate([[0], np.cumsum([t.num_rows for t in tables])]).astype(np.int64)
+    n_rows = int(starts[-1])
+    expected_rows = sum(int(m["rows"]) for m in manifests)
+    if n_rows != expected_rows:  # pragma: no cover - read_manifest/shard_table check this
+        raise FormatError(f"{out}: units hold {n_rows} rows, their manifests say {expected_rows}")
+
+    docs_read = [int(m["documents"]["read"]) for m in manifests]
+    first_docs = [int(x) for x in np.concatenate([[0], np.cumsum(docs_read)[:-1]])]
+    doc_offset = np.asarray(first_docs, dtype=np.int64)[np.asarray(table_unit, dtype=np.int64)]
+
+    if progress:
+        progress("merge", 0, n_rows)
+    lengths = [segment_lengths(t) for t in tables]
+    all_lengths = np.concatenate(lengths) if lengths else np.zeros(0, np.int64)
+    global_rows = (
+        int(first_fit_decreasing(all_lengths, max_len).max()) + 1 if all_lengths.size else 0
+    )
+
+    order = (
+        np.random.default_rng(opts["seed"]).permutation(n_rows)
+        if opts["shuffle"]
+        else np.arange(n_rows)
+    )
+    stage = out / _STAGE
+    with_labels = "labels" in first["columns"]
+    rows_per_shard = int(opts["rows_per_shard"])
+    with ShardWriter(
+        stage,
+        max_len=max_len,
+        num_rows=n_rows,
+        rows_per_shard=rows_per_shard,
+        with_labels=with_labels,
+        overwrite=True,
+    ) as writer:
+        block = max(1, min(rows_per_shard, (64 << 20) // row_bytes))
+        for start in range(0, n_rows, block):
+            writer.write(_gather(tables, starts, doc_offset, order[start : start + block]))
+            if progress:
+                progress("merge", min(start + block, n_rows), n_rows)
+        tokenizer_file = units[0][0] / first["tokenizer"].get("file", "tokenizer.json")
+        if "file" in first["tokenizer"] and tokenizer_file.exists():
+            shutil.copyfile(tokenizer_file, writer.staging / "tokenizer.json")
+        manifest = writer.commit(
+            _manifest(units, first_docs, opts, n_rows, global_rows, started, plan)
+        )
+    _install(stage, out)
+    return _report(out, manifest, time.perf_counter() - started)
+
+
+def _gather(
+    tables: list[pa.Table], starts: np.ndarray, doc_offset: np.ndarray, rows: np.ndarray
+) -> pa.Table:
+    """Rows ``rows`` (global numbers, in that order), with ``doc_ids`` made global."""
+    table_of = np.searchsorted(starts, rows, side="right") - 1
+    by_table = np.argsort(table_of, kind="stable")
+    sorted_rows, sorted_tables = rows[by_table], table_of[by_table]
+    ids, firsts = np.unique(sorted_tables, return_index=True)
+    ends = [*firsts[1:], sorted_rows.size]
+    pieces = [
+        tables[int(t)].take(pa.array(sorted_rows[a:b] - starts[t]))
+        for t, a, b in zip(ids, firsts, ends, strict=True)
+    ]
+    grouped = pa.concat_tables(pieces)
+    inverse = np.empty_like(by_table)
+    inverse[by_table] = np.arange(by_table.size)
+    table = grouped.take(pa.array(inverse)).combine_chunks()
+    docs = table.column("doc_ids").chunk(0) if table.num_rows else None
+    if docs is None:
+        return table
+    n_docs = np.asarray(pc.list_value_length(docs), dtype=np.int64)
+    values = np.asarray(docs.flatten(), dtype=np.int64) + np.repeat(doc_offset[table_of], n_docs)
+    offsets = np.concatenate([[0], np.cumsum(n_docs)]).astype(np.int32)
+    new_docs = pa.ListArray.from_arrays(pa.array(offsets), pa.array(values, pa.int64()))
+    index = table.schema.get_field_index("doc_ids")
+    return table.set_column(index, table.schema.field(index), new_docs)
+
+
+def _manifest(
+    units: list[tuple[Path, dict[str, Any]]],
+    first_docs: list[int],
+    opts: dict[str, Any],
+    n_rows: int,
+    global_rows: int,
+    started: float,
+    plan: str,
+) -> dict[str, Any]:
+    manifests = [m for _, m in units]
+    first = manifests[0]
+    max_len = int(first["max_len"])
+    documents = {
+        key: sum(int(m["documents"][key]) for m in manifests) for key in first["documents"]
+    }
+    tokens = {key: sum(int(m["tokens"][key]) for m in manifests) for key in first["tokens"]}
+    bad: list[str] = []
+    for m in manifests:
+        bad.extend(m.get("bad_records", [])[: _BAD_RECORDS_KEPT - len(bad)])
+    lower = lower_bound_rows(tokens["packed"], max_len)
+    options = {**first["options"], **opts}
+    per_unit = [
+        {
+            "index": m["unit"]["index"],
+            "directory": f"{UNITS_DIR}/{path.name}",
+            "first_doc": base,
+            "documents": int(m["documents"]["read"]),
+            "segments": int(m["segments"]),
+            "tokens": int(m["tokens"]["packed"]),
+            "rows": int(m["rows"]),
+            "lower_bound_rows": int(m["lower_bound_rows"]),
+            "efficiency": m["efficiency"],
+            "seconds": m.get("seconds"),
+            "pieces": m["unit"]["pieces"],
+        }
+        for (path, m), base in zip(units, first_docs, strict=True)
+    ]
+    return {
+        "packtool_version": __version__,
+        "created_unix": int(time.time()),
+        "tokenizer": first["tokenizer"],
+        "options": options,
+        "inputs": _global_inputs(units, first_docs),
+        "documents": documents,
+        "segments": sum(int(m["segments"]) for m in manifests),
+        "tokens": tokens,
+        "rows": n_rows,
+        "lower_bound_rows": lower,
+        "rows_over_lower_bound": n_rows - lower,
+        "efficiency": tokens["packed"] / (n_rows * max_len) if n_rows else 0.0,
+        "global_ffd_rows": global_rows,
+        "bad_records": bad,
+        "seconds": round(time.perf_counter() - started, 3),
+        "units": {
+            "count": len(units),
+            "plan": plan,
+            "plan_version": first["unit"].get("plan_version"),
+            "rows_over_global_ffd": n_rows - global_rows,
+            "packing_loss": (n_rows - global_rows) / global_rows if global_rows else 0.0,
+            "per_unit": per_unit,
+        },
+    }
+
+
+def _merged_manifest(out: Path) -> dict[str, Any] | None:
+    if not (out / MANIFEST_FILE).exists():
+        return None
+    try:
+        manifest = read_manifest(out)
+    except FormatError:
+        return None
+    return manifest if "units" in manifest else None
+
+
+def _install(stage: Path, out: Path) -> None:
+    """Move the dataset built in ``stage`` into ``out`` (which keeps ``units/``), manifest last.
+
+    The old manifest goes first, so that ``out`` never looks complete while its shards are
+    being replaced; an interrupted install is finished by merging again.
+    """
+    (out / MANIFEST_FILE).unlink(missing_ok=True)
+    for old in out.iterdir():
+        if old.is_file() and (
+            (old.name.startswith("data-") and old.suffix == ".arrow") or old.name in _DATASET_FILES
+        ):
+            old.unlink()
+    for new in sorted(stage.iterdir()):
+        if new.name != MANIFEST_FILE:
+            os.replace(new, out / new.name)
+    os.replace(stage / MANIFEST_FILE, out / MANIFEST_FILE)
+    stage.rmdir()

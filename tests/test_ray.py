@@ -1,0 +1,136 @@
+"""The Ray engine, on a local Ray instance inside a network namespace with only loopback.
+
+Ray probes the network when it starts (public DNS servers to find its own address, cloud
+metadata), even with usage statistics off; so Ray runs here under `unshare -n` (as root),
+with HOME, TMPDIR and Ray's temporary directory in the test's own directory, and
+RAY_AUTH_MODE=disabled (else Ray writes an auth token into the home directory).
+
+Ray must be installed (`pip install -e '.[test,ray]'`): without it this test fails.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from conftest import REPO, SAMPLE
+from helpers import read_rows
+
+from packtool.engines import pack_units
+from packtool.merge import merge_units
+
+pytestmark = pytest.mark.slow
+
+
+def in_network_namespace(args: list[str], env: dict[str, str], timeout: float) -> str:
+    """Run ``args`` in a new network namespace (loopback only); return stdout."""
+    assert os.geteuid() == 0, "the Ray test runs Ray in a network namespace: run it as root"
+    assert shutil.which("unshare") and shutil.which("ip"), "needs unshare and ip (util-linux)"
+    script = 'ip link set lo up && exec "$@"'
+    proc = subprocess.run(
+        ["unshare", "-n", "sh", "-c", script, "sh", *args],
+        env=env,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    assert proc.returncode == 0, f"exit {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
+    return proc.stdout
+
+
+@pytest.fixture
+def short_tmp():
+    """The test's own directory, short: Ray's socket paths must fit in 107 bytes."""
+    path = Path(tempfile.mkdtemp(prefix="ptray-", dir="/tmp"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def test_ray_engine_gives_the_rows_of_the_local_engine(short_tmp: Path) -> None:
+    assert importlib.util.find_spec("ray") is not None, (
+        "Ray is not installed: pip install -e '.[test,ray]' (this test fails, never skips)"
+    )
+
+    home, tmp = short_tmp / "home", short_tmp / "tmp"
+    home.mkdir()
+    tmp.mkdir()
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith("RAY_") and k not in ("HOME", "TMPDIR")
+    }
+    env.update(
+        HOME=str(home),
+        TMPDIR=str(tmp),
+        RAY_AUTH_MODE="disabled",
+        PYTHONPATH=os.pathsep.join([str(REPO), *filter(None, [env.get("PYTHONPATH")])]),
+    )
+    out = short_tmp / "ray-out"
+    stdout = in_network_namespace(
+        [
+            sys.executable,
+            "-m",
+            "packtool.cli",
+            "pack",
+            str(SAMPLE),
+            "--max-len",
+            "4096",
+            "-o",
+            str(out),
+            "--units",
+            "4",
+            "--engine",
+            "ray",
+            "--json",
+        ],
+        env,
+        timeout=600,
+    )
+    summary = json.loads(stdout)
+
+    # It really ran on Ray: every unit in a Ray worker process, not in the driver.
+    assert summary["engine"] == "ray"
+    units = summary["units_run"]
+    assert [u["index"] for u in units] == [0, 1, 2, 3]
+    assert not any(u["skipped"] for u in units)
+    driver = summary["driver"]["pid"]
+    workers = {u["pid"] for u in units}
+    assert driver not in workers
+    # The tokenizer is loaded once per worker process, whatever number of units it ran.
+    loads = Counter(u["pid"] for u in units if u["tokenizer_loaded"])
+    assert loads == Counter(workers)
+    # Ray left nothing behind: its temporary directory is gone, no token in HOME.
+    assert list(tmp.iterdir()) == []
+    assert list(home.iterdir()) == []
+
+    # The same rows (all columns) as the local engine and as --unit runs plus a merge.
+    _, ray_rows = read_rows(out)
+    pack_units([SAMPLE], short_tmp / "local", units=4, max_len=4096)
+    _, local_rows = read_rows(short_tmp / "local")
+    assert ray_rows == local_rows
+    for i in range(4):
+        pack_units([SAMPLE], short_tmp / "array", units=4, unit=i, max_len=4096)
+    merge_units(short_tmp / "array")
+    _, array_rows = read_rows(short_tmp / "array")
+    assert array_rows == local_rows
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["global_ffd_rows"] <= manifest["rows"] == len(ray_rows)
+
+
+def test_ray_usage_statistics_are_off(short_tmp: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
+    env.update(HOME=str(short_tmp), TMPDIR=str(short_tmp), PYTHONPATH=str(REPO))
+    code = (
+        "import os; from packtool.engines.ray import import_ray; import_ray(); "
+        "print(os.environ['RAY_USAGE_STATS_ENABLED'])"
+    )
+    assert in_network_namespace([sys.executable, "-c", code], env, timeout=120).strip() == "0"
