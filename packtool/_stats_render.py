@@ -215,6 +215,15 @@ def render_dataset_stats(s: DatasetStats) -> RenderableType:
     if s.learned_tokens is not None:
         share = s.learned_share_of_slots or 0.0
         pairs.append(("learned tokens (labels)", f"{s.learned_tokens:,} ({share:.2%} of slots)"))
+    if s.units is not None:
+        u = s.units
+        pairs.append(
+            (
+                f"packed in {u['count']:,} units",
+                f"+{u['rows_over_global_ffd']:,} rows ({u['packing_loss']:.3%}) over one "
+                f"global FFD ({u['global_ffd_rows']:,} rows)",
+            )
+        )
     pairs.extend(_length_pairs(s.document_lengths))
     parts: list[RenderableType] = [
         head,

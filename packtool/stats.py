@@ -259,6 +259,7 @@ class DatasetStats:
     bad_records: list[str] = field(default_factory=list)
     seconds: float = 0.0
     learned_tokens: int | None = None  # instruction data: tokens with a label (manifest)
+    units: dict[str, Any] | None = None  # packed in work units: the cost against one global FFD
 
     @property
     def learned_share_of_slots(self) -> float | None:
@@ -275,6 +276,7 @@ class DatasetStats:
             "kind": "packed",
             "learned_tokens": self.learned_tokens,
             "learned_share_of_slots": None if share is None else round(share, 6),
+            "units": self.units,
             "path": str(self.path),
             "shards": self.shards,
             "tokenizer": self.tokenizer,
@@ -666,7 +668,21 @@ def dataset_stats(
         bad_records=[str(b) for b in manifest.get("bad_records", [])],
         seconds=time.perf_counter() - started,
         learned_tokens=manifest.get("tokens", {}).get("learned"),
+        units=_units_summary(manifest),
     )
+
+
+def _units_summary(manifest: dict[str, Any]) -> dict[str, Any] | None:
+    """What packing within units cost, from the manifest ``packtool merge`` wrote."""
+    units = manifest.get("units")
+    if not isinstance(units, dict) or "global_ffd_rows" not in manifest:
+        return None
+    return {
+        "count": units.get("count"),
+        "global_ffd_rows": manifest["global_ffd_rows"],
+        "rows_over_global_ffd": units.get("rows_over_global_ffd"),
+        "packing_loss": units.get("packing_loss"),
+    }
 
 
 # -- corpora, before packing --------------------------------------------------------------

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from conftest import REPO, CharTokenizer, write_jsonl
+from conftest import REPO, SAMPLE, CharTokenizer, write_jsonl
 from helpers import read_rows
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -24,6 +24,7 @@ from test_cli import assert_one_line_error, run
 import packtool
 from packtool.errors import FormatError, OptionError
 from packtool.format import PackedBatch, ShardWriter
+from packtool.packing import first_fit_decreasing
 from packtool.stats import (
     BATCHINGS,
     batch_slots,
@@ -189,7 +190,35 @@ def expected_dataset(out_dir: Path, batch_size: int = 8, seed: int = 0) -> dict[
         "document_lengths": expected_lengths(list(doc_len.values()), max_len),
         "bad_records": manifest["bad_records"],
         **expected_learned(rows, max_len),
+        "units": expected_units(manifest, rows),
     }
+
+
+def expected_units(manifest: dict, rows: list[dict]) -> dict[str, Any] | None:
+    """For a merged output: the rows one FFD over all its segments would need."""
+    if "units" not in manifest:
+        return None
+    lengths = [
+        r["cu_seqlens"][k + 1] - r["cu_seqlens"][k] for r in rows for k in range(len(r["doc_ids"]))
+    ]
+    global_rows = int(first_fit_decreasing(np.asarray(lengths), manifest["max_len"]).max()) + 1
+    return {
+        "count": manifest["units"]["count"],
+        "global_ffd_rows": global_rows,
+        "rows_over_global_ffd": len(rows) - global_rows,
+        "packing_loss": (len(rows) - global_rows) / global_rows,
+    }
+
+
+def test_units_packing_loss(tmp_path: Path) -> None:
+    from packtool import pack_units
+
+    pack_units([str(SAMPLE)], tmp_path / "u", units=4, max_len=1024)
+    got = dataset_stats(tmp_path / "u").to_dict()
+    want = expected_units(*read_rows(tmp_path / "u"))
+    assert got["units"] == want and want["count"] == 4
+    assert want["rows_over_global_ffd"] >= 0
+    assert_figures_equal(without_seconds(got), expected_dataset(tmp_path / "u"))
 
 
 def expected_learned(rows: list[dict], max_len: int) -> dict[str, Any]:
