@@ -110,3 +110,58 @@ def test_reader_reports_a_truncated_shard(tmp_path: Path) -> None:
     shard.write_bytes(shard.read_bytes()[:-100])
     with pytest.raises(FormatError, match="cannot read shard"):
         open_packed(out)[0]
+
+
+GOLDEN = Path(__file__).parent / "data" / "golden-v1"
+GOLDEN_INPUT = Path(__file__).parent / "data" / "golden_input.jsonl"
+
+
+def test_golden_v1_output_still_reads_and_is_reproduced(tmp_path: Path) -> None:
+    """A format-1 output committed to the repo: today's reader reads it, and today's pack
+    writes the same rows and figures from the same input (a format change shows here)."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from conftest import CharTokenizer
+    from helpers import assert_row_invariants, documents_from_rows, read_rows
+
+    import packtool
+
+    golden_manifest, golden_rows = read_rows(GOLDEN)
+    assert golden_manifest["format_version"] == 1
+    reader = open_packed(GOLDEN)
+    assert [reader[i].input_ids.tolist() for i in range(len(reader))] == [
+        r["input_ids"] for r in golden_rows
+    ]
+    for row in golden_rows:
+        assert_row_invariants(row, 16, 1)
+    texts = [json.loads(line)["text"] for line in GOLDEN_INPUT.read_text().splitlines()]
+    docs = documents_from_rows(golden_rows)
+    for i, text in enumerate(texts):
+        if text:
+            assert "".join(chr(t - 3) for t in docs[i][:-1]) == text and docs[i][-1] == 0
+
+    packtool.pack(
+        [GOLDEN_INPUT],
+        tmp_path / "now",
+        max_len=16,
+        tokenizer=CharTokenizer(),
+        rows_per_shard=3,
+        seed=7,
+    )
+    manifest, rows = read_rows(tmp_path / "now")
+    assert rows == golden_rows
+    for key in (
+        "format",
+        "format_version",
+        "max_len",
+        "columns",
+        "documents",
+        "segments",
+        "tokens",
+        "rows",
+        "lower_bound_rows",
+        "efficiency",
+    ):
+        assert manifest[key] == golden_manifest[key], key
+    assert [s["rows"] for s in manifest["shards"]] == [s["rows"] for s in golden_manifest["shards"]]
