@@ -82,6 +82,22 @@ def packed_schema(max_len: int, with_labels: bool = False) -> pa.Schema:
     return pa.schema(fields)
 
 
+def schema_problem(schema: pa.Schema, max_len: int, with_labels: bool) -> str | None:
+    """What is wrong with a shard's ``schema`` (a missing column, a wrong type), or None.
+
+    Columns this version does not know are allowed (readers ignore them).
+    """
+    for expected in packed_schema(max_len, with_labels):
+        index = schema.get_field_index(expected.name)
+        if index < 0:
+            return f"the shard has no column {expected.name!r}"
+        if schema.field(index).type != expected.type:
+            return (
+                f"column {expected.name!r} is {schema.field(index).type}, expected {expected.type}"
+            )
+    return None
+
+
 def _hf_features(schema: pa.Schema) -> dict[str, Any]:
     """The `datasets` features dict for ``schema``, in the installed `datasets`' own dialect."""
     import datasets  # imported lazily: it is slow to import and only needed here
@@ -396,8 +412,14 @@ class PackedReader:
             try:
                 with pa.memory_map(str(path)) as source:
                     table = pa.ipc.open_stream(source).read_all()
-            except (OSError, pa.ArrowInvalid) as e:
+                # A damaged shard can parse and still hold lengths or offsets that point
+                # outside its buffers; reading such rows would crash the process.
+                table.validate(full=True)
+            except (OSError, pa.ArrowException, UnicodeDecodeError) as e:
                 raise FormatError(f"{path}: cannot read shard: {e}") from e
+            problem = schema_problem(table.schema, self.max_len, self.has_labels)
+            if problem:
+                raise FormatError(f"{path}: {problem} (run `packtool verify`)")
             if table.num_rows != self.shard_rows[shard]:
                 raise FormatError(
                     f"{path}: shard holds {table.num_rows} rows, the manifest says "
@@ -488,7 +510,46 @@ def read_manifest(path: str | os.PathLike[str]) -> dict[str, Any]:
     for key in ("max_len", "shards", "columns"):
         if key not in manifest:
             raise FormatError(f"{manifest_path}: manifest lacks {key!r}")
+    problem = _manifest_problem(manifest)
+    if problem:
+        raise FormatError(f"{manifest_path}: {problem}")
     return manifest
+
+
+def _is_count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _manifest_problem(manifest: dict[str, Any]) -> str | None:
+    """The first thing that makes ``manifest`` unusable for reading rows, or None.
+
+    Shard files must be plain names inside the dataset directory: a manifest cannot make a
+    reader open ``../../somewhere``.
+    """
+    max_len = manifest["max_len"]
+    if not _is_count(max_len) or max_len < 1:
+        return f"'max_len' is {max_len!r}, not a positive integer"
+    columns = manifest["columns"]
+    if not isinstance(columns, list) or not all(isinstance(c, str) for c in columns):
+        return "'columns' is not a list of column names"
+    shards = manifest["shards"]
+    if not isinstance(shards, list):
+        return "'shards' is not a list"
+    for i, shard in enumerate(shards):
+        if not isinstance(shard, dict):
+            return f"shards[{i}] is not an object"
+        name = shard.get("file")
+        if (
+            not isinstance(name, str)
+            or not name
+            or name != Path(name).name
+            or name.startswith(".")
+            or "\\" in name
+        ):
+            return f"shards[{i}].file is {name!r}, not a file name inside the dataset directory"
+        if not _is_count(shard.get("rows")):
+            return f"shards[{i}].rows is {shard.get('rows')!r}, not a row count"
+    return None
 
 
 def open_packed(path: str | os.PathLike[str]) -> PackedReader:
