@@ -29,9 +29,12 @@ and ``position_ids[cu[i]:cu[i+1]] == arange(cu[i+1] - cu[i])`` holds for every s
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import hashlib
 import json
 import os
+import re
 import shutil
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -165,11 +168,40 @@ def _sha256(path: Path) -> str:
 
 
 def _write_json(path: Path, obj: Any) -> None:
-    with open(path, "w", encoding="utf-8") as f:
-        json.dump(obj, f, indent=2, sort_keys=False)
-        f.write("\n")
-        f.flush()
-        os.fsync(f.fileno())
+    try:
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump(obj, f, indent=2, sort_keys=False)
+            f.write("\n")
+            f.flush()
+            os.fsync(f.fileno())
+    except OSError as e:
+        raise write_error(e, path, f"cannot write {path.name}") from e
+
+
+def _fsync(path: Path) -> None:
+    """Flush ``path`` (a file or a directory) to the disk."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    except OSError as e:  # some filesystems cannot fsync a directory; nothing to do then
+        if e.errno not in (errno.EINVAL, errno.ENOTSUP, errno.EBADF):
+            raise
+    finally:
+        os.close(fd)
+
+
+def write_error(error: OSError, path: Path, what: str) -> OSError:
+    """``error`` (raised while writing ``path``) as an OSError with a message fit to print.
+
+    pyarrow's and numpy's write errors do not name the file and bury the reason
+    (``Error writing bytes to file. Detail: [errno 28] ...``). The CLI prints the result as
+    ``Error: PATH: cannot write shard: No space left on device (free space ...)``.
+    """
+    code = error.errno
+    reason = os.strerror(code) if code else str(error)
+    if code in (errno.ENOSPC, errno.EDQUOT):
+        reason += " (free space on that filesystem, or write the output elsewhere with --output)"
+    return OSError(code or errno.EIO, f"{what}: {reason}", str(path))
 
 
 class ShardWriter:
@@ -221,31 +253,46 @@ class ShardWriter:
         return self
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
-        self._close_shard()
-        if not self._committed:
-            shutil.rmtree(self.staging, ignore_errors=True)
+        if self._committed:
+            return
+        # Not committed (an error, Ctrl-C, or no commit): the rows are thrown away, so the
+        # open shard is closed quietly; closing can fail again (a full disk), and that must
+        # neither hide the original error nor keep the staging directory from being removed.
+        for closable in (self._sink, self._sink_file):
+            with contextlib.suppress(Exception):
+                if closable is not None:
+                    closable.close()
+        self._sink = self._sink_file = None
+        shutil.rmtree(self.staging, ignore_errors=True)
 
     # -- writing ---------------------------------------------------------------------------
     def _open_shard(self) -> None:
         name = _SHARD_NAME.format(index=len(self._shards), count=self.num_shards)
         path = self.staging / name
-        self._sink_file = pa.OSFile(str(path), "wb")
+        self._shards.append({"file": name, "rows": 0})
         schema = self.schema.with_metadata(
             {"huggingface": json.dumps({"info": {"features": _hf_features(self.schema)}})}
         )
-        self._sink = pa.ipc.new_stream(self._sink_file, schema)
-        self._shards.append({"file": name, "rows": 0})
+        try:
+            self._sink_file = pa.OSFile(str(path), "wb")
+            self._sink = pa.ipc.new_stream(self._sink_file, schema)
+        except OSError as e:
+            raise write_error(e, path, "cannot write shard") from e
         self._rows_in_shard = 0
 
     def _close_shard(self) -> None:
         if self._sink is None:
             return
-        self._sink.close()
-        self._sink_file.close()
-        self._sink = None
         entry = self._shards[-1]
-        entry["rows"] = self._rows_in_shard
         path = self.staging / entry["file"]
+        try:
+            self._sink.close()
+            self._sink_file.close()
+            _fsync(path)  # the manifest must never reach the disk before the rows it lists
+        except OSError as e:
+            raise write_error(e, path, "cannot write shard") from e
+        self._sink = self._sink_file = None
+        entry["rows"] = self._rows_in_shard
         entry["bytes"] = path.stat().st_size
         entry["sha256"] = _sha256(path)
 
@@ -260,7 +307,11 @@ class ShardWriter:
                 self._open_shard()
             take = min(self.rows_per_shard - self._rows_in_shard, table.num_rows - start)
             assert self._sink is not None
-            self._sink.write_table(table.slice(start, take))
+            try:
+                self._sink.write_table(table.slice(start, take))
+            except OSError as e:
+                path = self.staging / self._shards[-1]["file"]
+                raise write_error(e, path, "cannot write shard") from e
             self._rows_in_shard += take
             self._rows_written += take
             start += take
@@ -320,6 +371,50 @@ def check_output_dir(out_dir: Path, overwrite: bool) -> None:
         raise OutputExistsError(f"output path {out_dir} exists and is not a directory")
 
 
+_TEMPORARY = re.compile(r"\.(?P<name>.+)\.packtool-(?:tmp|store|old)-(?P<pid>\d+)")
+
+
+def _process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # alive, another user's
+        return True
+    except (OverflowError, OSError):  # not a possible pid
+        return False
+    return True
+
+
+def remove_stale_temporaries(out_dir: str | os.PathLike[str]) -> list[Path]:
+    """Remove what killed runs left next to ``out_dir``; return the paths removed.
+
+    A run killed by SIGKILL (or the OOM killer, or a power cut) cannot clean up its hidden
+    siblings ``.OUT.packtool-tmp-PID``, ``.OUT.packtool-store-PID`` and
+    ``.OUT.packtool-old-PID``. Those of processes that no longer exist are removed; those of
+    a live process (another ``pack`` writing the same output) are left alone.
+    """
+    out_dir = Path(out_dir)
+    parent = out_dir.parent if str(out_dir.parent) else Path(".")
+    removed: list[Path] = []
+    if not parent.is_dir():
+        return removed
+    for entry in parent.iterdir():
+        match = _TEMPORARY.fullmatch(entry.name)
+        if match is None or match["name"] != out_dir.name:
+            continue
+        pid = int(match["pid"])
+        if pid == os.getpid() or _process_alive(pid):
+            continue
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry, ignore_errors=True)
+        else:
+            with contextlib.suppress(OSError):
+                entry.unlink()
+        removed.append(entry)
+    return removed
+
+
 def _move_into_place(staging: Path, out_dir: Path, overwrite: bool) -> None:
     if out_dir.exists():
         check_output_dir(out_dir, overwrite)
@@ -329,6 +424,7 @@ def _move_into_place(staging: Path, out_dir: Path, overwrite: bool) -> None:
         shutil.rmtree(trash, ignore_errors=True)
     else:
         os.rename(staging, out_dir)
+    _fsync(out_dir.parent)  # make the rename itself durable
 
 
 # -- reading -------------------------------------------------------------------------------

@@ -18,7 +18,13 @@ import numpy as np
 
 from . import __version__
 from .errors import OptionError
-from .format import PackedBatch, ShardWriter, check_output_dir
+from .format import (
+    PackedBatch,
+    ShardWriter,
+    check_output_dir,
+    remove_stale_temporaries,
+    write_error,
+)
 from .packing import Overflow, first_fit_decreasing, lower_bound_rows, plan_rows
 from .sources import InputFile, read_texts, resolve_inputs
 from .store import TokenStore
@@ -281,6 +287,7 @@ def pack(
         raise OptionError(f"--rows-per-shard must be >= 1, got {rows_per_shard}")
     out_path = Path(out_dir)
     check_output_dir(out_path, overwrite)
+    remove_stale_temporaries(out_path)
     files = resolve_inputs(inputs)
     tok: Tokenizer
     if tokenizer is None or isinstance(tokenizer, (str, os.PathLike)):
@@ -423,7 +430,11 @@ def pack(
                 "seconds": round(seconds, 3),
             }
             if isinstance(tok, HFTokenizer):
-                (writer.staging / "tokenizer.json").write_bytes(tok.json_bytes)
+                tok_copy = writer.staging / "tokenizer.json"
+                try:
+                    tok_copy.write_bytes(tok.json_bytes)
+                except OSError as e:
+                    raise write_error(e, tok_copy, "cannot write the tokenizer copy") from e
             manifest = writer.commit(manifest)
     seconds = time.perf_counter() - started
     return PackReport(

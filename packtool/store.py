@@ -8,12 +8,15 @@ small ``/tmp``) and is removed when the context exits, on success, error or Ctrl
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from .format import write_error
 
 __all__ = ["TokenStore"]
 
@@ -47,15 +50,24 @@ class TokenStore:
     def append(self, tokens: np.ndarray) -> int:
         """Write ``tokens`` (int32) at the end; return the offset of the first one."""
         base = self.num_tokens
-        np.ascontiguousarray(tokens, dtype=np.int32).tofile(self._file)
+        data = np.ascontiguousarray(tokens, dtype=np.int32)
+        try:
+            # file.write, not ndarray.tofile: tofile's error on a full disk has no errno
+            self._file.write(memoryview(data).cast("B"))
+        except OSError as e:
+            raise write_error(e, self.path, "cannot write the token store") from e
         self.num_tokens += int(tokens.size)
         return base
 
     def finish(self) -> np.ndarray:
         """Close for writing; the memory-mapped tokens (an empty array if there are none)."""
         if self._file is not None:
-            self._file.close()
-            self._file = None
+            try:
+                self._file.close()
+            except OSError as e:
+                raise write_error(e, self.path, "cannot write the token store") from e
+            finally:
+                self._file = None
         if self.num_tokens == 0:
             return np.zeros(0, np.int32)
         self._map = np.memmap(self.path, dtype=np.int32, mode="r", shape=(self.num_tokens,))
@@ -64,7 +76,8 @@ class TokenStore:
     def close(self) -> None:
         """Remove the store from disk."""
         if self._file is not None:
-            self._file.close()
+            with contextlib.suppress(OSError):  # a full disk fails the flush; it goes anyway
+                self._file.close()
             self._file = None
         self._map = None
         shutil.rmtree(self.directory, ignore_errors=True)
