@@ -935,17 +935,22 @@ class _Expected:
     tokens: Callable[[int], np.ndarray]  # the packed tokens of record i
 
 
-def _check_against(
+@dataclass
+class _AgainstPlan:
+    """What re-tokenizing needs, found before any row is read (so mistakes fail fast)."""
+
+    files: list[Any]
+    options: dict[str, Any]
+    overflow: Overflow
+    encoder: DocumentEncoder
+
+
+def _prepare_against(
     reader: PackedReader,
     inputs: Sequence[str | os.PathLike[str]],
     tokenizer: Tokenizer | str | os.PathLike[str] | None,
-    digests: _Digests,
-    segments: _Segments,
     problems: _Problems,
-    progress: VerifyProgress | None,
-) -> AgainstReport:
-    """Re-read and re-tokenize ``inputs`` as ``pack`` did; compare digests and counts."""
-    started = time.perf_counter()
+) -> _AgainstPlan:
     manifest = reader.manifest
     where = reader.path / MANIFEST_FILE
     options = _get(manifest, "options")
@@ -956,10 +961,14 @@ def _check_against(
         overflow = Overflow(options["overflow"])
     except ValueError:
         raise FormatError(f"{where}: unknown overflow policy {options['overflow']!r}") from None
+    if not inputs:
+        inputs = [str(_get(inp, "path")) for inp in _get(manifest, "inputs") or []]
+        if not inputs:
+            raise OptionError("--against: no inputs given and none recorded in the manifest")
+    files = resolve_inputs(inputs)
     tok = _resolve_tokenizer(reader, tokenizer)
     _check_tokenizer(tok, manifest, problems)
     encoder = DocumentEncoder(tok, add_eos=bool(options["add_eos"]), bos=options["bos"])
-    files = resolve_inputs(inputs)
     recorded = _get(manifest, "inputs") or []
     if len(files) != len(recorded):
         problems.add(
@@ -972,7 +981,21 @@ def _check_against(
                 f"input {i} ({inp.path}) has {inp.size_bytes} bytes; the manifest recorded "
                 f"{rec.get('size_bytes')} bytes for {rec.get('path')}: not the same file",
             )
+    return _AgainstPlan(files, options, overflow, encoder)
 
+
+def _check_against(
+    reader: PackedReader,
+    plan: _AgainstPlan,
+    digests: _Digests,
+    segments: _Segments,
+    problems: _Problems,
+    progress: VerifyProgress | None,
+) -> AgainstReport:
+    """Re-read and re-tokenize the inputs as ``pack`` did; compare digests and counts."""
+    started = time.perf_counter()
+    manifest = reader.manifest
+    files, options, overflow, encoder = plan.files, plan.options, plan.overflow, plan.encoder
     max_len = reader.max_len
     known = digests.length.size  # documents.read of the manifest
     doc_seg, _, _, seg_rows, _ = segments.arrays()
@@ -1028,6 +1051,18 @@ def _check_against(
                 progress("against", bytes_before + batch.bytes_done, total_bytes)
         bytes_before += inp.size_bytes
 
+    beyond = np.flatnonzero(digests.length[counts["read"] :] > 0) + counts["read"]
+    problems.count("against", int(beyond.size))
+    for d in beyond[: problems.room()]:
+        problems.report.problems.append(
+            Problem(
+                None,
+                None,
+                f"document {d} ({_document_location(manifest, int(d))}) is in the rows, but "
+                f"the inputs end after {counts['read']} documents",
+                "against",
+            )
+        )
     documents = _get(manifest, "documents")
     if isinstance(documents, dict):
         for key, value in counts.items():
@@ -1110,7 +1145,7 @@ def _expect_batch(
     take = position < np.repeat(kept, lengths)
     lane0, lane1 = _digest_terms(encoded.ids[take], position[take])
     has = kept > 0
-    group = np.concatenate([[0], np.cumsum(kept[has])[:-1]]).astype(np.int64)
+    group = np.concatenate([[0], np.cumsum(kept[has])[:-1]]).astype(np.int64)[: int(has.sum())]
     out = _Expected(
         first, np.zeros(n, np.uint64), np.zeros(n, np.uint64), np.zeros(n, np.int64), None
     )  # type: ignore[arg-type]
@@ -1214,17 +1249,14 @@ def verify(
         bos_id=_int(special.get("bos_id")) if options.get("bos") is True else None,
         has_labels=reader.has_labels,
     )
-    digests = None
+    digests = plan = None
     if against is not None:
         if read is None:
             raise FormatError(
                 f"{reader.path / MANIFEST_FILE}: no documents.read count: cannot compare "
                 "with the inputs"
             )
-        if not against:
-            against = [str(_get(inp, "path")) for inp in _get(manifest, "inputs") or []]
-            if not against:
-                raise OptionError("--against: no inputs given and none recorded in the manifest")
+        plan = _prepare_against(reader, against, tokenizer, problems)
         digests = _Digests(
             np.zeros(read, np.uint64), np.zeros(read, np.uint64), np.zeros(read, np.int64)
         )
@@ -1236,11 +1268,9 @@ def verify(
         report.notes.append(
             "dataset-wide checks (coverage, totals) skipped: some shards could not be read"
         )
-    if against is not None and digests is not None:
+    if plan is not None and digests is not None:
         if all_read:
-            report.against = _check_against(
-                reader, against, tokenizer, digests, segments, problems, progress
-            )
+            report.against = _check_against(reader, plan, digests, segments, problems, progress)
         else:
             report.notes.append("--against skipped: some shards could not be read")
     report.problem_counts = dict(problems.counts)
