@@ -18,6 +18,7 @@ import gzip
 import io
 import json
 import os
+import re
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -189,6 +190,9 @@ def _describe(value: Any) -> str:
     return {"NoneType": "null", "dict": "object", "list": "array", "str": "string"}.get(kind, kind)
 
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
 def _check_record(obj: Any, text_field: str, location: str) -> str:
     if not isinstance(obj, dict):
         raise BadRecordError(location, f"expected a JSON object, found {_describe(obj)}")
@@ -202,6 +206,13 @@ def _check_record(obj: Any, text_field: str, location: str) -> str:
     text = obj[text_field]
     if not isinstance(text, str):
         raise BadRecordError(location, f"field {text_field!r} is {_describe(text)}, not a string")
+    surrogate = _SURROGATE.search(text)
+    if surrogate:  # JSON's "\ud800" escape: a str that no tokenizer (nor UTF-8) can take
+        raise BadRecordError(
+            location,
+            f"field {text_field!r} holds an unpaired surrogate "
+            f"\\u{ord(surrogate.group()):04x} at character {surrogate.start()}: not valid Unicode",
+        )
     return text
 
 
