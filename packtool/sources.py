@@ -498,7 +498,10 @@ def _read_csv(
         head = stream.read(1 << 16).decode("utf-8", errors="replace")
     finally:
         stream.close()
-    header = next(csv.reader(io.StringIO(head)), [])
+    try:
+        header = next(csv.reader(io.StringIO(head, newline="")), [])
+    except csv.Error as e:  # e.g. a lone carriage return inside an unquoted header field
+        raise InputError(f"{inp.path}: cannot read the CSV header: {e}") from None
     if text_field not in header:
         fields = ", ".join(repr(n) for n in header[:20]) or "none"
         raise InputError(
