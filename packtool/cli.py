@@ -336,7 +336,20 @@ def pack(
 
 
 class _VerifyProgress(_RichProgress):
-    """Progress of ``verify``: bytes hashed, rows checked, input bytes re-read."""
+    """Progress of ``verify``: bytes hashed, rows checked, input bytes re-read.
+
+    Started at the first report, so that an error before any work (not a packtool output)
+    prints its one line and nothing else.
+    """
+
+    started = False
+
+    def __enter__(self) -> _VerifyProgress:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.started:
+            self.progress.__exit__(*exc)
 
     _LABELS: ClassVar[dict[str, str]] = {
         "hash": "sha256 shards",
@@ -345,6 +358,9 @@ class _VerifyProgress(_RichProgress):
     }
 
     def __call__(self, stage: str, completed: int, total: int | None) -> None:
+        if not self.started:
+            self.progress.__enter__()
+            self.started = True
         task = self.tasks.get(stage)
         if task is None:
             task = self.progress.add_task(self._LABELS.get(stage, stage), total=total, detail="")

@@ -155,10 +155,17 @@ class _Problems:
         self.report = report
         self.limit = limit
         self.counts: Counter[str] = Counter()
+        self.shard_of: Callable[[int], str | None] = lambda row: None
 
     def add(self, check: str, what: str, shard: str | None = None, row: int | None = None):
         self.count(check, 1)
+        self.keep(check, what, shard, row)
+
+    def keep(self, check: str, what: str, shard: str | None, row: int | None) -> None:
+        """Keep (not count) a problem; a row-located one gets its shard's name."""
         if len(self.report.problems) < self.limit:
+            if shard is None and row is not None:
+                shard = self.shard_of(row)
             self.report.problems.append(Problem(shard, row, what, check))
 
     def count(self, check: str, n: int) -> None:
@@ -797,7 +804,7 @@ def _check_coverage(
             problems.count(check, int(hits.size))
             for i in hits[: problems.room()]:
                 i = int(i)
-                problems.report.problems.append(Problem(None, int(row[i]), describe(i), check))
+                problems.keep(check, describe(i), None, int(row[i]))
 
     dup = np.concatenate([[False], same_doc & (chunk[1:] == chunk[:-1])])[: doc.size]
     name(
@@ -1037,15 +1044,11 @@ def _check_against(
                             )
                         ]
                     ]
-                    problems.report.problems.append(
-                        Problem(
-                            None,
-                            int(rows_of.min()) if rows_of.size else None,
-                            _describe_mismatch(
-                                reader, d, rows_of, expected.tokens(int(i)), overflow
-                            ),
-                            "against",
-                        )
+                    problems.keep(
+                        "against",
+                        _describe_mismatch(reader, d, rows_of, expected.tokens(int(i)), overflow),
+                        None,
+                        int(rows_of.min()) if rows_of.size else None,
                     )
             if progress:
                 progress("against", bytes_before + batch.bytes_done, total_bytes)
@@ -1054,14 +1057,12 @@ def _check_against(
     beyond = np.flatnonzero(digests.length[counts["read"] :] > 0) + counts["read"]
     problems.count("against", int(beyond.size))
     for d in beyond[: problems.room()]:
-        problems.report.problems.append(
-            Problem(
-                None,
-                None,
-                f"document {d} ({_document_location(manifest, int(d))}) is in the rows, but "
-                f"the inputs end after {counts['read']} documents",
-                "against",
-            )
+        problems.keep(
+            "against",
+            f"document {d} ({_document_location(manifest, int(d))}) is in the rows, but "
+            f"the inputs end after {counts['read']} documents",
+            None,
+            None,
         )
     documents = _get(manifest, "documents")
     if isinstance(documents, dict):
@@ -1224,6 +1225,14 @@ def verify(
     manifest = reader.manifest
     report = VerifyReport(path=Path(path))
     problems = _Problems(report, max_problems)
+
+    def shard_of(row: int) -> str | None:
+        try:
+            return str(manifest["shards"][reader.locate(row)[0]]["file"])
+        except IndexError:
+            return None
+
+    problems.shard_of = shard_of
     _check_manifest(manifest, problems)
     _check_files(reader.path, manifest, problems, report)
     max_len = reader.max_len
