@@ -38,10 +38,12 @@ from .format import (
 from .packing import Overflow, first_fit_decreasing, lower_bound_rows
 from .pipeline import DocumentCounts, PackReport, pack
 from .tokenize import DocumentEncoder, HFTokenizer, SpecialTokens, Tokenizer, load_tokenizer
+from .verify import AgainstReport, Problem, VerifyReport, verify
 
 __all__ = [
     "FORMAT_VERSION",
     "IGNORE_INDEX",
+    "AgainstReport",
     "BadRecordError",
     "DocumentCounts",
     "DocumentEncoder",
@@ -55,14 +57,17 @@ __all__ = [
     "PackedReader",
     "PackedRow",
     "PacktoolError",
+    "Problem",
     "Segment",
     "SpecialTokens",
     "Tokenizer",
     "TokenizerError",
+    "VerifyReport",
     "__version__",
     "first_fit_decreasing",
     "load_tokenizer",
     "lower_bound_rows",
     "open_packed",
     "pack",
+    "verify",
 ]
