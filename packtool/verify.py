@@ -469,7 +469,7 @@ def _check_block(
     ncu, ndoc = np.diff(cu_off), np.diff(doc_off)
     row_ids = np.arange(n)
     cu_row = np.repeat(row_ids, ncu)
-    cols = np.arange(L)
+    cols = np.arange(L, dtype=np.int32)
 
     # -- lists of one row must agree in length -------------------------------------------------
     lists_bad = np.diff(chunk_off) != ndoc
@@ -542,7 +542,7 @@ def _check_block(
     if cu.size:
         is_last[cu_off[1:][ncu > 0] - 1] = True
     start_entry = ~is_last & ok[cu_row]
-    mark = np.zeros(n * L, np.int64)
+    mark = np.zeros(n * L, np.int32)  # int32 halves the memory traffic of the big arrays
     mark[cu_row[start_entry] * L + cu[start_entry]] = cu[start_entry]
     seg_start = np.maximum.accumulate(mark.reshape(n, L), axis=1)
     expected_pos = cols[None, :] - seg_start
@@ -559,7 +559,7 @@ def _check_block(
     problems.rows("position_ids", pos_bad, shard, row0, describe_pos)
 
     # -- padding ------------------------------------------------------------------------------
-    in_pad = cols[None, :] >= np.where(nt_bad, L, nt)[:, None]
+    in_pad = cols[None, :] >= np.where(nt_bad, L, nt).astype(np.int32)[:, None]
     if rules.pad_id is not None:
         wrong_pad = in_pad & (ids != rules.pad_id)
         pad_bad = wrong_pad.any(axis=1)
