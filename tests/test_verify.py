@@ -642,3 +642,53 @@ def test_against_every_input_kind(tmp_path: Path) -> None:
     # the same inputs in another order: the documents are numbered differently
     report = verify(out, against=inputs[::-1], tokenizer=CharTokenizer())
     assert not report.ok and "against" in checks(report)
+
+
+@settings(
+    max_examples=40,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(
+    column=st.sampled_from(
+        ["input_ids", "position_ids", "cu_seqlens", "num_tokens", "doc_ids", "chunk_ids"]
+    ),
+    action=st.sampled_from(["set", "append", "delete"]),
+    pick=st.integers(0, 10**9),
+    value=st.one_of(st.integers(-3, 40), st.integers(-(2**31), 2**31 - 1)),
+)
+def test_any_single_change_to_a_row_is_found_and_never_crashes(
+    tmp_path_factory: pytest.TempPathFactory, column: str, action: str, pick: int, value: int
+) -> None:
+    tmp = tmp_path_factory.mktemp("mutate")
+    src, out = pack_chars(tmp, rows_per_shard=5, shuffle=True)
+    _, rows = read_rows(out)
+    r = pick % len(rows)
+    row = rows[r]
+    cell = row[column]
+    if column in ("input_ids", "position_ids"):
+        action = "set"  # fixed-size lists keep their size
+    if column == "num_tokens":
+        if value == cell:
+            return
+    elif action == "set":
+        if not cell or cell[pick % len(cell)] == value:
+            return
+    elif action == "delete" and not cell:
+        return
+
+    def damage(shard_rows: list[dict]) -> None:
+        target = shard_rows[r % 5]
+        if column == "num_tokens":
+            target[column] = value
+        elif action == "set":
+            target[column][pick % len(cell)] = value
+        elif action == "append":
+            target[column].append(value)
+        else:
+            del target[column][pick % len(cell)]
+
+    rewrite_shard(out, damage, shard=r // 5)
+    report = verify(out, against=[src], tokenizer=CharTokenizer())
+    assert not report.ok
+    assert all(p.shard is None or p.shard.endswith(".arrow") for p in report.problems)
