@@ -46,10 +46,12 @@ from .pipeline import DocumentCounts, PackReport, pack
 from .stats import CorpusStats, DatasetStats, PackingStats, corpus_stats, dataset_stats
 from .tokenize import DocumentEncoder, HFTokenizer, SpecialTokens, Tokenizer, load_tokenizer
 from .units import Unit, UnitResult, plan_units
+from .verify import AgainstReport, Problem, VerifyReport, verify
 
 __all__ = [
     "FORMAT_VERSION",
     "IGNORE_INDEX",
+    "AgainstReport",
     "BadRecordError",
     "ChatTemplate",
     "ChatTemplateError",
@@ -72,6 +74,7 @@ __all__ = [
     "PackedRow",
     "PackingStats",
     "PacktoolError",
+    "Problem",
     "RowView",
     "Segment",
     "SegmentView",
@@ -81,6 +84,7 @@ __all__ = [
     "Unit",
     "UnitResult",
     "UnitsReport",
+    "VerifyReport",
     "__version__",
     "corpus_stats",
     "dataset_stats",
@@ -95,4 +99,5 @@ __all__ = [
     "pack_units",
     "plan_units",
     "row_mask_grid",
+    "verify",
 ]

@@ -725,6 +725,144 @@ def inspect_command(
 # == verify (issue 8): add the `verify` command below this line ==
 
 
+class _VerifyProgress(_RichProgress):
+    """Progress of ``verify``: bytes hashed, rows checked, input bytes re-read.
+
+    Started at the first report, so that an error before any work (not a packtool output)
+    prints its one line and nothing else.
+    """
+
+    started = False
+
+    def __enter__(self) -> _VerifyProgress:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.started:
+            self.progress.__exit__(*exc)
+
+    _LABELS: ClassVar[dict[str, str]] = {
+        "hash": "sha256 shards",
+        "rows": "check rows",
+        "against": "re-tokenize inputs",
+    }
+
+    def __call__(self, stage: str, completed: int, total: int | None) -> None:
+        if not self.started:
+            self.progress.__enter__()
+            self.started = True
+        task = self.tasks.get(stage)
+        if task is None:
+            task = self.progress.add_task(self._LABELS.get(stage, stage), total=total, detail="")
+            self.tasks[stage] = task
+        if stage in ("hash", "against"):
+            detail = f"{completed / 1e6:,.1f}/{(total or 0) / 1e6:,.1f} MB"
+        else:
+            detail = f"{completed:,}/{total or 0:,}"
+        self.progress.update(task, completed=completed, total=total or 1, detail=detail)
+
+
+def _verify_table(report: Any) -> Table:
+    title = f"{'verified' if report.ok else 'FAILED'}: {report.path}"
+    table = Table(title=title, show_header=False, title_justify="left")
+    table.add_column(style="bold")
+    table.add_column(justify="right")
+    table.add_row("shards (bytes, sha256, rows)", f"{report.shards_checked:,}")
+    table.add_row("rows", f"{report.rows_checked:,}")
+    table.add_row("document segments", f"{report.segments:,}")
+    table.add_row("documents", f"{report.documents:,}")
+    table.add_row("tokens", f"{report.tokens:,}")
+    if report.against is not None:
+        a = report.against
+        d = a.documents
+        table.add_row("inputs re-read", f"{len(a.inputs):,} ({d['read']:,} documents)")
+        table.add_row("documents compared", f"{a.documents_compared:,}")
+        table.add_row(
+            "  packed / split / truncated",
+            f"{d['packed']:,} / {d['split']:,} / {d['truncated']:,}",
+        )
+        table.add_row(
+            "  dropped / empty / bad skipped",
+            f"{d['dropped']:,} / {d['empty']:,} / {d['bad_records_skipped']:,}",
+        )
+    table.add_row("problems", f"{report.problems_total:,}")
+    table.add_row("time", f"{report.seconds:.1f} s")
+    return table
+
+
+@app.command()
+@handle_errors
+def verify(
+    out_dir: Annotated[
+        Path, typer.Argument(help="The output directory of `packtool pack`.", show_default=False)
+    ],
+    inputs: Annotated[
+        list[Path] | None,
+        typer.Argument(
+            help="With --against: the inputs given to pack [default: the paths recorded in "
+            "the manifest].",
+            show_default=False,
+        ),
+    ] = None,
+    against: Annotated[
+        bool,
+        typer.Option(
+            "--against",
+            help="Also re-read and re-tokenize the inputs with the recorded options and check "
+            "that every document's tokens are in the rows exactly once, in order.",
+        ),
+    ] = False,
+    tokenizer: Annotated[
+        str | None,
+        typer.Option(
+            help="With --against: the tokenizer to re-tokenize with [default: the copy of "
+            "tokenizer.json in the output].",
+            show_default=False,
+        ),
+    ] = None,
+    max_problems: Annotated[int, typer.Option(help="Problems to list (all are counted).")] = 20,
+    quiet: Annotated[
+        bool, typer.Option("--quiet", "-q", help="No progress and no summary; only the exit code.")
+    ] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
+) -> None:
+    """Check that OUT_DIR is whole and right: every row of every shard, the manifest's counts,
+    the shards' sha256, and (with --against INPUTS...) every document's tokens.
+
+    Exits 0 when verified, 1 when a problem is found (the first ones are listed: shard, row,
+    what) or OUT_DIR is not a packtool output, 2 on wrong usage.
+    """
+    from .verify import verify as run_verify
+
+    if inputs and not against:
+        raise fail(
+            f"unexpected argument {str(inputs[0])!r}: to compare with inputs, pass --against",
+            2,
+        )
+    with _VerifyProgress(enabled=not quiet and not as_json) as progress:
+        report = run_verify(
+            out_dir,
+            against=[str(p) for p in inputs or []] if against else None,
+            tokenizer=tokenizer,
+            max_problems=max_problems,
+            progress=progress,
+        )
+    if as_json:
+        print(json.dumps(report.to_dict(), indent=2))
+    elif not quiet:
+        out.print(_verify_table(report))
+        for note in report.notes:
+            out.print(f"[dim]note:[/] {note}", highlight=False, soft_wrap=True)
+        for problem in report.problems:
+            out.print(f"[red]problem:[/] {problem}", highlight=False, soft_wrap=True)
+        hidden = report.problems_total - len(report.problems)
+        if hidden > 0:
+            counts = ", ".join(f"{k} {v:,}" for k, v in sorted(report.problem_counts.items()))
+            out.print(f"... and {hidden:,} more problems (by check: {counts})", highlight=False)
+    if not report.ok:
+        raise typer.Exit(1)
+
+
 # == end of verify ==
 
 

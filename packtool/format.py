@@ -29,10 +29,13 @@ and ``position_ids[cu[i]:cu[i+1]] == arange(cu[i+1] - cu[i])`` holds for every s
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import hashlib
 import io
 import json
 import os
+import re
 import shutil
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -81,6 +84,22 @@ def packed_schema(max_len: int, with_labels: bool = False) -> pa.Schema:
     if with_labels:
         fields.append(pa.field("labels", fixed, nullable=False))
     return pa.schema(fields)
+
+
+def schema_problem(schema: pa.Schema, max_len: int, with_labels: bool) -> str | None:
+    """What is wrong with a shard's ``schema`` (a missing column, a wrong type), or None.
+
+    Columns this version does not know are allowed (readers ignore them).
+    """
+    for expected in packed_schema(max_len, with_labels):
+        index = schema.get_field_index(expected.name)
+        if index < 0:
+            return f"the shard has no column {expected.name!r}"
+        if schema.field(index).type != expected.type:
+            return (
+                f"column {expected.name!r} is {schema.field(index).type}, expected {expected.type}"
+            )
+    return None
 
 
 def _hf_feature(kind: pa.DataType) -> dict[str, Any]:
@@ -191,11 +210,40 @@ def sha256_file(path: Path) -> str:
 
 
 def _write_json(path: Path, obj: Any) -> None:
-    with open(path, "w", encoding="utf-8") as f:
-        json.dump(obj, f, indent=2, sort_keys=False)
-        f.write("\n")
-        f.flush()
-        os.fsync(f.fileno())
+    try:
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump(obj, f, indent=2, sort_keys=False)
+            f.write("\n")
+            f.flush()
+            os.fsync(f.fileno())
+    except OSError as e:
+        raise write_error(e, path, f"cannot write {path.name}") from e
+
+
+def _fsync(path: Path) -> None:
+    """Flush ``path`` (a file or a directory) to the disk."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    except OSError as e:  # some filesystems cannot fsync a directory; nothing to do then
+        if e.errno not in (errno.EINVAL, errno.ENOTSUP, errno.EBADF):
+            raise
+    finally:
+        os.close(fd)
+
+
+def write_error(error: OSError, path: Path, what: str) -> OSError:
+    """``error`` (raised while writing ``path``) as an OSError with a message fit to print.
+
+    pyarrow's and numpy's write errors do not name the file and bury the reason
+    (``Error writing bytes to file. Detail: [errno 28] ...``). The CLI prints the result as
+    ``Error: PATH: cannot write shard: No space left on device (free space ...)``.
+    """
+    code = error.errno
+    reason = os.strerror(code) if code else str(error)
+    if code in (errno.ENOSPC, errno.EDQUOT):
+        reason += " (free space on that filesystem, or write the output elsewhere with --output)"
+    return OSError(code or errno.EIO, f"{what}: {reason}", str(path))
 
 
 class ShardWriter:
@@ -247,32 +295,47 @@ class ShardWriter:
         return self
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
-        self._close_shard()
-        if not self._committed:
-            shutil.rmtree(self.staging, ignore_errors=True)
+        if self._committed:
+            return
+        # Not committed (an error, Ctrl-C, or no commit): the rows are thrown away, so the
+        # open shard is closed quietly; closing can fail again (a full disk), and that must
+        # neither hide the original error nor keep the staging directory from being removed.
+        for closable in (self._sink, self._sink_file):
+            with contextlib.suppress(Exception):
+                if closable is not None:
+                    closable.close()
+        self._sink = self._sink_file = None
+        shutil.rmtree(self.staging, ignore_errors=True)
 
     # -- writing ---------------------------------------------------------------------------
     def _open_shard(self) -> None:
         name = _SHARD_NAME.format(index=len(self._shards), count=self.num_shards)
         path = self.staging / name
-        self._hashing = _HashingFile(open(path, "wb"))  # noqa: SIM115 - closed in _close_shard
-        self._sink_file = pa.PythonFile(self._hashing, mode="w")
+        self._shards.append({"file": name, "rows": 0})
         schema = self.schema.with_metadata(
             {"huggingface": json.dumps({"info": {"features": hf_features(self.schema)}})}
         )
-        self._sink = pa.ipc.new_stream(self._sink_file, schema)
-        self._shards.append({"file": name, "rows": 0})
+        try:
+            self._hashing = _HashingFile(open(path, "wb"))  # noqa: SIM115 - closed below
+            self._sink_file = pa.PythonFile(self._hashing, mode="w")
+            self._sink = pa.ipc.new_stream(self._sink_file, schema)
+        except OSError as e:
+            raise write_error(e, path, "cannot write shard") from e
         self._rows_in_shard = 0
 
     def _close_shard(self) -> None:
         if self._sink is None:
             return
-        sink, self._sink = self._sink, None
-        sink.close()
-        self._sink_file.close()
         entry = self._shards[-1]
-        entry["rows"] = self._rows_in_shard
         path = self.staging / entry["file"]
+        try:
+            self._sink.close()
+            self._sink_file.close()  # flushes and fsyncs (_HashingFile.close): the manifest
+            # must never reach the disk before the rows it lists
+        except OSError as e:
+            raise write_error(e, path, "cannot write shard") from e
+        self._sink = self._sink_file = None
+        entry["rows"] = self._rows_in_shard
         entry["bytes"] = path.stat().st_size
         entry["sha256"] = self._hashing.digest.hexdigest()
         if entry["bytes"] != self._hashing.size:  # pragma: no cover - a short write
@@ -289,7 +352,11 @@ class ShardWriter:
                 self._open_shard()
             take = min(self.rows_per_shard - self._rows_in_shard, table.num_rows - start)
             assert self._sink is not None
-            self._sink.write_table(table.slice(start, take))
+            try:
+                self._sink.write_table(table.slice(start, take))
+            except OSError as e:
+                path = self.staging / self._shards[-1]["file"]
+                raise write_error(e, path, "cannot write shard") from e
             self._rows_in_shard += take
             self._rows_written += take
             start += take
@@ -349,6 +416,51 @@ def check_output_dir(out_dir: Path, overwrite: bool) -> None:
         raise OutputExistsError(f"output path {out_dir} exists and is not a directory")
 
 
+_TEMPORARY = re.compile(r"\.(?P<name>.+)\.packtool-(?:tmp|store|old)-(?P<pid>\d+)")
+
+
+def _process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # alive, another user's
+        return True
+    except (OverflowError, OSError):  # not a possible pid
+        return False
+    return True
+
+
+def remove_stale_temporaries(out_dir: str | os.PathLike[str]) -> list[Path]:
+    """Remove what killed runs left next to ``out_dir``; return the paths removed.
+
+    A run killed by SIGKILL (or the OOM killer, or a power cut) cannot clean up its hidden
+    siblings ``.OUT.packtool-tmp-PID`` and ``.OUT.packtool-old-PID`` (the work store
+    ``.OUT.packtool-work`` is reset by the next run, or continued by ``--resume``). Those of
+    processes that no longer exist are removed; those of a live process (another ``pack``
+    writing the same output) are left alone.
+    """
+    out_dir = Path(out_dir)
+    parent = out_dir.parent if str(out_dir.parent) else Path(".")
+    removed: list[Path] = []
+    if not parent.is_dir():
+        return removed
+    for entry in parent.iterdir():
+        match = _TEMPORARY.fullmatch(entry.name)
+        if match is None or match["name"] != out_dir.name:
+            continue
+        pid = int(match["pid"])
+        if pid == os.getpid() or _process_alive(pid):
+            continue
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry, ignore_errors=True)
+        else:
+            with contextlib.suppress(OSError):
+                entry.unlink()
+        removed.append(entry)
+    return removed
+
+
 def _move_into_place(staging: Path, out_dir: Path, overwrite: bool) -> None:
     if out_dir.exists():
         check_output_dir(out_dir, overwrite)
@@ -358,6 +470,7 @@ def _move_into_place(staging: Path, out_dir: Path, overwrite: bool) -> None:
         shutil.rmtree(trash, ignore_errors=True)
     else:
         os.rename(staging, out_dir)
+    _fsync(out_dir.parent)  # make the rename itself durable
 
 
 # -- reading -------------------------------------------------------------------------------
@@ -441,8 +554,14 @@ class PackedReader:
             try:
                 with pa.memory_map(str(path)) as source:
                     table = pa.ipc.open_stream(source).read_all()
-            except (OSError, pa.ArrowInvalid) as e:
+                # A damaged shard can parse and still hold lengths or offsets that point
+                # outside its buffers; reading such rows would crash the process.
+                table.validate(full=True)
+            except (OSError, pa.ArrowException, UnicodeDecodeError) as e:
                 raise FormatError(f"{path}: cannot read shard: {e}") from e
+            problem = schema_problem(table.schema, self.max_len, self.has_labels)
+            if problem:
+                raise FormatError(f"{path}: {problem} (run `packtool verify`)")
             if table.num_rows != self.shard_rows[shard]:
                 raise FormatError(
                     f"{path}: shard holds {table.num_rows} rows, the manifest says "
@@ -533,7 +652,46 @@ def read_manifest(path: str | os.PathLike[str]) -> dict[str, Any]:
     for key in ("max_len", "shards", "columns"):
         if key not in manifest:
             raise FormatError(f"{manifest_path}: manifest lacks {key!r}")
+    problem = _manifest_problem(manifest)
+    if problem:
+        raise FormatError(f"{manifest_path}: {problem}")
     return manifest
+
+
+def _is_count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _manifest_problem(manifest: dict[str, Any]) -> str | None:
+    """The first thing that makes ``manifest`` unusable for reading rows, or None.
+
+    Shard files must be plain names inside the dataset directory: a manifest cannot make a
+    reader open ``../../somewhere``.
+    """
+    max_len = manifest["max_len"]
+    if not _is_count(max_len) or max_len < 1:
+        return f"'max_len' is {max_len!r}, not a positive integer"
+    columns = manifest["columns"]
+    if not isinstance(columns, list) or not all(isinstance(c, str) for c in columns):
+        return "'columns' is not a list of column names"
+    shards = manifest["shards"]
+    if not isinstance(shards, list):
+        return "'shards' is not a list"
+    for i, shard in enumerate(shards):
+        if not isinstance(shard, dict):
+            return f"shards[{i}] is not an object"
+        name = shard.get("file")
+        if (
+            not isinstance(name, str)
+            or not name
+            or name != Path(name).name
+            or name.startswith(".")
+            or "\\" in name
+        ):
+            return f"shards[{i}].file is {name!r}, not a file name inside the dataset directory"
+        if not _is_count(shard.get("rows")):
+            return f"shards[{i}].rows is {shard.get('rows')!r}, not a row count"
+    return None
 
 
 def open_packed(path: str | os.PathLike[str]) -> PackedReader:

@@ -24,7 +24,13 @@ import numpy as np
 from . import __version__
 from .chat import ChatTemplate
 from .errors import OptionError
-from .format import IGNORE_INDEX, ShardWriter, check_output_dir
+from .format import (
+    IGNORE_INDEX,
+    ShardWriter,
+    check_output_dir,
+    remove_stale_temporaries,
+    write_error,
+)
 from .gather import gather_rows
 from .instruct import InputPlan, InputShape, LossOn, plan_input
 from .packing import Overflow, first_fit_decreasing, lower_bound_rows, plan_rows
@@ -338,6 +344,7 @@ def pack(
         raise OptionError(f"--rows-per-shard must be >= 1, got {rows_per_shard}")
     out_path = Path(out_dir)
     check_output_dir(out_path, overwrite)
+    remove_stale_temporaries(out_path)
     files = resolve_inputs(inputs) if files is None else list(files)
     tok: Tokenizer
     if tokenizer is None or isinstance(tokenizer, (str, os.PathLike)):
@@ -519,7 +526,11 @@ def pack(
                 manifest["tokens"]["learned"] = label_counts["learned"]
                 manifest["labels"] = _describe_labels(plan, label_counts)
             if isinstance(tok, HFTokenizer):
-                (writer.staging / "tokenizer.json").write_bytes(tok.json_bytes)
+                tok_copy = writer.staging / "tokenizer.json"
+                try:
+                    tok_copy.write_bytes(tok.json_bytes)
+                except OSError as e:
+                    raise write_error(e, tok_copy, "cannot write the tokenizer copy") from e
             manifest = writer.commit(manifest)
     seconds = time.perf_counter() - started
     return PackReport(

@@ -18,6 +18,7 @@ import gzip
 import io
 import json
 import os
+import re
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -217,6 +218,9 @@ def _describe(value: Any) -> str:
     return {"NoneType": "null", "dict": "object", "list": "array", "str": "string"}.get(kind, kind)
 
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
 def _check_record(obj: Any, text_field: str, location: str) -> str:
     if not isinstance(obj, dict):
         raise BadRecordError(location, f"expected a JSON object, found {_describe(obj)}")
@@ -230,6 +234,13 @@ def _check_record(obj: Any, text_field: str, location: str) -> str:
     text = obj[text_field]
     if not isinstance(text, str):
         raise BadRecordError(location, f"field {text_field!r} is {_describe(text)}, not a string")
+    surrogate = _SURROGATE.search(text)
+    if surrogate:  # JSON's "\ud800" escape: a str that no tokenizer (nor UTF-8) can take
+        raise BadRecordError(
+            location,
+            f"field {text_field!r} holds an unpaired surrogate "
+            f"\\u{ord(surrogate.group()):04x} at character {surrogate.start()}: not valid Unicode",
+        )
     return text
 
 
@@ -275,10 +286,38 @@ def _jsonl_python(
             yield batch
 
 
+_NULL_LINE = re.compile(rb"^[ \t\r]*null", re.MULTILINE)
+
+
+def _has_null_line(inp: InputFile) -> bool:
+    """Whether a line of ``inp`` starts with the JSON value ``null``.
+
+    pyarrow's JSON reader (up to at least 26.0) crashes the process with a segmentation
+    fault when a block starts with a top-level ``null``; blocks start at line starts. Such a
+    line is a bad record anyway, so the line-by-line reader takes these files. The scan
+    reads the input once more (at GB/s; tokenizing costs far more).
+    """
+    stream, _ = _open_binary(inp)
+    carry = b""
+    try:
+        with stream:
+            while chunk := stream.read(1 << 22):
+                data = carry + chunk
+                cut = data.rfind(b"\n") + 1  # scan whole lines only: ^ is a line start
+                if b"null" in data[:cut] and _NULL_LINE.search(data, 0, cut):
+                    return True
+                carry = data[cut:]
+    except (OSError, EOFError, ValueError):
+        return False  # unreadable: the readers name the problem
+    return b"null" in carry and _NULL_LINE.search(carry) is not None
+
+
 def _jsonl_arrow(inp: InputFile, text_field: str, batch_docs: int) -> Iterator[TextBatch]:
     """pyarrow's streaming JSON reader; raises _ArrowFailed on anything irregular."""
     import pyarrow.json as pj
 
+    if _has_null_line(inp):
+        raise _ArrowFailed("a line holds a top-level null")
     stream, raw = _arrow_input(inp)
     parse = pj.ParseOptions(
         explicit_schema=pa.schema([(text_field, pa.string())]),
@@ -477,17 +516,25 @@ def _read_arrow(
         source.close()
 
 
+def _csv_header(inp: InputFile) -> list[str]:
+    """The column names on the first line of a CSV input."""
+    stream, _ = _arrow_input(inp)
+    try:
+        head = stream.read(1 << 16).decode("utf-8", errors="replace")
+    finally:
+        stream.close()
+    try:
+        return next(csv.reader(io.StringIO(head, newline="")), [])
+    except csv.Error as e:  # e.g. a lone carriage return inside an unquoted header field
+        raise InputError(f"{inp.path}: cannot read the CSV header: {e}") from None
+
+
 def _read_csv(
     inp: InputFile, text_field: str, skip_bad: bool, batch_docs: int
 ) -> Iterator[TextBatch]:
     import pyarrow.csv as pc
 
-    stream, raw = _arrow_input(inp)
-    try:
-        head = stream.read(1 << 16).decode("utf-8", errors="replace")
-    finally:
-        stream.close()
-    header = next(csv.reader(io.StringIO(head)), [])
+    header = _csv_header(inp)
     if text_field not in header:
         fields = ", ".join(repr(n) for n in header[:20]) or "none"
         raise InputError(
@@ -859,12 +906,7 @@ def _csv_records(
 ) -> Iterator[RecordBatch]:
     import pyarrow.csv as pc
 
-    stream, raw = _arrow_input(inp)
-    try:
-        head = stream.read(1 << 16).decode("utf-8", errors="replace")
-    finally:
-        stream.close()
-    _check_columns(next(csv.reader(io.StringIO(head)), []), fields, str(inp.path))
+    _check_columns(_csv_header(inp), fields, str(inp.path))
     stream, raw = _arrow_input(inp)
     try:
         reader = pc.open_csv(
@@ -969,12 +1011,7 @@ def first_record_fields(inp: InputFile, *, split: str | None = None) -> list[str
                     return list(obj)
         return None
     if inp.kind == "csv":
-        stream, _ = _arrow_input(inp)
-        try:
-            head = stream.read(1 << 16).decode("utf-8", errors="replace")
-        finally:
-            stream.close()
-        return next(csv.reader(io.StringIO(head)), None)
+        return _csv_header(inp) or None
     try:
         names, _batches, _progress, close = _table_source(inp, (), split, 1)
     except InputError:

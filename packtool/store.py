@@ -13,6 +13,7 @@ interrupted run keeps it, with a checkpoint, and the next ``--resume`` run conti
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -20,6 +21,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from .format import write_error
 
 __all__ = ["ITEM_DTYPE", "TokenStore"]
 
@@ -68,7 +71,7 @@ class TokenStore:
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
         if exc_type is not None and self.keep_on_error:
-            self._close_files()  # an interrupted resumable run keeps its work
+            self._close_quietly()  # an interrupted resumable run keeps its work
         else:
             self.close()
 
@@ -125,11 +128,11 @@ class TokenStore:
                 "labels go with every append to a store made with_labels, and only there"
             )
         base = self.num_tokens
-        np.ascontiguousarray(tokens, dtype=np.int32).tofile(self._file)
+        if labels is not None and labels.shape != tokens.shape:
+            raise ValueError(f"labels {labels.shape} do not match tokens {tokens.shape}")
+        self._write(self._file, self.path, tokens)
         if labels is not None:
-            if labels.shape != tokens.shape:
-                raise ValueError(f"labels {labels.shape} do not match tokens {tokens.shape}")
-            np.ascontiguousarray(labels, dtype=np.int32).tofile(self._labels_file)
+            self._write(self._labels_file, self.labels_path, labels)
         self.num_tokens += int(tokens.size)
         return base
 
@@ -139,8 +142,18 @@ class TokenStore:
         records["length"] = lengths
         records["doc_id"] = doc_ids
         records["chunk_id"] = chunk_ids
-        records.tofile(self._items)
+        self._write(self._items, self.items_path, records)
         self.num_items += len(records)
+
+    @staticmethod
+    def _write(file: Any, path: Path, data: np.ndarray) -> None:
+        # file.write, not ndarray.tofile: tofile's error on a full disk has no errno
+        if data.dtype != ITEM_DTYPE:
+            data = np.ascontiguousarray(data, dtype=np.int32)
+        try:
+            file.write(memoryview(np.ascontiguousarray(data)).cast("B"))
+        except OSError as e:
+            raise write_error(e, path, "cannot write the work store") from e
 
     def checkpoint(self, fingerprint: str, state: dict[str, Any]) -> None:
         """Record that everything appended so far, and ``state``, can be resumed from."""
@@ -194,13 +207,23 @@ class TokenStore:
         return np.memmap(self.labels_path, dtype=np.int32, mode="r", shape=(self.num_tokens,))
 
     def _close_files(self) -> None:
+        error: OSError | None = None
         for name in ("_file", "_items", "_labels_file"):
             f = getattr(self, name)
             if f is not None:
-                f.close()
                 setattr(self, name, None)
+                try:
+                    f.close()
+                except OSError as e:  # a full disk fails the final flush
+                    error = error or write_error(e, Path(f.name), "cannot write the work store")
+        if error is not None:
+            raise error
+
+    def _close_quietly(self) -> None:
+        with contextlib.suppress(OSError):
+            self._close_files()
 
     def close(self) -> None:
         """Remove the store from disk."""
-        self._close_files()
+        self._close_quietly()
         shutil.rmtree(self.directory, ignore_errors=True)

@@ -305,7 +305,8 @@ class EncodedBatch:
 
     @property
     def offsets(self) -> np.ndarray:
-        return np.concatenate([[0], np.cumsum(self.lengths)[:-1]]).astype(np.int64)
+        starts = np.concatenate([[0], np.cumsum(self.lengths)[:-1]]).astype(np.int64)
+        return starts[: self.lengths.size]  # no documents: no offsets (not [0])
 
 
 class DocumentEncoder:

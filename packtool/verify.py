@@ -1,0 +1,1287 @@
+"""``verify``: check that a packed dataset is whole and right, row by row.
+
+What is checked (docs/verify.md says the same for people):
+
+- the manifest: its counts add up (``documents.read`` is the sum of the outcomes, rows and
+  tokens agree with ``lower_bound_rows`` and the shards, the inputs' ``first_doc`` follow
+  each other), and the files it names are there: every shard with the recorded ``bytes`` and
+  ``sha256``, the tokenizer copy with its ``sha256``, ``state.json`` listing the same shards;
+  no stray ``*.arrow`` file that ``load_dataset("arrow", data_files="out/*.arrow")`` would
+  pick up;
+- every row of every shard, vectorised with NumPy over blocks of rows::
+
+      input_ids    b b b b b b b b b c c c c c c c a a a a a P P P
+      position_ids 0 1 2 3 4 5 6 7 8 0 1 2 3 4 5 6 0 1 2 3 4 0 1 2   restart at every cu
+      cu_seqlens   [0, 9, 16, 21, 24]    0 first, rising strictly, max_len last
+      num_tokens   21                    == cu_seqlens[len(doc_ids)]; padding after it
+      doc_ids      [1, 2, 0]             one per document segment (+1 cu for the padding)
+
+  plus: padding holds ``pad_id`` (labels -100), token ids are inside the vocabulary, a
+  document segment shorter than ``max_len`` ends with EOS (when EOS was added), a first
+  chunk starts with BOS (under ``--bos``);
+- over the whole dataset: every ``(doc_id, chunk_id)`` exactly once, the chunks of a split
+  document numbered ``0..k-1`` and all but the last exactly ``max_len`` long, and the
+  numbers of rows, segments, tokens and documents (whole, split, truncated) equal the
+  manifest's;
+- with ``against``: the inputs re-read and re-tokenized with the recorded options and the
+  copy of the tokenizer; every document's tokens (after the overflow policy) are in the rows
+  exactly once and in order, compared through a 128-bit digest per document, and the counts
+  of read, dropped, truncated, empty and skipped documents match the manifest.
+
+``verify`` returns a :class:`VerifyReport`; it raises only when there is nothing to verify
+(no manifest, an unknown format version: :class:`~packtool.errors.FormatError`) or the
+arguments are wrong. Everything else, a missing or damaged shard included, is a
+:class:`Problem` in the report.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from .errors import FormatError, OptionError, PacktoolError
+from .format import IGNORE_INDEX, MANIFEST_FILE, PackedReader, open_packed, packed_schema
+from .packing import Overflow
+from .sources import read_texts, resolve_inputs
+from .tokenize import DocumentEncoder, Tokenizer, load_tokenizer
+
+__all__ = ["AgainstReport", "Problem", "VerifyReport", "verify"]
+
+VerifyProgress = Callable[[str, int, "int | None"], None]
+"""Called as ``progress(stage, completed, total)``; stages: ``hash`` (bytes of shards),
+``rows`` (rows checked), ``against`` (bytes of inputs re-read)."""
+
+_BLOCK_TOKENS = 1 << 22  # rows are checked in blocks of about this many token slots
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One thing wrong: where (shard file, global row; ``None`` when not about one) and what.
+
+    ``check`` names the kind of check that failed (``sha256``, ``position_ids``,
+    ``coverage``, ``against``...), so that problems can be counted by kind.
+    """
+
+    shard: str | None
+    row: int | None
+    what: str
+    check: str = ""
+
+    def __str__(self) -> str:
+        where = ", ".join(
+            part for part in (self.shard, None if self.row is None else f"row {self.row}") if part
+        )
+        return f"{where}: {self.what}" if where else self.what
+
+
+@dataclass
+class AgainstReport:
+    """What ``verify(..., against=...)`` re-read: inputs, documents, and their outcomes."""
+
+    inputs: list[str]
+    documents: dict[str, int]  # read, packed, split, truncated, dropped, empty, bad_records_skipped
+    tokens: dict[str, int]  # packed, truncated_away, dropped
+    documents_compared: int  # documents whose digests were compared with the rows'
+    seconds: float = 0.0
+
+
+@dataclass
+class VerifyReport:
+    """The outcome of :func:`verify`. ``ok`` when no problem was found."""
+
+    path: Path
+    shards_checked: int = 0
+    rows_checked: int = 0
+    segments: int = 0
+    documents: int = 0  # distinct documents in the rows
+    tokens: int = 0  # real tokens in the rows
+    bytes_hashed: int = 0
+    problems: list[Problem] = field(default_factory=list)  # the first max_problems
+    problems_total: int = 0
+    problem_counts: dict[str, int] = field(default_factory=dict)  # by check
+    notes: list[str] = field(default_factory=list)  # what could not be checked, and why
+    against: AgainstReport | None = None
+    seconds: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return self.problems_total == 0
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready summary (the CLI's ``--json``)."""
+        return {
+            "path": str(self.path),
+            "ok": self.ok,
+            "shards_checked": self.shards_checked,
+            "rows_checked": self.rows_checked,
+            "segments": self.segments,
+            "documents": self.documents,
+            "tokens": self.tokens,
+            "bytes_hashed": self.bytes_hashed,
+            "problems_total": self.problems_total,
+            "problem_counts": self.problem_counts,
+            "problems": [
+                {"shard": p.shard, "row": p.row, "check": p.check, "what": p.what}
+                for p in self.problems
+            ],
+            "notes": self.notes,
+            "against": None
+            if self.against is None
+            else {
+                "inputs": self.against.inputs,
+                "documents": self.against.documents,
+                "tokens": self.against.tokens,
+                "documents_compared": self.against.documents_compared,
+                "seconds": round(self.against.seconds, 3),
+            },
+            "seconds": round(self.seconds, 3),
+        }
+
+
+class _Problems:
+    """Collects problems: all are counted, the first ``limit`` are kept."""
+
+    def __init__(self, report: VerifyReport, limit: int) -> None:
+        self.report = report
+        self.limit = limit
+        self.counts: Counter[str] = Counter()
+        self.shard_of: Callable[[int], str | None] = lambda row: None
+
+    def add(self, check: str, what: str, shard: str | None = None, row: int | None = None):
+        self.count(check, 1)
+        self.keep(check, what, shard, row)
+
+    def keep(self, check: str, what: str, shard: str | None, row: int | None) -> None:
+        """Keep (not count) a problem; a row-located one gets its shard's name."""
+        if len(self.report.problems) < self.limit:
+            if shard is None and row is not None:
+                shard = self.shard_of(row)
+            self.report.problems.append(Problem(shard, row, what, check))
+
+    def count(self, check: str, n: int) -> None:
+        self.counts[check] += n
+        self.report.problems_total += n
+
+    def room(self) -> int:
+        return max(0, self.limit - len(self.report.problems))
+
+    def rows(
+        self,
+        check: str,
+        bad: np.ndarray,
+        shard: str,
+        row0: int,
+        describe: Callable[[int], str],
+    ) -> None:
+        """Count the rows flagged in ``bad`` (a block's boolean mask) and name the first."""
+        n = int(np.count_nonzero(bad))
+        if not n:
+            return
+        self.count(check, n)
+        for i in np.flatnonzero(bad)[: self.room()]:
+            i = int(i)
+            self.report.problems.append(Problem(shard, row0 + i, describe(i), check))
+
+
+# -- the token digest -----------------------------------------------------------------------
+#
+# A document's digest is the sum (mod 2^64, two lanes) of splitmix64 of (position << 32 |
+# token) over its tokens, position counted from the document's start. Sums do not depend on
+# the order of the terms, so the chunks of a split document can be added as they come, from
+# any rows, in any order; the position inside each term makes a token moved, swapped,
+# missing, duplicated or changed change the digest (except with probability ~2^-64 per lane).
+
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+_MIX1 = np.uint64(0xBF58476D1CE4E5B9)
+_MIX2 = np.uint64(0x94D049BB133111EB)
+_LANE_SEEDS = (np.uint64(0x243F6A8885A308D3), np.uint64(0x13198A2E03707344))
+
+
+def _splitmix64(z: np.ndarray) -> np.ndarray:
+    z = z + _GOLDEN
+    z ^= z >> np.uint64(30)
+    z *= _MIX1
+    z ^= z >> np.uint64(27)
+    z *= _MIX2
+    z ^= z >> np.uint64(31)
+    return z
+
+
+def _digest_terms(tokens: np.ndarray, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The two lanes of each token's term (uint64 arrays like ``tokens``)."""
+    key = (positions.astype(np.uint64) << np.uint64(32)) | tokens.astype(np.uint32).astype(
+        np.uint64
+    )
+    return _splitmix64(key ^ _LANE_SEEDS[0]), _splitmix64(key ^ _LANE_SEEDS[1])
+
+
+def _group_sums(values: np.ndarray, starts: np.ndarray) -> np.ndarray:
+    """Sums (wrapping uint64) of ``values`` over the groups starting at ``starts`` (non-empty,
+    increasing)."""
+    if starts.size == 0:
+        return np.zeros(0, np.uint64)
+    return np.add.reduceat(values, starts)
+
+
+# -- helpers --------------------------------------------------------------------------------
+
+
+def _get(manifest: dict[str, Any], *keys: str) -> Any:
+    value: Any = manifest
+    for key in keys:
+        if not isinstance(value, dict) or key not in value:
+            return None
+        value = value[key]
+    return value
+
+
+def _int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _show(values: np.ndarray, limit: int = 12) -> str:
+    items = [str(int(v)) for v in values[:limit]]
+    if values.size > limit:
+        items.append(f"... ({values.size} values)")
+    return "[" + ", ".join(items) + "]"
+
+
+def _sha256_file(path: Path, on_bytes: Callable[[int], None]) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(1 << 22):
+            digest.update(block)
+            on_bytes(len(block))
+    return digest.hexdigest()
+
+
+def _message(error: PacktoolError, path: Path) -> str:
+    """A format error's message without the leading ``path: `` (the problem names it)."""
+    text = str(error)
+    prefix = f"{path}: "
+    return text[len(prefix) :] if text.startswith(prefix) else text
+
+
+# -- the manifest and the files it names ----------------------------------------------------
+
+_COUNT_KEYS = ("packed", "split", "truncated", "dropped", "empty", "bad_records_skipped")
+
+
+def _check_manifest(manifest: dict[str, Any], problems: _Problems) -> None:
+    """The manifest's own arithmetic: its counts must agree with each other."""
+
+    def bad(what: str) -> None:
+        problems.add("manifest", f"{MANIFEST_FILE}: {what}")
+
+    max_len = manifest["max_len"]
+    if _get(manifest, "format_version") is None:  # pragma: no cover - read_manifest checks it
+        bad("no format_version")
+    documents = _get(manifest, "documents")
+    if not isinstance(documents, dict) or any(
+        _int(documents.get(k)) is None for k in ("read", *_COUNT_KEYS)
+    ):
+        bad("'documents' does not hold every count (read, packed, split, ...)")
+    else:
+        accounted = sum(documents[k] for k in _COUNT_KEYS)
+        if accounted != documents["read"]:
+            bad(f"documents.read is {documents['read']}, but its parts add up to {accounted}")
+    rows = _int(_get(manifest, "rows"))
+    shard_rows = sum(int(s["rows"]) for s in manifest["shards"])
+    if rows is None:
+        bad("no 'rows' count")
+    elif rows != shard_rows:
+        bad(f"rows is {rows}, but the shards listed hold {shard_rows}")
+    if _get(manifest, "num_rows") is not None and _get(manifest, "num_rows") != rows:
+        bad(f"num_rows is {_get(manifest, 'num_rows')!r}, rows is {rows!r}")
+    packed = _int(_get(manifest, "tokens", "packed"))
+    if packed is None:
+        bad("no 'tokens.packed' count")
+    else:
+        lower = -(-packed // max_len)
+        if _get(manifest, "lower_bound_rows") != lower:
+            bad(
+                f"lower_bound_rows is {_get(manifest, 'lower_bound_rows')!r}, "
+                f"but ceil(tokens.packed / max_len) is {lower}"
+            )
+        if rows is not None and packed > rows * max_len:
+            bad(f"tokens.packed {packed} do not fit in {rows} rows of {max_len}")
+    if _get(manifest, "options", "max_len") not in (None, max_len):
+        bad(f"options.max_len is {_get(manifest, 'options', 'max_len')!r}, max_len is {max_len}")
+    inputs = _get(manifest, "inputs")
+    if isinstance(inputs, list) and isinstance(documents, dict):
+        expected_first = 0
+        for i, inp in enumerate(inputs):
+            first, count = _int(_get(inp, "first_doc")), _int(_get(inp, "documents"))
+            if first != expected_first or count is None:
+                bad(f"inputs[{i}]: first_doc {first!r} should be {expected_first}")
+                break
+            expected_first += count
+        else:
+            if _int(documents.get("read")) is not None and expected_first != documents["read"]:
+                bad(
+                    f"the inputs hold {expected_first} documents, documents.read is "
+                    f"{documents['read']}"
+                )
+
+
+def _check_files(
+    path: Path, manifest: dict[str, Any], problems: _Problems, report: VerifyReport
+) -> None:
+    """The tokenizer copy, state.json, and files that should not be there."""
+    listed = {s["file"] for s in manifest["shards"]}
+    for stray in sorted(p.name for p in path.glob("*.arrow")):
+        if stray not in listed:
+            problems.add(
+                "files",
+                f"{stray} is not a shard of the manifest (load_dataset('arrow', "
+                "data_files='*.arrow') would read it too): remove it",
+            )
+    state_path = path / "state.json"
+    try:
+        state = json.loads(state_path.read_text(encoding="utf-8"))
+        state_files = [f["filename"] for f in state["_data_files"]]
+    except FileNotFoundError:
+        problems.add("files", "state.json is missing: datasets.load_from_disk cannot open this")
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        problems.add("files", f"state.json is unreadable ({type(e).__name__}: {e})")
+    else:
+        if state_files != [s["file"] for s in manifest["shards"]]:
+            problems.add(
+                "files",
+                "state.json lists other shards than the manifest: "
+                "datasets.load_from_disk would read other rows",
+            )
+    info = _get(manifest, "tokenizer")
+    if isinstance(info, dict) and isinstance(info.get("file"), str):
+        tok_path = path / Path(info["file"]).name
+        if not tok_path.is_file():
+            problems.add("files", f"{tok_path.name} (the tokenizer copy) is missing")
+        elif info.get("sha256") != hashlib.sha256(tok_path.read_bytes()).hexdigest():
+            problems.add(
+                "files",
+                f"{tok_path.name} does not match the sha256 recorded in the manifest: "
+                "it is not the tokenizer the data was packed with",
+            )
+    elif isinstance(info, dict):
+        report.notes.append(
+            "no tokenizer copy in the output (packed with a tokenizer object): "
+            "--against needs the tokenizer given explicitly"
+        )
+
+
+# -- rows -----------------------------------------------------------------------------------
+
+
+@dataclass
+class _Rules:
+    """What every row must satisfy, from the manifest."""
+
+    max_len: int
+    pad_id: int | None
+    vocab_size: int | None
+    documents_read: int | None
+    eos_id: int | None  # set when every document got an EOS
+    bos_id: int | None  # set when every document got a BOS (--bos)
+    has_labels: bool
+
+
+@dataclass
+class _Segments:
+    """Document segments seen in the rows, in row order (for the dataset-wide checks)."""
+
+    doc: list[np.ndarray] = field(default_factory=list)
+    chunk: list[np.ndarray] = field(default_factory=list)
+    length: list[np.ndarray] = field(default_factory=list)  # -1 where the row is malformed
+    row: list[np.ndarray] = field(default_factory=list)
+    last: list[np.ndarray] = field(default_factory=list)  # last token, -1 if malformed
+
+    def arrays(self) -> tuple[np.ndarray, ...]:
+        """(doc, chunk, length, row, last token), concatenated."""
+
+        def cat(parts: list[np.ndarray], dtype: Any) -> np.ndarray:
+            return np.concatenate(parts).astype(dtype) if parts else np.zeros(0, dtype)
+
+        return (
+            cat(self.doc, np.int64),
+            cat(self.chunk, np.int64),
+            cat(self.length, np.int64),
+            cat(self.row, np.int64),
+            cat(self.last, np.int64),
+        )
+
+
+@dataclass
+class _Digests:
+    """Per-document digests and token counts computed from the rows (``against`` only)."""
+
+    lane0: np.ndarray
+    lane1: np.ndarray
+    length: np.ndarray
+
+
+def _ragged(column: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+    """(offsets from 0, values) of a list column slice."""
+    offsets = column.offsets.to_numpy(zero_copy_only=False).astype(np.int64)
+    values = column.values.to_numpy(zero_copy_only=False)[offsets[0] : offsets[-1]]
+    return offsets - offsets[0], values.astype(np.int64)
+
+
+def _fixed(column: pa.Array, n: int, max_len: int) -> np.ndarray:
+    return column.flatten().to_numpy(zero_copy_only=False).reshape(n, max_len)
+
+
+def _check_block(
+    batch: pa.RecordBatch,
+    rules: _Rules,
+    shard: str,
+    row0: int,
+    problems: _Problems,
+    segments: _Segments,
+    digests: _Digests | None,
+) -> int:
+    """Check the rows of one record batch (global rows from ``row0``); returns real tokens."""
+    n, L = batch.num_rows, rules.max_len
+    for name in batch.schema.names:
+        column = batch.column(name)
+        nulls = column.null_count + (column.values.null_count if hasattr(column, "values") else 0)
+        if nulls:
+            problems.add(
+                "nulls", f"column {name!r} holds nulls: rows of this block not checked", shard
+            )
+            return 0
+    ids = _fixed(batch.column("input_ids"), n, L)
+    pos = _fixed(batch.column("position_ids"), n, L)
+    labels = _fixed(batch.column("labels"), n, L) if rules.has_labels else None
+    cu_off, cu = _ragged(batch.column("cu_seqlens"))
+    doc_off, docs = _ragged(batch.column("doc_ids"))
+    chunk_off, chunks = _ragged(batch.column("chunk_ids"))
+    nt = batch.column("num_tokens").to_numpy(zero_copy_only=False).astype(np.int64)
+    ncu, ndoc = np.diff(cu_off), np.diff(doc_off)
+    row_ids = np.arange(n)
+    cu_row = np.repeat(row_ids, ncu)
+    cols = np.arange(L, dtype=np.int32)
+
+    # -- lists of one row must agree in length -------------------------------------------------
+    lists_bad = np.diff(chunk_off) != ndoc
+    problems.rows(
+        "doc_ids",
+        lists_bad,
+        shard,
+        row0,
+        lambda i: f"doc_ids has {ndoc[i]} entries but chunk_ids {np.diff(chunk_off)[i]}",
+    )
+    nt_bad = (nt < 0) | (nt > L)
+    problems.rows(
+        "num_tokens", nt_bad, shard, row0, lambda i: f"num_tokens is {nt[i]}, outside 0..{L}"
+    )
+
+    # -- cu_seqlens: 0 first, max_len last, rising strictly ------------------------------------
+    cu_bad = ncu < 2
+    has = ~cu_bad
+    first = np.zeros(n, np.int64)
+    last = np.zeros(n, np.int64)
+    first[has] = cu[cu_off[:-1][has]]
+    last[has] = cu[cu_off[1:][has] - 1]
+    cu_bad |= has & ((first != 0) | (last != L))
+    if cu.size > 1:
+        step_bad = np.diff(cu) <= 0
+        same_row = cu_row[1:] == cu_row[:-1]
+        cu_bad[cu_row[1:][step_bad & same_row]] = True
+    problems.rows(
+        "cu_seqlens",
+        cu_bad,
+        shard,
+        row0,
+        lambda i: (
+            f"cu_seqlens {_show(cu[cu_off[i] : cu_off[i + 1]])} must start at 0, "
+            f"rise strictly and end at max_len {L}"
+        ),
+    )
+
+    # -- segments: one per document segment, plus the padding tail ----------------------------
+    padded = nt < L
+    count_bad = ~cu_bad & ~nt_bad & (ncu - 1 != ndoc + padded)
+    problems.rows(
+        "cu_seqlens",
+        count_bad,
+        shard,
+        row0,
+        lambda i: (
+            f"cu_seqlens has {ncu[i] - 1} segments for {ndoc[i]} documents and "
+            f"num_tokens {nt[i]} (expected {ndoc[i] + int(padded[i])})"
+        ),
+    )
+    shape_ok = ~(cu_bad | count_bad | nt_bad | lists_bad)
+    boundary = np.zeros(n, np.int64)
+    boundary[shape_ok] = cu[cu_off[:-1][shape_ok] + ndoc[shape_ok]]
+    end_bad = shape_ok & (boundary != nt)
+    problems.rows(
+        "num_tokens",
+        end_bad,
+        shard,
+        row0,
+        lambda i: (
+            f"num_tokens is {nt[i]}, but the document segments end at "
+            f"cu_seqlens[{ndoc[i]}] = {boundary[i]}"
+        ),
+    )
+    ok = shape_ok & ~end_bad
+
+    # -- position_ids restart at every boundary and count up ----------------------------------
+    is_last = np.zeros(cu.size, bool)
+    if cu.size:
+        is_last[cu_off[1:][ncu > 0] - 1] = True
+    start_entry = ~is_last & ok[cu_row]
+    mark = np.zeros(n * L, np.int32)  # int32 halves the memory traffic of the big arrays
+    mark[cu_row[start_entry] * L + cu[start_entry]] = cu[start_entry]
+    seg_start = np.maximum.accumulate(mark.reshape(n, L), axis=1)
+    expected_pos = cols[None, :] - seg_start
+    wrong_pos = pos != expected_pos
+    pos_bad = ok & wrong_pos.any(axis=1)
+
+    def describe_pos(i: int) -> str:
+        j = int(np.argmax(wrong_pos[i]))
+        return (
+            f"position_ids[{j}] is {pos[i, j]}, expected {expected_pos[i, j]} "
+            f"(the segment starting at {seg_start[i, j]})"
+        )
+
+    problems.rows("position_ids", pos_bad, shard, row0, describe_pos)
+
+    # -- padding ------------------------------------------------------------------------------
+    in_pad = cols[None, :] >= np.where(nt_bad, L, nt).astype(np.int32)[:, None]
+    if rules.pad_id is not None:
+        wrong_pad = in_pad & (ids != rules.pad_id)
+        pad_bad = wrong_pad.any(axis=1)
+
+        def describe_pad(i: int) -> str:
+            j = int(np.argmax(wrong_pad[i]))
+            return (
+                f"input_ids[{j}] is {ids[i, j]} in the padding (num_tokens {nt[i]}), "
+                f"expected pad_id {rules.pad_id}"
+            )
+
+        problems.rows("padding", pad_bad, shard, row0, describe_pad)
+    if labels is not None:
+        wrong_label = in_pad & (labels != IGNORE_INDEX)
+        problems.rows(
+            "labels",
+            wrong_label.any(axis=1),
+            shard,
+            row0,
+            lambda i: (
+                f"labels[{int(np.argmax(wrong_label[i]))}] is "
+                f"{labels[i, int(np.argmax(wrong_label[i]))]} in the padding, expected "
+                f"{IGNORE_INDEX}"
+            ),
+        )
+    if rules.vocab_size is not None:
+        wrong_id = (ids < 0) | (ids >= rules.vocab_size)
+        problems.rows(
+            "input_ids",
+            wrong_id.any(axis=1),
+            shard,
+            row0,
+            lambda i: (
+                f"input_ids[{int(np.argmax(wrong_id[i]))}] is "
+                f"{ids[i, int(np.argmax(wrong_id[i]))]}, outside the tokenizer's vocabulary "
+                f"(0..{rules.vocab_size - 1})"
+            ),
+        )
+
+    # -- document and chunk ids ---------------------------------------------------------------
+    seg_row = np.repeat(row_ids, ndoc)
+    local = np.arange(docs.size) - np.repeat(doc_off[:-1], ndoc)
+    paired = ~lists_bad[seg_row]  # segments whose doc and chunk ids can be paired
+    seg_chunk = np.full(docs.size, -1, np.int64)
+    seg_chunk[paired] = chunks[(np.repeat(chunk_off[:-1], ndoc) + local)[paired]]
+    limit = rules.documents_read
+    wrong_doc = (docs < 0) | ((docs >= limit) if limit is not None else False)
+    wrong_chunk = paired & (seg_chunk < 0)
+    id_bad = np.zeros(n, bool)
+    id_bad[seg_row[wrong_doc | wrong_chunk]] = True
+
+    def describe_ids(i: int) -> str:
+        d = docs[doc_off[i] : doc_off[i + 1]]
+        return (
+            f"doc_ids {_show(d)} / chunk_ids "
+            f"{_show(chunks[chunk_off[i] : chunk_off[i + 1]])} out of range (documents "
+            f"number 0..{'?' if limit is None else limit - 1}, chunks from 0)"
+        )
+
+    problems.rows("doc_ids", id_bad, shard, row0, describe_ids)
+
+    # -- per segment: length, EOS at the end of a short one, BOS at a first chunk ---------------
+    seg_ok = ok[seg_row]
+    entry = np.repeat(cu_off[:-1], ndoc) + local  # index in cu of the segment's start
+    seg_len = np.full(docs.size, -1, np.int64)
+    seg_len[seg_ok] = cu[entry[seg_ok] + 1] - cu[entry[seg_ok]]
+    last_tok = np.full(docs.size, -1, np.int64)
+    last_tok[seg_ok] = ids[seg_row[seg_ok], cu[entry[seg_ok] + 1] - 1]
+    if rules.eos_id is not None:
+        short = seg_ok & (seg_len < L)
+        eos_bad_seg = short & (last_tok != rules.eos_id)
+        eos_bad = np.zeros(n, bool)
+        eos_bad[seg_row[eos_bad_seg]] = True
+
+        def describe_eos(i: int) -> str:
+            k = int(np.flatnonzero(eos_bad_seg & (seg_row == i))[0])
+            return (
+                f"document {docs[k]} chunk {seg_chunk[k]} ({seg_len[k]} tokens, its last) "
+                f"ends with {last_tok[k]}, not EOS {rules.eos_id}"
+            )
+
+        problems.rows("eos", eos_bad, shard, row0, describe_eos)
+    if rules.bos_id is not None:
+        opening = seg_ok & (seg_chunk == 0)
+        first_tok = np.full(docs.size, rules.bos_id, np.int64)
+        first_tok[opening] = ids[seg_row[opening], cu[entry[opening]]]
+        bos_bad_seg = opening & (first_tok != rules.bos_id)
+        bos_bad = np.zeros(n, bool)
+        bos_bad[seg_row[bos_bad_seg]] = True
+
+        def describe_bos(i: int) -> str:
+            k = int(np.flatnonzero(bos_bad_seg & (seg_row == i))[0])
+            return f"document {docs[k]} starts with {first_tok[k]}, not BOS {rules.bos_id}"
+
+        problems.rows("bos", bos_bad, shard, row0, describe_bos)
+
+    segments.doc.append(docs[paired])
+    segments.chunk.append(seg_chunk[paired])
+    segments.length.append(seg_len[paired])
+    segments.row.append(seg_row[paired] + row0)
+    segments.last.append(last_tok[paired])
+
+    if digests is not None:
+        usable = seg_ok & paired & ~wrong_doc & ~wrong_chunk
+        _add_row_digests(ids, nt, ok, cu, entry, seg_row, seg_ok, usable, docs, seg_chunk, digests)
+    return int(nt[~nt_bad].sum())
+
+
+def _add_row_digests(
+    ids: np.ndarray,
+    nt: np.ndarray,
+    ok: np.ndarray,
+    cu: np.ndarray,
+    entry: np.ndarray,
+    seg_row: np.ndarray,
+    seg_ok: np.ndarray,
+    usable: np.ndarray,
+    docs: np.ndarray,
+    seg_chunk: np.ndarray,
+    digests: _Digests,
+) -> None:
+    """Add each document segment's tokens to its document's digest (well-formed rows only).
+
+    Each segment start is marked with the segment's index; a running maximum along the row
+    gives every token slot its segment (segments of a row are in increasing index order).
+    """
+    n, L = ids.shape
+    marked = np.flatnonzero(seg_ok)
+    if marked.size == 0:
+        return
+    flat = seg_row[marked] * L + cu[entry[marked]]
+    mark = np.zeros(n * L, np.int64)
+    starts = np.zeros(n * L, np.int64)
+    mark[flat] = marked + 1
+    starts[flat] = cu[entry[marked]]
+    seg_at = np.maximum.accumulate(mark.reshape(n, L), axis=1) - 1
+    offset_in_seg = np.arange(L)[None, :] - np.maximum.accumulate(starts.reshape(n, L), axis=1)
+    real = (np.arange(L)[None, :] < nt[:, None]) & ok[:, None]
+    seg = seg_at[real]
+    keep = usable[seg]
+    seg = seg[keep]
+    if seg.size == 0:
+        return
+    position = seg_chunk[seg] * L + offset_in_seg[real][keep]
+    lane0, lane1 = _digest_terms(ids[real][keep], position)
+    group = np.flatnonzero(np.concatenate([[True], seg[1:] != seg[:-1]]))
+    owner = docs[seg[group]]
+    np.add.at(digests.lane0, owner, _group_sums(lane0, group))
+    np.add.at(digests.lane1, owner, _group_sums(lane1, group))
+    np.add.at(digests.length, owner, np.diff(np.append(group, seg.size)))
+
+
+def _check_shards(
+    reader: PackedReader,
+    rules: _Rules,
+    problems: _Problems,
+    report: VerifyReport,
+    digests: _Digests | None,
+    progress: VerifyProgress | None,
+) -> tuple[_Segments, bool]:
+    """Bytes, sha256, then every row of every shard. Returns (segments, all shards read)."""
+    segments = _Segments()
+    manifest = reader.manifest
+    all_read = True
+    total_bytes = sum(_int(s.get("bytes")) or 0 for s in manifest["shards"])
+    hashed = [0]
+
+    def on_bytes(n: int) -> None:
+        hashed[0] += n
+        if progress:
+            progress("hash", hashed[0], total_bytes)
+
+    row0 = 0
+    block_rows = max(1, _BLOCK_TOKENS // rules.max_len)
+    for index, entry in enumerate(manifest["shards"]):
+        name, path = entry["file"], reader.shard_paths[index]
+        report.shards_checked += 1
+        if not path.is_file():
+            problems.add("files", "the shard file is missing", name)
+            all_read = False
+            row0 += entry["rows"]
+            continue
+        size = path.stat().st_size
+        if _int(entry.get("bytes")) is None or not isinstance(entry.get("sha256"), str):
+            problems.add("manifest", "the manifest records no bytes/sha256 for this shard", name)
+        elif size != entry["bytes"]:
+            problems.add(
+                "bytes",
+                f"{size} bytes, the manifest records {entry['bytes']} "
+                f"({'truncated' if size < entry['bytes'] else 'grown'})",
+                name,
+            )
+        if isinstance(entry.get("sha256"), str):
+            digest = _sha256_file(path, on_bytes)
+            report.bytes_hashed += size
+            if digest != entry["sha256"]:
+                problems.add(
+                    "sha256", "sha256 differs from the manifest's: the shard was altered", name
+                )
+        try:
+            table = reader.shard_table(index)
+        except FormatError as e:
+            problems.add("shard", f"cannot be read: {_message(e, path)}", name)
+            all_read = False
+            row0 += entry["rows"]
+            continue
+        for batch in table.to_batches():
+            for start in range(0, batch.num_rows, block_rows):
+                block = batch.slice(start, block_rows)
+                report.tokens += _check_block(block, rules, name, row0, problems, segments, digests)
+                row0 += block.num_rows
+                report.rows_checked += block.num_rows
+                if progress:
+                    progress("rows", report.rows_checked, reader.num_rows)
+        reader._tables.pop(index, None)  # one shard mapped at a time
+    return segments, all_read
+
+
+# -- over the whole dataset -----------------------------------------------------------------
+
+
+def _check_coverage(
+    segments: _Segments,
+    manifest: dict[str, Any],
+    rules: _Rules,
+    problems: _Problems,
+    report: VerifyReport,
+) -> None:
+    """Every (doc, chunk) once; chunks 0..k-1; counts equal to the manifest's."""
+    doc, chunk, length, row, last = segments.arrays()
+    L = rules.max_len
+    report.segments = int(doc.size)
+    order = np.lexsort((chunk, doc))
+    doc, chunk, length, row, last = (a[order] for a in (doc, chunk, length, row, last))
+    same_doc = doc[1:] == doc[:-1]
+    new_doc = np.concatenate([[True], ~same_doc])[: doc.size]
+    last_of_doc = np.concatenate([~same_doc, [True]])[: doc.size]
+
+    def name(check: str, mask: np.ndarray, describe: Callable[[int], str]) -> None:
+        hits = np.flatnonzero(mask)
+        if hits.size:
+            problems.count(check, int(hits.size))
+            for i in hits[: problems.room()]:
+                i = int(i)
+                problems.keep(check, describe(i), None, int(row[i]))
+
+    dup = np.concatenate([[False], same_doc & (chunk[1:] == chunk[:-1])])[: doc.size]
+    name(
+        "coverage",
+        dup,
+        lambda i: (
+            f"document {doc[i]} chunk {chunk[i]} appears twice (rows {row[i - 1]} and {row[i]})"
+        ),
+    )
+
+    def describe_gap(i: int) -> str:
+        since = 0 if new_doc[i] else int(chunk[i - 1]) + 1
+        span = f"chunk {since}" if chunk[i] - 1 == since else f"chunks {since}..{chunk[i] - 1}"
+        return f"document {doc[i]}: {span} missing (the next present is {chunk[i]})"
+
+    gap = (new_doc & (chunk != 0)) | (
+        np.concatenate([[False], same_doc & (chunk[1:] > chunk[:-1] + 1)])[: doc.size]
+    )
+    name("coverage", gap, describe_gap)
+    short = ~last_of_doc & (length >= 0) & (length != L)
+    name(
+        "coverage",
+        short,
+        lambda i: (
+            f"document {doc[i]} chunk {chunk[i]} has {length[i]} tokens, but only the "
+            f"last chunk of a split document may be shorter than max_len {L}"
+        ),
+    )
+    if rules.eos_id is not None:
+        # The last chunk of a split document ends with the document's EOS, also when it
+        # is max_len long; a lost last chunk shows as a chunk that does not.
+        split_end = last_of_doc & ~new_doc & (last >= 0) & (last != rules.eos_id)
+        name(
+            "coverage",
+            split_end,
+            lambda i: (
+                f"document {doc[i]}: its last chunk {chunk[i]} does not end with EOS "
+                f"{rules.eos_id} (a later chunk is missing?)"
+            ),
+        )
+
+    n_docs = int(np.count_nonzero(new_doc))
+    report.documents = n_docs
+    chunks_per_doc = np.diff(np.append(np.flatnonzero(new_doc), doc.size))
+    multi = int(np.count_nonzero(chunks_per_doc > 1))
+    single_full = int(np.count_nonzero((chunks_per_doc == 1) & (length[new_doc] == L)))
+
+    def mismatch(what: str) -> None:
+        problems.add("counts", what)
+
+    rows = _int(_get(manifest, "rows"))
+    if rows is not None and report.rows_checked != rows:
+        mismatch(f"the shards hold {report.rows_checked} rows, the manifest says {rows}")
+    if _get(manifest, "segments") is not None and doc.size != manifest["segments"]:
+        mismatch(
+            f"the rows hold {doc.size} document segments, the manifest says {manifest['segments']}"
+        )
+    packed_tokens = _get(manifest, "tokens", "packed")
+    if packed_tokens is not None and report.tokens != packed_tokens:
+        mismatch(f"the rows hold {report.tokens} tokens, the manifest says {packed_tokens}")
+    documents = _get(manifest, "documents")
+    if isinstance(documents, dict) and all(
+        _int(documents.get(k)) is not None for k in ("packed", "split", "truncated")
+    ):
+        in_rows = documents["packed"] + documents["split"] + documents["truncated"]
+        if n_docs != in_rows:
+            mismatch(
+                f"the rows hold {n_docs} documents, the manifest's packed + split + "
+                f"truncated is {in_rows}"
+            )
+        if multi != documents["split"]:
+            mismatch(
+                f"{multi} documents are split into several chunks in the rows, the manifest "
+                f"says {documents['split']} were split"
+            )
+        if documents["truncated"] > single_full:
+            mismatch(
+                f"the manifest says {documents['truncated']} documents were truncated, but "
+                f"only {single_full} documents fill exactly max_len"
+            )
+
+
+# -- against the inputs ---------------------------------------------------------------------
+
+
+def _document_location(manifest: dict[str, Any], doc: int) -> str:
+    for inp in _get(manifest, "inputs") or []:
+        first, count = _int(_get(inp, "first_doc")), _int(_get(inp, "documents"))
+        if first is not None and count is not None and first <= doc < first + count:
+            return f"{Path(str(inp.get('path'))).name} record {doc - first}"
+    return "not in any input the manifest lists"
+
+
+def _rows_tokens(reader: PackedReader, rows_of: np.ndarray, doc: int) -> np.ndarray:
+    """The tokens of document ``doc`` read back from ``rows_of`` (its rows), chunks joined."""
+    pieces: dict[int, np.ndarray] = {}
+    for r in sorted(set(rows_of.tolist())):
+        row = reader.row(int(r))
+        for seg in row.segments:
+            if seg.doc_id == doc and seg.chunk_id is not None:
+                pieces[seg.chunk_id] = row.input_ids[seg.start : seg.end]
+    return np.concatenate([pieces[c] for c in sorted(pieces)]) if pieces else np.zeros(0, np.int32)
+
+
+def _resolve_tokenizer(
+    reader: PackedReader, tokenizer: Tokenizer | str | os.PathLike[str] | None
+) -> Tokenizer:
+    from .tokenize import SpecialTokens
+
+    info = _get(reader.manifest, "tokenizer") or {}
+    if tokenizer is None:
+        try:
+            return reader.load_tokenizer()
+        except FormatError as e:
+            raise OptionError(f"{e}: pass the tokenizer it was packed with (--tokenizer)") from None
+    if isinstance(tokenizer, (str, os.PathLike)):
+        tok = load_tokenizer(tokenizer)
+        special = info.get("special_tokens")
+        if isinstance(special, dict):
+            tok.special = SpecialTokens(
+                **{k: special.get(k) for k in ("eos_id", "bos_id", "pad_id")}
+            )
+        return tok
+    return tokenizer
+
+
+@dataclass
+class _Expected:
+    """One batch of re-tokenized documents after the overflow policy."""
+
+    first: int  # document index of the batch's first record
+    lane0: np.ndarray  # digest per record (0 for a record with nothing to pack)
+    lane1: np.ndarray
+    length: np.ndarray  # tokens packed per record
+    tokens: Callable[[int], np.ndarray]  # the packed tokens of record i
+
+
+@dataclass
+class _AgainstPlan:
+    """What re-tokenizing needs, found before any row is read (so mistakes fail fast)."""
+
+    files: list[Any]
+    options: dict[str, Any]
+    overflow: Overflow
+    encoder: DocumentEncoder
+
+
+def _prepare_against(
+    reader: PackedReader,
+    inputs: Sequence[str | os.PathLike[str]],
+    tokenizer: Tokenizer | str | os.PathLike[str] | None,
+    problems: _Problems,
+) -> _AgainstPlan:
+    manifest = reader.manifest
+    where = reader.path / MANIFEST_FILE
+    options = _get(manifest, "options")
+    needed = ("text_field", "overflow", "add_eos", "bos", "skip_bad_records", "split", "txt_unit")
+    if not isinstance(options, dict) or any(k not in options for k in needed):
+        raise FormatError(f"{where}: 'options' does not record how the data was packed")
+    try:
+        overflow = Overflow(options["overflow"])
+    except ValueError:
+        raise FormatError(f"{where}: unknown overflow policy {options['overflow']!r}") from None
+    if not inputs:
+        inputs = [str(_get(inp, "path")) for inp in _get(manifest, "inputs") or []]
+        if not inputs:
+            raise OptionError("--against: no inputs given and none recorded in the manifest")
+    files = resolve_inputs(inputs)
+    tok = _resolve_tokenizer(reader, tokenizer)
+    _check_tokenizer(tok, manifest, problems)
+    encoder = DocumentEncoder(tok, add_eos=bool(options["add_eos"]), bos=options["bos"])
+    recorded = _get(manifest, "inputs") or []
+    if len(files) != len(recorded):
+        problems.add(
+            "against", f"{len(files)} inputs given, the data was packed from {len(recorded)}"
+        )
+    for i, (inp, rec) in enumerate(zip(files, recorded, strict=False)):
+        if isinstance(rec, dict) and rec.get("size_bytes") not in (None, inp.size_bytes):
+            problems.add(
+                "against",
+                f"input {i} ({inp.path}) has {inp.size_bytes} bytes; the manifest recorded "
+                f"{rec.get('size_bytes')} bytes for {rec.get('path')}: not the same file",
+            )
+    return _AgainstPlan(files, options, overflow, encoder)
+
+
+def _check_against(
+    reader: PackedReader,
+    plan: _AgainstPlan,
+    digests: _Digests,
+    segments: _Segments,
+    problems: _Problems,
+    progress: VerifyProgress | None,
+) -> AgainstReport:
+    """Re-read and re-tokenize the inputs as ``pack`` did; compare digests and counts."""
+    started = time.perf_counter()
+    manifest = reader.manifest
+    files, options, overflow, encoder = plan.files, plan.options, plan.overflow, plan.encoder
+    max_len = reader.max_len
+    known = digests.length.size  # documents.read of the manifest
+    doc_seg, _, _, seg_rows, _ = segments.arrays()
+    by_doc = np.argsort(doc_seg, kind="stable")
+    doc_sorted = doc_seg[by_doc]
+    counts = dict.fromkeys(("read", *_COUNT_KEYS), 0)
+    tokens = {"packed": 0, "truncated_away": 0, "dropped": 0}
+    compared = 0
+    total_bytes = sum(f.size_bytes for f in files)
+    bytes_before = 0
+    for inp in files:
+        for batch in read_texts(
+            inp,
+            text_field=options["text_field"],
+            skip_bad_records=bool(options["skip_bad_records"]),
+            split=options["split"],
+            txt_unit=options["txt_unit"],
+        ):
+            expected = _expect_batch(batch, counts, tokens, encoder, overflow, max_len)
+            lo, hi = expected.first, min(expected.first + len(batch.texts), known)
+            if hi > lo:
+                w = hi - lo
+                wrong = (
+                    (digests.length[lo:hi] != expected.length[:w])
+                    | (digests.lane0[lo:hi] != expected.lane0[:w])
+                    | (digests.lane1[lo:hi] != expected.lane1[:w])
+                )
+                compared += int(
+                    np.count_nonzero((expected.length[:w] > 0) | (digests.length[lo:hi] > 0))
+                )
+                bad = np.flatnonzero(wrong)
+                problems.count("against", int(bad.size))
+                for i in bad[: problems.room()]:
+                    d = lo + int(i)
+                    rows_of = seg_rows[
+                        by_doc[
+                            np.searchsorted(doc_sorted, d) : np.searchsorted(
+                                doc_sorted, d, side="right"
+                            )
+                        ]
+                    ]
+                    problems.keep(
+                        "against",
+                        _describe_mismatch(reader, d, rows_of, expected.tokens(int(i)), overflow),
+                        None,
+                        int(rows_of.min()) if rows_of.size else None,
+                    )
+            if progress:
+                progress("against", bytes_before + batch.bytes_done, total_bytes)
+        bytes_before += inp.size_bytes
+
+    beyond = np.flatnonzero(digests.length[counts["read"] :] > 0) + counts["read"]
+    problems.count("against", int(beyond.size))
+    for d in beyond[: problems.room()]:
+        problems.keep(
+            "against",
+            f"document {d} ({_document_location(manifest, int(d))}) is in the rows, but "
+            f"the inputs end after {counts['read']} documents",
+            None,
+            None,
+        )
+    documents = _get(manifest, "documents")
+    if isinstance(documents, dict):
+        for key, value in counts.items():
+            if documents.get(key) != value:
+                problems.add(
+                    "against",
+                    f"the inputs give {value} documents "
+                    f"{'read' if key == 'read' else key.replace('_', ' ')}, the manifest "
+                    f"says {documents.get(key)}",
+                )
+    for key, value in tokens.items():
+        if _get(manifest, "tokens", key) not in (None, value):
+            problems.add(
+                "against",
+                f"re-tokenizing gives {value} tokens {key.replace('_', ' ')}, the manifest "
+                f"says {_get(manifest, 'tokens', key)}",
+            )
+    return AgainstReport(
+        inputs=[str(f.path) for f in files],
+        documents=counts,
+        tokens=tokens,
+        documents_compared=compared,
+        seconds=time.perf_counter() - started,
+    )
+
+
+def _check_tokenizer(tok: Tokenizer, manifest: dict[str, Any], problems: _Problems) -> None:
+    info = _get(manifest, "tokenizer") or {}
+    if info.get("sha256") not in (None, tok.sha256):
+        problems.add(
+            "against",
+            f"the tokenizer {tok.name} (sha256 {tok.sha256[:12]}...) is not the one the data "
+            f"was packed with (sha256 {str(info.get('sha256'))[:12]}...)",
+        )
+    special = info.get("special_tokens")
+    if isinstance(special, dict):
+        for key, value in (("eos_id", tok.special.eos_id), ("bos_id", tok.special.bos_id)):
+            if special.get(key) != value:
+                problems.add(
+                    "against",
+                    f"the tokenizer's {key} is {value}, the data was packed with "
+                    f"{special.get(key)}",
+                )
+
+
+def _expect_batch(
+    batch: Any,
+    counts: dict[str, int],
+    tokens: dict[str, int],
+    encoder: DocumentEncoder,
+    overflow: Overflow,
+    max_len: int,
+) -> _Expected:
+    """Encode one batch as ``pack`` does, count outcomes, and digest what would be packed."""
+    first = counts["read"]
+    n = len(batch.texts)
+    counts["read"] += n
+    counts["bad_records_skipped"] += len(batch.bad)
+    good = np.array([i for i, t in enumerate(batch.texts) if t is not None], np.int64)
+    encoded = encoder.encode([batch.texts[i] for i in good])
+    lengths, empty = encoded.lengths, encoded.empty
+    long = ~empty & (lengths > max_len)
+    counts["empty"] += int(np.count_nonzero(empty))
+    counts["packed"] += int(np.count_nonzero(~empty & ~long))
+    if overflow is Overflow.SPLIT:
+        counts["split"] += int(np.count_nonzero(long))
+        kept = lengths.copy()
+    elif overflow is Overflow.TRUNCATE:
+        counts["truncated"] += int(np.count_nonzero(long))
+        tokens["truncated_away"] += int((lengths[long] - max_len).sum())
+        kept = np.minimum(lengths, max_len)
+    else:
+        counts["dropped"] += int(np.count_nonzero(long))
+        tokens["dropped"] += int(lengths[long].sum())
+        kept = np.where(long, 0, lengths)
+    kept[empty] = 0
+    tokens["packed"] += int(kept.sum())
+    offsets = encoded.offsets
+    position = np.arange(encoded.ids.size) - np.repeat(offsets, lengths)
+    take = position < np.repeat(kept, lengths)
+    lane0, lane1 = _digest_terms(encoded.ids[take], position[take])
+    has = kept > 0
+    group = np.concatenate([[0], np.cumsum(kept[has])[:-1]]).astype(np.int64)[: int(has.sum())]
+    out = _Expected(
+        first, np.zeros(n, np.uint64), np.zeros(n, np.uint64), np.zeros(n, np.int64), None
+    )  # type: ignore[arg-type]
+    out.lane0[good[has]] = _group_sums(lane0, group)
+    out.lane1[good[has]] = _group_sums(lane1, group)
+    out.length[good] = kept
+    encoded_index = np.full(n, -1, np.int64)
+    encoded_index[good] = np.arange(good.size)
+
+    def packed_tokens(i: int) -> np.ndarray:
+        e = int(encoded_index[i])
+        if e < 0:
+            return np.zeros(0, np.int32)
+        return encoded.ids[offsets[e] : offsets[e] + kept[e]]
+
+    out.tokens = packed_tokens
+    return out
+
+
+def _describe_mismatch(
+    reader: PackedReader, doc: int, rows_of: np.ndarray, expected: np.ndarray, overflow: Overflow
+) -> str:
+    where = f"document {doc} ({_document_location(reader.manifest, doc)})"
+    if expected.size == 0:
+        return f"{where} is in the rows, but re-reading the inputs gives nothing to pack for it"
+    if rows_of.size == 0:
+        return f"{where} is missing from the rows ({expected.size} tokens expected)"
+    try:
+        actual = _rows_tokens(reader, rows_of, doc)
+    except FormatError:
+        return f"{where}: its tokens differ from the re-tokenized input"
+    if actual.size != expected.size:
+        return (
+            f"{where} has {actual.size} tokens in the rows, {expected.size} after "
+            f"re-tokenizing the input (overflow {overflow.value})"
+        )
+    diff = np.flatnonzero(actual != expected)
+    if diff.size:
+        j = int(diff[0])
+        return (
+            f"{where}: token {j} is {actual[j]} in the rows, {expected[j]} after "
+            f"re-tokenizing ({diff.size} of {expected.size} tokens differ)"
+        )
+    return f"{where}: its chunks are numbered or placed differently from a split of the input"
+
+
+# -- the entry point -----------------------------------------------------------------------
+
+
+def verify(
+    path: str | os.PathLike[str],
+    against: Sequence[str | os.PathLike[str]] | None = None,
+    *,
+    tokenizer: Tokenizer | str | os.PathLike[str] | None = None,
+    max_problems: int = 20,
+    progress: VerifyProgress | None = None,
+) -> VerifyReport:
+    """Check the packed dataset at ``path``; with ``against``, also against its inputs.
+
+    >>> report = verify("out/")
+    >>> report.ok, report.rows_checked, report.problems[:1]
+    (False, 1200, [Problem(shard='data-00001-of-00003.arrow', row=417,
+                           what='position_ids[12] is 5, expected 0 ...', check='position_ids')])
+
+    ``against`` lists the inputs given to ``pack`` (files, directories, globs), re-read with
+    the options recorded in the manifest and re-tokenized with the copy of the tokenizer in
+    the output (or ``tokenizer``: an object, or a path or name as for ``pack``). At most
+    ``max_problems`` problems are kept; all are counted (``problems_total``,
+    ``problem_counts``). Raises :class:`~packtool.errors.FormatError` when ``path`` is not a
+    packtool output (no manifest, an unknown format version).
+    """
+    if max_problems < 0:
+        raise OptionError(f"--max-problems must be >= 0, got {max_problems}")
+    started = time.perf_counter()
+    reader = open_packed(path)
+    manifest = reader.manifest
+    report = VerifyReport(path=Path(path))
+    problems = _Problems(report, max_problems)
+
+    def shard_of(row: int) -> str | None:
+        try:
+            return str(manifest["shards"][reader.locate(row)[0]]["file"])
+        except IndexError:
+            return None
+
+    problems.shard_of = shard_of
+    _check_manifest(manifest, problems)
+    _check_files(reader.path, manifest, problems, report)
+    max_len = reader.max_len
+    expected_columns = packed_schema(max_len, reader.has_labels).names
+    if manifest["columns"] != expected_columns:
+        problems.add("manifest", f"columns are {manifest['columns']}, expected {expected_columns}")
+    options = _get(manifest, "options") or {}
+    special = _get(manifest, "tokenizer", "special_tokens") or {}
+    pad_id = _int(options.get("pad_id")) if isinstance(options, dict) else None
+    if pad_id is None:
+        report.notes.append("no options.pad_id in the manifest: padding ids not checked")
+    vocab = _int(_get(manifest, "tokenizer", "vocab_size"))
+    if vocab is None:
+        report.notes.append("no tokenizer.vocab_size in the manifest: token ids not checked")
+    read = _int(_get(manifest, "documents", "read"))
+    add_eos = isinstance(options, dict) and options.get("add_eos") is True
+    rules = _Rules(
+        max_len=max_len,
+        pad_id=pad_id,
+        vocab_size=vocab,
+        documents_read=read,
+        eos_id=_int(special.get("eos_id")) if add_eos else None,
+        bos_id=_int(special.get("bos_id")) if options.get("bos") is True else None,
+        has_labels=reader.has_labels,
+    )
+    digests = plan = None
+    if against is not None:
+        if read is None:
+            raise FormatError(
+                f"{reader.path / MANIFEST_FILE}: no documents.read count: cannot compare "
+                "with the inputs"
+            )
+        plan = _prepare_against(reader, against, tokenizer, problems)
+        digests = _Digests(
+            np.zeros(read, np.uint64), np.zeros(read, np.uint64), np.zeros(read, np.int64)
+        )
+    segments, all_read = _check_shards(reader, rules, problems, report, digests, progress)
+    if all_read:
+        _check_coverage(segments, manifest, rules, problems, report)
+    else:
+        report.segments = sum(a.size for a in segments.doc)
+        report.notes.append(
+            "dataset-wide checks (coverage, totals) skipped: some shards could not be read"
+        )
+    if plan is not None and digests is not None:
+        if all_read:
+            report.against = _check_against(reader, plan, digests, segments, problems, progress)
+        else:
+            report.notes.append("--against skipped: some shards could not be read")
+    report.problem_counts = dict(problems.counts)
+    report.seconds = time.perf_counter() - started
+    return report
