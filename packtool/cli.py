@@ -9,7 +9,10 @@ from __future__ import annotations
 import functools
 import json
 import os
+import re
+import signal
 import sys
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, TypeVar
@@ -48,11 +51,22 @@ def fail(message: str, code: int = 1) -> typer.Exit:
     return typer.Exit(code)
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (what schedulers send), handled like Ctrl-C: clean up, exit 143."""
+
+
+def _terminate(signum: int, frame: Any) -> None:
+    raise Terminated
+
+
 def handle_errors(func: F) -> F:
     """Turn the library's exceptions, OS errors and Ctrl-C into one-line errors."""
 
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
+        previous = None
+        if threading.current_thread() is threading.main_thread():
+            previous = signal.signal(signal.SIGTERM, _terminate)
         try:
             return func(*args, **kwargs)
         except PacktoolError as e:
@@ -60,9 +74,15 @@ def handle_errors(func: F) -> F:
         except OSError as e:
             where = f"{e.filename}: " if getattr(e, "filename", None) else ""
             raise fail(f"{where}{e.strerror or e}") from None
-        except KeyboardInterrupt:
+        except EOFError as e:  # e.g. from a decompressor; named by the readers where they can
+            raise fail(f"an input ends early: {e}") from None
+        except KeyboardInterrupt as e:
             hint = " (rerun with --resume to continue)" if kwargs.get("resume") else ""
-            raise fail(f"interrupted; no output was written{hint}", 130) from None
+            code = 143 if isinstance(e, Terminated) else 130
+            raise fail(f"interrupted; no output was written{hint}", code) from None
+        finally:
+            if previous is not None:
+                signal.signal(signal.SIGTERM, previous)
 
     return wrapper  # type: ignore[return-value]
 
@@ -156,8 +176,8 @@ def _summary_table(report: Any) -> Table:
             )
     table.add_row(
         "rows",
-        f"{report.rows:,} of {report.max_len:,} (lower bound {report.lower_bound_rows:,}, "
-        f"+{report.rows_over_lower_bound:,})",
+        f"{report.rows:,} x {report.max_len:,} tokens (lower bound "
+        f"{report.lower_bound_rows:,}, +{report.rows_over_lower_bound:,})",
     )
     table.add_row("shards", f"{report.shards:,}")
     table.add_row("packing efficiency", f"{report.efficiency:.2%}")
@@ -358,7 +378,8 @@ def pack(
     from .pipeline import pack as run_pack
 
     if output is None:
-        output = Path(f"{inputs[0].name.split('.')[0] or 'corpus'}-packed-{max_len}")
+        stem = re.sub(r"[^\w-]", "", inputs[0].name.split(".")[0]) or "corpus"
+        output = Path(f"{stem}-packed-{max_len}")
     if units is not None or unit is not None or engine != "local" or ray_address is not None:
         return _pack_units(locals())
     with _RichProgress(enabled=not quiet and not as_json) as progress:
@@ -415,6 +436,9 @@ def pack(
         out.print(_summary_table(report))
         for line in report.bad_records[:5]:
             err.print(f"[yellow]skipped:[/] {line}", highlight=False)
+        more = report.documents.bad_records_skipped - min(5, len(report.bad_records))
+        if more > 0:
+            err.print(f"[yellow]skipped:[/] ... and {more:,} more bad records", highlight=False)
 
 
 # == stats (issue 4): add the `stats` command below this line ==

@@ -407,13 +407,27 @@ class ShardWriter:
 
 
 def check_output_dir(out_dir: Path, overwrite: bool) -> None:
-    """Refuse an existing ``out_dir`` unless ``overwrite`` (eagerly, before any work)."""
-    if out_dir.exists() and not overwrite:
+    """Refuse an existing ``out_dir`` unless ``overwrite`` (eagerly, before any work).
+
+    Even with ``overwrite``, only a packtool output (it has a manifest) or an empty directory
+    is replaced: ``--overwrite`` must never delete a directory of other files by mistake.
+    """
+    if not out_dir.exists():
+        return
+    if not out_dir.is_dir():
+        raise OutputExistsError(
+            f"output path {out_dir} exists and is not a directory: choose another --output"
+        )
+    if not overwrite:
         raise OutputExistsError(
             f"output directory {out_dir} already exists (pass --overwrite to replace it)"
         )
-    if out_dir.exists() and not out_dir.is_dir():
-        raise OutputExistsError(f"output path {out_dir} exists and is not a directory")
+    if (out_dir / MANIFEST_FILE).exists() or not any(out_dir.iterdir()):
+        return
+    raise OutputExistsError(
+        f"output directory {out_dir} is not a packtool output (no {MANIFEST_FILE}) and not "
+        "empty: --overwrite replaces only packtool outputs; choose another --output"
+    )
 
 
 _TEMPORARY = re.compile(r"\.(?P<name>.+)\.packtool-(?:tmp|store|old)-(?P<pid>\d+)")

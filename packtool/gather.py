@@ -37,6 +37,9 @@ def _kernel() -> Callable[..., Any] | None:
 
 
 def _build_kernel() -> Callable[..., Any]:
+    from .packing import use_numba_cache_dir
+
+    use_numba_cache_dir()
     from numba import njit
 
     @njit(cache=True, nogil=True)

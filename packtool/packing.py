@@ -309,7 +309,20 @@ def _numba_kernel() -> Callable[..., Any] | None:
     return _KERNEL[0]
 
 
+def use_numba_cache_dir() -> None:
+    """Keep numba's compiled-kernel cache out of site-packages, unless NUMBA_CACHE_DIR is set.
+
+    By default numba writes it next to the module; pip does not remove those files when
+    packtool is uninstalled, and the left-over ``packtool/__pycache__`` then shadows a later
+    (editable) install as an empty namespace package. Set before numba is first imported.
+    """
+    if "NUMBA_CACHE_DIR" not in os.environ:
+        base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+        os.environ["NUMBA_CACHE_DIR"] = os.path.join(base, "packtool", "numba")
+
+
 def _build_numba_kernel() -> Callable[..., Any]:
+    use_numba_cache_dir()
     from numba import njit
 
     @njit(cache=True, nogil=True)

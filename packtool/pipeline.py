@@ -23,7 +23,7 @@ import numpy as np
 
 from . import __version__
 from .chat import ChatTemplate
-from .errors import OptionError
+from .errors import InputError, OptionError
 from .format import (
     IGNORE_INDEX,
     ShardWriter,
@@ -34,8 +34,8 @@ from .format import (
 from .gather import gather_rows
 from .instruct import InputPlan, InputShape, LossOn, plan_input
 from .packing import Overflow, first_fit_decreasing, lower_bound_rows, plan_rows
-from .sources import InputFile, RecordBatch, TextBatch, resolve_inputs
-from .store import TokenStore
+from .sources import TXT_UNITS, InputFile, RecordBatch, TextBatch, resolve_inputs
+from .store import TokenStore, lock_output
 from .tokenize import EncodedBatch, HFTokenizer, Tokenizer, load_tokenizer
 
 __all__ = ["DocumentCounts", "PackReport", "ProgressCallback", "pack"]
@@ -378,6 +378,15 @@ def pack(
         raise OptionError(
             f"tokenizer {tok.name} has neither a pad nor an EOS token: choose one with --pad-id"
         )
+    vocab_size = getattr(tok, "vocab_size", None)
+    if pad_id < 0 or (vocab_size is not None and pad_id >= vocab_size):
+        raise OptionError(
+            f"--pad-id {pad_id} is not a token id of {tok.name} (0 to {vocab_size - 1})"
+            if vocab_size is not None
+            else f"--pad-id must be >= 0, got {pad_id}"
+        )
+    if txt_unit not in TXT_UNITS:
+        raise OptionError(f"--txt-unit must be line, paragraph or document, got {txt_unit!r}")
     row_bytes = (3 if plan.labelled else 2) * 4 * max_len + 64
     if rows_per_shard is None:
         rows_per_shard = max(1, _parse_size(shard_size) // row_bytes)
@@ -401,7 +410,10 @@ def pack(
     )
     total_bytes = sum(f.size_bytes for f in files)
 
-    with TokenStore(out_path, with_labels=plan.labelled, keep_on_error=resume) as store:
+    with (
+        lock_output(out_path),
+        TokenStore(out_path, with_labels=plan.labelled, keep_on_error=resume) as store,
+    ):
         saved = store.resume(fingerprint) if resume else None
         if not resume:
             store.start()
@@ -427,6 +439,12 @@ def pack(
         counts = state.counts
         label_counts = state.label_counts
         counts.check()
+        if counts.read and counts.bad_records_skipped == counts.read:
+            first = state.bad_records[0] if state.bad_records else "?"
+            raise InputError(
+                f"all {counts.read:,} records were bad and skipped, so nothing was packed "
+                f"(the first: {first})"
+            )
         items = store.items()
         item_off, item_len = items["offset"], items["length"]
         item_doc, item_chunk = items["doc_id"], items["chunk_id"]

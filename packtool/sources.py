@@ -26,7 +26,7 @@ from typing import IO, Any
 
 import pyarrow as pa
 
-from .errors import BadRecordError, InputError
+from .errors import BadRecordError, InputError, OptionError
 
 __all__ = [
     "InputFile",
@@ -52,6 +52,7 @@ SUPPORTED = ", ".join(
     [*_KINDS, *(k + c for k in (".jsonl", ".json", ".csv", ".txt") for c in _COMPRESSED)]
 )
 BATCH_DOCS = 1024
+TXT_UNITS = ("line", "paragraph", "document")
 
 
 @dataclass(frozen=True)
@@ -189,6 +190,11 @@ def _open_binary(inp: InputFile) -> tuple[IO[bytes], _CountingReader]:
     if inp.compression == "gzip":
         return gzip.GzipFile(fileobj=raw), counter  # type: ignore[return-value]
     if inp.compression == "zstd":
+        if pa.Codec.is_available("zstd"):
+            # pyarrow's decoder reports a truncated stream; zstandard's stream reader just
+            # stops, which would lose the end of a damaged file without a word.
+            native = pa.CompressedInputStream(pa.PythonFile(raw, mode="r"), "zstd")
+            return io.BufferedReader(native, 1 << 20), counter  # type: ignore[arg-type]
         import zstandard
 
         stream = zstandard.ZstdDecompressor().stream_reader(raw, read_across_frames=True)
@@ -672,6 +678,25 @@ def _read_hf_dataset(
     )
 
 
+def _guarded(inp: InputFile, batches: Iterator[Any]) -> Iterator[Any]:
+    """Turn low-level read errors (a truncated or corrupt compressed file) into one-line
+    :class:`~packtool.errors.InputError` naming the file."""
+    import zlib
+
+    try:
+        yield from batches
+    except (EOFError, zlib.error) as e:
+        raise InputError(f"{inp.path}: the file ends early or is corrupt ({e})") from None
+    except OSError as e:
+        if getattr(e, "filename", None):
+            raise
+        raise InputError(f"{inp.path}: cannot read: {e}") from None
+    except Exception as e:
+        if type(e).__module__.startswith("zstandard"):
+            raise InputError(f"{inp.path}: corrupt zstd data ({e})") from None
+        raise
+
+
 def read_texts(
     inp: InputFile,
     *,
@@ -687,23 +712,25 @@ def read_texts(
     first bad record, unless ``skip_bad_records``, in which case bad records come as ``None``
     with the error in ``TextBatch.bad``.
     """
+    if txt_unit not in TXT_UNITS:
+        raise OptionError(f"--txt-unit must be line, paragraph or document, got {txt_unit!r}")
     if inp.kind == "jsonl":
-        return _read_jsonl(inp, text_field, skip_bad_records, batch_docs)
-    if inp.kind == "json":
-        return _read_json_array(inp, text_field, skip_bad_records, batch_docs)
-    if inp.kind == "parquet":
-        return _read_parquet(inp, text_field, skip_bad_records, batch_docs)
-    if inp.kind == "arrow":
-        return _read_arrow(inp, text_field, skip_bad_records, batch_docs)
-    if inp.kind == "csv":
-        return _read_csv(inp, text_field, skip_bad_records, batch_docs)
-    if inp.kind == "txt":
-        if txt_unit not in ("line", "paragraph", "document"):
-            raise ValueError(f"txt_unit must be line, paragraph or document, got {txt_unit!r}")
-        return _read_txt(inp, txt_unit, skip_bad_records, batch_docs)
-    if inp.kind == "hf_dataset":
-        return _read_hf_dataset(inp, text_field, split, skip_bad_records, batch_docs)
-    raise ValueError(f"unknown input kind {inp.kind!r}")
+        batches = _read_jsonl(inp, text_field, skip_bad_records, batch_docs)
+    elif inp.kind == "json":
+        batches = _read_json_array(inp, text_field, skip_bad_records, batch_docs)
+    elif inp.kind == "parquet":
+        batches = _read_parquet(inp, text_field, skip_bad_records, batch_docs)
+    elif inp.kind == "arrow":
+        batches = _read_arrow(inp, text_field, skip_bad_records, batch_docs)
+    elif inp.kind == "csv":
+        batches = _read_csv(inp, text_field, skip_bad_records, batch_docs)
+    elif inp.kind == "txt":
+        batches = _read_txt(inp, txt_unit, skip_bad_records, batch_docs)
+    elif inp.kind == "hf_dataset":
+        batches = _read_hf_dataset(inp, text_field, split, skip_bad_records, batch_docs)
+    else:
+        raise ValueError(f"unknown input kind {inp.kind!r}")
+    return _guarded(inp, batches)
 
 
 # -- records (instruction data) -------------------------------------------------------------
@@ -952,9 +979,9 @@ def read_records(
     """
     collect = _RecordCollector(check, skip_bad_records)
     if inp.kind in ("jsonl", "json"):
-        return _json_records(inp, collect, batch_docs)
+        return _guarded(inp, _json_records(inp, collect, batch_docs))
     if inp.kind == "csv":
-        return _csv_records(inp, fields, collect, batch_docs)
+        return _guarded(inp, _csv_records(inp, fields, collect, batch_docs))
     if inp.kind in ("parquet", "arrow", "hf_dataset"):
 
         def tables() -> Iterator[RecordBatch]:
@@ -969,7 +996,7 @@ def read_records(
             finally:
                 close()
 
-        return tables()
+        return _guarded(inp, tables())
     if inp.kind == "txt":
         raise InputError(
             f"{inp.path}: a .txt input holds plain text, not prompt/completion or chat "
@@ -978,38 +1005,47 @@ def read_records(
     raise ValueError(f"unknown input kind {inp.kind!r}")
 
 
+def _first_json_fields(inp: InputFile) -> list[str] | None:
+    """The keys of the first JSON object of a JSON Lines or JSON array input."""
+    stream, _ = _open_binary(inp)
+    with stream:
+        head = stream.peek(64)[:64] if hasattr(stream, "peek") else b""
+        if head.lstrip().startswith(b"["):
+            text = stream.read(1 << 20).decode("utf-8", errors="replace").lstrip()[1:]
+            try:
+                obj, _end = json.JSONDecoder().raw_decode(text.lstrip())
+            except (json.JSONDecodeError, RecursionError):
+                return None
+            return list(obj) if isinstance(obj, dict) else None
+        for _ in range(100):
+            line = stream.readline()
+            if not line:
+                return None
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line.decode("utf-8"))
+            except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
+                continue
+            if isinstance(obj, dict):
+                return list(obj)
+    return None
+
+
 def first_record_fields(inp: InputFile, *, split: str | None = None) -> list[str] | None:
     """The field names of the first readable record of ``inp`` (columns of a table input).
 
     Used to detect the input shape (``--input-shape auto``). ``None`` when there is nothing to
-    look at (a ``.txt`` input, an empty file, or no readable record in the first 100 lines).
+    look at (a ``.txt`` input, an empty file, or no readable record in the first 100 lines),
+    or when the input cannot be read (reading it for real then names the problem).
     """
     if inp.kind == "txt":
         return None
     if inp.kind in ("jsonl", "json"):
-        stream, _ = _open_binary(inp)
-        with stream:
-            head = stream.peek(64)[:64] if hasattr(stream, "peek") else b""
-            if head.lstrip().startswith(b"["):
-                text = stream.read(1 << 20).decode("utf-8", errors="replace").lstrip()[1:]
-                try:
-                    obj, _end = json.JSONDecoder().raw_decode(text.lstrip())
-                except (json.JSONDecodeError, RecursionError):
-                    return None
-                return list(obj) if isinstance(obj, dict) else None
-            for _ in range(100):
-                line = stream.readline()
-                if not line:
-                    return None
-                if not line.strip():
-                    continue
-                try:
-                    obj = json.loads(line.decode("utf-8"))
-                except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
-                    continue
-                if isinstance(obj, dict):
-                    return list(obj)
-        return None
+        try:
+            return _first_json_fields(inp)
+        except (OSError, EOFError, ValueError):
+            return None
     if inp.kind == "csv":
         return _csv_header(inp) or None
     try:

@@ -17,11 +17,13 @@ import contextlib
 import json
 import os
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from .errors import OutputExistsError
 from .format import write_error
 
 __all__ = ["ITEM_DTYPE", "TokenStore"]
@@ -36,6 +38,40 @@ _CHECKPOINT = "checkpoint.json"
 
 def work_dir_for(out_dir: Path) -> Path:
     return out_dir.parent / f".{out_dir.name}.packtool-work"
+
+
+@contextlib.contextmanager
+def lock_output(out_dir: Path) -> Iterator[None]:
+    """Hold an exclusive lock on ``out_dir`` for one ``pack`` (a second one fails at once).
+
+    Two runs writing the same output would share its work store; the lock (``flock`` on a
+    hidden sibling file, released by the kernel if the process dies) makes the second one
+    stop with a clear error instead.
+    """
+    import fcntl
+
+    out_dir = Path(out_dir)
+    path = out_dir.parent / f".{out_dir.name}.packtool-lock"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            holder = os.read(fd, 32).decode(errors="replace").strip() or "?"
+            raise OutputExistsError(
+                f"another packtool pack (pid {holder}) is writing {out_dir}: wait for it, or "
+                "choose another --output"
+            ) from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, str(os.getpid()).encode(), 0)
+        try:
+            yield
+        finally:
+            with contextlib.suppress(OSError):
+                path.unlink()
+    finally:
+        os.close(fd)
 
 
 class TokenStore:

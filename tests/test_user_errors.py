@@ -1,0 +1,141 @@
+"""Mistakes a new user made in a trial run, each now a one-line error (or a safe default)."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import zstandard
+from conftest import REPO, SAMPLE, CharTokenizer, write_jsonl
+from test_cli import assert_one_line_error, run
+
+import packtool
+from packtool.errors import InputError, OptionError, OutputExistsError
+from packtool.store import lock_output
+
+
+def test_overwrite_never_deletes_a_directory_that_is_not_an_output(tmp_path: Path) -> None:
+    precious = tmp_path / "precious"
+    precious.mkdir()
+    (precious / "notes.txt").write_text("mine")
+    assert_one_line_error(
+        run("pack", SAMPLE, "-L", "512", "-o", precious, "--overwrite"),
+        r"is not a packtool output \(no manifest\.json\) and not empty",
+    )
+    assert (precious / "notes.txt").read_text() == "mine"
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert run("pack", SAMPLE, "-L", "512", "-o", empty, "--overwrite", "-q").exit_code == 0
+    assert (empty / "manifest.json").exists()
+    # A packtool output is replaced, as before.
+    assert run("pack", SAMPLE, "-L", "1024", "-o", empty, "--overwrite", "-q").exit_code == 0
+    assert json.loads((empty / "manifest.json").read_text())["max_len"] == 1024
+    (tmp_path / "afile").write_text("x")
+    assert_one_line_error(
+        run("pack", SAMPLE, "-L", "512", "-o", tmp_path / "afile", "--overwrite"),
+        r"exists and is not a directory",
+    )
+
+
+def test_a_second_run_on_the_same_output_is_refused(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    with lock_output(out), pytest.raises(
+        OutputExistsError, match=rf"another packtool pack \(pid {os.getpid()}\)"
+    ):
+        packtool.pack([SAMPLE], out, max_len=512)
+    assert not (tmp_path / ".out.packtool-lock").exists()
+    packtool.pack([SAMPLE], out, max_len=512)  # the lock is gone with the first run
+
+
+def test_pad_id_and_txt_unit_are_checked(tmp_path: Path) -> None:
+    with pytest.raises(OptionError, match=r"--pad-id 99999 is not a token id .*0 to 8191"):
+        packtool.pack([SAMPLE], tmp_path / "o", max_len=64, pad_id=99999)
+    with pytest.raises(OptionError, match=r"--pad-id -5 is not a token id"):
+        packtool.pack([SAMPLE], tmp_path / "o", max_len=64, pad_id=-5)
+    assert_one_line_error(
+        run("pack", SAMPLE, "-L", "64", "-o", tmp_path / "o", "--txt-unit", "sentence"),
+        r"--txt-unit must be line, paragraph or document, got 'sentence'",
+    )
+    assert not (tmp_path / "o").exists()
+
+
+def test_all_records_bad_is_an_error_not_an_empty_output(tmp_path: Path) -> None:
+    src = write_jsonl(tmp_path / "in.jsonl", [{"body": "x"}] * 50)
+    with pytest.raises(InputError, match=r"all 50 records were bad.*in\.jsonl:1: no field 'text'"):
+        packtool.pack(
+            [src], tmp_path / "o", max_len=64, skip_bad_records=True, tokenizer=CharTokenizer()
+        )
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.jsonl"]
+
+
+def test_truncated_compressed_inputs_are_named(tmp_path: Path) -> None:
+    data = "".join(json.dumps({"text": f"document {i}"}) + "\n" for i in range(3000)).encode()
+    z = zstandard.ZstdCompressor().compress(data)
+    (tmp_path / "cut.jsonl.zst").write_bytes(z[: len(z) // 2])
+    (tmp_path / "tiny.jsonl.zst").write_bytes(z[:200])
+    g = gzip.compress(data)
+    (tmp_path / "cut.jsonl.gz").write_bytes(g[:300])
+    (tmp_path / "notgz.jsonl.gz").write_bytes(b"id,text\n1,x\n")
+    for name, pattern in [
+        ("cut.jsonl.zst", r"cut\.jsonl\.zst.*[Tt]runcated"),
+        ("tiny.jsonl.zst", r"tiny\.jsonl\.zst.*[Tt]runcated"),
+        ("cut.jsonl.gz", r"cut\.jsonl\.gz.*(ends early|end-of-stream|cannot read)"),
+        ("notgz.jsonl.gz", r"notgz\.jsonl\.gz.*(gzip|cannot read)"),
+    ]:
+        for skip in ([], ["--skip-bad-records"]):
+            assert_one_line_error(
+                run("pack", tmp_path / name, "-L", "64", "-o", tmp_path / "o", *skip), pattern
+            )
+            assert not (tmp_path / "o").exists()
+
+
+def test_default_output_name_from_a_glob(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "d").mkdir()
+    write_jsonl(tmp_path / "d" / "a.jsonl", [{"text": "hello"}])
+    monkeypatch.chdir(tmp_path)
+    result = run("pack", "d/*.jsonl", "-L", "64", "-q")
+    assert result.exit_code == 0, result.stderr
+    assert [p.name for p in tmp_path.iterdir() if p.name.endswith("-packed-64")] == [
+        "corpus-packed-64"
+    ]
+
+
+@pytest.mark.slow
+def test_sigterm_cleans_up_and_exits_143(tmp_path: Path) -> None:
+    lines = SAMPLE.read_text(encoding="utf-8").splitlines()
+    src = tmp_path / "big.jsonl"
+    src.write_text("\n".join(lines * 3) + "\n", encoding="utf-8")
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "packtool.cli",
+            "pack",
+            str(src),
+            "-L",
+            "1024",
+            "-o",
+            str(tmp_path / "out"),
+            "-q",
+        ],
+        env={**os.environ, "PYTHONPATH": str(REPO), "RAYON_NUM_THREADS": "1"},
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 60
+    while not (tmp_path / ".out.packtool-work").exists():
+        assert proc.poll() is None and time.monotonic() < deadline
+        time.sleep(0.01)
+    time.sleep(0.3)
+    proc.send_signal(signal.SIGTERM)
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 143, stderr
+    assert stderr.strip() == "Error: interrupted; no output was written"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["big.jsonl"]
