@@ -46,8 +46,9 @@ def test_overwrite_never_deletes_a_directory_that_is_not_an_output(tmp_path: Pat
 
 def test_a_second_run_on_the_same_output_is_refused(tmp_path: Path) -> None:
     out = tmp_path / "out"
-    with lock_output(out), pytest.raises(
-        OutputExistsError, match=rf"another packtool pack \(pid {os.getpid()}\)"
+    with (
+        lock_output(out),
+        pytest.raises(OutputExistsError, match=rf"another packtool pack \(pid {os.getpid()}\)"),
     ):
         packtool.pack([SAMPLE], out, max_len=512)
     assert not (tmp_path / ".out.packtool-lock").exists()
