@@ -72,18 +72,31 @@ def _run(cmd: list[str]) -> tuple[str, float, int]:
     return out.decode(), wall, 0
 
 
-def _run_rss(cmd: list[str]) -> tuple[str, float, int]:
+PEAK_WRAPPER = r"""
+import sys
+from packtool.cli import app
+try:
+    app(args=sys.argv[1:], prog_name="packtool", standalone_mode=False)
+finally:
+    # VmHWM: this process's own peak (ru_maxrss would count the parent's memory image
+    # inherited by fork before exec).
+    with open("/proc/self/status") as f:
+        peak = next(line.split()[1] for line in f if line.startswith("VmHWM:"))
+    print(f"PEAK_RSS_KB={peak}", file=sys.stderr)
+"""
+
+
+def _run_rss(args: list[str]) -> tuple[str, float, int]:
+    """Run ``packtool ARGS`` in a fresh process; (stdout, wall seconds, its peak RSS)."""
     t0 = time.perf_counter()
-    with tempfile.TemporaryFile() as out_f, tempfile.TemporaryFile() as err_f:
-        proc = subprocess.Popen(cmd, stdout=out_f, stderr=err_f, env=_env())
-        _, status, usage = os.wait4(proc.pid, 0)
-        proc.returncode = os.waitstatus_to_exitcode(status)
-        wall = time.perf_counter() - t0
-        out_f.seek(0)
-        err_f.seek(0)
-        if proc.returncode != 0:
-            raise RuntimeError(f"{' '.join(cmd)} failed:\n{err_f.read().decode()[-2000:]}")
-        return out_f.read().decode(), wall, usage.ru_maxrss * 1024
+    proc = subprocess.run(
+        [sys.executable, "-c", PEAK_WRAPPER, *args], capture_output=True, text=True, env=_env()
+    )
+    wall = time.perf_counter() - t0
+    if proc.returncode != 0:
+        raise RuntimeError(f"packtool {' '.join(args)} failed:\n{proc.stderr[-2000:]}")
+    peak = int(proc.stderr.rsplit("PEAK_RSS_KB=", 1)[1].split()[0]) * 1024
+    return proc.stdout, wall, peak
 
 
 def _write_corpus(path: Path, num_docs: int, seed: int) -> int:
@@ -96,20 +109,8 @@ def _write_corpus(path: Path, num_docs: int, seed: int) -> int:
 
 
 def _pack(corpus: Path, out: Path, max_len: int) -> tuple[dict[str, Any], float, int]:
-    cmd = [
-        sys.executable,
-        "-m",
-        "packtool.cli",
-        "pack",
-        str(corpus),
-        "--max-len",
-        str(max_len),
-        "-o",
-        str(out),
-        "--overwrite",
-        "--json",
-    ]
-    stdout, wall, rss = _run_rss(cmd)
+    args = ["pack", str(corpus), "--max-len", str(max_len), "-o", str(out), "--overwrite"]
+    stdout, wall, rss = _run_rss([*args, "--json"])
     return json.loads(stdout), wall, rss
 
 
