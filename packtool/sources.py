@@ -331,7 +331,9 @@ def _jsonl_arrow(inp: InputFile, text_field: str, batch_docs: int) -> Iterator[T
     )
     try:
         reader = pj.open_json(
-            stream, read_options=pj.ReadOptions(block_size=4 << 20), parse_options=parse
+            stream,
+            read_options=pj.ReadOptions(block_size=4 << 20, use_threads=False),
+            parse_options=parse,
         )
         for record_batch in reader:
             column = record_batch.column(0)
@@ -564,7 +566,7 @@ def _read_csv(
     try:
         reader = pc.open_csv(
             stream,
-            read_options=pc.ReadOptions(block_size=4 << 20),
+            read_options=pc.ReadOptions(block_size=4 << 20, use_threads=False),
             parse_options=pc.ParseOptions(newlines_in_values=True, invalid_row_handler=on_invalid),
             convert_options=pc.ConvertOptions(
                 include_columns=[text_field],
@@ -938,7 +940,7 @@ def _csv_records(
     try:
         reader = pc.open_csv(
             stream,
-            read_options=pc.ReadOptions(block_size=4 << 20),
+            read_options=pc.ReadOptions(block_size=4 << 20, use_threads=False),
             parse_options=pc.ParseOptions(newlines_in_values=True),
             convert_options=pc.ConvertOptions(
                 include_columns=list(fields),

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import mmap
 import os
 import shutil
 from collections.abc import Iterator
@@ -38,6 +39,20 @@ _CHECKPOINT = "checkpoint.json"
 
 def work_dir_for(out_dir: Path) -> Path:
     return out_dir.parent / f".{out_dir.name}.packtool-work"
+
+
+def _map_random(path: Path, count: int) -> np.ndarray:
+    """``count`` int32 values of ``path``, memory-mapped for random access.
+
+    Rows gather items from all over the store; with the kernel's default read-ahead every
+    touched page would map its neighbours too, and resident memory would grow with the
+    store's size. MADV_RANDOM maps only what is read.
+    """
+    array = np.memmap(path, dtype=np.int32, mode="r", shape=(count,))
+    if hasattr(mmap, "MADV_RANDOM"):
+        with contextlib.suppress(OSError, AttributeError, ValueError):
+            array._mmap.madvise(mmap.MADV_RANDOM)  # type: ignore[attr-defined]
+    return array
 
 
 @contextlib.contextmanager
@@ -231,7 +246,7 @@ class TokenStore:
         self.finish()
         if self.num_tokens == 0:
             return np.zeros(0, np.int32)
-        return np.memmap(self.path, dtype=np.int32, mode="r", shape=(self.num_tokens,))
+        return _map_random(self.path, self.num_tokens)
 
     def open_labels(self) -> np.ndarray | None:
         """The labels, memory-mapped like :meth:`open` (``None`` in a store without labels)."""
@@ -240,7 +255,7 @@ class TokenStore:
         self.finish()
         if self.num_tokens == 0:
             return np.zeros(0, np.int32)
-        return np.memmap(self.labels_path, dtype=np.int32, mode="r", shape=(self.num_tokens,))
+        return _map_random(self.labels_path, self.num_tokens)
 
     def _close_files(self) -> None:
         error: OSError | None = None
