@@ -12,6 +12,7 @@ import hashlib
 import json
 import os
 import queue
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -665,9 +666,46 @@ def _read_and_tokenize(
             # A record the chat template fails on becomes a bad record here (or stops the run).
             yield index, batch, plan.tokenize(batch, read_options["skip_bad_records"])
 
+    # The tokenizer thread needs the GIL briefly around each batch (texts in, encodings out);
+    # a short switch interval keeps it from waiting on this thread's NumPy work, which would
+    # leave the tokenizer's workers idle (measured: 88% -> 91% of the raw speed).
+    switch_interval = sys.getswitchinterval()
+    sys.setswitchinterval(min(switch_interval, 0.0005))
+    try:
+        _tokenize_loop(
+            tokenize_all(),
+            files,
+            state,
+            store,
+            plan,
+            fingerprint,
+            max_len,
+            overflow,
+            total_bytes,
+            progress,
+        )
+    finally:
+        sys.setswitchinterval(switch_interval)
+    state.done = True
+    store.checkpoint(fingerprint, state.to_json())
+
+
+def _tokenize_loop(
+    stream: Iterator[tuple[int, Any, Any]],
+    files: Sequence[InputFile],
+    state: _ReadState,
+    store: TokenStore,
+    plan: InputPlan,
+    fingerprint: str,
+    max_len: int,
+    overflow: Overflow,
+    total_bytes: int,
+    progress: ProgressCallback | None,
+) -> None:
+    """The in-order stage of :func:`_read_and_tokenize`: flatten, cut items, store."""
     counts = state.counts
     last_checkpoint = time.monotonic()
-    for index, batch, raw in _background(tokenize_all(), ahead=2):
+    for index, batch, raw in _background(stream, ahead=2):
         inp = files[index]
         if batch is None:
             first_doc = counts.read - state.records_done
@@ -702,8 +740,6 @@ def _read_and_tokenize(
             last_checkpoint = time.monotonic()
         if progress:
             progress("tokenize", state.bytes_before + batch.bytes_done, total_bytes)
-    state.done = True
-    store.checkpoint(fingerprint, state.to_json())
 
 
 def _warm_up_kernels() -> None:
