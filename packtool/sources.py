@@ -250,33 +250,44 @@ def _check_record(obj: Any, text_field: str, location: str) -> str:
     return text
 
 
+def _numbered_lines(inp: InputFile, stream: IO[bytes]) -> Iterator[tuple[int, bytes]]:
+    """The non-blank lines of ``stream`` with their 1-based line numbers; a read error (a
+    truncated or corrupt compressed file) becomes an :class:`InputError` naming the place."""
+    lineno = 0
+    while True:
+        try:
+            line = stream.readline()
+        except (OSError, EOFError, ValueError) as e:
+            raise InputError(f"{inp.path}: cannot read after line {lineno}: {e}") from e
+        if not line:
+            return
+        lineno += 1
+        if line.strip():
+            yield lineno, line
+
+
+def _parse_json_line(line: bytes, location: str) -> Any:
+    """The JSON value on one line; :class:`BadRecordError` naming ``location`` if it is not."""
+    try:
+        return json.loads(line.decode("utf-8"))
+    except UnicodeDecodeError as e:
+        raise BadRecordError(location, f"invalid UTF-8 ({e.reason})") from None
+    except json.JSONDecodeError as e:
+        raise BadRecordError(location, f"malformed JSON: {e.msg}") from None
+    except RecursionError:
+        raise BadRecordError(location, "JSON nested too deeply") from None
+
+
 def _jsonl_python(
     inp: InputFile, text_field: str, skip_bad: bool, batch_docs: int
 ) -> Iterator[TextBatch]:
     stream, counter = _open_binary(inp)
     with stream:
         batch = TextBatch([])
-        lineno = 0
-        while True:
-            try:
-                line = stream.readline()
-            except (OSError, EOFError, ValueError) as e:
-                raise InputError(f"{inp.path}: cannot read after line {lineno}: {e}") from e
-            if not line:
-                break
-            lineno += 1
-            if not line.strip():
-                continue
+        for lineno, line in _numbered_lines(inp, stream):
             location = f"{inp.path}:{lineno}"
             try:
-                try:
-                    obj = json.loads(line.decode("utf-8"))
-                except UnicodeDecodeError as e:
-                    raise BadRecordError(location, f"invalid UTF-8 ({e.reason})") from None
-                except json.JSONDecodeError as e:
-                    raise BadRecordError(location, f"malformed JSON: {e.msg}") from None
-                except RecursionError:
-                    raise BadRecordError(location, "JSON nested too deeply") from None
+                obj = _parse_json_line(line, location)
                 batch.texts.append(_check_record(obj, text_field, location))
             except BadRecordError as e:
                 if not skip_bad:
@@ -795,28 +806,14 @@ def _json_records(inp: InputFile, collect: _RecordCollector, batch_docs: int):
             if collect.batch.records:
                 yield collect.take(inp.size_bytes)
             return
-        lineno = 0
-        while True:
-            try:
-                line = stream.readline()
-            except (OSError, EOFError, ValueError) as e:
-                raise InputError(f"{inp.path}: cannot read after line {lineno}: {e}") from e
-            if not line:
-                break
-            lineno += 1
-            if not line.strip():
-                continue
+        for lineno, line in _numbered_lines(inp, stream):
             location = f"{inp.path}:{lineno}"
             obj: Any = None
             error = None
             try:
-                obj = json.loads(line.decode("utf-8"))
-            except UnicodeDecodeError as e:
-                error = BadRecordError(location, f"invalid UTF-8 ({e.reason})")
-            except json.JSONDecodeError as e:
-                error = BadRecordError(location, f"malformed JSON: {e.msg}")
-            except RecursionError:
-                error = BadRecordError(location, "JSON nested too deeply")
+                obj = _parse_json_line(line, location)
+            except BadRecordError as e:
+                error = e
             collect.add(obj, location, error)
             if len(collect.batch.records) >= batch_docs:
                 yield collect.take(counter.count)
