@@ -15,6 +15,7 @@ __all__ = [
     "OptionError",
     "OutputExistsError",
     "PacktoolError",
+    "RowIndexError",
     "TokenizerError",
 ]
 
@@ -64,6 +65,12 @@ class TokenizerError(PacktoolError):
 
 class OutputExistsError(PacktoolError):
     """The output directory exists and ``overwrite`` was not given."""
+
+
+class RowIndexError(PacktoolError, IndexError):
+    """A row number outside a packed dataset (also an ``IndexError``, as sequences raise)."""
+
+    exit_code = 2
 
 
 class FormatError(PacktoolError):

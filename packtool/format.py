@@ -45,7 +45,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from .errors import FormatError, OutputExistsError
+from .errors import FormatError, OutputExistsError, RowIndexError
 
 __all__ = [
     "FORMAT_NAME",
@@ -593,7 +593,7 @@ class PackedReader:
     def locate(self, row: int) -> tuple[int, int]:
         """(shard, row within shard) of global row ``row``."""
         if not 0 <= row < self.num_rows:
-            raise IndexError(
+            raise RowIndexError(
                 f"row {row} is out of range: {self.path} has {self.num_rows} rows "
                 f"(0 to {self.num_rows - 1})"
             )

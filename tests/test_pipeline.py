@@ -271,6 +271,8 @@ def test_reader_matches_rows(tmp_path: Path) -> None:
         assert sum(s.length for s in segs) == 512
     with pytest.raises(IndexError, match="out of range"):
         reader[len(rows)]
+    with pytest.raises(packtool.PacktoolError, match=r"row -1 is out of range"):
+        reader[-1]
     tok = reader.load_tokenizer()
     assert tok.special.eos_id == packtool.load_tokenizer().special.eos_id
     assert np.array_equal(reader[0].position_ids, np.asarray(rows[0]["position_ids"]))
