@@ -745,15 +745,30 @@ def _tokenize_loop(
 def _warm_up_kernels() -> None:
     """Load the compiled packing and gathering kernels in a thread while tokenizing runs.
 
-    Importing numba and loading its cached machine code takes about half a second; done
-    here it hides under tokenization instead of adding to the packing stage.
+    numba loads a kernel's machine code (from its on-disk cache) at the first call with each
+    argument type, which takes about half a second; calling both kernels once here, on tiny
+    inputs of the pipeline's own types, hides that under tokenization.
     """
-    from . import gather, packing
 
     def load() -> None:
         with contextlib.suppress(Exception):
-            packing._numba_kernel()
-            gather._kernel()
+            first_fit_decreasing(np.array([3, 2, 2], np.int64), 4)
+            tokens = np.arange(8, dtype=np.int32)
+            tokens.flags.writeable = False  # like the store's read-only map
+            lengths = np.array([3, 2], np.int32)
+            order, row_starts = plan_rows(np.array([0, 0]), lengths)
+            gather_rows(
+                tokens,
+                np.array([0, 3], np.int64),
+                lengths,
+                np.array([0, 1], np.int64),
+                np.zeros(2, np.int32),
+                order,
+                row_starts,
+                np.array([0]),
+                8,
+                0,
+            )
 
     threading.Thread(target=load, daemon=True, name="packtool-warm-up").start()
 
