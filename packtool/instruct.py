@@ -48,7 +48,7 @@ from .sources import (
     read_records,
     read_texts,
 )
-from .tokenize import DocumentEncoder, EncodedBatch, Tokenizer
+from .tokenize import DocumentEncoder, EncodedBatch, Tokenizer, check_special_tokens
 
 __all__ = [
     "InputPlan",
@@ -292,17 +292,7 @@ class InstructEncoder:
             raise ValueError(f"InstructEncoder encodes prompt-completion or chat, not {shape}")
         if shape is InputShape.CHAT and template is None:
             raise ValueError("chat records need a chat template")
-        special = tokenizer.special
-        if add_eos and special.eos_id is None:
-            raise TokenizerError(
-                f"tokenizer {tokenizer.name} has no EOS token I can find: "
-                "name it with --eos-token, or pass --no-eos"
-            )
-        if bos and special.bos_id is None:
-            raise TokenizerError(
-                f"tokenizer {tokenizer.name} has no BOS token I can find: "
-                "name it with --bos-token, or drop --bos"
-            )
+        check_special_tokens(tokenizer, add_eos=add_eos, bos=bos)
         self.tokenizer = tokenizer
         self.shape = shape
         self.loss_on = loss_on
@@ -315,7 +305,7 @@ class InstructEncoder:
         if shape is InputShape.PROMPT_COMPLETION and bos is None:
             self.prefix, self.suffix = _affixes(tokenizer)
         elif bos:
-            self.prefix = [special.bos_id]  # type: ignore[list-item]
+            self.prefix = [tokenizer.special.bos_id]  # type: ignore[list-item]
         self.anchor, self.anchor_id = self._choose_anchor()
 
     @property

@@ -391,6 +391,23 @@ def _read_jsonl(
     del arrow_message  # the line-by-line reader read everything: the fast path was pickier
 
 
+def _load_json_array(inp: InputFile, stream: IO[bytes]) -> list[Any]:
+    """A whole JSON-array input, or an :class:`InputError` naming the line that is wrong."""
+    try:
+        data = json.load(stream)
+    except UnicodeDecodeError as e:
+        raise InputError(f"{inp.path}: invalid UTF-8 ({e.reason})") from None
+    except json.JSONDecodeError as e:
+        raise InputError(
+            f"{inp.path}:{e.lineno}: malformed JSON: {e.msg} (column {e.colno})"
+        ) from None
+    except RecursionError:
+        raise InputError(f"{inp.path}: JSON nested too deeply") from None
+    if not isinstance(data, list):
+        raise InputError(f"{inp.path}: expected a JSON array of objects or JSON Lines")
+    return data
+
+
 def _read_json_array(
     inp: InputFile, text_field: str, skip_bad: bool, batch_docs: int
 ) -> Iterator[TextBatch]:
@@ -400,18 +417,7 @@ def _read_json_array(
         if not head.lstrip().startswith(b"["):
             yield from _read_jsonl(inp, text_field, skip_bad, batch_docs)
             return
-        try:
-            data = json.load(stream)
-        except UnicodeDecodeError as e:
-            raise InputError(f"{inp.path}: invalid UTF-8 ({e.reason})") from None
-        except json.JSONDecodeError as e:
-            raise InputError(
-                f"{inp.path}:{e.lineno}: malformed JSON: {e.msg} (column {e.colno})"
-            ) from None
-        except RecursionError:
-            raise InputError(f"{inp.path}: JSON nested too deeply") from None
-    if not isinstance(data, list):
-        raise InputError(f"{inp.path}: expected a JSON array of objects or JSON Lines")
+        data = _load_json_array(inp, stream)
     batch = TextBatch([])
     for i, obj in enumerate(data):
         try:
@@ -787,18 +793,7 @@ def _json_records(inp: InputFile, collect: _RecordCollector, batch_docs: int):
     with stream:
         head = stream.peek(64)[:64] if hasattr(stream, "peek") else b""
         if head.lstrip().startswith(b"[") and inp.kind == "json":
-            try:
-                data = json.load(stream)
-            except UnicodeDecodeError as e:
-                raise InputError(f"{inp.path}: invalid UTF-8 ({e.reason})") from None
-            except json.JSONDecodeError as e:
-                raise InputError(
-                    f"{inp.path}:{e.lineno}: malformed JSON: {e.msg} (column {e.colno})"
-                ) from None
-            except RecursionError:
-                raise InputError(f"{inp.path}: JSON nested too deeply") from None
-            if not isinstance(data, list):
-                raise InputError(f"{inp.path}: expected a JSON array of objects or JSON Lines")
+            data = _load_json_array(inp, stream)
             for i, obj in enumerate(data):
                 collect.add(obj, f"{inp.path}: element {i}")
                 if len(collect.batch.records) >= batch_docs:

@@ -309,6 +309,21 @@ class EncodedBatch:
         return starts[: self.lengths.size]  # no documents: no offsets (not [0])
 
 
+def check_special_tokens(tokenizer: Tokenizer, *, add_eos: bool, bos: bool | None) -> None:
+    """Fail early, naming the option, when EOS or BOS is asked for and the tokenizer has none."""
+    special = tokenizer.special
+    if add_eos and special.eos_id is None:
+        raise TokenizerError(
+            f"tokenizer {tokenizer.name} has no EOS token I can find: "
+            "name it with --eos-token, or pass --no-eos"
+        )
+    if bos and special.bos_id is None:
+        raise TokenizerError(
+            f"tokenizer {tokenizer.name} has no BOS token I can find: "
+            "name it with --bos-token, or drop --bos"
+        )
+
+
 class DocumentEncoder:
     """Turns document texts into token ids, with BOS and EOS handled as configured.
 
@@ -327,17 +342,7 @@ class DocumentEncoder:
         self.tokenizer = tokenizer
         self.add_eos = add_eos
         self.bos = bos
-        special = tokenizer.special
-        if add_eos and special.eos_id is None:
-            raise TokenizerError(
-                f"tokenizer {tokenizer.name} has no EOS token I can find: "
-                "name it with --eos-token, or pass --no-eos"
-            )
-        if bos and special.bos_id is None:
-            raise TokenizerError(
-                f"tokenizer {tokenizer.name} has no BOS token I can find: "
-                "name it with --bos-token, or drop --bos"
-            )
+        check_special_tokens(tokenizer, add_eos=add_eos, bos=bos)
         self._add_special = bos is None
         self._n_special = tokenizer.num_special_tokens_to_add() if bos is None else 0
 
