@@ -251,7 +251,8 @@ def _from_hub(name: str, **overrides: str | None) -> HFTokenizer:
             ) from None
         raise TokenizerError(
             f"tokenizer {name!r}: not a local path, and the hub could not provide "
-            f"tokenizer.json ({type(e).__name__}): check the name, or pass a local path"
+            f"tokenizer.json ({type(e).__name__}): check the name, or pass a local path "
+            "(on a machine without the hub, HF_HUB_OFFLINE=1 makes this fail at once)"
         ) from None
     config: dict[str, Any] = {}
     with contextlib.suppress(Exception):  # an optional file
