@@ -46,10 +46,10 @@ import numpy as np
 import pyarrow as pa
 
 from . import __version__
-from .errors import FormatError, OptionError
+from .errors import FormatError, InputError, OptionError
 from .format import MANIFEST_FILE, open_packed
 from .packing import Overflow, first_fit_decreasing, lower_bound_rows
-from .sources import InputFile, read_texts, resolve_inputs
+from .sources import InputFile, first_record_fields, read_texts, resolve_inputs
 from .tokenize import DocumentEncoder, Tokenizer, load_tokenizer
 
 __all__ = [
@@ -846,6 +846,26 @@ def _segment_lengths(
     return item_len.astype(np.int64), outcome
 
 
+def _refuse_instruction_data(first: InputFile, text_field: str, split: str | None) -> None:
+    """Name the limitation instead of failing on a missing text field later."""
+    fields = first_record_fields(first, split=split) or []
+    if text_field in fields:
+        return
+    shape = (
+        "chat"
+        if "messages" in fields
+        else "prompt/completion"
+        if {"prompt", "completion"} <= set(fields)
+        else None
+    )
+    if shape is not None:
+        raise InputError(
+            f"{first.path} holds {shape} records: `stats` before packing reads text corpora "
+            "only; pack it, then run `packtool stats` on the output (it reports the learned "
+            "tokens too)"
+        )
+
+
 def corpus_stats(
     inputs: Sequence[str | os.PathLike[str]],
     max_lens: Sequence[int] | str,
@@ -888,6 +908,7 @@ def corpus_stats(
             f"--overflow must be one of split, truncate, drop; got {overflow!r}"
         ) from None
     files = resolve_inputs(inputs)
+    _refuse_instruction_data(files[0], text_field, split)
     tok: Tokenizer
     if tokenizer is None or isinstance(tokenizer, (str, os.PathLike)):
         tok = load_tokenizer(tokenizer, eos_token=eos_token, bos_token=bos_token)

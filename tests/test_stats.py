@@ -828,3 +828,16 @@ def test_docs_list_every_json_key(packed: Path, tmp_path: Path) -> None:
         assert f"`{name}`" in doc
     for key in BATCHINGS:
         assert f"`{key}`" in doc
+
+
+def test_corpus_mode_names_instruction_data(tmp_path: Path) -> None:
+    chat = REPO / "sample_data" / "chat.jsonl"
+    pc = REPO / "sample_data" / "prompt_completion.jsonl"
+    assert_one_line_error(
+        run("stats", chat, "--max-len", "2048"),
+        r"chat\.jsonl holds chat records: `stats` before packing reads text corpora only",
+    )
+    assert_one_line_error(
+        run("stats", pc, "--max-len", "2048"),
+        r"prompt_completion\.jsonl holds prompt/completion records",
+    )
