@@ -289,10 +289,16 @@ class ShardWriter:
 
     # -- context manager -------------------------------------------------------------------
     def __enter__(self) -> ShardWriter:
-        if self.staging.exists():
-            shutil.rmtree(self.staging)
-        self.staging.mkdir(parents=True)
-        return self
+        # A Ctrl-C that lands here, after the mkdir but before the with-statement holds
+        # __exit__, must not leave the staging directory behind.
+        try:
+            if self.staging.exists():
+                shutil.rmtree(self.staging)
+            self.staging.mkdir(parents=True)
+            return self
+        except BaseException:
+            shutil.rmtree(self.staging, ignore_errors=True)
+            raise
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
         if self._committed:

@@ -69,6 +69,7 @@ def lock_output(out_dir: Path) -> Iterator[None]:
     path = out_dir.parent / f".{out_dir.name}.packtool-lock"
     path.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    locked = False
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -78,14 +79,14 @@ def lock_output(out_dir: Path) -> Iterator[None]:
                 f"another packtool pack (pid {holder}) is writing {out_dir}: wait for it, or "
                 "choose another --output"
             ) from None
+        locked = True
         os.ftruncate(fd, 0)
         os.pwrite(fd, str(os.getpid()).encode(), 0)
-        try:
-            yield
-        finally:
+        yield
+    finally:
+        if locked:  # ours to remove (also after a Ctrl-C at any point above)
             with contextlib.suppress(OSError):
                 path.unlink()
-    finally:
         os.close(fd)
 
 
