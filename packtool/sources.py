@@ -512,25 +512,30 @@ def _read_parquet(
     )
 
 
+def _open_arrow(where: str) -> tuple[Any, pa.Schema, Iterator[pa.RecordBatch]]:
+    """A memory-mapped Arrow input, IPC file or stream: (source to close, schema, batches)."""
+    source = pa.memory_map(where)
+    try:
+        reader: Any = pa.ipc.open_file(source)
+        batches: Iterator[pa.RecordBatch] = (
+            reader.get_batch(i) for i in range(reader.num_record_batches)
+        )
+    except pa.ArrowInvalid:
+        source.seek(0)
+        try:
+            reader = pa.ipc.open_stream(source)
+        except pa.ArrowInvalid as e:
+            source.close()
+            raise InputError(f"{where}: not an Arrow IPC file or stream: {e}") from e
+        batches = iter(reader)
+    return source, reader.schema, batches
+
+
 def _read_arrow(
     inp: InputFile, text_field: str, skip_bad: bool, batch_docs: int
 ) -> Iterator[TextBatch]:
-    source = pa.memory_map(str(inp.path))
+    source, schema, batches = _open_arrow(str(inp.path))
     try:
-        try:
-            reader: Any = pa.ipc.open_file(source)
-            schema = reader.schema
-            batches: Iterator[pa.RecordBatch] = (
-                reader.get_batch(i) for i in range(reader.num_record_batches)
-            )
-        except pa.ArrowInvalid:
-            source.seek(0)
-            try:
-                reader = pa.ipc.open_stream(source)
-            except pa.ArrowInvalid as e:
-                raise InputError(f"{inp.path}: not an Arrow IPC file or stream: {e}") from e
-            schema = reader.schema
-            batches = iter(reader)
         _check_column(schema, text_field, str(inp.path))
         yield from _table_batches(
             batches, text_field, str(inp.path), skip_bad, batch_docs, source.tell
@@ -879,21 +884,8 @@ def _table_source(
             lambda: None,
         )
     if inp.kind == "arrow":
-        source = pa.memory_map(where)
-        try:
-            reader: Any = pa.ipc.open_file(source)
-            batches: Iterator[pa.RecordBatch] = (
-                reader.get_batch(i) for i in range(reader.num_record_batches)
-            )
-        except pa.ArrowInvalid:
-            source.seek(0)
-            try:
-                reader = pa.ipc.open_stream(source)
-            except pa.ArrowInvalid as e:
-                source.close()
-                raise InputError(f"{where}: not an Arrow IPC file or stream: {e}") from e
-            batches = iter(reader)
-        return list(reader.schema.names), batches, source.tell, source.close
+        source, schema, batches = _open_arrow(where)
+        return list(schema.names), batches, source.tell, source.close
     import datasets
 
     try:

@@ -24,7 +24,6 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import OptionError, OutputExistsError, PacktoolError
-from ..format import MANIFEST_FILE
 from ..merge import merge_units
 from ..pipeline import DEFAULT_SHARD_BYTES, PackReport, _parse_size
 from ..sources import resolve_inputs
@@ -295,16 +294,10 @@ def pack_units(
 
 def _merged(out: Path, plan: str, merge_options: dict[str, Any]) -> PackReport | None:
     """The merged dataset in ``out`` if it is the merge of ``plan`` with these options."""
-    from ..format import FormatError, read_manifest
-    from ..merge import _report
+    from ..merge import _merged_manifest, _report
 
-    if not (out / MANIFEST_FILE).exists():
-        return None
-    try:
-        manifest = read_manifest(out)
-    except FormatError:
-        return None
-    if manifest.get("units", {}).get("plan") != plan:
+    manifest = _merged_manifest(out)
+    if manifest is None or manifest["units"].get("plan") != plan:
         return None
     if any(manifest["options"].get(k) != v for k, v in merge_options.items()):
         return None
