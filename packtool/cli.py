@@ -435,10 +435,14 @@ def pack(
             err.print("[green]resumed[/] from the checkpoint of an interrupted run")
         out.print(_summary_table(report))
         for line in report.bad_records[:5]:
-            err.print(f"[yellow]skipped:[/] {line}", highlight=False)
+            err.print(f"[yellow]skipped:[/] {line}", highlight=False, soft_wrap=True)
         more = report.documents.bad_records_skipped - min(5, len(report.bad_records))
         if more > 0:
-            err.print(f"[yellow]skipped:[/] ... and {more:,} more bad records", highlight=False)
+            err.print(
+                f"[yellow]skipped:[/] ... and {more:,} more bad records",
+                highlight=False,
+                soft_wrap=True,
+            )
 
 
 # == stats (issue 4): add the `stats` command below this line ==
@@ -631,7 +635,7 @@ def stats(
         return
     out.print(renderable)
     for line in result.bad_records[:5]:
-        err.print(f"[yellow]skipped:[/] {line}", highlight=False)
+        err.print(f"[yellow]skipped:[/] {line}", highlight=False, soft_wrap=True)
 
 
 # == end of stats ==

@@ -11,13 +11,27 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
 from .format import IGNORE_INDEX, PackedBatch
 
-__all__ = ["gather_rows"]
+__all__ = ["RangeSource", "gather_rows"]
+
+
+@runtime_checkable
+class RangeSource(Protocol):
+    """Where :func:`gather_rows` can read tokens from besides an array (the work store's
+    :class:`~packtool.store.StoreReader`)."""
+
+    def read_ranges(
+        self, starts: np.ndarray, lengths: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray | None, np.ndarray]:
+        """``(tokens, labels or None, offsets)``: range ``k`` is
+        ``tokens[offsets[k]:offsets[k] + lengths[k]]``."""
+        ...
+
 
 _KERNEL: list[Callable[..., Any] | None] = []
 _LOCK = threading.Lock()
@@ -82,7 +96,7 @@ def _copy_numpy(
 
 
 def gather_rows(
-    tokens: np.ndarray,
+    tokens: np.ndarray | RangeSource,
     item_off: np.ndarray,
     item_len: np.ndarray,
     item_doc: np.ndarray,
@@ -99,6 +113,9 @@ def gather_rows(
     Row ``p`` of the plan holds items ``order[row_starts[p]:row_starts[p + 1]]``, in that
     order; item ``i`` is ``tokens[item_off[i]:item_off[i] + item_len[i]]``. ``labels``, when
     given, is aligned with ``tokens`` and gathered the same way (-100 in the padding).
+
+    ``tokens`` may also be a :class:`RangeSource`, which reads just the items these rows
+    need (and their labels, if it has any; ``labels`` is then ignored).
     """
     rows = np.asarray(rows, dtype=np.int64)
     n_rows = int(rows.size)
@@ -119,9 +136,11 @@ def gather_rows(
     input_ids = np.full(n_rows * max_len, pad_id, np.int32)
     # Positions count up in the padding segment too: it is a segment of its own.
     position_ids = (np.arange(max_len)[None, :] - num_tokens[:, None]).astype(np.int32).ravel()
+    src_off = item_off[items].astype(np.int64)
+    if not isinstance(tokens, np.ndarray):
+        tokens, labels, src_off = tokens.read_ranges(src_off, lens)
     out_lab = np.full(n_rows * max_len, IGNORE_INDEX, np.int32) if labels is not None else None
     dest_start = row_of_item * max_len + seg_start
-    src_off = item_off[items].astype(np.int64)
     kernel = _kernel()
     if kernel is not None:
         kernel(

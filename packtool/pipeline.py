@@ -218,6 +218,9 @@ _LABEL_COUNTS = (
 _DONE = object()
 
 
+_GATHER_BYTES = 8 << 20
+
+
 def _background(iterable: Iterable[Any], ahead: int = 2) -> Iterator[Any]:
     """Iterate ``iterable`` in a daemon thread, at most ``ahead`` items in advance.
 
@@ -470,31 +473,31 @@ def pack(
             with_labels=plan.labelled,
             overwrite=overwrite,
         ) as writer:
-            block = max(1, min(rows_per_shard, (32 << 20) // row_bytes))
+            # Rows are gathered, and written as Arrow record batches, _GATHER_BYTES at a
+            # time: a block's rows hold documents from all over the store, so the store's
+            # pages a block touches, like the blocks in flight (three: being gathered,
+            # queued, being written), are bounded by the block size, not the corpus.
+            block = max(1, min(rows_per_shard, _GATHER_BYTES // row_bytes))
 
             def gather_blocks() -> Iterator[tuple[int, Any]]:
-                for start in range(0, n_rows, block):
-                    plan_block = output_order[start : start + block]
-                    # A fresh map per block: pages touched by one block leave our resident
-                    # set when it is done, so memory does not grow with the corpus.
-                    tokens, labels = store.open(), store.open_labels()
-                    yield (
-                        start + plan_block.size,
-                        gather_rows(
-                            tokens,
-                            item_off,
-                            item_len,
-                            item_doc,
-                            item_chunk,
-                            order,
-                            row_starts,
-                            plan_block,
-                            max_len,
-                            pad_id,
-                            labels=labels,
-                        ),
-                    )
-                    del tokens, labels
+                with store.reader() as source:
+                    for start in range(0, n_rows, block):
+                        plan_block = output_order[start : start + block]
+                        yield (
+                            start + plan_block.size,
+                            gather_rows(
+                                source,
+                                item_off,
+                                item_len,
+                                item_doc,
+                                item_chunk,
+                                order,
+                                row_starts,
+                                plan_block,
+                                max_len,
+                                pad_id,
+                            ),
+                        )
 
             # Gathering (a thread; the copy kernel runs without the GIL) overlaps writing
             # (Arrow, hashing and file I/O, which release it too).

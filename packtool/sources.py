@@ -303,51 +303,60 @@ def _jsonl_python(
             yield batch
 
 
-_NULL_LINE = re.compile(rb"^[ \t\r]*null", re.MULTILINE)
+_NULL_FIRST = re.compile(rb"[ \t\r]*null")  # at the start of a piece of whole lines
+_NULL_LINE = re.compile(rb"\n[ \t\r]*null")  # at the start of any later line
 
 
-def _has_null_line(inp: InputFile) -> bool:
-    """Whether a line of ``inp`` starts with the JSON value ``null``.
+_JSONL_CHUNK = 8 << 20  # bytes of whole lines parsed at a time by the fast JSONL path
 
-    pyarrow's JSON reader (up to at least 26.0) crashes the process with a segmentation
-    fault when a block starts with a top-level ``null``; blocks start at line starts. Such a
-    line is a bad record anyway, so the line-by-line reader takes these files. The scan
-    reads the input once more (at GB/s; tokenizing costs far more).
-    """
-    stream, _ = _open_binary(inp)
+
+def _line_chunks(stream: pa.NativeFile, size: int = _JSONL_CHUNK) -> Iterator[memoryview]:
+    """``stream`` in pieces of about ``size`` bytes, each ending at a line end (the last one
+    at the end of the input), so that each piece holds whole lines."""
     carry = b""
-    try:
-        with stream:
-            while chunk := stream.read(1 << 22):
-                data = carry + chunk
-                cut = data.rfind(b"\n") + 1  # scan whole lines only: ^ is a line start
-                if b"null" in data[:cut] and _NULL_LINE.search(data, 0, cut):
-                    return True
-                carry = data[cut:]
-    except (OSError, EOFError, ValueError):
-        return False  # unreadable: the readers name the problem
-    return b"null" in carry and _NULL_LINE.search(carry) is not None
+    while True:
+        chunk = stream.read(size)
+        if not chunk:
+            if carry:
+                yield memoryview(carry)
+            return
+        data = carry + chunk if carry else chunk
+        cut = data.rfind(b"\n") + 1
+        if cut == 0:  # one line longer than a chunk, so far
+            carry = data
+            continue
+        carry = data[cut:]
+        yield memoryview(data)[:cut]
 
 
 def _jsonl_arrow(inp: InputFile, text_field: str, batch_docs: int) -> Iterator[TextBatch]:
-    """pyarrow's streaming JSON reader; raises _ArrowFailed on anything irregular."""
+    """pyarrow's JSON parser over bounded pieces of whole lines; raises _ArrowFailed on
+    anything irregular.
+
+    pyarrow's own streaming reader reads ahead without bound while its consumer (the
+    tokenizer) is slower, buffering most of the input in memory; parsing one piece at a time
+    keeps memory flat whatever the input's size. Each piece is also checked for a line that
+    starts with the JSON value ``null``: pyarrow's JSON reader (up to at least 26.0) crashes
+    the process with a segmentation fault on such a line at the start of a block; it is a
+    bad record anyway, so the line-by-line reader takes over there.
+    """
     import pyarrow.json as pj
 
-    if _has_null_line(inp):
-        raise _ArrowFailed("a line holds a top-level null")
     stream, raw = _arrow_input(inp)
     parse = pj.ParseOptions(
         explicit_schema=pa.schema([(text_field, pa.string())]),
         unexpected_field_behavior="ignore",
     )
     try:
-        reader = pj.open_json(
-            stream,
-            read_options=pj.ReadOptions(block_size=4 << 20, use_threads=False),
-            parse_options=parse,
-        )
-        for record_batch in reader:
-            column = record_batch.column(0)
+        for piece in _line_chunks(stream):
+            if _NULL_FIRST.match(piece) or _NULL_LINE.search(piece):
+                raise _ArrowFailed("a line holds a top-level null")
+            table = pj.read_json(
+                pa.py_buffer(piece),
+                read_options=pj.ReadOptions(block_size=len(piece) + 1, use_threads=False),
+                parse_options=parse,
+            )
+            column = table.column(0)
             if column.null_count:
                 raise _ArrowFailed("null or missing text")
             texts = column.to_pylist()

@@ -3,7 +3,7 @@
 Tokens are appended to one flat int32 file as documents are encoded (and, for instruction
 data, their labels to a second file aligned with it), and items (the segments to pack: a
 document or a chunk of one) to a file of fixed-size records; only what the packer needs is
-ever loaded. Rows are gathered from the memory-mapped token file.
+ever loaded. Rows are gathered by reading just the token ranges each block of rows needs.
 
 The store lives in a hidden sibling of the output directory, ``.NAME.packtool-work`` (same
 filesystem as the output, so no surprise from a small ``/tmp``). It is removed when the run
@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import mmap
 import os
 import shutil
 from collections.abc import Iterator
@@ -24,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from .errors import OutputExistsError
+from .errors import OutputExistsError, PacktoolError
 from .format import write_error
 
 __all__ = ["ITEM_DTYPE", "TokenStore"]
@@ -41,18 +40,96 @@ def work_dir_for(out_dir: Path) -> Path:
     return out_dir.parent / f".{out_dir.name}.packtool-work"
 
 
-def _map_random(path: Path, count: int) -> np.ndarray:
-    """``count`` int32 values of ``path``, memory-mapped for random access.
+_COALESCE_GAP = 256  # tokens: ranges closer than this are read with one call
 
-    Rows gather items from all over the store; with the kernel's default read-ahead every
-    touched page would map its neighbours too, and resident memory would grow with the
-    store's size. MADV_RANDOM maps only what is read.
+
+class StoreReader:
+    """Reads scattered token ranges of a finished store with ``pread``, for gathering rows.
+
+    Not a memory map: the kernel maps a whole page-cache folio (up to 2 MB on ext4) into
+    the process on each touch of a mapped file, so gathering shuffled rows through a map
+    made nearly the whole store resident however small the block. Reading only the ranges
+    a block needs keeps memory bounded by the block, whatever the corpus size.
     """
-    array = np.memmap(path, dtype=np.int32, mode="r", shape=(count,))
-    if hasattr(mmap, "MADV_RANDOM"):
-        with contextlib.suppress(OSError, AttributeError, ValueError):
-            array._mmap.madvise(mmap.MADV_RANDOM)  # type: ignore[attr-defined]
-    return array
+
+    def __init__(self, path: Path, labels_path: Path | None, num_tokens: int) -> None:
+        self.path, self.labels_path, self.num_tokens = path, labels_path, num_tokens
+        self._fd = os.open(path, os.O_RDONLY)
+        self._labels_fd = os.open(labels_path, os.O_RDONLY) if labels_path else None
+
+    def close(self) -> None:
+        for name in ("_fd", "_labels_fd"):
+            fd = getattr(self, name)
+            if fd is not None:
+                setattr(self, name, None)
+                os.close(fd)
+
+    def __enter__(self) -> StoreReader:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def read_ranges(
+        self, starts: np.ndarray, lengths: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray | None, np.ndarray]:
+        """Tokens (and labels) of the ranges ``[starts[k], starts[k] + lengths[k])``.
+
+        Returns ``(tokens, labels or None, offsets)``: range ``k`` is
+        ``tokens[offsets[k]:offsets[k] + lengths[k]]``. Ranges are read in file order, close
+        ones together.
+        """
+        starts = np.asarray(starts, np.int64)
+        lengths = np.asarray(lengths, np.int64)
+        if starts.size == 0:
+            empty = np.zeros(0, np.int32)
+            return empty, (empty if self._labels_fd is not None else None), starts
+        by_start = np.argsort(starts, kind="stable")
+        s, e = starts[by_start], starts[by_start] + lengths[by_start]
+        reach = np.maximum.accumulate(e)
+        new_run = np.ones(s.size, bool)
+        new_run[1:] = s[1:] > reach[:-1] + _COALESCE_GAP
+        heads = np.flatnonzero(new_run)
+        run_start = s[heads]
+        run_len = np.maximum.reduceat(e, heads) - run_start
+        run_dest = np.concatenate([[0], np.cumsum(run_len)[:-1]]).astype(np.int64)
+        run_of = np.cumsum(new_run) - 1
+        offsets = np.empty(starts.size, np.int64)
+        offsets[by_start] = run_dest[run_of] + (s - run_start[run_of])
+        total = int(run_len.sum())
+        tokens = self._read(self._fd, self.path, run_start, run_len, run_dest, total)
+        labels = None
+        if self._labels_fd is not None and self.labels_path is not None:
+            labels = self._read(
+                self._labels_fd, self.labels_path, run_start, run_len, run_dest, total
+            )
+        return tokens, labels, offsets
+
+    @staticmethod
+    def _read(
+        fd: int | None,
+        path: Path,
+        run_start: np.ndarray,
+        run_len: np.ndarray,
+        run_dest: np.ndarray,
+        total: int,
+    ) -> np.ndarray:
+        if fd is None:
+            raise ValueError("the store reader is closed")
+        out = np.empty(total, np.int32)
+        view = memoryview(out).cast("B")
+        for start, length, dest in zip(
+            (run_start * 4).tolist(), (run_len * 4).tolist(), (run_dest * 4).tolist(), strict=True
+        ):
+            while length:
+                try:
+                    got = os.preadv(fd, [view[dest : dest + length]], start)
+                except OSError as e:
+                    raise write_error(e, path, "cannot read the work store") from e
+                if got == 0:
+                    raise PacktoolError(f"{path}: the work store ends early (was it changed?)")
+                start, length, dest = start + got, length - got, dest + got
+        return out
 
 
 @contextlib.contextmanager
@@ -91,15 +168,16 @@ def lock_output(out_dir: Path) -> Iterator[None]:
 
 
 class TokenStore:
-    """Append-only token and item files, a checkpoint, then read-only maps.
+    """Append-only token and item files, a checkpoint, then reads of token ranges.
 
     >>> with TokenStore(Path("out")) as store:
+    ...     store.start()
     ...     base = store.append(np.array([5, 6, 7], np.int32))   # -> 0
-    ...     store.finish()
-    ...     tokens = store.open()                                # memmap of all tokens
+    ...     with store.reader() as r:
+    ...         tokens, _, offsets = r.read_ranges(np.array([1]), np.array([2]))  # [6, 7]
 
     With ``with_labels=True``, every :meth:`append` also takes the labels of its tokens
-    (int32, same length), and :meth:`open_labels` maps them: label ``i`` is that of token ``i``.
+    (int32, same length), and the reader returns them too: label ``i`` is that of token ``i``.
     """
 
     def __init__(
@@ -238,25 +316,12 @@ class TokenStore:
             return np.zeros(0, ITEM_DTYPE)
         return np.fromfile(self.items_path, dtype=ITEM_DTYPE, count=self.num_items)
 
-    def open(self) -> np.ndarray:
-        """The tokens, memory-mapped read-only (an empty array if there are none).
-
-        Each call maps anew; dropping the array unmaps it, which keeps the pages it touched
-        out of the process's resident memory (they stay in the page cache).
-        """
+    def reader(self) -> StoreReader:
+        """A :class:`StoreReader` of the tokens (and labels) appended so far."""
         self.finish()
-        if self.num_tokens == 0:
-            return np.zeros(0, np.int32)
-        return _map_random(self.path, self.num_tokens)
-
-    def open_labels(self) -> np.ndarray | None:
-        """The labels, memory-mapped like :meth:`open` (``None`` in a store without labels)."""
-        if not self.with_labels:
-            return None
-        self.finish()
-        if self.num_tokens == 0:
-            return np.zeros(0, np.int32)
-        return _map_random(self.labels_path, self.num_tokens)
+        return StoreReader(
+            self.path, self.labels_path if self.with_labels else None, self.num_tokens
+        )
 
     def _close_files(self) -> None:
         error: OSError | None = None

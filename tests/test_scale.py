@@ -19,6 +19,7 @@ import packtool
 from packtool.gather import gather_rows
 from packtool.packing import first_fit_decreasing, plan_rows
 from packtool.pipeline import _background
+from packtool.store import TokenStore
 from packtool.tokenize import DocumentEncoder
 
 
@@ -68,6 +69,70 @@ def test_gather_numba_and_numpy_identical(seed: int, monkeypatch: pytest.MonkeyP
         expect_lab = np.concatenate([labels[offsets[i] : offsets[i] + lengths[i]] for i in items])
         assert np.array_equal(fast.labels[r, :n], expect_lab)
         assert np.all(fast.labels[r, n:] == -100)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.lists(st.integers(0, 300), min_size=1, max_size=60),
+    st.integers(0, 2**32 - 1),
+    st.booleans(),
+)
+def test_store_reader_matches_the_array(
+    tmp_path_factory: pytest.TempPathFactory, sizes: list[int], seed: int, with_labels: bool
+) -> None:
+    """Ranges read with pread (coalesced, in file order) equal slices of the whole store."""
+    rng = np.random.default_rng(seed)
+    tokens = rng.integers(0, 50_000, sum(sizes) + 1).astype(np.int32)
+    labels = rng.integers(-100, 50_000, tokens.size).astype(np.int32)
+    with TokenStore(tmp_path_factory.mktemp("store") / "o", with_labels=with_labels) as store:
+        store.start()
+        for piece in np.array_split(np.arange(tokens.size), 3):
+            store.append(tokens[piece], labels[piece] if with_labels else None)
+        n = int(rng.integers(0, 40))
+        starts = rng.integers(0, tokens.size, n)
+        lengths = rng.integers(0, tokens.size - starts + 1)  # overlapping and empty ranges too
+        with store.reader() as reader:
+            got, got_labels, offsets = reader.read_ranges(starts, lengths)
+    assert (got_labels is not None) == with_labels
+    for k in range(n):
+        a, b = int(starts[k]), int(starts[k] + lengths[k])
+        assert np.array_equal(got[offsets[k] : offsets[k] + lengths[k]], tokens[a:b])
+        if with_labels:
+            assert np.array_equal(got_labels[offsets[k] : offsets[k] + lengths[k]], labels[a:b])
+
+
+def test_gather_from_the_store_equals_gather_from_the_array(tmp_path: Path) -> None:
+    rng = np.random.default_rng(5)
+    max_len = 64
+    tokens, labels, offsets, lengths, order, row_starts = _random_plan(rng, 400, max_len)
+    rows = rng.permutation(row_starts.size - 1)[:17]
+    docs = np.arange(lengths.size, dtype=np.int64)
+    chunks = np.zeros(lengths.size, np.int32)
+    with TokenStore(tmp_path / "o", with_labels=True) as store:
+        store.start()
+        store.append(tokens, labels)
+        with store.reader() as reader:
+            args = (offsets, lengths, docs, chunks, order, row_starts, rows, max_len, 0)
+            from_store = gather_rows(reader, *args)
+    from_array = gather_rows(tokens, *args, labels=labels)
+    for name in ("input_ids", "position_ids", "labels", "cu_values", "doc_ids"):
+        assert np.array_equal(getattr(from_store, name), getattr(from_array, name)), name
+
+
+def test_gather_keeps_memory_bounded(tmp_path: Path) -> None:
+    """Gathering reads only what a block needs: no map of the store stays resident."""
+    out = tmp_path / "o"
+    store = TokenStore(out)
+    store.start()
+    store.append(np.arange(4_000_000, dtype=np.int32))  # 16 MB
+    with store.reader() as reader:
+        got, _, offsets = reader.read_ranges(np.array([0, 3_999_990]), np.array([3, 10]))
+        assert got.nbytes <= 13 * 4
+        assert got[offsets[1]] == 3_999_990
+    maps = Path("/proc/self/maps")
+    if maps.exists():
+        assert str(store.path) not in maps.read_text()
+    store.close()
 
 
 def _reference_encode(tok: CharTokenizer, texts: list[str], add_eos: bool, bos: bool | None):

@@ -163,3 +163,44 @@ def test_columnar_errors(tmp_path: Path) -> None:
     (tmp_path / "bad.parquet").write_bytes(b"not parquet at all")
     with pytest.raises(InputError, match="not a readable Parquet file"):
         texts_of(tmp_path / "bad.parquet")
+
+
+@pytest.mark.parametrize("trailing_newline", [True, False])
+def test_jsonl_fast_path_reads_in_bounded_pieces(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, trailing_newline: bool
+) -> None:
+    """The fast JSONL path parses pieces of whole lines; with pieces far smaller than the
+    file (and than some lines), every record still comes back, once, in order."""
+    import packtool.sources as sources
+
+    texts = [("x" * (i % 7) * 40) + f"doc {i}" for i in range(300)]
+    body = "\n".join(json.dumps({"text": t}) for t in texts) + ("\n" if trailing_newline else "")
+    path = tmp_path / "c.jsonl"
+    path.write_text(body)
+    pieces: list[int] = []
+    real = sources._line_chunks
+
+    def small_pieces(stream, size=0):
+        for piece in real(stream, 97):
+            assert bytes(piece).endswith(b"\n") or not trailing_newline
+            pieces.append(len(piece))
+            yield piece
+
+    monkeypatch.setattr(sources, "_line_chunks", small_pieces)
+    got = [t for b in read_texts(resolve_inputs([path])[0]) for t in b.texts]
+    assert got == texts
+    assert len(pieces) > 20 and sum(pieces) == len(body.encode())
+
+
+def test_jsonl_null_line_in_a_later_piece(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A line holding a bare null far into the file (where pyarrow would crash) is named."""
+    import packtool.sources as sources
+
+    lines = [json.dumps({"text": f"doc {i}"}) for i in range(200)]
+    lines[150] = "null"
+    path = tmp_path / "n.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    real = sources._line_chunks
+    monkeypatch.setattr(sources, "_line_chunks", lambda stream, size=0: real(stream, 256))
+    with pytest.raises(BadRecordError, match=r"n\.jsonl:151: expected a JSON object, found null"):
+        list(read_texts(resolve_inputs([path])[0]))
