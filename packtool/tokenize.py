@@ -325,6 +325,9 @@ def check_special_tokens(tokenizer: Tokenizer, *, add_eos: bool, bos: bool | Non
         )
 
 
+_FLATTEN_DOCS = 64
+
+
 class DocumentEncoder:
     """Turns document texts into token ids, with BOS and EOS handled as configured.
 
@@ -358,31 +361,37 @@ class DocumentEncoder:
         lists = list(encoded)
         n = len(lists)
         raw_len = np.fromiter(map(len, lists), dtype=np.int64, count=n)
-        raw = np.fromiter(
-            itertools.chain.from_iterable(lists), dtype=np.int32, count=int(raw_len.sum())
-        )
         empty = raw_len <= self._n_special
-        add_bos = np.full(n, bool(self.bos)) & ~empty
-        add_eos = np.zeros(n, bool)
-        if self.add_eos:
-            last = raw[np.maximum(np.cumsum(raw_len) - 1, 0)] if raw.size else np.zeros(n, np.int32)
-            add_eos = ~empty & ((raw_len == 0) | (last != self.tokenizer.special.eos_id))
-        if not empty.any() and not add_bos.any() and not add_eos.any():
-            return EncodedBatch(raw, raw_len, empty)
-        lengths = np.where(empty, 0, raw_len + add_bos + add_eos)
-        out = np.empty(int(lengths.sum()), np.int32)
-        new_off = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
-        raw_off = np.concatenate([[0], np.cumsum(raw_len)[:-1]]).astype(np.int64)
-        doc_of_token = np.repeat(np.arange(n), raw_len)
-        keep = ~empty[doc_of_token]
-        intra = np.arange(raw.size, dtype=np.int64) - raw_off[doc_of_token]
-        dest = (new_off + add_bos)[doc_of_token] + intra
-        out[dest[keep]] = raw[keep]
-        if add_bos.any():
-            out[new_off[add_bos]] = self.tokenizer.special.bos_id
-        if add_eos.any():
-            out[(new_off + lengths - 1)[add_eos]] = self.tokenizer.special.eos_id
-        return EncodedBatch(out, lengths, empty)
+        bos, eos = self.tokenizer.special.bos_id, self.tokenizer.special.eos_id
+        if self.bos or self.add_eos or empty.any():
+            # BOS and EOS go into the (short) per-document lists before the one flattening
+            # pass; inserting them into the flat array instead took as long as flattening.
+            fixed: list[Sequence[int]] = []
+            for ids, is_empty in zip(lists, empty.tolist(), strict=True):
+                if is_empty:
+                    fixed.append(())
+                    continue
+                if self.add_eos and ids[-1] != eos:
+                    ids = [bos, *ids, eos] if self.bos else [*ids, eos]
+                elif self.bos:
+                    ids = [bos, *ids]
+                fixed.append(ids)
+            lists = fixed
+            lengths = np.fromiter(map(len, lists), dtype=np.int64, count=n)
+        else:
+            lengths = raw_len
+        ids = np.empty(int(lengths.sum()), np.int32)
+        ends = np.cumsum(lengths)
+        # In pieces of _FLATTEN_DOCS documents: one np.fromiter call holds the GIL throughout
+        # (a C loop), and the tokenizer thread waiting for it to hand over its next batch
+        # would leave the tokenizer's workers idle meanwhile.
+        for i in range(0, n, _FLATTEN_DOCS):
+            j = min(n, i + _FLATTEN_DOCS)
+            start = int(ends[i - 1]) if i else 0
+            ids[start : int(ends[j - 1])] = np.fromiter(
+                itertools.chain.from_iterable(lists[i:j]), np.int32, int(ends[j - 1]) - start
+            )
+        return EncodedBatch(ids, lengths, empty)
 
     def encode(self, texts: Sequence[str]) -> EncodedBatch:
         """Token ids of ``texts``, flat, one document after another."""
