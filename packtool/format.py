@@ -29,6 +29,7 @@ and ``position_ids[cu[i]:cu[i+1]] == arange(cu[i+1] - cu[i])`` holds for every s
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import errno
 import hashlib
@@ -174,21 +175,44 @@ def _int_array(a: np.ndarray, dtype: type[np.integer]) -> pa.Array:
 
 
 class _HashingFile(io.RawIOBase):
-    """A write-only file that hashes (sha256) what goes through it, for the manifest."""
+    """A write-only file that hashes (sha256) what goes through it, for the manifest.
+
+    A large buffer is hashed in a thread while it is written here (both release the GIL, so
+    they run on two cores), and the kernel is told every ``_WRITEBACK_BYTES`` to start
+    writing back to disk, so the fsync at :meth:`close` has little left to wait for.
+    """
 
     def __init__(self, raw: Any) -> None:
         self.raw = raw
         self.digest = hashlib.sha256()
         self.size = 0
+        self._unsynced = 0
+        self._hasher: concurrent.futures.ThreadPoolExecutor | None = None
 
     def writable(self) -> bool:
         return True
 
     def write(self, data: Any) -> int:
         view = memoryview(data)
-        self.digest.update(view)
-        self.raw.write(view)
+        if view.nbytes >= _HASH_IN_THREAD_BYTES:
+            if self._hasher is None:
+                self._hasher = concurrent.futures.ThreadPoolExecutor(1, "packtool-hash")
+            hashed = self._hasher.submit(self.digest.update, view)
+            try:
+                self.raw.write(view)
+            finally:
+                hashed.result()  # the digest must take buffers in order: wait for this one
+        else:
+            self.digest.update(view)
+            self.raw.write(view)
         self.size += view.nbytes
+        self._unsynced += view.nbytes
+        if self._unsynced >= _WRITEBACK_BYTES:
+            self._unsynced = 0
+            self.raw.flush()
+            if hasattr(os, "posix_fadvise"):  # Linux: starts writeback without waiting for it
+                with contextlib.suppress(OSError):
+                    os.posix_fadvise(self.raw.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
         return view.nbytes
 
     def flush(self) -> None:
@@ -197,10 +221,18 @@ class _HashingFile(io.RawIOBase):
 
     def close(self) -> None:
         if not self.closed:
-            self.raw.flush()
-            os.fsync(self.raw.fileno())
-            self.raw.close()
+            try:
+                self.raw.flush()
+                os.fsync(self.raw.fileno())
+            finally:
+                self.raw.close()
+                if self._hasher is not None:
+                    self._hasher.shutdown()
         super().close()
+
+
+_HASH_IN_THREAD_BYTES = 1 << 20
+_WRITEBACK_BYTES = 32 << 20
 
 
 def sha256_file(path: Path) -> str:

@@ -34,7 +34,7 @@ from .format import (
     remove_stale_temporaries,
     write_error,
 )
-from .gather import gather_rows
+from .gather import gather_rows, warm_up_gather
 from .instruct import InputPlan, InputShape, LossOn, plan_input
 from .packing import Overflow, first_fit_decreasing, lower_bound_rows, plan_rows
 from .sources import TXT_UNITS, InputFile, RecordBatch, TextBatch, resolve_inputs
@@ -415,7 +415,6 @@ def pack(
         rows_per_shard = max(1, _parse_size(shard_size) // row_bytes)
 
     _set_threads(num_proc)
-    _warm_up_kernels()
 
     fingerprint = _fingerprint(
         files,
@@ -732,6 +731,7 @@ def _tokenize_loop(
     """The in-order stage of :func:`_read_and_tokenize`: cut items, store, checkpoint."""
     counts = state.counts
     last_checkpoint = time.monotonic()
+    warming_up = False
     for index, batch, encoded in stream:
         inp = files[index]
         if batch is None:
@@ -761,6 +761,9 @@ def _tokenize_loop(
             base_doc + good[doc],
             chunk,
         )
+        if not warming_up and store.num_items >= _WARM_UP_ITEMS:
+            _warm_up_kernels()  # a large run: the compiled kernels will pay off
+            warming_up = True
         if time.monotonic() - last_checkpoint >= _CHECKPOINT_SECONDS:
             store.checkpoint(fingerprint, state.to_json())
             last_checkpoint = time.monotonic()
@@ -768,33 +771,23 @@ def _tokenize_loop(
             progress("tokenize", state.bytes_before + batch.bytes_done, total_bytes)
 
 
+_WARM_UP_ITEMS = 500_000
+
+
 def _warm_up_kernels() -> None:
     """Load the compiled packing and gathering kernels in a thread while tokenizing runs.
 
-    numba loads a kernel's machine code (from its on-disk cache) at the first call with each
-    argument type, which takes about half a second; calling both kernels once here, on tiny
-    inputs of the pipeline's own types, hides that under tokenization.
+    Loading costs ~0.85 s of CPU (numba's import, then each kernel's machine code from its
+    on-disk cache at its first call). Smaller runs pack and gather with NumPy and slice
+    copies instead, which is cheaper than that; from ``_WARM_UP_ITEMS`` items on, the kernels
+    are loaded here, under tokenization, by calling both once on tiny inputs of the
+    pipeline's own types (once loaded, FFD and the gather use them).
     """
 
     def load() -> None:
-        with contextlib.suppress(Exception):
-            first_fit_decreasing(np.array([3, 2, 2], np.int64), 4)
-            tokens = np.arange(8, dtype=np.int32)
-            tokens.flags.writeable = False  # like the store's read-only map
-            lengths = np.array([3, 2], np.int32)
-            order, row_starts = plan_rows(np.array([0, 0]), lengths)
-            gather_rows(
-                tokens,
-                np.array([0, 3], np.int64),
-                lengths,
-                np.array([0, 1], np.int64),
-                np.zeros(2, np.int32),
-                order,
-                row_starts,
-                np.array([0]),
-                8,
-                0,
-            )
+        with contextlib.suppress(Exception):  # no numba: both run without it
+            first_fit_decreasing(np.array([3, 2, 2], np.int64), 4, backend="numba")
+            warm_up_gather()
 
     threading.Thread(target=load, daemon=True, name="packtool-warm-up").start()
 

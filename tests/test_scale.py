@@ -135,6 +135,72 @@ def test_gather_keeps_memory_bounded(tmp_path: Path) -> None:
     store.close()
 
 
+@settings(max_examples=30, deadline=None)
+@given(st.lists(st.integers(0, 70), min_size=1, max_size=40), st.integers(0, 2**32 - 1))
+def test_the_three_copy_paths_are_identical(sizes: list[int], seed: int) -> None:
+    """The numba kernel, the slice loop and the vectorised NumPy copy fill the same arrays."""
+    from packtool import gather
+
+    rng = np.random.default_rng(seed)
+    lens = np.array(sizes, np.int64)
+    tokens = rng.integers(0, 1000, int(lens.sum()) + 5).astype(np.int32)
+    labels = rng.integers(-100, 1000, tokens.size).astype(np.int32)
+    src = rng.integers(0, tokens.size - lens + 1)  # ranges anywhere, overlapping too
+    dest = np.concatenate([[0], np.cumsum(lens)[:-1]]).astype(np.int64)
+    outs = []
+    copies = [gather._copy_slices, gather._copy_numpy]
+    kernel = gather._kernel()
+    if kernel is not None:
+        copies.append(
+            lambda t, s, n, d, lab, ids, pos, out_lab: kernel(t, s, n, d, lab, ids, pos, out_lab)
+        )
+    for copy in copies:
+        ids = np.full(int(lens.sum()), -1, np.int32)
+        pos, lab = ids.copy(), ids.copy()
+        copy(tokens, src.astype(np.int64), lens, dest, labels, ids, pos, lab)
+        outs.append((ids, pos, lab))
+    expect_ids = np.concatenate(
+        [tokens[a : a + n] for a, n in zip(src, lens, strict=True)] + [np.zeros(0, np.int32)]
+    )
+    expect_pos = np.concatenate([np.arange(n) for n in lens] + [np.zeros(0, np.int64)])
+    for ids, pos, lab in outs:
+        assert np.array_equal(ids, expect_ids)
+        assert np.array_equal(pos, expect_pos)
+        assert np.array_equal(
+            lab,
+            np.concatenate(
+                [labels[a : a + n] for a, n in zip(src, lens, strict=True)]
+                + [np.zeros(0, np.int32)]
+            ),
+        )
+
+
+def test_small_runs_do_not_load_numba(tmp_path: Path) -> None:
+    """Packing a small corpus uses the NumPy FFD and slice copies: numba is never imported."""
+    corpus, out = str(SAMPLE), str(tmp_path / "o")
+    code = (
+        "import sys, packtool\n"
+        f"packtool.pack([{corpus!r}], {out!r}, max_len=4096)\n"
+        "print('numba' in sys.modules)\n"
+    )
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "False"
+
+
+def test_ffd_backend_by_size(monkeypatch: pytest.MonkeyPatch) -> None:
+    from packtool import packing
+
+    monkeypatch.delenv("PACKTOOL_NO_NUMBA", raising=False)
+    monkeypatch.setattr(packing, "_KERNEL", [])  # as in a fresh process
+    assert packing._ffd_backend(10) == "python"
+    assert packing._KERNEL == []  # deciding did not load anything
+    big = packing._ffd_backend(packing.NUMBA_MIN_ITEMS)
+    assert big == ("numba" if packing._KERNEL[0] is not None else "python")
+    assert packing._ffd_backend(10) == big  # once loaded, used for any size
+
+
 def _reference_encode(tok: CharTokenizer, texts: list[str], add_eos: bool, bos: bool | None):
     out = []
     for t in texts:
