@@ -204,3 +204,43 @@ def test_jsonl_null_line_in_a_later_piece(tmp_path: Path, monkeypatch: pytest.Mo
     monkeypatch.setattr(sources, "_line_chunks", lambda stream, size=0: real(stream, 256))
     with pytest.raises(BadRecordError, match=r"n\.jsonl:151: expected a JSON object, found null"):
         list(read_texts(resolve_inputs([path])[0]))
+
+
+def test_csv_reading_ahead_is_bounded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """pyarrow's CSV reader reads ahead in its own thread; a slow consumer must not make it
+    buffer the whole input. Rows come back whole and in order, values with newlines too."""
+    import csv
+    import time
+
+    import packtool.sources as sources
+
+    block = 16 << 10
+    monkeypatch.setattr(sources, "_CSV_BLOCK", block)
+    monkeypatch.setattr(sources, "_PACE_WAIT", 0.05)
+    texts = [
+        f"row {i} " + "word " * (i % 50) + ("\nsecond line" if i % 7 == 0 else "")
+        for i in range(4000)
+    ]
+    texts[2000] = "x" * (block // 2)
+    path = tmp_path / "c.csv"
+    with open(path, "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["id", "text"])
+        writer.writerows([i, t] for i, t in enumerate(texts))
+    ahead_seen: list[int] = []
+    real = sources._PacedReader
+
+    class Spy(real):  # type: ignore[misc, valid-type]
+        def advance(self, nbytes: int) -> None:
+            ahead_seen.append(self.delivered - self.consumed)
+            super().advance(nbytes)
+
+    monkeypatch.setattr(sources, "_PacedReader", Spy)
+    got: list[str | None] = []
+    for batch in read_texts(resolve_inputs([path])[0]):
+        got.extend(batch.texts)
+        time.sleep(0.002)  # a slow consumer
+    assert got == texts
+    assert path.stat().st_size > 20 * block
+    # Without pacing pyarrow had read the whole file by the second batch.
+    assert max(ahead_seen) <= 5 * block
