@@ -244,3 +244,24 @@ def test_csv_reading_ahead_is_bounded(tmp_path: Path, monkeypatch: pytest.Monkey
     assert path.stat().st_size > 20 * block
     # Without pacing pyarrow had read the whole file by the second batch.
     assert max(ahead_seen) <= 5 * block
+
+
+def test_arrow_input_is_read_not_mapped_and_reports_progress(tmp_path: Path) -> None:
+    """An Arrow IPC file is read batch by batch (a memory map would keep every page read
+    resident), and its progress moves with the batches instead of staying at 0."""
+    path = tmp_path / "t.arrow"
+    table = pa.table({"text": [f"document {i} " * 20 for i in range(5000)]})
+    with pa.OSFile(str(path), "wb") as f, pa.ipc.new_file(f, table.schema) as writer:
+        writer.write_table(table, max_chunksize=1000)
+    inp = resolve_inputs([path])[0]
+    done: list[int] = []
+    texts: list[str | None] = []
+    maps = Path("/proc/self/maps")
+    for batch in read_texts(inp, batch_docs=1000):
+        texts.extend(batch.texts)
+        done.append(batch.bytes_done)
+        if maps.exists():
+            assert str(path) not in maps.read_text()
+    assert texts == table.column("text").to_pylist()
+    assert done == sorted(done) and done[0] > 0 and done[-1] == path.stat().st_size
+    assert len(set(done)) == 5
