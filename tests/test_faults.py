@@ -74,7 +74,14 @@ def _start_pack(src: Path, out: Path) -> subprocess.Popen[str]:
         stderr=subprocess.PIPE,
         text=True,
         env={**os.environ, "PYTHONPATH": str(REPO)},
+        # A shell starts background jobs with SIGINT ignored, and Python then installs no
+        # KeyboardInterrupt handler: give the child the default, as a terminal would.
+        preexec_fn=_default_sigint,
     )
+
+
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def _wait_for(proc: subprocess.Popen[str], parent: Path, pattern: str) -> None:
