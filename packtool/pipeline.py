@@ -220,9 +220,6 @@ _LABEL_COUNTS = (
 _DONE = object()
 
 
-_GATHER_BYTES = 8 << 20
-
-
 def _background(iterable: Iterable[Any], ahead: int = 2) -> Iterator[Any]:
     """Iterate ``iterable`` in a daemon thread, at most ``ahead`` items in advance.
 
@@ -772,6 +769,7 @@ def _tokenize_loop(
 
 
 _WARM_UP_ITEMS = 500_000
+_GATHER_BYTES = 8 << 20  # rows gathered (and written as one Arrow record batch) at a time
 
 
 def _warm_up_kernels() -> None:

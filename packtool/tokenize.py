@@ -325,9 +325,6 @@ def check_special_tokens(tokenizer: Tokenizer, *, add_eos: bool, bos: bool | Non
         )
 
 
-_FLATTEN_DOCS = 64
-
-
 class DocumentEncoder:
     """Turns document texts into token ids, with BOS and EOS handled as configured.
 
@@ -380,17 +377,9 @@ class DocumentEncoder:
             lengths = np.fromiter(map(len, lists), dtype=np.int64, count=n)
         else:
             lengths = raw_len
-        ids = np.empty(int(lengths.sum()), np.int32)
-        ends = np.cumsum(lengths)
-        # In pieces of _FLATTEN_DOCS documents: one np.fromiter call holds the GIL throughout
-        # (a C loop), and the tokenizer thread waiting for it to hand over its next batch
-        # would leave the tokenizer's workers idle meanwhile.
-        for i in range(0, n, _FLATTEN_DOCS):
-            j = min(n, i + _FLATTEN_DOCS)
-            start = int(ends[i - 1]) if i else 0
-            ids[start : int(ends[j - 1])] = np.fromiter(
-                itertools.chain.from_iterable(lists[i:j]), np.int32, int(ends[j - 1]) - start
-            )
+        ids = np.fromiter(
+            itertools.chain.from_iterable(lists), dtype=np.int32, count=int(lengths.sum())
+        )
         return EncodedBatch(ids, lengths, empty)
 
     def encode(self, texts: Sequence[str]) -> EncodedBatch:
