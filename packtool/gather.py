@@ -9,7 +9,6 @@ arrays (tested).
 
 from __future__ import annotations
 
-import os
 import threading
 from collections.abc import Callable
 from typing import Any, Protocol, runtime_checkable
@@ -17,6 +16,7 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 
 from .format import IGNORE_INDEX, PackedBatch
+from .packing import numba_disabled
 
 __all__ = ["RangeSource", "gather_rows", "warm_up_gather"]
 
@@ -38,13 +38,9 @@ _KERNEL: list[Callable[..., Any] | None] = []
 _LOCK = threading.Lock()
 
 
-def _numba_disabled() -> bool:
-    return os.environ.get("PACKTOOL_NO_NUMBA", "").strip().lower() in ("1", "true", "yes", "on")
-
-
 def _loaded_kernel() -> Callable[..., Any] | None:
     """The compiled kernel if it is loaded already (never loads it)."""
-    if _numba_disabled() or not _KERNEL:
+    if numba_disabled() or not _KERNEL:
         return None
     return _KERNEL[0]
 
@@ -55,7 +51,7 @@ _SLICES_MAX_ITEMS = 20_000
 
 
 def _kernel() -> Callable[..., Any] | None:
-    if _numba_disabled():
+    if numba_disabled():
         return None
     if not _KERNEL:
         with _LOCK:

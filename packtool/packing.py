@@ -279,6 +279,12 @@ def _check_lengths(lengths: ArrayLike, max_len: int) -> np.ndarray:
 # --------------------------------------------------------------------------------------
 
 
+def numba_disabled() -> bool:
+    """Whether ``PACKTOOL_NO_NUMBA`` turns the compiled kernels off (read on every call, so
+    tests can set it with monkeypatch)."""
+    return os.environ.get(_NO_NUMBA_ENV, "").strip().lower() in _TRUTHY
+
+
 NUMBA_MIN_ITEMS = 1_000_000
 """From this many items on, FFD loads its compiled kernel (if not loaded yet)."""
 
@@ -290,7 +296,7 @@ def _ffd_backend(n_items: int = NUMBA_MIN_ITEMS) -> Backend:
     ``n_items >= NUMBA_MIN_ITEMS`` and numba can be imported. The environment variable is
     read on every call, so tests can set it with monkeypatch.
     """
-    if os.environ.get(_NO_NUMBA_ENV, "").strip().lower() in _TRUTHY:
+    if numba_disabled():
         return "python"
     if _KERNEL and _numba_kernel() is not None:  # loaded already: no cost left
         return "numba"
