@@ -201,7 +201,7 @@ def test_ffd_backend_by_size(monkeypatch: pytest.MonkeyPatch) -> None:
     assert packing._ffd_backend(10) == big  # once loaded, used for any size
 
 
-def _reference_encode(tok: CharTokenizer, texts: list[str], add_eos: bool, bos: bool | None):
+def _reference_encode(tok, texts: list[str], add_eos: bool, bos: bool | None):
     out = []
     for t in texts:
         ids = tok.encode_batch([t], add_special_tokens=bos is None)[0]
@@ -234,6 +234,44 @@ def test_encoder_finish_matches_reference(texts, add_eos, bos, post) -> None:
     flat = [t for e in expect if e is not None for t in e]
     assert got.ids.tolist() == flat
     assert got.lengths.tolist() == [0 if e is None else len(e) for e in expect]
+
+
+def _hf_with_bos_post_processor():
+    """The bundled tokenizer, with a post-processor that puts <|bos|> first (as Llama's)."""
+    from tokenizers import Tokenizer as RustTokenizer
+    from tokenizers.processors import TemplateProcessing
+
+    base = packtool.load_tokenizer()
+    rust = RustTokenizer.from_str(base.tokenizer.to_str())
+    rust.post_processor = TemplateProcessing(
+        single="<|bos|> $A", pair="<|bos|> $A $B", special_tokens=[("<|bos|>", 2)]
+    )
+    return packtool.HFTokenizer(rust, name="bos-post", json_bytes=rust.to_str().encode())
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    texts=st.lists(
+        st.lists(st.sampled_from(["", "ab", " x", "é", "<|endoftext|>", "<|bos|>"]), max_size=4),
+        max_size=8,
+    ).map(lambda docs: ["".join(d) for d in docs]),
+    add_eos=st.booleans(),
+    bos=st.sampled_from([None, True, False]),
+    post=st.booleans(),
+)
+def test_encoder_finish_on_hf_encodings_matches_reference(texts, add_eos, bos, post) -> None:
+    # The Hugging Face path reads ids from tokenizers' Encoding objects one at a time and
+    # inserts BOS/EOS with NumPy; the reference works on one plain list per document. Texts
+    # may be empty, end in the EOS token, or be only a special token.
+    tok = _hf_with_bos_post_processor() if post else packtool.load_tokenizer()
+    encoder = DocumentEncoder(tok, add_eos=add_eos, bos=bos)
+    assert type(encoder.tokenize(texts or ["a"])).__name__ == "_Encodings"
+    got = encoder.encode(texts)
+    expect = _reference_encode(tok, texts, add_eos, bos)
+    assert got.empty.tolist() == [e is None for e in expect]
+    assert got.ids.tolist() == [t for e in expect if e is not None for t in e]
+    assert got.lengths.tolist() == [0 if e is None else len(e) for e in expect]
+    assert got.ids.dtype == np.int32
 
 
 def test_encoder_does_not_double_eos() -> None:
