@@ -37,7 +37,7 @@ from .format import (
 from .gather import gather_rows, warm_up_gather
 from .instruct import InputPlan, InputShape, LossOn, plan_input
 from .packing import Overflow, first_fit_decreasing, lower_bound_rows, plan_rows
-from .sources import TXT_UNITS, InputFile, RecordBatch, TextBatch, resolve_inputs
+from .sources import TXT_UNITS, InputFile, RecordBatch, TextBatch, resolve_inputs, skip_records
 from .store import TokenStore, lock_output
 from .tokenize import EncodedBatch, HFTokenizer, Tokenizer, load_tokenizer
 
@@ -622,26 +622,6 @@ def _fingerprint(files: Sequence[InputFile], tok: Tokenizer, *options: Any) -> s
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def _skip_records(
-    batches: Iterator[TextBatch | RecordBatch], n: int
-) -> Iterator[TextBatch | RecordBatch]:
-    """Drop the first ``n`` records of a stream of batches (to resume inside an input)."""
-    for batch in batches:
-        if n >= len(batch.records):
-            n -= len(batch.records)
-            continue
-        if n:
-            skipped_bad = sum(r is None for r in batch.records[:n])
-            if isinstance(batch, TextBatch):
-                batch.texts = batch.texts[n:]
-            else:
-                batch.records = batch.records[n:]
-                batch.locations = batch.locations[n:]
-            batch.bad = batch.bad[skipped_bad:]
-            n = 0
-        yield batch
-
-
 def _read_and_tokenize(
     files: Sequence[InputFile],
     state: _ReadState,
@@ -671,7 +651,7 @@ def _read_and_tokenize(
             else:
                 batches = plan.read(files[index], **read_options)
             if index == start_input and skip:
-                batches = _skip_records(batches, skip)
+                batches = skip_records(batches, skip)
             for batch in batches:
                 yield index, batch
             yield index, None  # end of this input

@@ -37,6 +37,7 @@ __all__ = [
     "read_records",
     "read_texts",
     "resolve_inputs",
+    "skip_records",
 ]
 
 _KINDS = {
@@ -597,8 +598,8 @@ class _PacedReader:
     ``_PACE_WAIT`` seconds at a time (so a row longer than ``ahead`` still gets read).
     """
 
-    def __init__(self, stream: Any, ahead: int) -> None:
-        self.stream, self.ahead = stream, ahead
+    def __init__(self, stream: Any, ahead: int, block: int = 0) -> None:
+        self.stream, self.ahead, self.block = stream, ahead, block or _CSV_BLOCK
         self.delivered = self.consumed = 0
         self.closed = False
         self.consumer = threading.get_ident()
@@ -624,7 +625,7 @@ class _PacedReader:
     def batches(self, reader: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         """``reader``'s batches, each reported as a block of the input taken."""
         for batch in reader:
-            self.advance(_CSV_BLOCK)
+            self.advance(self.block)
             yield batch
 
     def readable(self) -> bool:
@@ -645,11 +646,52 @@ class _PacedReader:
 _PACE_WAIT = 1.0
 
 
+class _CsvBlockTooSmall(Exception):
+    """pyarrow's CSV reader met a row longer than its block size."""
+
+
+def _is_straddling(error: Exception) -> bool:
+    return "straddl" in str(error)
+
+
+def _bigger_blocks(inp: InputFile, read_pass: Callable[[int, int], Iterator[Any]]) -> Iterator[Any]:
+    """``read_pass(block, skip)`` with blocks of ``_CSV_BLOCK`` bytes, then, each time a row
+    turns out longer than a block (pyarrow cannot read it), again with blocks 8x larger,
+    skipping the ``skip`` records already given. Long cells are rare: the usual block keeps
+    memory small, and a larger one is used only for the file that needs it."""
+    block, done = _CSV_BLOCK, 0
+    while True:
+        try:
+            for batch in read_pass(block, done):
+                done += len(batch.records)
+                yield batch
+            return
+        except _CsvBlockTooSmall as e:
+            if block > inp.size_bytes:  # one block held the whole file: something else
+                raise InputError(f"{inp.path}: cannot read as CSV: {e}") from None
+            block *= 8
+
+
+def skip_records(batches: Iterable[Any], n: int) -> Iterator[Any]:
+    """Drop the first ``n`` records of a stream of text or record batches (to resume)."""
+    for batch in batches:
+        if n >= len(batch.records):
+            n -= len(batch.records)
+            continue
+        if n:
+            bad_skipped = sum(r is None for r in batch.records[:n])
+            if isinstance(batch, TextBatch):
+                batch.texts = batch.texts[n:]
+            else:
+                batch.records, batch.locations = batch.records[n:], batch.locations[n:]
+            batch.bad = batch.bad[bad_skipped:]
+            n = 0
+        yield batch
+
+
 def _read_csv(
     inp: InputFile, text_field: str, skip_bad: bool, batch_docs: int
 ) -> Iterator[TextBatch]:
-    import pyarrow.csv as pc
-
     header = _csv_header(inp)
     if text_field not in header:
         fields = ", ".join(repr(n) for n in header[:20]) or "none"
@@ -657,6 +699,19 @@ def _read_csv(
             f"{inp.path}: no column {text_field!r} (columns found: {fields}); "
             "choose the column with --text-field"
         )
+    yield from _bigger_blocks(
+        inp,
+        lambda block, skip: skip_records(
+            _csv_text_pass(inp, text_field, skip_bad, batch_docs, block), skip
+        ),
+    )
+
+
+def _csv_text_pass(
+    inp: InputFile, text_field: str, skip_bad: bool, batch_docs: int, block: int
+) -> Iterator[TextBatch]:
+    import pyarrow.csv as pc
+
     bad: list[BadRecordError] = []
 
     def on_invalid(row: Any) -> str:
@@ -671,11 +726,11 @@ def _read_csv(
         return "skip" if skip_bad else "error"
 
     stream, raw = _arrow_input(inp)
-    paced = _PacedReader(stream, ahead=3 * _CSV_BLOCK)
+    paced = _PacedReader(stream, ahead=3 * block, block=block)
     try:
         reader = pc.open_csv(
             pa.PythonFile(paced, mode="r"),
-            read_options=pc.ReadOptions(block_size=_CSV_BLOCK, use_threads=False),
+            read_options=pc.ReadOptions(block_size=block, use_threads=False),
             parse_options=pc.ParseOptions(newlines_in_values=True, invalid_row_handler=on_invalid),
             convert_options=pc.ConvertOptions(
                 include_columns=[text_field],
@@ -697,6 +752,8 @@ def _read_csv(
     except (pa.ArrowInvalid, OSError) as e:
         if bad and not skip_bad:
             raise bad[0].with_skip_hint() from None
+        if _is_straddling(e):
+            raise _CsvBlockTooSmall(str(e)) from e
         raise InputError(f"{inp.path}: cannot read as CSV: {e}") from e
     finally:
         paced.close()
@@ -1002,15 +1059,31 @@ def _table_source(
 def _csv_records(
     inp: InputFile, fields: Sequence[str], collect: _RecordCollector, batch_docs: int
 ) -> Iterator[RecordBatch]:
+    _check_columns(_csv_header(inp), fields, str(inp.path))
+    yield from _bigger_blocks(
+        inp,
+        lambda block, skip: skip_records(
+            _csv_records_pass(inp, fields, collect, batch_docs, block), skip
+        ),
+    )
+
+
+def _csv_records_pass(
+    inp: InputFile,
+    fields: Sequence[str],
+    collect: _RecordCollector,
+    batch_docs: int,
+    block: int,
+) -> Iterator[RecordBatch]:
     import pyarrow.csv as pc
 
-    _check_columns(_csv_header(inp), fields, str(inp.path))
+    collect.batch = RecordBatch([], [])  # a failed pass may have left records half-collected
     stream, raw = _arrow_input(inp)
-    paced = _PacedReader(stream, ahead=3 * _CSV_BLOCK)
+    paced = _PacedReader(stream, ahead=3 * block, block=block)
     try:
         reader = pc.open_csv(
             pa.PythonFile(paced, mode="r"),
-            read_options=pc.ReadOptions(block_size=_CSV_BLOCK, use_threads=False),
+            read_options=pc.ReadOptions(block_size=block, use_threads=False),
             parse_options=pc.ParseOptions(newlines_in_values=True),
             convert_options=pc.ConvertOptions(
                 include_columns=list(fields),
@@ -1023,6 +1096,8 @@ def _csv_records(
             paced.batches(reader), fields, str(inp.path), collect, batch_docs, raw.tell
         )
     except (pa.ArrowInvalid, OSError) as e:
+        if _is_straddling(e):
+            raise _CsvBlockTooSmall(str(e)) from e
         raise InputError(f"{inp.path}: cannot read as CSV: {e}") from e
     finally:
         paced.close()

@@ -246,6 +246,74 @@ def test_csv_reading_ahead_is_bounded(tmp_path: Path, monkeypatch: pytest.Monkey
     assert max(ahead_seen) <= 5 * block
 
 
+def _csv_with_a_long_cell(path: Path, block: int, header: list[str], make_row) -> list[list[str]]:
+    """A CSV whose row 700 holds a cell 20 blocks long (with newlines and quotes)."""
+    import csv
+
+    rows = [make_row(i, f"row {i} " + "word " * (i % 30)) for i in range(1500)]
+    rows[700] = make_row(700, 'a "quoted" line, and more\n' * (20 * block // 26))
+    with open(path, "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(header)
+        writer.writerows(rows)
+    return rows
+
+
+def test_csv_cell_longer_than_a_block(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """pyarrow cannot read a CSV row much longer than its block ("straddling object"): the
+    reader retries with larger blocks and goes on after the records it already gave, so
+    every record comes exactly once, in order (batches were given before the long row)."""
+    import packtool.sources as sources
+
+    block = 16 << 10
+    monkeypatch.setattr(sources, "_CSV_BLOCK", block)
+    path = tmp_path / "long.csv"
+    rows = _csv_with_a_long_cell(path, block, ["id", "text"], lambda i, t: [str(i), t])
+    import pyarrow.csv as pc
+
+    with pytest.raises(pa.ArrowInvalid, match="straddl"):  # the failure being handled
+        pc.open_csv(
+            path,
+            read_options=pc.ReadOptions(block_size=block),
+            parse_options=pc.ParseOptions(newlines_in_values=True),
+        ).read_all()
+    passes: list[int] = []
+    real_pass = sources._csv_text_pass
+    monkeypatch.setattr(
+        sources,
+        "_csv_text_pass",
+        lambda inp, field, skip, docs, blk: (
+            passes.append(blk) or real_pass(inp, field, skip, docs, blk)
+        ),
+    )
+    got: list[str | None] = []
+    for batch in read_texts(resolve_inputs([path])[0], batch_docs=100):
+        got.extend(batch.texts)
+    assert got == [text for _, text in rows]
+    assert passes[0] == block and len(passes) >= 2 and passes[-1] > 20 * block
+
+
+def test_csv_records_with_a_long_cell(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import packtool.sources as sources
+    from packtool.instruct import check_prompt_completion
+    from packtool.sources import read_records
+
+    block = 16 << 10
+    monkeypatch.setattr(sources, "_CSV_BLOCK", block)
+    path = tmp_path / "pc.csv"
+    rows = _csv_with_a_long_cell(
+        path, block, ["prompt", "completion"], lambda i, t: [f"question {i}", t]
+    )
+    check = check_prompt_completion("prompt", "completion")
+    got = []
+    for batch in read_records(
+        resolve_inputs([path])[0], fields=["prompt", "completion"], check=check, batch_docs=100
+    ):
+        got.extend(batch.records)
+    assert len(got) == len(rows)
+    assert [tuple(r) for r in got] == [tuple(row) for row in rows]
+
+
 def test_arrow_input_is_read_not_mapped_and_reports_progress(tmp_path: Path) -> None:
     """An Arrow IPC file is read batch by batch (a memory map would keep every page read
     resident), and its progress moves with the batches instead of staying at 0."""
