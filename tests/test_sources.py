@@ -81,6 +81,65 @@ def test_saved_hf_dataset_and_dict(tmp_path: Path) -> None:
         texts_of(tmp_path / "dd2")
 
 
+def test_saved_dataset_is_read_not_mapped(tmp_path: Path) -> None:
+    """A saved dataset's Arrow shards are read batch by batch, in order, one after another
+    (datasets.load_from_disk maps them, and memory grew with the dataset); progress moves
+    with the shards; a selection with an index mapping still reads right (through datasets)."""
+    import datasets
+
+    texts = [f"document {i} " * 20 for i in range(6000)]
+    ds = datasets.Dataset.from_dict({"text": texts, "n": list(range(6000))})
+    ds.save_to_disk(str(tmp_path / "ds"), num_shards=3)
+    assert len(list((tmp_path / "ds").glob("*.arrow"))) == 3
+    inp = resolve_inputs([tmp_path / "ds"])[0]
+    got: list[str | None] = []
+    done: list[int] = []
+    maps = Path("/proc/self/maps")
+    for batch in read_texts(inp, batch_docs=500):
+        got.extend(batch.texts)
+        done.append(batch.bytes_done)
+        if maps.exists():
+            assert str(tmp_path / "ds") not in maps.read_text()
+    assert got == texts
+    assert done == sorted(done) and done[0] > 0 and len(set(done)) >= 3
+
+    from packtool.instruct import check_prompt_completion
+    from packtool.sources import read_records
+
+    pairs = datasets.Dataset.from_dict({"prompt": ["p1", "p2"], "completion": ["c1", "c2"]})
+    datasets.DatasetDict({"train": pairs}).save_to_disk(str(tmp_path / "pairs"))
+    check = check_prompt_completion("prompt", "completion")
+    records = [
+        r
+        for b in read_records(
+            resolve_inputs([tmp_path / "pairs"])[0], fields=["prompt", "completion"], check=check
+        )
+        for r in b.records
+    ]
+    assert [tuple(r) for r in records] == [("p1", "c1"), ("p2", "c2")]
+
+
+def test_saved_dataset_with_an_index_mapping(tmp_path: Path) -> None:
+    """A layout other than plain data files (here an index file named in state.json) is
+    left to datasets.load_from_disk."""
+    import datasets
+
+    from packtool import sources
+
+    ds = datasets.Dataset.from_dict({"text": TEXTS})
+    ds.save_to_disk(str(tmp_path / "ds"))
+    state_path = tmp_path / "ds" / "state.json"
+    state = json.loads(state_path.read_text())
+    assert sources._saved_dataset_files(str(tmp_path / "ds"), None) == [
+        str(tmp_path / "ds" / state["_data_files"][0]["filename"])
+    ]
+    state["_indices_data_files"] = [{"filename": "indices.arrow"}]
+    state_path.write_text(json.dumps(state))
+    assert sources._saved_dataset_files(str(tmp_path / "ds"), None) is None
+    (tmp_path / "ds" / "state.json").unlink()
+    assert sources._saved_dataset_files(str(tmp_path / "ds"), None) is None
+
+
 def test_directory_and_glob(tmp_path: Path) -> None:
     (tmp_path / "d" / "sub").mkdir(parents=True)
     write_jsonl(tmp_path / "d" / "b.jsonl", [{"text": "b"}])
