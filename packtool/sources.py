@@ -643,6 +643,7 @@ def _csv_header(inp: InputFile) -> list[str]:
 
 
 _CSV_BLOCK = 4 << 20
+_CSV_MAX_BLOCK = 1 << 30  # pyarrow's block size is a 32-bit int
 
 
 class _PacedReader:
@@ -725,9 +726,12 @@ def _bigger_blocks(inp: InputFile, read_pass: Callable[[int, int], Iterator[Any]
                 yield batch
             return
         except _CsvBlockTooSmall as e:
-            if block > inp.size_bytes:  # one block held the whole file: something else
+            # A block that held the whole file (or the largest one pyarrow takes) failed:
+            # the row is not the problem. A compressed file's size says nothing of its rows.
+            limit = inp.size_bytes if inp.compression is None else _CSV_MAX_BLOCK
+            if block >= min(limit, _CSV_MAX_BLOCK):
                 raise InputError(f"{inp.path}: cannot read as CSV: {e}") from None
-            block *= 8
+            block = min(block * 8, _CSV_MAX_BLOCK)
 
 
 def skip_records(batches: Iterable[Any], n: int) -> Iterator[Any]:

@@ -318,21 +318,30 @@ def _csv_with_a_long_cell(path: Path, block: int, header: list[str], make_row) -
     return rows
 
 
-def test_csv_cell_longer_than_a_block(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("gzipped", [False, True])
+def test_csv_cell_longer_than_a_block(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, gzipped: bool
+) -> None:
     """pyarrow cannot read a CSV row much longer than its block ("straddling object"): the
     reader retries with larger blocks and goes on after the records it already gave, so
-    every record comes exactly once, in order (batches were given before the long row)."""
+    every record comes exactly once, in order (batches were given before the long row).
+    Gzipped, the file is smaller than one block: its size must not stop the retries."""
     import packtool.sources as sources
 
     block = 16 << 10
     monkeypatch.setattr(sources, "_CSV_BLOCK", block)
     path = tmp_path / "long.csv"
     rows = _csv_with_a_long_cell(path, block, ["id", "text"], lambda i, t: [str(i), t])
+    if gzipped:
+        data = path.read_bytes()
+        path = tmp_path / "long.csv.gz"
+        path.write_bytes(gzip.compress(data))
+        assert path.stat().st_size < 3 * block
     import pyarrow.csv as pc
 
     with pytest.raises(pa.ArrowInvalid, match="straddl"):  # the failure being handled
         pc.open_csv(
-            path,
+            tmp_path / "long.csv",
             read_options=pc.ReadOptions(block_size=block),
             parse_options=pc.ParseOptions(newlines_in_values=True),
         ).read_all()
