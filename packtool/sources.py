@@ -657,8 +657,8 @@ class _PacedReader:
     ``_PACE_WAIT`` seconds at a time (so a row longer than ``ahead`` still gets read).
     """
 
-    def __init__(self, stream: Any, ahead: int, block: int = 0) -> None:
-        self.stream, self.ahead, self.block = stream, ahead, block or _CSV_BLOCK
+    def __init__(self, stream: Any, ahead: int, block: int) -> None:
+        self.stream, self.ahead, self.block = stream, ahead, block
         self.delivered = self.consumed = 0
         self.closed = False
         self.consumer = threading.get_ident()
