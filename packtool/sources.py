@@ -558,6 +558,16 @@ def _open_arrow(where: str) -> _ArrowInput:
     return _ArrowInput(source, reader.schema, batches(), lambda: size * done[0] // max(1, count))
 
 
+def _choose_split(where: str, splits: Sequence[str], split: str | None) -> str:
+    """The split to read of a saved ``DatasetDict``: ``split``, else "train" if there is one."""
+    chosen = split or ("train" if "train" in splits else None)
+    if chosen is None or chosen not in splits:
+        raise InputError(
+            f"{where}: a dataset with splits {', '.join(splits)}: choose one with --split"
+        )
+    return chosen
+
+
 def _saved_dataset_files(where: str, split: str | None) -> list[str] | None:
     """The Arrow files of a `datasets` ``save_to_disk`` directory (of the chosen split of a
     saved ``DatasetDict``), in order; ``None`` for a layout other than the known one, which
@@ -570,13 +580,7 @@ def _saved_dataset_files(where: str, split: str | None) -> list[str] | None:
     try:
         if (root / "dataset_dict.json").is_file():
             splits = json.loads((root / "dataset_dict.json").read_text(encoding="utf-8"))
-            splits = [str(name) for name in splits["splits"]]
-            chosen = split or ("train" if "train" in splits else None)
-            if chosen is None or chosen not in splits:
-                raise InputError(
-                    f"{where}: a dataset with splits {', '.join(splits)}: choose one with --split"
-                )
-            root = root / chosen
+            root = root / _choose_split(where, [str(n) for n in splits["splits"]], split)
         state = json.loads((root / "state.json").read_text(encoding="utf-8"))
         files = [str(root / entry["filename"]) for entry in state["_data_files"]]
         if state.get("_indices_data_files"):  # rows picked through an index: datasets knows
@@ -892,13 +896,7 @@ def _read_hf_dataset(
     except Exception as e:  # datasets raises many kinds here
         raise InputError(f"{inp.path}: cannot load the saved dataset: {e}") from e
     if isinstance(ds, datasets.DatasetDict):
-        names = list(ds)
-        chosen = split or ("train" if "train" in ds else None)
-        if chosen is None or chosen not in ds:
-            raise InputError(
-                f"{inp.path}: a dataset with splits {', '.join(names)}: choose one with --split"
-            )
-        ds = ds[chosen]
+        ds = ds[_choose_split(str(inp.path), list(ds), split)]
     where = str(inp.path)
     _check_column(ds.data.schema, text_field, where)
     total = max(1, len(ds))
@@ -1114,12 +1112,7 @@ def _table_source(
     except Exception as e:  # datasets raises many kinds here
         raise InputError(f"{where}: cannot load the saved dataset: {e}") from e
     if isinstance(ds, datasets.DatasetDict):
-        chosen = split or ("train" if "train" in ds else None)
-        if chosen is None or chosen not in ds:
-            raise InputError(
-                f"{where}: a dataset with splits {', '.join(ds)}: choose one with --split"
-            )
-        ds = ds[chosen]
+        ds = ds[_choose_split(where, list(ds), split)]
     total, done = max(1, len(ds)), [0]
 
     def dataset_batches() -> Iterator[pa.RecordBatch]:
