@@ -146,6 +146,30 @@ class _RichProgress:
         self.progress.update(task, completed=completed, total=total or 1, detail=detail)
 
 
+def special_strings_line(documents: int, parsed: bool) -> str | None:
+    """The line about special-token strings found in the data (``None``: there were none)."""
+    if not documents:
+        return None
+    if parsed:
+        return (
+            f"{documents:,} documents hold special-token strings; parsed as control tokens "
+            "(--parse-special)"
+        )
+    return (
+        f"{documents:,} documents hold special-token strings of the tokenizer; encoded as "
+        "the text they spell (--parse-special parses them)"
+    )
+
+
+def _print_notices(report: Any, *, quiet: bool) -> None:
+    """The tokenizer's notices (always, on stderr) and the special-token strings line."""
+    for notice in report.notices:
+        err.print(f"[yellow]note:[/] {notice}", highlight=False, soft_wrap=True)
+    line = special_strings_line(report.special_strings, report.parse_special)
+    if line and not quiet:
+        err.print(f"[yellow]note:[/] {line}", highlight=False, soft_wrap=True)
+
+
 def _summary_table(report: Any) -> Table:
     d = report.documents
     table = Table(title=f"packed into {report.out_dir}", show_header=False, title_justify="left")
@@ -295,6 +319,14 @@ def pack(
             help="Padding id (default: the tokenizer's pad token, else EOS).", show_default=False
         ),
     ] = None,
+    parse_special: Annotated[
+        bool,
+        typer.Option(
+            "--parse-special",
+            help="Parse special-token strings in the data (<|endoftext|>, <|im_end|>...) as "
+            "control tokens, for data that holds markup on purpose \\[default: they are text].",
+        ),
+    ] = False,
     shuffle: Annotated[
         bool,
         typer.Option("--shuffle/--no-shuffle", help="Shuffle rows (FFD puts long ones first)."),
@@ -412,6 +444,7 @@ def pack(
             num_proc=num_proc,
             resume=resume,
             progress=progress,
+            parse_special=parse_special,
         )
     if as_json:
         m = report.manifest
@@ -430,6 +463,7 @@ def pack(
         summary = {k: m[k] for k in keys if k in m}
         print(json.dumps({"out_dir": str(report.out_dir), **summary}, indent=2))
         return
+    _print_notices(report, quiet=quiet)
     if not quiet:
         if report.resumed:
             err.print("[green]resumed[/] from the checkpoint of an interrupted run")
@@ -526,6 +560,14 @@ def stats(
     txt_unit: Annotated[
         str, typer.Option(help="Corpus mode: a document in .txt inputs: line, paragraph, document.")
     ] = "line",
+    parse_special: Annotated[
+        bool,
+        typer.Option(
+            "--parse-special",
+            help="Corpus mode: parse special-token strings in the text as control tokens, as "
+            "`pack --parse-special` does \\[default: they are text].",
+        ),
+    ] = False,
     cache_dir: Annotated[
         Path | None,
         typer.Option(
@@ -574,6 +616,7 @@ def stats(
             "--skip-bad-records": skip_bad_records,
             "--split": split is not None,
             "--txt-unit": txt_unit != "line",
+            "--parse-special": parse_special,
             "--cache-dir": cache_dir is not None,
             "--no-cache": not cache,
             "--num-proc": num_proc is not None,
@@ -628,8 +671,11 @@ def stats(
                 cache_dir=cache_dir,
                 use_cache=cache,
                 progress=progress,
+                parse_special=parse_special,
             )
         renderable = None if as_json else render_corpus_stats(result)
+        if not as_json:
+            _print_notices(result, quiet=False)
     if renderable is None:
         print(json.dumps(result.to_dict(), indent=2))
         return
@@ -848,6 +894,15 @@ def verify(
             show_default=False,
         ),
     ] = None,
+    parse_special: Annotated[
+        bool | None,
+        typer.Option(
+            "--parse-special/--no-parse-special",
+            help="With --against: re-tokenize with special-token strings in the inputs parsed "
+            "as control tokens, or as text \\[default: as the manifest records].",
+            show_default=False,
+        ),
+    ] = None,
     max_problems: Annotated[int, typer.Option(help="Problems to list (all are counted).")] = 20,
     quiet: Annotated[
         bool, typer.Option("--quiet", "-q", help="No progress and no summary; only the exit code.")
@@ -874,6 +929,7 @@ def verify(
             tokenizer=tokenizer,
             max_problems=max_problems,
             progress=progress,
+            parse_special=parse_special,
         )
     if as_json:
         print(json.dumps(report.to_dict(), indent=2))
@@ -989,6 +1045,7 @@ def _pack_units(args: dict[str, Any]) -> None:
             txt_unit=args["txt_unit"],
             num_proc=args["num_proc"],
             progress=progress,
+            parse_special=args["parse_special"],
         )
     if report.merged is None:  # one unit (--unit I)
         (result,) = report.units
@@ -1014,6 +1071,7 @@ def _pack_units(args: dict[str, Any]) -> None:
             out.print(_units_table(report))
         else:
             out.print(f"{report.out_dir}: already packed and merged with these options")
+        _print_notices(report.merged, quiet=quiet)
         out.print(_summary_table(report.merged))
         out.print(_units_line(report.merged.manifest), highlight=False)
 

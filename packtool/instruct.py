@@ -30,6 +30,7 @@ import dataclasses
 import enum
 import itertools
 import os
+import re
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -48,7 +49,16 @@ from .sources import (
     read_records,
     read_texts,
 )
-from .tokenize import DocumentEncoder, EncodedBatch, Tokenizer, check_special_tokens
+from .tokenize import (
+    ANCHOR,
+    DocumentEncoder,
+    EncodedBatch,
+    HFTokenizer,
+    SpecialStringFinder,
+    Tokenizer,
+    check_special_tokens,
+    special_string_finder,
+)
 
 __all__ = [
     "InputPlan",
@@ -256,12 +266,73 @@ _Source = int | tuple[int, ...] | _Fixed
 when it was tokenized behind the anchor), fixed ids, or a :class:`_Fixed`."""
 
 
+@dataclass(frozen=True)
+class _Mixed:
+    """Rendered template text whose ``spans`` came from message contents and spell
+    special-token strings: those are text, the rest of the piece's specials are control."""
+
+    text: str
+    spans: tuple[tuple[int, int], ...]
+
+
+_Piece = str | tuple[int, ...] | _Fixed | _Mixed
+
+
+class _Escaper:
+    """Hides the special-token strings of message contents from the chat template's output.
+
+    Each is replaced by a placeholder of Unicode noncharacters before rendering; the rendered
+    pieces get them back with the spans they occupy, so the tokenizer stage knows which
+    special-token strings of the rendered text are data.
+    """
+
+    _MARK = re.compile("\ufdd2(\\d+)\ufdd3")
+    _RESERVED = re.compile("[\ufdd0-\ufdd3]")
+
+    def __init__(self, finder: SpecialStringFinder) -> None:
+        self.finder = finder
+        self._index = {t: i for i, t in enumerate(finder.strings)}
+
+    def escape(self, messages: Sequence[dict[str, str]]) -> list[dict[str, str]]:
+        pattern = self.finder.pattern
+        assert pattern is not None
+        out = []
+        for k, m in enumerate(messages):
+            content = m["content"]
+            if self._RESERVED.search(content):
+                raise RenderError(
+                    f"message {k}: its content holds U+FDD0..U+FDD3, Unicode noncharacters that "
+                    "packtool uses internally"
+                )
+            escaped = pattern.sub(lambda h: f"\ufdd2{self._index[h.group()]}\ufdd3", content)
+            out.append({**m, "content": escaped})
+        return out
+
+    def unescape(self, text: str) -> tuple[str, list[tuple[int, int]]]:
+        parts: list[str] = []
+        spans: list[tuple[int, int]] = []
+        pos = length = 0
+        for hit in self._MARK.finditer(text):
+            parts.append(text[pos : hit.start()])
+            length += hit.start() - pos
+            token = self.finder.strings[int(hit.group(1))]
+            parts.append(token)
+            spans.append((length, length + len(token)))
+            length += len(token)
+            pos = hit.end()
+        if not spans:
+            return text, []
+        parts.append(text[pos:])
+        return "".join(parts), spans
+
+
 @dataclass
 class _Tokenized:
     """What :meth:`InstructEncoder.tokenize` hands to :meth:`InstructEncoder.finish`."""
 
     plans: list[list[tuple[PieceKind, _Source]]]  # per good record
     ids: Sequence[Sequence[int]]  # the tokenizer's output, one list per text piece
+    special_strings: int = 0  # records whose data held special-token strings
 
 
 class InstructEncoder:
@@ -276,6 +347,9 @@ class InstructEncoder:
     - ``bos``: ``None`` for prompt/completion lets the post-processor add its tokens (as for
       text); chats are rendered text, so the template decides and no post-processor token is
       added. ``True``: exactly one BOS first; ``False``: none added.
+    - ``parse_special`` (default off): prompts, completions and message contents are data, so
+      special-token strings in them are text; control tokens come only from the template's
+      own text and from BOS/EOS. On, they become the control tokens they spell.
     """
 
     def __init__(
@@ -287,6 +361,7 @@ class InstructEncoder:
         template: ChatTemplate | None = None,
         add_eos: bool = True,
         bos: bool | None = None,
+        parse_special: bool = False,
     ) -> None:
         if shape not in (InputShape.PROMPT_COMPLETION, InputShape.CHAT):
             raise ValueError(f"InstructEncoder encodes prompt-completion or chat, not {shape}")
@@ -299,6 +374,8 @@ class InstructEncoder:
         self.template = template
         self.add_eos = add_eos
         self.bos = bos
+        self.parse_special = parse_special
+        self.finder = special_string_finder(tokenizer)
         self.special_ids = _special_ids(tokenizer)
         self.prefix: list[int] = []  # prompt/completion: before the prompt
         self.suffix: list[int] = []  # prompt/completion: after the completion (before EOS)
@@ -321,23 +398,22 @@ class InstructEncoder:
         return self.tokenizer.decode(ids) == "".join(_PROBE)
 
     def _choose_anchor(self) -> tuple[str | None, int | None]:
+        """:data:`~packtool.tokenize.ANCHOR` where pieces encoded alone would not glue back
+        into the text (a Hugging Face tokenizer only; it knows the anchor)."""
         tok = self.tokenizer
         if self._glued(tok.encode_batch(list(_PROBE), add_special_tokens=False)):
             return None, None
-        to_token = getattr(tok, "id_to_token", None)
-        for tid in (tok.special.eos_id, tok.special.bos_id, tok.special.pad_id):
-            anchor = to_token(tid) if (to_token is not None and tid is not None) else None
-            if anchor is None:
-                continue
-            rest = tok.encode_batch([anchor + p for p in _PROBE[1:]], add_special_tokens=False)
-            if all(r and r[0] == tid for r in rest):
-                first = tok.encode_batch([_PROBE[0]], add_special_tokens=False)[0]
-                if self._glued([first, *(r[1:] for r in rest)]):
-                    return anchor, tid
+        if not isinstance(tok, HFTokenizer):
+            return None, None
+        rest = tok.encode_batch([ANCHOR + p for p in _PROBE[1:]], add_special_tokens=False)
+        if all(r and r[0] == tok.anchor_id for r in rest):
+            first = tok.encode_batch([_PROBE[0]], add_special_tokens=False)[0]
+            if self._glued([first, *(r[1:] for r in rest)]):
+                return ANCHOR, tok.anchor_id
         return None, None  # no better way: tokenize the pieces as they are
 
     # -- step 1: pieces and the tokenizer -------------------------------------------------
-    def _pieces(self, record: Any) -> list[tuple[PieceKind, str | tuple[int, ...] | _Fixed]]:
+    def _pieces(self, record: Any) -> list[tuple[PieceKind, _Piece]]:
         """The pieces of one record: text to tokenize, fixed ids, or a :class:`_Fixed`."""
         if self.shape is InputShape.PROMPT_COMPLETION:
             prompt, completion = record
@@ -353,14 +429,22 @@ class InstructEncoder:
         assert self.template is not None
         if not record:
             return []
-        pieces: list[tuple[PieceKind, str | tuple[int, ...] | _Fixed]] = [
-            (p.kind, p.text) for p in self.template.pieces(record)
-        ]
+        escaper = _Escaper(self.finder) if self.finder and not self.parse_special else None
+        messages = escaper.escape(record) if escaper is not None else record
+        pieces: list[tuple[PieceKind, _Piece]] = []
+        for p in self.template.pieces(messages):
+            text, spans = escaper.unescape(p.text) if escaper is not None else (p.text, [])
+            pieces.append((p.kind, _Mixed(text, tuple(spans)) if spans else text))
         if self.bos:
             pieces.insert(0, (PieceKind.CONTEXT, _Fixed.BOS_UNLESS_FIRST))
         if self.add_eos:
             pieces.append((PieceKind.CONTEXT, _Fixed.EOS_UNLESS_LAST))
         return pieces
+
+    def _has_special_strings(self, record: Any) -> bool:
+        if self.shape is InputShape.PROMPT_COMPLETION:
+            return any(map(self.finder.contains, record))
+        return any(self.finder.contains(m["content"]) for m in record)
 
     def tokenize(
         self, batch: RecordBatch | Sequence[Any], skip_bad_records: bool = False
@@ -376,6 +460,7 @@ class InstructEncoder:
             batch = RecordBatch(records, [f"record {i}" for i in range(len(records))])
         texts: list[str] = []
         plans: list[list[tuple[PieceKind, _Source]]] = []
+        special_strings = 0
         for i, record in enumerate(batch.records):
             if record is None:
                 continue
@@ -388,15 +473,19 @@ class InstructEncoder:
                 batch.records[i] = None
                 batch.bad.append(error)
                 continue
+            if self.finder and self._has_special_strings(record):
+                special_strings += 1
             plan: list[tuple[PieceKind, _Source]] = []
             first_text = True
             for kind, piece in pieces:
-                if not isinstance(piece, str):
+                if isinstance(piece, _Mixed):
+                    plan.append((kind, tuple(self._mixed_ids(piece, anchored=not first_text))))
+                elif not isinstance(piece, str):
                     plan.append((kind, piece))
                     continue
-                if not piece:
+                elif not piece:
                     continue
-                if self.anchor is not None and not first_text:
+                elif self.anchor is not None and not first_text:
                     texts.append(self.anchor + piece)
                     plan.append((kind, -len(texts)))
                 else:
@@ -404,8 +493,55 @@ class InstructEncoder:
                     plan.append((kind, len(texts) - 1))
                 first_text = False
             plans.append(plan)
-        ids = self.tokenizer.encode_batch(texts, add_special_tokens=False) if texts else []
-        return _Tokenized(plans, ids)
+        # Chats: the pieces are rendered template text (its special-token strings are control
+        # tokens; contents holding such strings are _Mixed); prompts and completions are data.
+        parse = self.parse_special or self.shape is InputShape.CHAT
+        ids = (
+            self.tokenizer.encode_batch(texts, add_special_tokens=False, parse_special=parse)
+            if texts
+            else []
+        )
+        return _Tokenized(plans, ids, special_strings)
+
+    def _mixed_ids(self, piece: _Mixed, *, anchored: bool) -> list[int]:
+        """Ids of rendered template text in which ``piece.spans`` (from message contents) are
+        text: the text is cut at the control tokens that the tokenizer finds outside those
+        spans, exactly where it cuts when parsing special tokens, and each stretch between two
+        of them that holds a span is encoded with special-token strings as text."""
+        tok = self.tokenizer
+        if not isinstance(tok, HFTokenizer):  # pragma: no cover - only HF tokenizers have specials
+            raise TokenizerError(f"tokenizer {tok.name}: cannot encode special-token strings")
+        prefix = self.anchor if (anchored and self.anchor is not None) else ""
+        ids, offsets = tok.encode_with_offsets(prefix + piece.text, parse_special=True)
+        if prefix:
+            ids, offsets = ids[1:], [(a - len(prefix), b - len(prefix)) for a, b in offsets[1:]]
+
+        def in_text(a: int, b: int) -> bool:
+            return any(a < end and start < b for start, end in piece.spans)
+
+        out: list[int] = []
+        run: list[int] = []  # ids since the last control token
+        run_start = 0  # where the text after the last control token starts
+
+        def flush(run_end: int) -> None:
+            if in_text(run_start, run_end):
+                region = piece.text[run_start:run_end]
+                use_anchor = self.anchor is not None and (bool(prefix) or run_start > 0)
+                text = (self.anchor or "") + region if use_anchor else region
+                (encoded,) = tok.encode_batch([text], add_special_tokens=False)
+                out.extend(encoded[1:] if use_anchor else encoded)
+            else:
+                out.extend(run)
+
+        for tid, (a, b) in zip(ids, offsets, strict=True):
+            if tok.is_special_id(tid) and not in_text(a, b):
+                flush(a)
+                out.append(tid)
+                run, run_start = [], b
+            else:
+                run.append(tid)
+        flush(len(piece.text))
+        return out
 
     # -- step 2: flat ids and labels ------------------------------------------------------
     def _piece_ids(self, source: int, tokenized: _Tokenized) -> list[int]:
@@ -463,7 +599,7 @@ class InstructEncoder:
         flat = np.fromiter(itertools.chain.from_iterable(all_ids), dtype=np.int32, count=total)
         learned = np.fromiter(itertools.chain.from_iterable(all_learn), dtype=bool, count=total)
         labels = np.where(learned, flat, np.int32(IGNORE_INDEX)).astype(np.int32)
-        return EncodedBatch(flat, lengths, lengths == 0, labels)
+        return EncodedBatch(flat, lengths, lengths == 0, labels, tokenized.special_strings)
 
     def encode(self, records: Sequence[Any]) -> EncodedBatch:
         """Ids and labels of ``records`` (checked records: ``(prompt, completion)`` tuples or
@@ -490,6 +626,7 @@ class InputPlan:
     prompt_field: str
     completion_field: str
     messages_field: str
+    parse_special: bool = False
 
     @property
     def labelled(self) -> bool:
@@ -540,6 +677,7 @@ class InputPlan:
             "messages_field": self.messages_field,
             "loss_on": self.loss_on.value if self.loss_on is not None else None,
             "chat_template": self.template.describe() if self.template is not None else None,
+            "parse_special": self.parse_special,
         }
 
 
@@ -558,13 +696,15 @@ def plan_input(
     add_eos: bool | None = None,
     bos: bool | None = None,
     split: str | None = None,
+    parse_special: bool = False,
 ) -> InputPlan:
     """Decide the input shape (``auto``: from the fields of the first record of the first
     input), check the options against it, and build the encoder.
 
     Defaults that depend on the shape: ``loss_on`` (completion / assistant), ``overflow``
     (split for text, drop for instruction data, which splitting would cut into fragments) and
-    ``add_eos`` (on, except for chats: the template closes every turn).
+    ``add_eos`` (on, except for chats: the template closes every turn). ``parse_special``: see
+    :class:`~packtool.tokenize.DocumentEncoder`.
     """
     shape = parse_shape(input_shape)
     shape_auto = shape is InputShape.AUTO
@@ -600,7 +740,7 @@ def plan_input(
         )
     encoder: DocumentEncoder | InstructEncoder
     if shape is InputShape.TEXT:
-        encoder = DocumentEncoder(tokenizer, add_eos=add_eos, bos=bos)
+        encoder = DocumentEncoder(tokenizer, add_eos=add_eos, bos=bos, parse_special=parse_special)
     else:
         assert resolved_loss is not None
         encoder = InstructEncoder(
@@ -610,6 +750,7 @@ def plan_input(
             template=template,
             add_eos=add_eos,
             bos=bos,
+            parse_special=parse_special,
         )
     return InputPlan(
         shape=shape,
@@ -623,4 +764,5 @@ def plan_input(
         prompt_field=prompt_field,
         completion_field=completion_field,
         messages_field=messages_field,
+        parse_special=parse_special,
     )

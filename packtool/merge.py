@@ -180,6 +180,9 @@ def _report(out: Path, manifest: dict[str, Any], seconds: float) -> PackReport:
         seconds=seconds,
         bad_records=list(manifest.get("bad_records", [])),
         manifest=manifest,
+        special_strings=int(manifest.get("special_strings", {}).get("documents", 0)),
+        parse_special=bool(manifest.get("special_strings", {}).get("parsed", False)),
+        notices=[n for n in (manifest.get("tokenizer", {}).get("turned_off"),) if n],
     )
 
 
@@ -366,6 +369,12 @@ def _manifest(
         "efficiency": tokens["packed"] / (n_rows * max_len) if n_rows else 0.0,
         "global_ffd_rows": global_rows,
         "bad_records": bad,
+        "special_strings": {
+            "documents": sum(
+                int(m.get("special_strings", {}).get("documents", 0)) for m in manifests
+            ),
+            "parsed": bool(first.get("special_strings", {}).get("parsed", False)),
+        },
         "seconds": round(time.perf_counter() - started, 3),
         "units": {
             "count": len(units),

@@ -95,6 +95,9 @@ class PackReport:
     manifest: dict[str, Any] = field(default_factory=dict)
     resumed: bool = False  # continued from a checkpoint (``resume=True``)
     tokens_learned: int | None = None  # tokens with a label (instruction data), else None
+    special_strings: int = 0  # documents whose data held special-token strings
+    parse_special: bool = False  # whether those strings were parsed as control tokens
+    notices: list[str] = field(default_factory=list)  # e.g. the tokenizer file's settings
 
     @property
     def efficiency(self) -> float:
@@ -331,6 +334,7 @@ def pack(
     files: Sequence[InputFile] | None = None,
     read: Callable[..., Iterable[TextBatch]] | None = None,
     extra_manifest: Mapping[str, Any] | None = None,
+    parse_special: bool = False,
 ) -> PackReport:
     """Pack ``inputs`` into rows of ``max_len`` tokens and write them to ``out_dir``.
 
@@ -344,6 +348,11 @@ def pack(
     :mod:`packtool.instruct` and docs/instruct.md) also gets a ``labels`` column: the learned
     tokens (``loss_on``), -100 elsewhere. ``overflow`` defaults to ``split`` for text and
     ``drop`` for instruction data; ``add_eos`` to on, except for chats.
+
+    Special-token strings in the data (``<|endoftext|>`` in a web page, ``<|im_end|>`` in a
+    message) are encoded as the text they spell; ``parse_special=True`` makes them the control
+    tokens instead (docs/tokenization.md). The tokenizer file's truncation and padding are
+    always off.
 
     For work units (``packtool.units``): ``files`` are inputs already resolved (then
     ``inputs`` is ignored; it may be empty), each read, for text inputs, with ``read(file,
@@ -385,6 +394,7 @@ def pack(
         add_eos=add_eos,
         bos=bos,
         split=split,
+        parse_special=parse_special,
     )
     overflow, add_eos = plan.overflow, plan.add_eos
     if read is not None and plan.shape is not InputShape.TEXT:
@@ -556,6 +566,10 @@ def pack(
                 "rows_over_lower_bound": n_rows - lower,
                 "efficiency": n_tokens / (n_rows * max_len) if n_rows else 0.0,
                 "bad_records": state.bad_records,
+                "special_strings": {
+                    "documents": state.special_strings,
+                    "parsed": parse_special,
+                },
                 "seconds": round(seconds, 3),
                 **(extra_manifest or {}),
             }
@@ -586,6 +600,9 @@ def pack(
         manifest=manifest,
         resumed=saved is not None,
         tokens_learned=label_counts["learned"] if plan.labelled else None,
+        special_strings=state.special_strings,
+        parse_special=parse_special,
+        notices=[n for n in (getattr(tok, "notice", None),) if n],
     )
 
 
@@ -603,6 +620,7 @@ class _ReadState:
     bytes_before: int = 0  # size of the inputs before it
     done: bool = False
     label_counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(_LABEL_COUNTS, 0))
+    special_strings: int = 0  # documents whose data held special-token strings
 
     def to_json(self) -> dict[str, Any]:
         return {**asdict(self), "counts": asdict(self.counts)}
@@ -729,6 +747,7 @@ def _tokenize_loop(
             setattr(counts, key, getattr(counts, key) + c[key])
         state.tokens_truncated += c["tokens_truncated"]
         state.tokens_dropped += c["tokens_dropped"]
+        state.special_strings += encoded.special_strings
         for key in state.label_counts:
             state.label_counts[key] += c.get(key, 0)
         base = store.append(encoded.ids, labels)

@@ -78,7 +78,7 @@ LENGTH_BINS = 16
 FILL_BINS = 10
 DOCS_PER_ROW_BINS = 16
 PERCENTILES = (50, 90, 99)
-_CACHE_FORMAT = 1
+_CACHE_FORMAT = 2  # 2: special-token strings are text, no file truncation or padding
 _BAD_RECORDS_KEPT = 20
 _COLUMNS = ("num_tokens", "cu_seqlens", "doc_ids", "chunk_ids")
 
@@ -307,6 +307,9 @@ class CorpusStats:
     cache_hit: bool = False
     bad_records: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    special_strings: int = 0  # documents whose text holds special-token strings
+    parse_special: bool = False  # whether those were parsed as control tokens
+    notices: list[str] = field(default_factory=list)  # e.g. the tokenizer file's settings
 
     def to_dict(self) -> dict[str, Any]:
         """The ``packtool stats CORPUS --max-len ... --json`` object (docs/stats.md)."""
@@ -324,6 +327,8 @@ class CorpusStats:
             "document_lengths": self.document_lengths.to_dict(),
             "max_lens": [r.to_dict() for r in self.results],
             "bad_records": list(self.bad_records),
+            "special_strings": {"documents": self.special_strings, "parsed": self.parse_special},
+            "notices": list(self.notices),
             "seconds": round(self.seconds, 3),
         }
 
@@ -751,6 +756,7 @@ class _Tokenized:
 
     lengths: np.ndarray
     bad_records: list[str]
+    special_strings: int = 0  # documents whose text held special-token strings
 
 
 def _load_cached(directory: Path, key: str) -> _Tokenized | None:
@@ -767,7 +773,11 @@ def _load_cached(directory: Path, key: str) -> _Tokenized | None:
         or lengths.dtype.kind != "i"
     ):
         return None
-    return _Tokenized(lengths.astype(np.int64, copy=False), list(meta.get("bad_records", [])))
+    return _Tokenized(
+        lengths.astype(np.int64, copy=False),
+        list(meta.get("bad_records", [])),
+        int(meta.get("special_strings", 0)),
+    )
 
 
 def _store_cached(directory: Path, key: str, data: _Tokenized, describe: dict[str, Any]) -> None:
@@ -782,7 +792,12 @@ def _store_cached(directory: Path, key: str, data: _Tokenized, describe: dict[st
         np.save(f, lengths, allow_pickle=False)
     os.replace(data_tmp, directory / f"{key}.npy")
     meta_tmp = directory / f"{key}.json{tmp}"
-    meta = {"records": int(data.lengths.size), "bad_records": data.bad_records, **describe}
+    meta = {
+        "records": int(data.lengths.size),
+        "bad_records": data.bad_records,
+        "special_strings": data.special_strings,
+        **describe,
+    }
     meta_tmp.write_text(json.dumps(meta, indent=2), encoding="utf-8")
     os.replace(meta_tmp, directory / f"{key}.json")
 
@@ -799,6 +814,7 @@ def _tokenize_lengths(
 ) -> _Tokenized:
     parts: list[np.ndarray] = []
     bad_records: list[str] = []
+    special_strings = 0
     total_bytes = sum(f.size_bytes for f in files)
     bytes_before = 0
     for inp in files:
@@ -815,12 +831,13 @@ def _tokenize_lengths(
             encoded = encoder.encode([batch.texts[i] for i in good])  # type: ignore[misc]
             lengths = np.full(len(batch.texts), -1, dtype=np.int64)
             lengths[good] = np.where(encoded.empty, 0, encoded.lengths)
+            special_strings += encoded.special_strings
             parts.append(lengths)
             if progress:
                 progress("tokenize", bytes_before + batch.bytes_done, total_bytes)
         bytes_before += inp.size_bytes
     lengths = np.concatenate(parts) if parts else np.zeros(0, np.int64)
-    return _Tokenized(lengths, bad_records)
+    return _Tokenized(lengths, bad_records, special_strings)
 
 
 def _segment_lengths(
@@ -885,6 +902,7 @@ def corpus_stats(
     cache_dir: str | os.PathLike[str] | None = None,
     use_cache: bool = True,
     progress: ProgressCallback | None = None,
+    parse_special: bool = False,
 ) -> CorpusStats:
     """How ``inputs`` would pack at each of ``max_lens``, without writing any row.
 
@@ -896,7 +914,8 @@ def corpus_stats(
     does not tokenize again (``use_cache=False`` neither reads nor writes the cache).
 
     ``corpus_stats(inputs, [L])`` and ``dataset_stats(pack(inputs, out, max_len=L))`` give
-    the same :class:`PackingStats` figures.
+    the same :class:`PackingStats` figures. Special-token strings in the text are text unless
+    ``parse_special``, as in ``pack``.
     """
     started = time.perf_counter()
     lens_wanted = parse_max_lens(max_lens)
@@ -914,14 +933,18 @@ def corpus_stats(
         tok = load_tokenizer(tokenizer, eos_token=eos_token, bos_token=bos_token)
     else:
         tok = tokenizer
-    encoder = DocumentEncoder(tok, add_eos=add_eos, bos=bos)
+    encoder = DocumentEncoder(tok, add_eos=add_eos, bos=bos, parse_special=parse_special)
     read_options = {
         "text_field": text_field,
         "skip_bad_records": skip_bad_records,
         "split": split,
         "txt_unit": txt_unit,
     }
-    key = _cache_key(files, tok, {**read_options, "add_eos": add_eos, "bos": bos})
+    key = _cache_key(
+        files,
+        tok,
+        {**read_options, "add_eos": add_eos, "bos": bos, "parse_special": parse_special},
+    )
     directory = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
     directory = directory / "lengths"
     data = _load_cached(directory, key) if use_cache else None
@@ -974,4 +997,7 @@ def corpus_stats(
         cache_hit=hit,
         bad_records=data.bad_records,
         seconds=time.perf_counter() - started,
+        special_strings=data.special_strings,
+        parse_special=parse_special,
+        notices=[n for n in (getattr(tok, "notice", None),) if n],
     )

@@ -13,9 +13,19 @@ Hugging Face `tokenizers` is one implementation (:class:`HFTokenizer`).
 - a hub name such as ``gpt2``: fetched with ``huggingface_hub`` when online or found in the local
   cache; offline and not cached, a clear :class:`~packtool.errors.TokenizerError`.
 
-Special tokens: EOS, BOS and PAD come from ``tokenizer_config.json`` when there is one, else
-from the tokenizer's padding settings and the usual token names (``<|endoftext|>``, ``</s>``,
-``<pad>``...); ``--eos-token`` and friends override.
+Fidelity rules (docs/tokenization.md), all kept here and nowhere else:
+
+- **No truncation, no padding.** A ``tokenizer.json`` may carry ``"truncation"`` and ``"padding"``
+  (files exported from encoder models often do). Both are turned off at load, whatever loads the
+  tokenizer, and :attr:`HFTokenizer.notice` says what the file had on.
+- **Data is text.** Document text, prompts, completions and message contents are encoded with
+  special-token strings treated as ordinary text (``encode_special_tokens``); ``parse_special``
+  restores parsing for data that holds markup on purpose. Added tokens that are not special
+  (tool-call markers and the like) are vocabulary and match as ``tokenizers`` matches them.
+- **Special tokens are the tokenizer's own.** EOS, BOS and PAD come from ``tokenizer_config.json``
+  when it names them, else from the usual names (``<|endoftext|>``, ``</s>``, ``<pad>``...), but
+  only where that name is an added token marked special: a byte-level vocabulary's ordinary
+  merge spelled ``<s>`` is not a BOS. ``--eos-token`` and friends override.
 """
 
 from __future__ import annotations
@@ -25,6 +35,8 @@ import hashlib
 import itertools
 import json
 import os
+import re
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from operator import attrgetter
@@ -40,6 +52,7 @@ __all__ = [
     "DocumentEncoder",
     "EncodedBatch",
     "HFTokenizer",
+    "SpecialStringFinder",
     "SpecialTokens",
     "Tokenizer",
     "load_tokenizer",
@@ -51,6 +64,13 @@ _DATA = Path(__file__).parent / "_data"
 _EOS_NAMES = ("<|endoftext|>", "</s>", "<|end_of_text|>", "<eos>", "<|eos|>", "<|im_end|>")
 _BOS_NAMES = ("<s>", "<|begin_of_text|>", "<bos>", "<|bos|>", "<|startoftext|>")
 _PAD_NAMES = ("<pad>", "<|pad|>", "[PAD]", "<|padding|>", "<|finetune_right_pad_id|>")
+
+ANCHOR = "\ufdd0packtool-anchor\ufdd1"
+"""A non-special added token put in front of a piece of text that does not start a document, so
+the piece is encoded as it is in the middle of a text (after an added token): Metaspace's
+``prepend_scheme="first"`` then adds no word-start mark. Its id is dropped again. Made of Unicode
+noncharacters, which never appear in interchanged text, and added to packtool's own copies of the
+tokenizer only."""
 
 
 @dataclass(frozen=True)
@@ -71,8 +91,10 @@ class Tokenizer(Protocol):
     special: SpecialTokens
 
     def encode_batch(
-        self, texts: Sequence[str], add_special_tokens: bool = True
-    ) -> list[list[int]]: ...
+        self, texts: Sequence[str], add_special_tokens: bool = True, parse_special: bool = False
+    ) -> list[list[int]]:
+        """Ids of ``texts``; special-token strings in them are text unless ``parse_special``."""
+        ...
 
     def num_special_tokens_to_add(self) -> int: ...
 
@@ -96,18 +118,86 @@ class HFTokenizer:
         pad_token: str | None = None,
         directory: Path | None = None,
     ) -> None:
-        self.tokenizer = tokenizer
+        padding = tokenizer.padding
+        self._file_pad_id = int(padding["pad_id"]) if padding else None
+        self.notice = _disable_truncation_and_padding(tokenizer)
         self.name = name
         self.directory = directory  # where tokenizer.json was found (chat_template.jinja)
         self.json_bytes = json_bytes
         self.sha256 = hashlib.sha256(json_bytes).hexdigest()
         self.config = config or {}
+        total = int(tokenizer.get_vocab_size(with_added_tokens=True))
+        known = tokenizer.token_to_id(ANCHOR)  # a file saved from one of packtool's copies
+        self.vocab_size = total if known is None else int(known)
+        added = tokenizer.get_added_tokens_decoder()
+        self._special_ids = frozenset(int(i) for i, t in added.items() if t.special)
+        self.special_strings: tuple[str, ...] = tuple(
+            sorted({t.content for t in added.values() if t.special and t.content}, key=len)
+        )
+        # Two copies of the Rust tokenizer, made as they are first needed: one parses
+        # special-token strings (chat templates, --parse-special), one encodes them as text.
+        # Each also knows ANCHOR; a copy's mode never changes, so threads may share them.
+        self._lock = threading.Lock()
+        self._copies: dict[bool, Any] = {}
+        self._loaded: Any = tokenizer
+        self.anchor_id = total if known is None else int(known)
         self.special = SpecialTokens(
             eos_id=self._resolve("eos", eos_token, _EOS_NAMES),
             bos_id=self._resolve("bos", bos_token, _BOS_NAMES),
             pad_id=self._resolve("pad", pad_token, _PAD_NAMES),
         )
         self._n_special = tokenizer.num_special_tokens_to_add(False)
+
+    def _copy(self, parse_special: bool) -> Any:
+        """The Rust tokenizer that parses special-token strings, or encodes them as text."""
+        copy = self._copies.get(parse_special)
+        if copy is not None:
+            return copy
+        with self._lock:
+            if parse_special not in self._copies:
+                if self._loaded is not None:
+                    tok, self._loaded = self._loaded, None
+                else:
+                    from tokenizers import Tokenizer as RustTokenizer
+
+                    tok = RustTokenizer.from_str(self.json_bytes.decode("utf-8"))
+                    _disable_truncation_and_padding(tok)
+                _add_anchor(tok, self.anchor_id)
+                tok.encode_special_tokens = not parse_special
+                self._copies[parse_special] = tok
+        return self._copies[parse_special]
+
+    def _any(self) -> Any:
+        """A Rust tokenizer of either mode, for what the mode does not change (decoding)."""
+        loaded = self._loaded
+        if loaded is not None:
+            return loaded
+        return next(iter(self._copies.values()))
+
+    @property
+    def tokenizer(self) -> Any:
+        """The `tokenizers.Tokenizer` as Hugging Face uses it: special-token strings parsed,
+        truncation and padding off (plus packtool's :data:`ANCHOR`)."""
+        return self._copy(True)
+
+    def is_special_id(self, tid: int) -> bool:
+        """Whether ``tid`` is an added token marked special."""
+        return tid in self._special_ids
+
+    def encodings(
+        self, texts: Sequence[str], add_special_tokens: bool = True, parse_special: bool = False
+    ) -> list[Any]:
+        """The `tokenizers` `Encoding` of each text (see :meth:`encode_batch`)."""
+        return self._copy(parse_special).encode_batch_fast(
+            list(texts), add_special_tokens=add_special_tokens
+        )
+
+    def encode_with_offsets(
+        self, text: str, parse_special: bool
+    ) -> tuple[list[int], list[tuple[int, int]]]:
+        """Ids of ``text`` and each one's character span, no post-processor tokens."""
+        enc = self._copy(parse_special).encode(text, add_special_tokens=False)
+        return list(enc.ids), [tuple(o) for o in enc.offsets]
 
     def _resolve(self, kind: str, override: str | None, names: Sequence[str]) -> int | None:
         if override is not None:
@@ -122,49 +212,43 @@ class HFTokenizer:
         if isinstance(configured, dict):
             configured = configured.get("content")
         if isinstance(configured, str):
-            tid = self.tokenizer.token_to_id(configured)
+            tid = self._loaded.token_to_id(configured)
             if tid is not None:
                 return int(tid)
-        if kind == "pad" and self.tokenizer.padding:
-            return int(self.tokenizer.padding["pad_id"])
-        for candidate in names:
-            tid = self.tokenizer.token_to_id(candidate)
-            if tid is not None:
+        if kind == "pad" and self._file_pad_id in self._special_ids:
+            return self._file_pad_id  # the pad token of the file's (turned off) padding
+        for candidate in names:  # a usual name, where it is a special token
+            tid = self._loaded.token_to_id(candidate)
+            if tid is not None and int(tid) in self._special_ids:
                 return int(tid)
         return None
 
     def _token_id_or_int(self, token: str) -> int | None:
-        tid = self.tokenizer.token_to_id(token)
+        tid = self._loaded.token_to_id(token)
         if tid is not None:
             return int(tid)
-        if token.isdigit() and int(token) < self.tokenizer.get_vocab_size(with_added_tokens=True):
+        if token.isdigit() and int(token) < self.vocab_size:
             return int(token)
         return None
 
-    @property
-    def vocab_size(self) -> int:
-        return int(self.tokenizer.get_vocab_size(with_added_tokens=True))
-
     def encode_batch(
-        self, texts: Sequence[str], add_special_tokens: bool = True
+        self, texts: Sequence[str], add_special_tokens: bool = True, parse_special: bool = False
     ) -> list[list[int]]:
-        encodings = self.tokenizer.encode_batch_fast(
-            list(texts), add_special_tokens=add_special_tokens
-        )
-        return [e.ids for e in encodings]
+        """Ids of ``texts``; special-token strings in them are text unless ``parse_special``."""
+        return [e.ids for e in self.encodings(texts, add_special_tokens, parse_special)]
 
     def num_special_tokens_to_add(self) -> int:
         return int(self._n_special)
 
     def decode(self, ids: Sequence[int], skip_special_tokens: bool = False) -> str:
-        return str(self.tokenizer.decode(list(ids), skip_special_tokens=skip_special_tokens))
+        return str(self._any().decode(list(ids), skip_special_tokens=skip_special_tokens))
 
     def token_to_id(self, token: str) -> int | None:
-        tid = self.tokenizer.token_to_id(token)
-        return None if tid is None else int(tid)
+        tid = self._any().token_to_id(token)
+        return None if tid is None or tid >= self.vocab_size else int(tid)
 
     def id_to_token(self, tid: int) -> str | None:
-        return self.tokenizer.id_to_token(int(tid))
+        return self._any().id_to_token(int(tid)) if 0 <= tid < self.vocab_size else None
 
     def describe(self) -> dict[str, Any]:
         """The manifest's record of this tokenizer."""
@@ -177,11 +261,95 @@ class HFTokenizer:
                 "bos_id": self.special.bos_id,
                 "pad_id": self.special.pad_id,
             },
+            "turned_off": self.notice,
         }
+
+
+def _disable_truncation_and_padding(tok: Any) -> str | None:
+    """Turn off the file's truncation and padding; say what was on (``None``: neither)."""
+    truncation, padding = tok.truncation, tok.padding
+    if not truncation and not padding:
+        return None
+    said = []
+    if truncation:
+        said.append(f"truncates to {truncation['max_length']}")
+        tok.no_truncation()
+    if padding:
+        length = padding.get("length")
+        multiple = padding.get("pad_to_multiple_of")
+        if length:
+            said.append(f"pads to {length}")
+        elif multiple:
+            said.append(f"pads to a multiple of {multiple}")
+        else:
+            said.append("pads to the longest in a batch")
+        tok.no_padding()
+    both = "both" if truncation and padding else "it"
+    return f"tokenizer.json {' and '.join(said)}; packtool turned {both} off"
+
+
+def _add_anchor(tok: Any, expected_id: int) -> None:
+    from tokenizers import AddedToken
+
+    if tok.token_to_id(ANCHOR) is None:
+        tok.add_tokens([AddedToken(ANCHOR, special=False, normalized=False)])
+    if tok.token_to_id(ANCHOR) != expected_id:  # pragma: no cover - tokenizers' contract
+        raise TokenizerError("packtool's anchor token did not get the next id")
+
+
+class SpecialStringFinder:
+    """Finds special-token strings (``<|endoftext|>``...) in data, to count and to escape them.
+
+    >>> f = SpecialStringFinder(["<|im_end|>", "<s>"])
+    >>> f.spans("a <s> b<|im_end|>")
+    [(2, 5), (7, 17)]
+    """
+
+    def __init__(self, strings: Sequence[str]) -> None:
+        self.strings = tuple(sorted(set(strings), key=lambda t: (-len(t), t)))
+        self._re = re.compile("|".join(map(re.escape, self.strings))) if self.strings else None
+
+    def __bool__(self) -> bool:
+        return self._re is not None
+
+    def contains(self, text: str) -> bool:
+        return self._re is not None and self._re.search(text) is not None
+
+    def count(self, texts: Sequence[str | None]) -> int:
+        """How many of ``texts`` hold a special-token string."""
+        if self._re is None:
+            return 0
+        search = self._re.search
+        return sum(1 for t in texts if t and search(t) is not None)
+
+    def spans(self, text: str) -> list[tuple[int, int]]:
+        if self._re is None:
+            return []
+        return [m.span() for m in self._re.finditer(text)]
+
+    def index(self, token: str) -> int:
+        return self.strings.index(token)
+
+    @property
+    def pattern(self) -> re.Pattern[str] | None:
+        return self._re
+
+
+def special_string_finder(tokenizer: Tokenizer) -> SpecialStringFinder:
+    """The finder of ``tokenizer``'s special-token strings (none for a tokenizer without)."""
+    return SpecialStringFinder(getattr(tokenizer, "special_strings", ()))
 
 
 class _Encodings(list):  # type: ignore[type-arg]
     """A batch of `tokenizers` encodings (``len()`` of one is its number of ids)."""
+
+    special_strings = 0  # documents of the batch that held special-token strings
+
+
+class _Lists(list):  # type: ignore[type-arg]
+    """A batch of id lists from a tokenizer other than Hugging Face's."""
+
+    special_strings = 0
 
 
 _IDS = attrgetter("ids")
@@ -281,12 +449,14 @@ class EncodedBatch:
     Document ``i`` is ``ids[offsets[i]:offsets[i] + lengths[i]]``; ``empty[i]`` is true for
     a document with no content tokens (it is skipped and counted as empty). ``labels`` (for
     instruction data) is aligned with ``ids``: the token where it is learned, else -100.
+    ``special_strings`` counts the documents whose data held special-token strings.
     """
 
     ids: np.ndarray  # int32
     lengths: np.ndarray  # int64
     empty: np.ndarray  # bool
     labels: np.ndarray | None = None  # int32, like ids
+    special_strings: int = 0
 
     @property
     def offsets(self) -> np.ndarray:
@@ -304,8 +474,8 @@ def check_special_tokens(tokenizer: Tokenizer, *, add_eos: bool, bos: bool | Non
         )
     if bos and special.bos_id is None:
         raise TokenizerError(
-            f"tokenizer {tokenizer.name} has no BOS token I can find: "
-            "name it with --bos-token, or drop --bos"
+            f"tokenizer {tokenizer.name} has no BOS token (tokenizer_config.json names none, "
+            "and no special token has a usual BOS name): name one with --bos-token, or drop --bos"
         )
 
 
@@ -317,16 +487,27 @@ class DocumentEncoder:
     - ``bos=None`` (default): the tokenizer's post-processor decides (Llama's adds BOS, GPT-2's
       adds nothing). ``bos=True``: exactly one BOS first; ``bos=False``: no special tokens from
       the post-processor at all.
+    - ``parse_special`` (default off): special-token strings in the text are text; on, they
+      become the control tokens they spell (for data that holds markup on purpose).
 
     Encoding is two steps so that a pipeline can overlap them: :meth:`tokenize` runs the
     tokenizer (Rust, all cores, without the GIL) and :meth:`finish` turns its output into flat
     arrays (Python). :meth:`encode` does both.
     """
 
-    def __init__(self, tokenizer: Tokenizer, *, add_eos: bool = True, bos: bool | None = None):
+    def __init__(
+        self,
+        tokenizer: Tokenizer,
+        *,
+        add_eos: bool = True,
+        bos: bool | None = None,
+        parse_special: bool = False,
+    ):
         self.tokenizer = tokenizer
         self.add_eos = add_eos
         self.bos = bos
+        self.parse_special = parse_special
+        self.finder = special_string_finder(tokenizer)
         check_special_tokens(tokenizer, add_eos=add_eos, bos=bos)
         self._add_special = bos is None
         self._n_special = tokenizer.num_special_tokens_to_add() if bos is None else 0
@@ -340,12 +521,17 @@ class DocumentEncoder:
         if not texts:
             return []
         if isinstance(self.tokenizer, HFTokenizer):
-            return _Encodings(
-                self.tokenizer.tokenizer.encode_batch_fast(
-                    list(texts), add_special_tokens=self._add_special
+            out: list[Any] = _Encodings(
+                self.tokenizer.encodings(texts, self._add_special, self.parse_special)
+            )
+        else:
+            out = _Lists(
+                self.tokenizer.encode_batch(
+                    texts, add_special_tokens=self._add_special, parse_special=self.parse_special
                 )
             )
-        return self.tokenizer.encode_batch(texts, add_special_tokens=self._add_special)
+        out.special_strings = self.finder.count(texts)  # type: ignore[attr-defined]
+        return out
 
     def finish(self, encoded: Sequence[Any]) -> EncodedBatch:
         """Flatten the tokenizer's output, adding BOS/EOS and marking empty documents."""
@@ -388,7 +574,7 @@ class DocumentEncoder:
                 [self.tokenizer.special.eos_id or 0, self.tokenizer.special.bos_id or 0], np.int32
             )
             ids = np.insert(ids, where, special[what])
-        return EncodedBatch(ids, lengths, empty)
+        return EncodedBatch(ids, lengths, empty, None, getattr(encoded, "special_strings", 0))
 
     def encode(self, texts: Sequence[str]) -> EncodedBatch:
         """Token ids of ``texts``, flat, one document after another."""

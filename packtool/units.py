@@ -101,6 +101,7 @@ class UnitOptions:
     skip_bad_records: bool = False
     split: str | None = None
     txt_unit: str = "line"
+    parse_special: bool = False
     tokenizer_object: Tokenizer | None = field(default=None, compare=False, repr=False)
     """A tokenizer object instead of a spec (library use, e.g. a test fake); it must pickle
     to run in other processes."""
@@ -642,6 +643,7 @@ def run_unit(
         skip_bad_records=options.skip_bad_records,
         split=options.split,
         txt_unit=options.txt_unit,
+        parse_special=options.parse_special,
         num_proc=num_proc,
         progress=progress,
         files=unit.pieces,

@@ -957,6 +957,7 @@ def _prepare_against(
     inputs: Sequence[str | os.PathLike[str]],
     tokenizer: Tokenizer | str | os.PathLike[str] | None,
     problems: _Problems,
+    parse_special: bool | None = None,
 ) -> _AgainstPlan:
     manifest = reader.manifest
     where = reader.path / MANIFEST_FILE
@@ -975,7 +976,11 @@ def _prepare_against(
     files = resolve_inputs(inputs)
     tok = _resolve_tokenizer(reader, tokenizer)
     _check_tokenizer(tok, manifest, problems)
-    encoder = DocumentEncoder(tok, add_eos=bool(options["add_eos"]), bos=options["bos"])
+    if parse_special is None:  # packed before the option existed: specials were parsed
+        parse_special = bool(options.get("parse_special", True))
+    encoder = DocumentEncoder(
+        tok, add_eos=bool(options["add_eos"]), bos=options["bos"], parse_special=parse_special
+    )
     recorded = _get(manifest, "inputs") or []
     if len(files) != len(recorded):
         problems.add(
@@ -1203,6 +1208,7 @@ def verify(
     tokenizer: Tokenizer | str | os.PathLike[str] | None = None,
     max_problems: int = 20,
     progress: VerifyProgress | None = None,
+    parse_special: bool | None = None,
 ) -> VerifyReport:
     """Check the packed dataset at ``path``; with ``against``, also against its inputs.
 
@@ -1217,6 +1223,10 @@ def verify(
     ``max_problems`` problems are kept; all are counted (``problems_total``,
     ``problem_counts``). Raises :class:`~packtool.errors.FormatError` when ``path`` is not a
     packtool output (no manifest, an unknown format version).
+
+    Special-token strings in the inputs are re-tokenized as the manifest records
+    (``options.parse_special``; a manifest from before that option parsed them); a
+    ``parse_special`` given here overrides it.
     """
     if max_problems < 0:
         raise OptionError(f"--max-problems must be >= 0, got {max_problems}")
@@ -1265,7 +1275,7 @@ def verify(
                 f"{reader.path / MANIFEST_FILE}: no documents.read count: cannot compare "
                 "with the inputs"
             )
-        plan = _prepare_against(reader, against, tokenizer, problems)
+        plan = _prepare_against(reader, against, tokenizer, problems, parse_special)
         digests = _Digests(
             np.zeros(read, np.uint64), np.zeros(read, np.uint64), np.zeros(read, np.int64)
         )

@@ -36,7 +36,7 @@ class CharTokenizer:
         self.bos_in_post_processor = bos_in_post_processor
 
     def encode_batch(
-        self, texts: Sequence[str], add_special_tokens: bool = True
+        self, texts: Sequence[str], add_special_tokens: bool = True, parse_special: bool = False
     ) -> list[list[int]]:
         prefix = [2] if (add_special_tokens and self.bos_in_post_processor) else []
         return [prefix + [ord(c) + 3 for c in t] for t in texts]

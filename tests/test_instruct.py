@@ -90,7 +90,7 @@ def chatml_expected(tok, messages: list[dict], learn_all: bool = False) -> tuple
     for text, learned in pieces:
         if not text:
             continue
-        piece = tok.encode_batch([text], add_special_tokens=False)[0]
+        piece = tok.encode_batch([text], add_special_tokens=False, parse_special=True)[0]
         ids += piece
         labels += piece if (learned or learn_all) else [IGNORE] * len(piece)
     if labels:

@@ -573,9 +573,11 @@ class CountingTokenizer(CharTokenizer):
         super().__init__()
         self.encoded = 0
 
-    def encode_batch(self, texts: Any, add_special_tokens: bool = True) -> list[list[int]]:
+    def encode_batch(
+        self, texts: Any, add_special_tokens: bool = True, parse_special: bool = False
+    ) -> list[list[int]]:
         self.encoded += len(texts)
-        return super().encode_batch(texts, add_special_tokens)
+        return super().encode_batch(texts, add_special_tokens, parse_special)
 
 
 @pytest.mark.parametrize("overflow", ["split", "truncate", "drop"])

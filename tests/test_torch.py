@@ -65,7 +65,7 @@ class IdTokenizer:
         self.special = SpecialTokens(eos_id=0, bos_id=2, pad_id=1)
 
     def encode_batch(
-        self, texts: Sequence[str], add_special_tokens: bool = True
+        self, texts: Sequence[str], add_special_tokens: bool = True, parse_special: bool = False
     ) -> list[list[int]]:
         return [[int(t) for t in text.split()] for text in texts]
 

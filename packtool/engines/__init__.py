@@ -175,6 +175,7 @@ def pack_units(
     txt_unit: str = "line",
     num_proc: int | None = None,
     progress: Callable[[str, int, int | None], None] | None = None,
+    parse_special: bool = False,
 ) -> UnitsReport:
     """Pack ``inputs`` as ``units`` work units on ``engine``, then merge them into ``out_dir``.
 
@@ -220,6 +221,7 @@ def pack_units(
             skip_bad_records=skip_bad_records,
             split=split,
             txt_unit=txt_unit,
+            parse_special=parse_special,
         ),
         tokenizer,
     )
