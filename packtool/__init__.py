@@ -16,37 +16,91 @@ recomputing anything::
 
 from __future__ import annotations
 
-__version__ = "0.1.0"
+import sys
+import types
+from typing import TYPE_CHECKING, Any
 
-from .chat import ChatTemplate, load_chat_template
-from .engines import UnitsReport, pack_units
-from .errors import (
-    BadRecordError,
-    ChatTemplateError,
-    FormatError,
-    InputError,
-    OptionError,
-    OutputExistsError,
-    PacktoolError,
-    TokenizerError,
-)
-from .format import (
-    FORMAT_VERSION,
-    IGNORE_INDEX,
-    PackedReader,
-    PackedRow,
-    Segment,
-    open_packed,
-)
-from .inspect import MaskGrid, RowView, SegmentView, inspect_row, row_mask_grid
-from .instruct import InputShape, InstructEncoder, LossOn
-from .merge import merge_units
-from .packing import Overflow, first_fit_decreasing, lower_bound_rows
-from .pipeline import DocumentCounts, PackReport, pack
-from .stats import CorpusStats, DatasetStats, PackingStats, corpus_stats, dataset_stats
-from .tokenize import DocumentEncoder, HFTokenizer, SpecialTokens, Tokenizer, load_tokenizer
-from .units import Unit, UnitResult, plan_units
-from .verify import AgainstReport, Problem, VerifyReport, verify
+from ._version import __version__
+
+# Public name -> the module that defines it. Nothing is imported until a name is used (PEP 562),
+# so `import packtool` and `packtool --help` load no heavy subsystem.
+_EXPORTS: dict[str, str] = {
+    "AgainstReport": "verify",
+    "BadRecordError": "errors",
+    "ChatTemplate": "chat",
+    "ChatTemplateError": "errors",
+    "CorpusStats": "stats",
+    "DatasetStats": "stats",
+    "DocumentCounts": "pipeline",
+    "DocumentEncoder": "tokenize",
+    "FORMAT_VERSION": "format",
+    "FormatError": "errors",
+    "HFTokenizer": "tokenize",
+    "IGNORE_INDEX": "format",
+    "InputError": "errors",
+    "InputShape": "instruct",
+    "InstructEncoder": "instruct",
+    "LossOn": "instruct",
+    "MaskGrid": "inspect",
+    "OptionError": "errors",
+    "OutputExistsError": "errors",
+    "Overflow": "packing",
+    "PackReport": "pipeline",
+    "PackedReader": "format",
+    "PackedRow": "format",
+    "PackingStats": "stats",
+    "PacktoolError": "errors",
+    "Problem": "verify",
+    "RowView": "inspect",
+    "Segment": "format",
+    "SegmentView": "inspect",
+    "SpecialTokens": "tokenize",
+    "Tokenizer": "tokenize",
+    "TokenizerError": "errors",
+    "Unit": "units",
+    "UnitResult": "units",
+    "UnitsReport": "engines",
+    "VerifyReport": "verify",
+    "corpus_stats": "stats",
+    "dataset_stats": "stats",
+    "first_fit_decreasing": "packing",
+    "inspect_row": "inspect",
+    "load_chat_template": "chat",
+    "load_tokenizer": "tokenize",
+    "lower_bound_rows": "packing",
+    "merge_units": "merge",
+    "open_packed": "format",
+    "pack": "pipeline",
+    "pack_units": "engines",
+    "plan_units": "units",
+    "row_mask_grid": "inspect",
+    "verify": "verify",
+}
+
+if TYPE_CHECKING:  # for type checkers and IDEs: the same names, imported eagerly
+    from .chat import ChatTemplate, load_chat_template
+    from .engines import UnitsReport, pack_units
+    from .errors import (
+        BadRecordError,
+        ChatTemplateError,
+        FormatError,
+        InputError,
+        OptionError,
+        OutputExistsError,
+        PacktoolError,
+        TokenizerError,
+    )
+    from .format import FORMAT_VERSION, IGNORE_INDEX, PackedReader, PackedRow, Segment, open_packed
+    from .inspect import MaskGrid, RowView, SegmentView, inspect_row, row_mask_grid
+    from .instruct import InputShape, InstructEncoder, LossOn
+    from .merge import merge_units
+    from .packing import Overflow, first_fit_decreasing, lower_bound_rows
+    from .pipeline import DocumentCounts, PackReport, pack
+    from .stats import CorpusStats, DatasetStats, PackingStats, corpus_stats, dataset_stats
+    from .tokenize import DocumentEncoder, HFTokenizer, SpecialTokens, Tokenizer, load_tokenizer
+    from .units import Unit, UnitResult, plan_units
+    from .verify import AgainstReport, Problem, VerifyReport, verify
+
 
 __all__ = [
     "FORMAT_VERSION",
@@ -101,3 +155,32 @@ __all__ = [
     "row_mask_grid",
     "verify",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'packtool' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value  # later lookups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)
+
+
+class _Package(types.ModuleType):
+    """``packtool.verify`` is the function, although ``packtool/verify.py`` is also a module:
+    importing the submodule must not rebind the package's attribute to the module (the import
+    system sets it once the submodule has loaded)."""
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if isinstance(value, types.ModuleType) and _EXPORTS.get(name) == name:
+            return  # the submodule stays reachable as sys.modules["packtool.<name>"]
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package

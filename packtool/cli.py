@@ -29,7 +29,7 @@ from rich.progress import (
 )
 from rich.table import Table
 
-from . import __version__
+from ._version import __version__
 from .errors import PacktoolError
 
 app = typer.Typer(

@@ -30,7 +30,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from . import __version__
+from ._version import __version__
 from .errors import FormatError, OptionError
 from .format import MANIFEST_FILE, ShardWriter, open_packed, read_manifest
 from .packing import first_fit_decreasing, lower_bound_rows

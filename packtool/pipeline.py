@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from . import __version__
+from ._version import __version__
 from .chat import ChatTemplate
 from .errors import InputError, OptionError
 from .format import (

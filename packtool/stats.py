@@ -45,7 +45,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from . import __version__
+from ._version import __version__
 from .errors import FormatError, InputError, OptionError
 from .format import MANIFEST_FILE, open_packed
 from .packing import Overflow, first_fit_decreasing, lower_bound_rows

@@ -47,7 +47,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from . import __version__
+from ._version import __version__
 from .errors import BadRecordError, FormatError, InputError, OptionError, OutputExistsError
 from .format import MANIFEST_FILE, read_manifest
 from .packing import Overflow

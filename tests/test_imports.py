@@ -1,0 +1,52 @@
+"""Imports are cheap: `import packtool` and `packtool --help` load no heavy subsystem."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from conftest import REPO
+
+import packtool
+
+HEAVY = ("numpy", "pyarrow", "tokenizers", "datasets", "jinja2", "numba", "torch", "ray")
+
+_CHECK = "import sys; heavy = {heavy!r}; bad = [m for m in heavy if m in sys.modules]; print(bad)"
+
+
+def _loaded_heavy(code: str) -> list[str]:
+    program = code + "\n" + _CHECK.format(heavy=HEAVY)
+    result = subprocess.run(
+        [sys.executable, "-c", program], check=True, cwd=REPO, capture_output=True, text=True
+    )
+    return eval(result.stdout.strip().splitlines()[-1])  # a list literal printed above
+
+
+def test_import_packtool_loads_no_heavy_subsystem() -> None:
+    assert _loaded_heavy("import packtool; packtool.__version__") == []
+
+
+def test_help_loads_no_heavy_subsystem() -> None:
+    code = (
+        "import contextlib, io, sys\n"
+        "sys.argv = ['packtool', '--help']\n"
+        "from packtool.cli import main\n"
+        "with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit):\n"
+        "    main()\n"
+    )
+    assert _loaded_heavy(code) == []
+    for command in ("pack", "stats", "verify", "inspect", "merge"):
+        assert _loaded_heavy(code.replace("'--help'", f"{command!r}, '--help'")) == [], command
+
+
+def test_every_public_name_resolves() -> None:
+    for name in packtool.__all__:
+        assert getattr(packtool, name) is not None, name
+    assert sorted(dir(packtool)) == sorted(packtool.__all__)
+
+
+def test_the_verify_function_is_not_shadowed_by_its_module() -> None:
+    import packtool.verify  # the submodule import must not rebind the name
+
+    assert callable(packtool.verify) and packtool.verify.__name__ == "verify"
+    assert sys.modules["packtool.verify"].verify is packtool.verify
