@@ -289,7 +289,7 @@ def pack(
             show_default=False,
         ),
     ] = None,
-    eos: Annotated[
+    add_eos: Annotated[
         bool | None,
         typer.Option(
             "--eos/--no-eos",
@@ -407,45 +407,17 @@ def pack(
     Each row holds input_ids, position_ids (restarting at 0 at every document) and cu_seqlens
     (document boundaries), ready for FlashAttention varlen or a block-diagonal mask.
     """
+    from .options import PackOptions
     from .pipeline import pack as run_pack
 
     if output is None:
         stem = re.sub(r"[^\w-]", "", inputs[0].name.split(".")[0]) or "corpus"
         output = Path(f"{stem}-packed-{max_len}")
-    if units is not None or unit is not None or engine != "local" or ray_address is not None:
-        return _pack_units(locals())
+    options = PackOptions.from_mapping(locals())
+    if options.units is not None:
+        return _pack_units(inputs, output, options, quiet=quiet, as_json=as_json)
     with _RichProgress(enabled=not quiet and not as_json) as progress:
-        report = run_pack(
-            [str(p) for p in inputs],
-            output,
-            max_len=max_len,
-            tokenizer=tokenizer,
-            text_field=text_field,
-            input_shape=input_shape,
-            prompt_field=prompt_field,
-            completion_field=completion_field,
-            messages_field=messages_field,
-            chat_template=chat_template,
-            loss_on=loss_on,
-            overflow=overflow,
-            add_eos=eos,
-            bos=bos,
-            eos_token=eos_token,
-            bos_token=bos_token,
-            pad_id=pad_id,
-            shuffle=shuffle,
-            seed=seed,
-            rows_per_shard=rows_per_shard,
-            shard_size=shard_size,
-            overwrite=overwrite,
-            skip_bad_records=skip_bad_records,
-            split=split,
-            txt_unit=txt_unit,
-            num_proc=num_proc,
-            resume=resume,
-            progress=progress,
-            parse_special=parse_special,
-        )
+        report = run_pack([str(p) for p in inputs], output, options, progress=progress)
     if as_json:
         m = report.manifest
         keys = (
@@ -1004,49 +976,14 @@ def _merged_json(report: Any) -> dict[str, Any]:
     return {"out_dir": str(report.out_dir), **{k: m[k] for k in keys}, "units": units}
 
 
-def _pack_units(args: dict[str, Any]) -> None:
-    """`pack --units N [--unit I] [--engine local|ray]`: the options of `pack`, as a dict."""
+def _pack_units(
+    inputs: list[Path], output: Path, options: Any, *, quiet: bool, as_json: bool
+) -> None:
+    """`pack --units N [--unit I] [--engine local|ray]`."""
     from .engines import pack_units
-    from .errors import OptionError
 
-    if args["units"] is None:
-        raise OptionError("--unit, --engine and --ray-address work on units: give --units N")
-    if args["input_shape"] not in ("auto", "text") or (
-        args["chat_template"] is not None or args["loss_on"] is not None
-    ):
-        raise OptionError(
-            "--units packs text inputs only for now: pack instruction data without --units"
-        )
-    quiet, as_json = args["quiet"], args["as_json"]
     with _RichProgress(enabled=not quiet and not as_json) as progress:
-        report = pack_units(
-            [str(p) for p in args["inputs"]],
-            args["output"],
-            units=args["units"],
-            unit=args["unit"],
-            engine=args["engine"],
-            ray_address=args["ray_address"],
-            max_len=args["max_len"],
-            tokenizer=args["tokenizer"],
-            text_field=args["text_field"],
-            overflow=args["overflow"] or "split",
-            add_eos=True if args["eos"] is None else args["eos"],
-            bos=args["bos"],
-            eos_token=args["eos_token"],
-            bos_token=args["bos_token"],
-            pad_id=args["pad_id"],
-            shuffle=args["shuffle"],
-            seed=args["seed"],
-            rows_per_shard=args["rows_per_shard"],
-            shard_size=args["shard_size"],
-            overwrite=args["overwrite"],
-            skip_bad_records=args["skip_bad_records"],
-            split=args["split"],
-            txt_unit=args["txt_unit"],
-            num_proc=args["num_proc"],
-            progress=progress,
-            parse_special=args["parse_special"],
-        )
+        report = pack_units([str(p) for p in inputs], output, options, progress=progress)
     if report.merged is None:  # one unit (--unit I)
         (result,) = report.units
         if as_json:

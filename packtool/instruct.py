@@ -29,7 +29,6 @@ from __future__ import annotations
 import dataclasses
 import enum
 import itertools
-import os
 import re
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -40,6 +39,7 @@ import numpy as np
 from .chat import KNOWN_ROLES, ChatTemplate, PieceKind, RenderError, load_chat_template
 from .errors import BadRecordError, OptionError, TokenizerError
 from .format import IGNORE_INDEX
+from .options import PackOptions
 from .packing import Overflow
 from .sources import (
     InputFile,
@@ -681,23 +681,7 @@ class InputPlan:
         }
 
 
-def plan_input(
-    files: Sequence[InputFile],
-    tokenizer: Tokenizer,
-    *,
-    input_shape: str | InputShape = InputShape.AUTO,
-    text_field: str = "text",
-    prompt_field: str = "prompt",
-    completion_field: str = "completion",
-    messages_field: str = "messages",
-    chat_template: str | os.PathLike[str] | ChatTemplate | None = None,
-    loss_on: str | LossOn | None = None,
-    overflow: str | Overflow | None = None,
-    add_eos: bool | None = None,
-    bos: bool | None = None,
-    split: str | None = None,
-    parse_special: bool = False,
-) -> InputPlan:
+def plan_input(files: Sequence[InputFile], tokenizer: Tokenizer, options: PackOptions) -> InputPlan:
     """Decide the input shape (``auto``: from the fields of the first record of the first
     input), check the options against it, and build the encoder.
 
@@ -706,41 +690,39 @@ def plan_input(
     ``add_eos`` (on, except for chats: the template closes every turn). ``parse_special``: see
     :class:`~packtool.tokenize.DocumentEncoder`.
     """
-    shape = parse_shape(input_shape)
+    o = options
+    shape = parse_shape(o.input_shape)
     shape_auto = shape is InputShape.AUTO
     if shape_auto:
         shape = detect_shape(
-            first_record_fields(files[0], split=split) if files else None,
-            text_field=text_field,
-            prompt_field=prompt_field,
-            completion_field=completion_field,
-            messages_field=messages_field,
+            first_record_fields(files[0], split=o.split) if files else None,
+            text_field=o.text_field,
+            prompt_field=o.prompt_field,
+            completion_field=o.completion_field,
+            messages_field=o.messages_field,
         )
-    resolved_loss = resolve_loss_on(loss_on, shape)
-    if overflow is None:
+    resolved_loss = resolve_loss_on(o.loss_on, shape)
+    if o.overflow is None:
         overflow = Overflow.SPLIT if shape is InputShape.TEXT else Overflow.DROP
-    try:
-        overflow = Overflow(overflow)
-    except ValueError:
-        raise OptionError(
-            f"--overflow must be one of split, truncate, drop; got {overflow!r}"
-        ) from None
-    if add_eos is None:
-        add_eos = shape is not InputShape.CHAT
+    else:
+        overflow = Overflow(o.overflow)  # checked by PackOptions
+    add_eos = shape is not InputShape.CHAT if o.add_eos is None else o.add_eos
     template: ChatTemplate | None = None
     if shape is InputShape.CHAT:
-        if isinstance(chat_template, ChatTemplate):
-            template = chat_template
+        if isinstance(o.chat_template, ChatTemplate):
+            template = o.chat_template
         else:
-            template = load_chat_template(chat_template, tokenizer)
-    elif chat_template is not None:
+            template = load_chat_template(o.chat_template, tokenizer)
+    elif o.chat_template is not None:
         raise OptionError(
             f"--chat-template is for chat records, but the input shape is {shape.value}"
             + (" (detected from the first record's fields)" if shape_auto else "")
         )
     encoder: DocumentEncoder | InstructEncoder
     if shape is InputShape.TEXT:
-        encoder = DocumentEncoder(tokenizer, add_eos=add_eos, bos=bos, parse_special=parse_special)
+        encoder = DocumentEncoder(
+            tokenizer, add_eos=add_eos, bos=o.bos, parse_special=o.parse_special
+        )
     else:
         assert resolved_loss is not None
         encoder = InstructEncoder(
@@ -749,8 +731,8 @@ def plan_input(
             loss_on=resolved_loss,
             template=template,
             add_eos=add_eos,
-            bos=bos,
-            parse_special=parse_special,
+            bos=o.bos,
+            parse_special=o.parse_special,
         )
     return InputPlan(
         shape=shape,
@@ -760,9 +742,9 @@ def plan_input(
         encoder=encoder,
         add_eos=add_eos,
         overflow=overflow,
-        text_field=text_field,
-        prompt_field=prompt_field,
-        completion_field=completion_field,
-        messages_field=messages_field,
-        parse_special=parse_special,
+        text_field=o.text_field,
+        prompt_field=o.prompt_field,
+        completion_field=o.completion_field,
+        messages_field=o.messages_field,
+        parse_special=o.parse_special,
     )

@@ -33,8 +33,9 @@ import pyarrow.compute as pc
 from ._version import __version__
 from .errors import FormatError, OptionError
 from .format import MANIFEST_FILE, ShardWriter, open_packed, read_manifest
+from .options import DEFAULT_SHARD_SIZE, parse_size
 from .packing import first_fit_decreasing, lower_bound_rows
-from .pipeline import DEFAULT_SHARD_BYTES, DocumentCounts, PackReport, _parse_size
+from .pipeline import DocumentCounts, PackReport
 from .units import UNITS_DIR, unit_dirs
 
 __all__ = ["MERGE_KEYS", "merge_units", "segment_lengths"]
@@ -213,7 +214,7 @@ def merge_units(
     if rows_per_shard is not None and rows_per_shard < 1:
         raise OptionError(f"--rows-per-shard must be >= 1, got {rows_per_shard}")
     if rows_per_shard is None and shard_size is not None:
-        rows_per_shard = max(1, _parse_size(shard_size) // row_bytes)
+        rows_per_shard = max(1, parse_size(shard_size) // row_bytes)
     opts = _merge_options(
         manifests, {"shuffle": shuffle, "seed": seed, "rows_per_shard": rows_per_shard}
     )
@@ -222,7 +223,7 @@ def merge_units(
     if opts["seed"] is None:
         opts["seed"] = 0
     if opts["rows_per_shard"] is None:
-        opts["rows_per_shard"] = max(1, DEFAULT_SHARD_BYTES // row_bytes)
+        opts["rows_per_shard"] = max(1, parse_size(DEFAULT_SHARD_SIZE) // row_bytes)
     plan = first["unit"]["plan"]
 
     previous = _merged_manifest(out)

@@ -25,7 +25,6 @@ from typing import Any
 import numpy as np
 
 from ._version import __version__
-from .chat import ChatTemplate
 from .errors import InputError, OptionError
 from .format import (
     IGNORE_INDEX,
@@ -35,9 +34,10 @@ from .format import (
     write_error,
 )
 from .gather import gather_rows, warm_up_gather
-from .instruct import InputPlan, InputShape, LossOn, plan_input
+from .instruct import InputPlan, InputShape, plan_input
+from .options import PackOptions
 from .packing import Overflow, first_fit_decreasing, lower_bound_rows, plan_rows
-from .sources import TXT_UNITS, InputFile, RecordBatch, TextBatch, resolve_inputs, skip_records
+from .sources import InputFile, RecordBatch, TextBatch, resolve_inputs, skip_records
 from .store import TokenStore, lock_output
 from .tokenize import EncodedBatch, HFTokenizer, Tokenizer, load_tokenizer
 
@@ -47,7 +47,6 @@ ProgressCallback = Callable[[str, int, "int | None"], None]
 """Called as ``progress(stage, completed, total)``; stages: ``tokenize`` (bytes of input),
 ``pack`` (items), ``write`` (rows). ``total`` is ``None`` when unknown."""
 
-DEFAULT_SHARD_BYTES = 256 << 20
 _BAD_RECORDS_KEPT = 20
 
 
@@ -282,65 +281,24 @@ def _ordered_map(fn: Callable[[Any], Any], items: Iterable[Any], *, workers: int
                 future.cancel()
 
 
-def _parse_size(size: str | int) -> int:
-    if isinstance(size, int):
-        return size
-    text = size.strip().upper().replace("IB", "B")
-    units = (("KB", 1 << 10), ("MB", 1 << 20), ("GB", 1 << 30), ("B", 1))
-    number, factor = text, 1
-    for unit, unit_factor in units:
-        if text.endswith(unit):
-            number, factor = text[: -len(unit)].strip(), unit_factor
-            break
-    try:
-        value = int(float(number) * factor)
-    except ValueError:
-        raise OptionError(f"--shard-size: cannot read {size!r} as a size (e.g. 256MB)") from None
-    if value <= 0:
-        raise OptionError(f"--shard-size must be positive, got {size!r}")
-    return value
-
-
 def pack(
     inputs: Sequence[str | os.PathLike[str]],
     out_dir: str | os.PathLike[str],
+    options: PackOptions | None = None,
     *,
-    max_len: int,
-    tokenizer: str | os.PathLike[str] | Tokenizer | None = None,
-    text_field: str = "text",
-    overflow: str | Overflow | None = None,
-    add_eos: bool | None = None,
-    bos: bool | None = None,
-    eos_token: str | None = None,
-    bos_token: str | None = None,
-    pad_id: int | None = None,
-    shuffle: bool = True,
-    seed: int = 0,
-    rows_per_shard: int | None = None,
-    shard_size: str | int = DEFAULT_SHARD_BYTES,
-    overwrite: bool = False,
-    skip_bad_records: bool = False,
-    split: str | None = None,
-    txt_unit: str = "line",
-    num_proc: int | None = None,
-    resume: bool = False,
     progress: ProgressCallback | None = None,
-    input_shape: str | InputShape = InputShape.AUTO,
-    prompt_field: str = "prompt",
-    completion_field: str = "completion",
-    messages_field: str = "messages",
-    chat_template: str | os.PathLike[str] | ChatTemplate | None = None,
-    loss_on: str | LossOn | None = None,
     files: Sequence[InputFile] | None = None,
     read: Callable[..., Iterable[TextBatch]] | None = None,
     extra_manifest: Mapping[str, Any] | None = None,
-    parse_special: bool = False,
+    **option_values: Any,
 ) -> PackReport:
     """Pack ``inputs`` into rows of ``max_len`` tokens and write them to ``out_dir``.
 
-    Documents are tokenized, EOS-terminated, split/truncated/dropped when longer than
-    ``max_len`` (``overflow``), packed with first-fit-decreasing, shuffled with ``seed``
-    (unless ``shuffle=False``), and written as Arrow shards plus a manifest (last). Returns a
+    ``options`` is a :class:`~packtool.options.PackOptions`; keyword arguments are its fields
+    (``pack(inputs, out, max_len=4096, tokenizer="tok/")``) and override it. Documents are
+    tokenized, EOS-terminated, split/truncated/dropped when longer than ``max_len``
+    (``overflow``), packed with first-fit-decreasing, shuffled with ``seed`` (unless
+    ``shuffle=False``), and written as Arrow shards plus a manifest (last). Returns a
     :class:`PackReport`. Raises :class:`~packtool.errors.PacktoolError` subclasses for user
     mistakes.
 
@@ -360,48 +318,91 @@ def pack(
     are added to the manifest.
     """
     started = time.perf_counter()
-    if not isinstance(max_len, int) or max_len < 2:
-        raise OptionError(f"--max-len must be an integer >= 2, got {max_len!r}")
-    if overflow is not None:
-        try:
-            Overflow(overflow)
-        except ValueError:
-            raise OptionError(
-                f"--overflow must be one of split, truncate, drop; got {overflow!r}"
-            ) from None
-    if rows_per_shard is not None and rows_per_shard < 1:
-        raise OptionError(f"--rows-per-shard must be >= 1, got {rows_per_shard}")
-    out_path = Path(out_dir)
-    check_output_dir(out_path, overwrite)
-    remove_stale_temporaries(out_path)
-    files = resolve_inputs(inputs) if files is None else list(files)
+    options = (options or PackOptions()).replace(**option_values)
+    run = _prepare(inputs, Path(out_dir), options, files, read is not None)
+    with (
+        lock_output(run.out),
+        TokenStore(run.out, with_labels=run.plan.labelled, keep_on_error=options.resume) as store,
+    ):
+        state, resumed = _tokenize_stage(run, store, read, progress)
+        layout = _plan_stage(store, run.options, progress)
+        manifest = _write_stage(run, store, state, layout, started, progress, extra_manifest)
+    return _report(run, state, manifest, resumed, time.perf_counter() - started)
+
+
+@dataclass(frozen=True)
+class _Run:
+    """What the stages of one ``pack`` share: the resolved options and what they decided."""
+
+    out: Path
+    options: PackOptions  # overflow, add_eos, pad_id, rows_per_shard resolved
     tok: Tokenizer
-    if tokenizer is None or isinstance(tokenizer, (str, os.PathLike)):
-        tok = load_tokenizer(tokenizer, eos_token=eos_token, bos_token=bos_token)
-    else:
-        tok = tokenizer
-    plan = plan_input(
-        files,
-        tok,
-        input_shape=input_shape,
-        text_field=text_field,
-        prompt_field=prompt_field,
-        completion_field=completion_field,
-        messages_field=messages_field,
-        chat_template=chat_template,
-        loss_on=loss_on,
-        overflow=overflow,
-        add_eos=add_eos,
-        bos=bos,
-        split=split,
-        parse_special=parse_special,
-    )
-    overflow, add_eos = plan.overflow, plan.add_eos
-    if read is not None and plan.shape is not InputShape.TEXT:
+    plan: InputPlan
+    files: list[InputFile]
+    fingerprint: str
+
+    @property
+    def row_bytes(self) -> int:
+        assert self.options.max_len is not None
+        return (3 if self.plan.labelled else 2) * 4 * self.options.max_len + 64
+
+
+def _prepare(
+    inputs: Sequence[str | os.PathLike[str]],
+    out: Path,
+    options: PackOptions,
+    files: Sequence[InputFile] | None,
+    units: bool,
+) -> _Run:
+    """Check the options against the inputs and the tokenizer, before any work is done."""
+    if options.max_len is None:
+        raise OptionError("--max-len is required: the tokens per row, e.g. --max-len 4096")
+    check_output_dir(out, options.overwrite)
+    remove_stale_temporaries(out)
+    files = resolve_inputs(inputs) if files is None else list(files)
+    tok = _tokenizer(options)
+    plan = plan_input(files, tok, options)
+    if units and plan.shape is not InputShape.TEXT:
         raise OptionError(
             f"--units packs text inputs only for now; these inputs are {plan.shape.value} "
             "records: pack them without --units"
         )
+    pad_id = _pad_id(options.pad_id, tok)
+    row_bytes = (3 if plan.labelled else 2) * 4 * options.max_len + 64
+    rows_per_shard = options.rows_per_shard or max(1, options.shard_bytes // row_bytes)
+    resolved = options.replace(
+        overflow=plan.overflow.value,
+        add_eos=plan.add_eos,
+        pad_id=pad_id,
+        rows_per_shard=rows_per_shard,
+    )
+    _set_threads(options.num_proc)
+    o = resolved
+    fingerprint = _fingerprint(
+        files,
+        tok,
+        o.max_len,
+        o.text_field,
+        plan.overflow,
+        o.add_eos,
+        o.bos,
+        o.pad_id,
+        o.skip_bad_records,
+        o.split,
+        o.txt_unit,
+        json.dumps(plan.describe(), sort_keys=True, default=str),
+    )
+    return _Run(out, resolved, tok, plan, files, fingerprint)
+
+
+def _tokenizer(options: PackOptions) -> Tokenizer:
+    spec = options.tokenizer
+    if spec is None or isinstance(spec, (str, os.PathLike)):
+        return load_tokenizer(spec, eos_token=options.eos_token, bos_token=options.bos_token)
+    return spec  # type: ignore[no-any-return]
+
+
+def _pad_id(pad_id: int | None, tok: Tokenizer) -> int:
     if pad_id is None:
         pad_id = tok.special.pad_id if tok.special.pad_id is not None else tok.special.eos_id
     if pad_id is None:
@@ -415,194 +416,214 @@ def pack(
             if vocab_size is not None
             else f"--pad-id must be >= 0, got {pad_id}"
         )
-    if txt_unit not in TXT_UNITS:
-        raise OptionError(f"--txt-unit must be line, paragraph or document, got {txt_unit!r}")
-    row_bytes = (3 if plan.labelled else 2) * 4 * max_len + 64
-    if rows_per_shard is None:
-        rows_per_shard = max(1, _parse_size(shard_size) // row_bytes)
+    return int(pad_id)
 
-    _set_threads(num_proc)
 
-    fingerprint = _fingerprint(
-        files,
-        tok,
-        max_len,
-        text_field,
-        overflow,
-        add_eos,
-        bos,
-        pad_id,
-        skip_bad_records,
-        split,
-        txt_unit,
-        json.dumps(plan.describe(), sort_keys=True, default=str),
-    )
-    total_bytes = sum(f.size_bytes for f in files)
-
-    with (
-        lock_output(out_path),
-        TokenStore(out_path, with_labels=plan.labelled, keep_on_error=resume) as store,
-    ):
-        saved = store.resume(fingerprint) if resume else None
-        if not resume:
-            store.start()
-        state = _ReadState.from_json(saved) if saved else _ReadState()
-        if not state.done:
-            _read_and_tokenize(
-                files,
-                state,
-                store,
-                plan,
-                fingerprint,
-                read=read,
-                read_options={
-                    "skip_bad_records": skip_bad_records,
-                    "split": split,
-                    "txt_unit": txt_unit,
-                },
-                max_len=max_len,
-                overflow=overflow,
-                total_bytes=total_bytes,
-                progress=progress,
-            )
-        counts = state.counts
-        label_counts = state.label_counts
-        counts.check()
-        if counts.read and counts.bad_records_skipped == counts.read:
-            first = state.bad_records[0] if state.bad_records else "?"
-            raise InputError(
-                f"all {counts.read:,} records were bad and skipped, so nothing was packed "
-                f"(the first: {first})"
-            )
-        items = store.items()
-        item_off, item_len = items["offset"], items["length"]
-        item_doc, item_chunk = items["doc_id"], items["chunk_id"]
-        del items
-
-        if progress:
-            progress("pack", 0, int(item_len.size))
-        row_of_item = first_fit_decreasing(item_len, max_len)
-        order, row_starts = plan_rows(row_of_item, item_len)
-        n_rows = int(row_starts.size - 1)
-        if progress:
-            progress("pack", int(item_len.size), int(item_len.size))
-        output_order = (
-            np.random.default_rng(seed).permutation(n_rows) if shuffle else np.arange(n_rows)
+def _tokenize_stage(
+    run: _Run,
+    store: TokenStore,
+    read: Callable[..., Iterable[TextBatch]] | None,
+    progress: ProgressCallback | None,
+) -> tuple[_ReadState, bool]:
+    """Read, tokenize and store every input (or resume from a checkpoint): the read state,
+    and whether it was resumed."""
+    o = run.options
+    saved = store.resume(run.fingerprint) if o.resume else None
+    if not o.resume:
+        store.start()
+    state = _ReadState.from_json(saved) if saved else _ReadState()
+    if not state.done:
+        _read_and_tokenize(
+            run.files,
+            state,
+            store,
+            run.plan,
+            run.fingerprint,
+            read=read,
+            read_options={
+                "skip_bad_records": o.skip_bad_records,
+                "split": o.split,
+                "txt_unit": o.txt_unit,
+            },
+            max_len=o.max_len,  # type: ignore[arg-type]
+            overflow=run.plan.overflow,
+            total_bytes=sum(f.size_bytes for f in run.files),
+            progress=progress,
         )
-        n_tokens = int(item_len.astype(np.int64).sum())
-        with ShardWriter(
-            out_path,
-            max_len=max_len,
-            num_rows=n_rows,
-            rows_per_shard=rows_per_shard,
-            with_labels=plan.labelled,
-            overwrite=overwrite,
-        ) as writer:
-            # Rows are gathered, and written as Arrow record batches, _GATHER_BYTES at a
-            # time: a block's rows hold documents from all over the store, so the store's
-            # pages a block touches, like the blocks in flight (three: being gathered,
-            # queued, being written), are bounded by the block size, not the corpus.
-            block = max(1, min(rows_per_shard, _GATHER_BYTES // row_bytes))
+    state.counts.check()
+    if state.counts.read and state.counts.bad_records_skipped == state.counts.read:
+        first = state.bad_records[0] if state.bad_records else "?"
+        raise InputError(
+            f"all {state.counts.read:,} records were bad and skipped, so nothing was packed "
+            f"(the first: {first})"
+        )
+    return state, saved is not None
 
-            def gather_blocks() -> Iterator[tuple[int, Any]]:
-                with store.reader() as source:
-                    for start in range(0, n_rows, block):
-                        plan_block = output_order[start : start + block]
-                        yield (
-                            start + plan_block.size,
-                            gather_rows(
-                                source,
-                                item_off,
-                                item_len,
-                                item_doc,
-                                item_chunk,
-                                order,
-                                row_starts,
-                                plan_block,
-                                max_len,
-                                pad_id,
-                            ),
-                        )
 
-            # Gathering (a thread; the copy kernel runs without the GIL) overlaps writing
-            # (Arrow, hashing and file I/O, which release it too).
-            for done, batch_out in _background(gather_blocks(), ahead=1):
-                writer.write(batch_out)
-                if progress:
-                    progress("write", done, n_rows)
-            if progress and n_rows == 0:
-                progress("write", 0, 0)
-            seconds = time.perf_counter() - started
-            lower = lower_bound_rows(n_tokens, max_len)
-            manifest = {
-                "packtool_version": __version__,
-                "created_unix": int(time.time()),
-                "tokenizer": _describe_tokenizer(tok),
-                "options": {
-                    "max_len": max_len,
-                    "text_field": text_field,
-                    "overflow": overflow.value,
-                    "add_eos": add_eos,
-                    "bos": bos,
-                    "pad_id": pad_id,
-                    "shuffle": shuffle,
-                    "seed": seed,
-                    "rows_per_shard": rows_per_shard,
-                    "skip_bad_records": skip_bad_records,
-                    "split": split,
-                    "txt_unit": txt_unit,
-                    **plan.describe(),
-                },
-                "inputs": state.input_records,
-                "documents": asdict(counts),
-                "segments": int(item_len.size),
-                "tokens": {
-                    "packed": n_tokens,
-                    "truncated_away": state.tokens_truncated,
-                    "dropped": state.tokens_dropped,
-                },
-                "rows": n_rows,
-                "lower_bound_rows": lower,
-                "rows_over_lower_bound": n_rows - lower,
-                "efficiency": n_tokens / (n_rows * max_len) if n_rows else 0.0,
-                "bad_records": state.bad_records,
-                "special_strings": {
-                    "documents": state.special_strings,
-                    "parsed": parse_special,
-                },
-                "seconds": round(seconds, 3),
-                **(extra_manifest or {}),
-            }
-            if plan.labelled:
-                manifest["tokens"]["learned"] = label_counts["learned"]
-                manifest["labels"] = _describe_labels(plan, label_counts)
-            if isinstance(tok, HFTokenizer):
-                tok_copy = writer.staging / "tokenizer.json"
-                try:
-                    tok_copy.write_bytes(tok.json_bytes)
-                except OSError as e:
-                    raise write_error(e, tok_copy, "cannot write the tokenizer copy") from e
-            manifest = writer.commit(manifest)
-    seconds = time.perf_counter() - started
+@dataclass(frozen=True)
+class _Layout:
+    """The row plan: which items go in which row, and the order rows are written in."""
+
+    items: dict[str, np.ndarray]  # offset, length, doc_id, chunk_id per item
+    order: np.ndarray
+    row_starts: np.ndarray
+    output_order: np.ndarray
+
+    @property
+    def n_rows(self) -> int:
+        return int(self.row_starts.size - 1)
+
+    @property
+    def n_tokens(self) -> int:
+        return int(self.items["length"].astype(np.int64).sum())
+
+
+def _plan_stage(store: TokenStore, o: PackOptions, progress: ProgressCallback | None) -> _Layout:
+    """First-fit-decreasing over the item lengths, then the seeded row shuffle."""
+    items = store.items()
+    item_len = items["length"]
+    if progress:
+        progress("pack", 0, int(item_len.size))
+    row_of_item = first_fit_decreasing(item_len, o.max_len)
+    order, row_starts = plan_rows(row_of_item, item_len)
+    n_rows = int(row_starts.size - 1)
+    if progress:
+        progress("pack", int(item_len.size), int(item_len.size))
+    output_order = (
+        np.random.default_rng(o.seed).permutation(n_rows) if o.shuffle else np.arange(n_rows)
+    )
+    return _Layout(items, order, row_starts, output_order)
+
+
+def _write_stage(
+    run: _Run,
+    store: TokenStore,
+    state: _ReadState,
+    layout: _Layout,
+    started: float,
+    progress: ProgressCallback | None,
+    extra_manifest: Mapping[str, Any] | None,
+) -> dict[str, Any]:
+    """Gather the rows from the store and write them, then the manifest (last)."""
+    o = run.options
+    assert o.max_len is not None and o.rows_per_shard is not None and o.pad_id is not None
+    n_rows = layout.n_rows
+    with ShardWriter(
+        run.out,
+        max_len=o.max_len,
+        num_rows=n_rows,
+        rows_per_shard=o.rows_per_shard,
+        with_labels=run.plan.labelled,
+        overwrite=o.overwrite,
+    ) as writer:
+        # Rows are gathered, and written as Arrow record batches, _GATHER_BYTES at a
+        # time: a block's rows hold documents from all over the store, so the store's
+        # pages a block touches, like the blocks in flight (three: being gathered,
+        # queued, being written), are bounded by the block size, not the corpus.
+        block = max(1, min(o.rows_per_shard, _GATHER_BYTES // run.row_bytes))
+        items = layout.items
+
+        def gather_blocks() -> Iterator[tuple[int, Any]]:
+            with store.reader() as source:
+                for start in range(0, n_rows, block):
+                    plan_block = layout.output_order[start : start + block]
+                    yield (
+                        start + plan_block.size,
+                        gather_rows(
+                            source,
+                            items["offset"],
+                            items["length"],
+                            items["doc_id"],
+                            items["chunk_id"],
+                            layout.order,
+                            layout.row_starts,
+                            plan_block,
+                            o.max_len,
+                            o.pad_id,
+                        ),
+                    )
+
+        # Gathering (a thread; the copy kernel runs without the GIL) overlaps writing
+        # (Arrow, hashing and file I/O, which release it too).
+        for done, batch_out in _background(gather_blocks(), ahead=1):
+            writer.write(batch_out)
+            if progress:
+                progress("write", done, n_rows)
+        if progress and n_rows == 0:
+            progress("write", 0, 0)
+        manifest = _manifest(run, state, layout, time.perf_counter() - started, extra_manifest)
+        if isinstance(run.tok, HFTokenizer):
+            tok_copy = writer.staging / "tokenizer.json"
+            try:
+                tok_copy.write_bytes(run.tok.json_bytes)
+            except OSError as e:
+                raise write_error(e, tok_copy, "cannot write the tokenizer copy") from e
+        return writer.commit(manifest)
+
+
+def _manifest(
+    run: _Run,
+    state: _ReadState,
+    layout: _Layout,
+    seconds: float,
+    extra: Mapping[str, Any] | None,
+) -> dict[str, Any]:
+    o = run.options
+    assert o.max_len is not None
+    n_rows, n_tokens = layout.n_rows, layout.n_tokens
+    lower = lower_bound_rows(n_tokens, o.max_len)
+    manifest = {
+        "packtool_version": __version__,
+        "created_unix": int(time.time()),
+        "tokenizer": _describe_tokenizer(run.tok),
+        "options": {**o.describe(), **run.plan.describe()},
+        "inputs": state.input_records,
+        "documents": asdict(state.counts),
+        "segments": int(layout.items["length"].size),
+        "tokens": {
+            "packed": n_tokens,
+            "truncated_away": state.tokens_truncated,
+            "dropped": state.tokens_dropped,
+        },
+        "rows": n_rows,
+        "lower_bound_rows": lower,
+        "rows_over_lower_bound": n_rows - lower,
+        "efficiency": n_tokens / (n_rows * o.max_len) if n_rows else 0.0,
+        "bad_records": state.bad_records,
+        "special_strings": {"documents": state.special_strings, "parsed": o.parse_special},
+        "seconds": round(seconds, 3),
+        **(extra or {}),
+    }
+    if run.plan.labelled:
+        manifest["tokens"]["learned"] = state.label_counts["learned"]
+        manifest["labels"] = _describe_labels(run.plan, state.label_counts)
+    return manifest
+
+
+def _report(
+    run: _Run, state: _ReadState, manifest: dict[str, Any], resumed: bool, seconds: float
+) -> PackReport:
+    o = run.options
+    assert o.max_len is not None
     return PackReport(
-        out_dir=out_path,
-        max_len=max_len,
-        documents=counts,
-        segments=int(item_len.size),
-        tokens=n_tokens,
+        out_dir=run.out,
+        max_len=o.max_len,
+        documents=state.counts,
+        segments=int(manifest["segments"]),
+        tokens=int(manifest["tokens"]["packed"]),
         tokens_truncated=state.tokens_truncated,
         tokens_dropped=state.tokens_dropped,
-        rows=n_rows,
-        lower_bound_rows=lower,
+        rows=int(manifest["rows"]),
+        lower_bound_rows=int(manifest["lower_bound_rows"]),
         shards=len(manifest["shards"]),
         seconds=seconds,
         bad_records=state.bad_records,
         manifest=manifest,
-        resumed=saved is not None,
-        tokens_learned=label_counts["learned"] if plan.labelled else None,
+        resumed=resumed,
+        tokens_learned=state.label_counts["learned"] if run.plan.labelled else None,
         special_strings=state.special_strings,
-        parse_special=parse_special,
-        notices=[n for n in (getattr(tok, "notice", None),) if n],
+        parse_special=o.parse_special,
+        notices=[n for n in (getattr(run.tok, "notice", None),) if n],
     )
 
 

@@ -41,7 +41,7 @@ import re
 import socket
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -50,7 +50,7 @@ import pyarrow as pa
 from ._version import __version__
 from .errors import BadRecordError, FormatError, InputError, OptionError, OutputExistsError
 from .format import MANIFEST_FILE, read_manifest
-from .packing import Overflow
+from .options import PackOptions
 from .sources import BATCH_DOCS, InputFile, TextBatch, _check_column, _check_record, read_texts
 from .tokenize import Tokenizer, load_tokenizer
 
@@ -58,12 +58,13 @@ __all__ = [
     "UNITS_DIR",
     "Piece",
     "Unit",
-    "UnitOptions",
     "UnitResult",
+    "options_key",
     "plan_units",
     "read_piece",
     "run_unit",
     "unit_dirs",
+    "unit_tokenizer",
 ]
 
 UNITS_DIR = "units"
@@ -81,65 +82,29 @@ _SCAN_BLOCK = 1 << 20
 # -- options -------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class UnitOptions:
-    """The options of ``pack`` that decide a unit's rows (all but layout and resources).
+def unit_tokenizer(options: PackOptions) -> tuple[Tokenizer, bool]:
+    """The tokenizer of ``options``, loaded at most once per process: ``(tokenizer,
+    loaded_now)``. A tokenizer object (library use, e.g. a test fake) must pickle to run in
+    other processes."""
+    spec = options.tokenizer
+    if spec is not None and not isinstance(spec, str):
+        return spec, False
+    key = (spec, options.eos_token, options.bos_token)
+    cached = _TOKENIZERS.get(key)
+    if cached is not None:
+        return cached, False
+    tok = load_tokenizer(spec, eos_token=options.eos_token, bos_token=options.bos_token)
+    _TOKENIZERS[key] = tok
+    return tok, True
 
-    ``shuffle``, ``seed`` and the shard size only matter when units are merged; the engine,
-    ``--num-proc`` and progress never change the output.
-    """
 
-    max_len: int
-    tokenizer: str | None = None  # spec as given to load_tokenizer (None: bundled)
-    text_field: str = "text"
-    overflow: str = "split"
-    add_eos: bool = True
-    bos: bool | None = None
-    eos_token: str | None = None
-    bos_token: str | None = None
-    pad_id: int | None = None
-    skip_bad_records: bool = False
-    split: str | None = None
-    txt_unit: str = "line"
-    parse_special: bool = False
-    tokenizer_object: Tokenizer | None = field(default=None, compare=False, repr=False)
-    """A tokenizer object instead of a spec (library use, e.g. a test fake); it must pickle
-    to run in other processes."""
-
-    def check(self) -> None:
-        """Check the options eagerly, before any unit runs (same messages as ``pack``)."""
-        if not isinstance(self.max_len, int) or self.max_len < 2:
-            raise OptionError(f"--max-len must be an integer >= 2, got {self.max_len!r}")
-        try:
-            Overflow(self.overflow)
-        except ValueError:
-            raise OptionError(
-                f"--overflow must be one of split, truncate, drop; got {self.overflow!r}"
-            ) from None
-        if self.txt_unit not in ("line", "paragraph", "document"):
-            raise OptionError(
-                f"--txt-unit must be line, paragraph or document, got {self.txt_unit!r}"
-            )
-
-    def load_tokenizer(self) -> tuple[Tokenizer, bool]:
-        """The tokenizer, loaded at most once per process: ``(tokenizer, loaded_now)``."""
-        if self.tokenizer_object is not None:
-            return self.tokenizer_object, False
-        key = (self.tokenizer, self.eos_token, self.bos_token)
-        cached = _TOKENIZERS.get(key)
-        if cached is not None:
-            return cached, False
-        tok = load_tokenizer(self.tokenizer, eos_token=self.eos_token, bos_token=self.bos_token)
-        _TOKENIZERS[key] = tok
-        return tok, True
-
-    def key(self) -> dict[str, Any]:
-        """What identifies the rows a unit packs: every option here, and the tokenizer by the
-        sha256 of its file (so an edited tokenizer.json re-packs)."""
-        tok, _ = self.load_tokenizer()
-        out = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "tokenizer_object"}
-        out["tokenizer"] = {"spec": self.tokenizer or tok.name, "sha256": tok.sha256}
-        return out
+def options_key(options: PackOptions) -> dict[str, Any]:
+    """What identifies the rows a unit packs: the options that decide rows, and the tokenizer
+    by the sha256 of its file (so an edited tokenizer.json re-packs)."""
+    tok, _ = unit_tokenizer(options)
+    out = options.rows_key()
+    out["tokenizer"] = {"spec": options.tokenizer_spec or tok.name, "sha256": tok.sha256}
+    return out
 
 
 _TOKENIZERS: dict[tuple[Any, ...], Tokenizer] = {}
@@ -187,9 +152,9 @@ class Unit:
     index: int
     count: int
     pieces: tuple[Piece, ...]
-    plan: str  # sha256 of the whole plan: inputs, cut points, options (UnitOptions.key)
+    plan: str  # sha256 of the whole plan: inputs, cut points, options (options_key)
     inputs_sha256: str = ""  # of the inputs' paths, kinds and sizes
-    options_json: str = "null"  # UnitOptions.key(), as JSON
+    options_json: str = "null"  # options_key(options), as JSON
 
     @property
     def name(self) -> str:
@@ -315,7 +280,7 @@ def _splitter(inp: InputFile) -> _Splitter:
 
 
 def plan_units(
-    files: Sequence[InputFile], units: int, options: UnitOptions | None = None
+    files: Sequence[InputFile], units: int, options: PackOptions | None = None
 ) -> list[Unit]:
     """Assign the inputs to ``units`` contiguous units, balanced by bytes.
 
@@ -326,7 +291,7 @@ def plan_units(
     for any other input. A cut never moves backwards past the one before it, so a unit can
     be empty (more units than places to cut). An empty file goes with the unit where it
     starts. The plan's hash covers the inputs (path, kind, size), the cut points and
-    ``options.key()``; the same inputs and options give the same units everywhere.
+    ``options_key(options)``; the same inputs and options give the same units everywhere.
     """
     if not isinstance(units, int) or units < 1:
         raise OptionError(f"--units must be an integer >= 1, got {units!r}")
@@ -348,12 +313,12 @@ def plan_units(
 
     inputs = [[str(f.path), f.kind, f.compression, f.size_bytes] for f in files]
     inputs_sha = _sha256({"inputs": inputs})
-    options_key = options.key() if options is not None else None
+    key = options_key(options) if options is not None else None
     plan = _sha256(
         {
             "plan_version": PLAN_VERSION,
             "units": units,
-            "options": options_key,
+            "options": key,
             "inputs": inputs_sha,
             "bounds": bounds,
         }
@@ -369,7 +334,7 @@ def plan_units(
             lo, hi = max(bounds[u], lo_file), min(bounds[u + 1], hi_file)
             if lo < hi:
                 pieces[u].append(splitter.piece(lo - lo_file, hi - lo_file))
-    options_json = json.dumps(options_key, sort_keys=True)
+    options_json = json.dumps(key, sort_keys=True)
     return [Unit(u, units, tuple(pieces[u]), plan, inputs_sha, options_json) for u in range(units)]
 
 
@@ -601,7 +566,7 @@ def _differences(recorded: dict[str, Any], unit: Unit) -> str:
 def run_unit(
     unit: Unit,
     out_dir: str | os.PathLike[str],
-    options: UnitOptions,
+    options: PackOptions,
     *,
     merge_options: dict[str, Any] | None = None,
     overwrite: bool = False,
@@ -624,27 +589,24 @@ def run_unit(
                 unit, done, skipped=True, seconds=time.perf_counter() - started
             )
     (Path(out_dir) / UNITS_DIR).mkdir(parents=True, exist_ok=True)
-    tok, loaded = options.load_tokenizer()
+    tok, loaded = unit_tokenizer(options)
     record = unit.describe()
     if merge_options is not None:
         record["merge_options"] = merge_options
     report = pack(
         [],
         unit.directory(out_dir),
-        max_len=options.max_len,
-        tokenizer=tok,
-        text_field=options.text_field,
-        overflow=options.overflow,
-        add_eos=options.add_eos,
-        bos=options.bos,
-        pad_id=options.pad_id,
-        shuffle=False,
-        overwrite=overwrite,
-        skip_bad_records=options.skip_bad_records,
-        split=options.split,
-        txt_unit=options.txt_unit,
-        parse_special=options.parse_special,
-        num_proc=num_proc,
+        options.replace(
+            tokenizer=tok,
+            shuffle=False,
+            overwrite=overwrite,
+            resume=False,
+            num_proc=num_proc,
+            units=None,
+            unit=None,
+            engine="local",
+            ray_address=None,
+        ),
         progress=progress,
         files=unit.pieces,
         read=read_piece,
@@ -672,10 +634,3 @@ def result_from_manifest(
         host=socket.gethostname(),
         tokenizer_loaded=False,
     )
-
-
-def with_tokenizer_spec(options: UnitOptions, tokenizer: Any) -> UnitOptions:
-    """``options`` with ``tokenizer`` as a spec (str/path/None) or a tokenizer object."""
-    if tokenizer is None or isinstance(tokenizer, (str, os.PathLike)):
-        return replace(options, tokenizer=None if tokenizer is None else str(tokenizer))
-    return replace(options, tokenizer=None, tokenizer_object=tokenizer)

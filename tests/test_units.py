@@ -26,8 +26,9 @@ import packtool
 from packtool.engines import pack_units
 from packtool.errors import BadRecordError, FormatError, OptionError, OutputExistsError
 from packtool.merge import merge_units, segment_lengths
+from packtool.options import PackOptions
 from packtool.sources import InputFile, read_texts, resolve_inputs
-from packtool.units import UnitOptions, plan_units, read_piece
+from packtool.units import plan_units, read_piece
 
 PROPS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -356,7 +357,7 @@ def test_segment_lengths() -> None:
 
 def test_sample_corpus_units_bytes_balanced(tmp_path: Path) -> None:
     files = resolve_inputs([SAMPLE])
-    units = plan_units(files, 4, UnitOptions(max_len=4096))
+    units = plan_units(files, 4, PackOptions(max_len=4096))
     sizes = [u.size_bytes for u in units]
     assert sum(sizes) == SAMPLE.stat().st_size
     longest_line = max(len(x) for x in SAMPLE.read_bytes().split(b"\n"))

@@ -25,25 +25,21 @@ from typing import Any
 
 from ..errors import OptionError, OutputExistsError, PacktoolError
 from ..merge import merge_units
-from ..pipeline import DEFAULT_SHARD_BYTES, PackReport, _parse_size
+from ..options import ENGINES, PackOptions
+from ..pipeline import PackReport
 from ..sources import resolve_inputs
-from ..tokenize import Tokenizer
 from ..units import (
     UNITS_DIR,
     Unit,
-    UnitOptions,
     UnitResult,
     finished_unit,
     plan_units,
     result_from_manifest,
     run_unit,
     unit_dirs,
-    with_tokenizer_spec,
 )
 
 __all__ = ["ENGINES", "UnitFailedError", "UnitsReport", "pack_units"]
-
-ENGINES = ("local", "ray")
 
 
 class UnitFailedError(PacktoolError):
@@ -80,7 +76,7 @@ class UnitsReport:
 def call_unit(
     unit: Unit,
     out_dir: str,
-    options: UnitOptions,
+    options: PackOptions,
     merge_options: dict[str, Any],
     overwrite: bool,
     threads: int | None,
@@ -151,33 +147,14 @@ def _prepare(out: Path, count: int, single: bool, overwrite: bool) -> None:
 def pack_units(
     inputs: Sequence[str | os.PathLike[str]],
     out_dir: str | os.PathLike[str],
+    options: PackOptions | None = None,
     *,
-    units: int,
-    unit: int | None = None,
-    engine: str = "local",
-    ray_address: str | None = None,
-    max_len: int,
-    tokenizer: str | os.PathLike[str] | Tokenizer | None = None,
-    text_field: str = "text",
-    overflow: str = "split",
-    add_eos: bool = True,
-    bos: bool | None = None,
-    eos_token: str | None = None,
-    bos_token: str | None = None,
-    pad_id: int | None = None,
-    shuffle: bool = True,
-    seed: int = 0,
-    rows_per_shard: int | None = None,
-    shard_size: str | int = DEFAULT_SHARD_BYTES,
-    overwrite: bool = False,
-    skip_bad_records: bool = False,
-    split: str | None = None,
-    txt_unit: str = "line",
-    num_proc: int | None = None,
     progress: Callable[[str, int, int | None], None] | None = None,
-    parse_special: bool = False,
+    **option_values: Any,
 ) -> UnitsReport:
-    """Pack ``inputs`` as ``units`` work units on ``engine``, then merge them into ``out_dir``.
+    """Pack ``inputs`` as ``options.units`` work units on ``options.engine``, then merge them
+    into ``out_dir``. Keyword arguments are fields of :class:`~packtool.options.PackOptions`
+    (``units=4, max_len=4096, ...``) and override ``options``.
 
     Each unit is FFD-packed on its own (:mod:`packtool.units`), so the rows differ from a
     single ``pack`` only in which documents share a row; the manifest's ``global_ffd_rows``
@@ -190,44 +167,23 @@ def pack_units(
     a local Ray instance is started for the run and stopped after it.
     """
     started = time.perf_counter()
-    if not isinstance(units, int) or units < 1:
-        raise OptionError(f"--units must be an integer >= 1, got {units!r}")
-    if unit is not None and not 0 <= unit < units:
+    options = (options or PackOptions()).replace(**option_values)
+    if options.units is None:
+        raise OptionError("--unit, --engine and --ray-address work on units: give --units N")
+    if options.input_shape not in ("auto", "text") or (
+        options.chat_template is not None or options.loss_on is not None
+    ):
         raise OptionError(
-            f"--unit must be in 0..{units - 1} (0-based, for --units {units}), got {unit}"
+            "--units packs text inputs only for now: pack instruction data without --units"
         )
-    if engine not in ENGINES:
-        raise OptionError(f"--engine must be one of {', '.join(ENGINES)}; got {engine!r}")
-    if ray_address is not None and engine != "ray":
-        raise OptionError("--ray-address needs --engine ray")
-    if unit is not None and engine != "local":
-        raise OptionError(
-            "--unit runs one unit in this process: leave out --engine (the launcher is the engine)"
-        )
-    if rows_per_shard is not None and rows_per_shard < 1:
-        raise OptionError(f"--rows-per-shard must be >= 1, got {rows_per_shard}")
-    if num_proc is not None and num_proc < 1:
-        raise OptionError(f"--num-proc must be >= 1, got {num_proc}")
-    options = with_tokenizer_spec(
-        UnitOptions(
-            max_len=max_len,
-            text_field=text_field,
-            overflow=str(getattr(overflow, "value", overflow)),
-            add_eos=add_eos,
-            bos=bos,
-            eos_token=eos_token,
-            bos_token=bos_token,
-            pad_id=pad_id,
-            skip_bad_records=skip_bad_records,
-            split=split,
-            txt_unit=txt_unit,
-            parse_special=parse_special,
-        ),
-        tokenizer,
+    if options.max_len is None:
+        raise OptionError("--max-len is required: the tokens per row, e.g. --max-len 4096")
+    units, unit, engine = options.units, options.unit, options.engine
+    overwrite, num_proc = options.overwrite, options.num_proc
+    shuffle, seed = options.shuffle, options.seed
+    rows_per_shard = options.rows_per_shard or max(
+        1, options.shard_bytes // (2 * 4 * options.max_len + 64)
     )
-    options.check()
-    if rows_per_shard is None:
-        rows_per_shard = max(1, _parse_size(shard_size) // (2 * 4 * max_len + 64))
     merge_options = {"shuffle": shuffle, "seed": seed, "rows_per_shard": rows_per_shard}
     out = Path(out_dir)
     # Absolute paths: every launcher (and every node) then plans and reads the same files.
@@ -270,7 +226,7 @@ def pack_units(
                 options,
                 merge_options=merge_options,
                 num_proc=num_proc,
-                address=ray_address,
+                address=options.ray_address,
                 progress=progress,
                 already=len(results),
             )

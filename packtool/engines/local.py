@@ -17,7 +17,8 @@ from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 from typing import Any
 
-from ..units import Unit, UnitOptions, UnitResult
+from ..options import PackOptions
+from ..units import Unit, UnitResult
 from . import UnitFailedError, call_unit, unwrap
 
 __all__ = ["run_local"]
@@ -26,7 +27,7 @@ __all__ = ["run_local"]
 def run_local(
     units: Sequence[Unit],
     out_dir: Path,
-    options: UnitOptions,
+    options: PackOptions,
     *,
     merge_options: dict[str, Any],
     num_proc: int | None = None,

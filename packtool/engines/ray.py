@@ -26,7 +26,8 @@ from typing import Any
 
 from .. import __version__
 from ..errors import OptionError
-from ..units import Unit, UnitOptions, UnitResult
+from ..options import PackOptions
+from ..units import Unit, UnitResult
 from . import UnitFailedError, call_unit, unwrap
 
 __all__ = ["import_ray", "run_ray"]
@@ -47,7 +48,7 @@ def import_ray() -> Any:
 def _task(
     unit: Unit,
     out_dir: str,
-    options: UnitOptions,
+    options: PackOptions,
     merge_options: dict[str, Any],
     threads: int,
 ) -> tuple[str, Any]:
@@ -58,7 +59,7 @@ def _task(
 def run_ray(
     units: Sequence[Unit],
     out_dir: Path,
-    options: UnitOptions,
+    options: PackOptions,
     *,
     merge_options: dict[str, Any],
     num_proc: int | None = None,

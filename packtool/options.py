@@ -1,0 +1,259 @@
+"""The options of a pack: one frozen record, checked once, carried whole through every stage.
+
+The CLI builds a :class:`PackOptions` from its flags and the library API from keyword
+arguments; ``pack``, work units, engines, ``merge`` and ``stats`` of a corpus take it whole. An
+option is added here (field, check, description), as a flag of the command that offers it, and
+in the stage that uses it; nothing else spells it.
+
+>>> o = PackOptions(max_len=4096, overflow="truncate")
+>>> o.overflow, o.add_eos
+('truncate', None)
+>>> PackOptions(max_len=1)
+Traceback (most recent call last):
+  ...
+packtool.errors.OptionError: --max-len must be an integer >= 2, got 1
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from typing import Any
+
+from .errors import OptionError
+
+__all__ = [
+    "DEFAULT_SHARD_SIZE",
+    "ENGINES",
+    "INPUT_SHAPES",
+    "LOSS_ON",
+    "MAX_LEN_LIMIT",
+    "OVERFLOWS",
+    "TXT_UNITS",
+    "PackOptions",
+    "parse_size",
+]
+
+OVERFLOWS = ("split", "truncate", "drop")
+TXT_UNITS = ("line", "paragraph", "document")
+INPUT_SHAPES = ("text", "prompt-completion", "chat", "auto")
+LOSS_ON = ("completion", "assistant", "all")
+ENGINES = ("local", "ray")
+MAX_LEN_LIMIT = (1 << 31) - 1
+"""Rows are Arrow lists with 32-bit offsets: a row of more tokens cannot be written."""
+
+DEFAULT_SHARD_SIZE = "256MB"
+_NEEDS_UNITS = "--unit, --engine and --ray-address work on units: give --units N"
+
+_ROWS_KEY = (
+    "max_len",
+    "text_field",
+    "input_shape",
+    "prompt_field",
+    "completion_field",
+    "messages_field",
+    "loss_on",
+    "overflow",
+    "add_eos",
+    "bos",
+    "eos_token",
+    "bos_token",
+    "pad_id",
+    "parse_special",
+    "skip_bad_records",
+    "split",
+    "txt_unit",
+)
+
+
+def parse_size(size: str | int) -> int:
+    """Bytes in ``size``: an integer, or a text such as ``256MB``, ``1.5GB``, ``64KiB``."""
+    if isinstance(size, bool):
+        raise OptionError(f"--shard-size: cannot read {size!r} as a size (e.g. 256MB)")
+    if isinstance(size, int):
+        value = size
+    else:
+        text = str(size).strip().upper().replace("IB", "B")
+        units = (("KB", 1 << 10), ("MB", 1 << 20), ("GB", 1 << 30), ("B", 1))
+        number, factor = text, 1
+        for unit, unit_factor in units:
+            if text.endswith(unit):
+                number, factor = text[: -len(unit)].strip(), unit_factor
+                break
+        try:
+            value = int(float(number) * factor)
+        except (ValueError, OverflowError):
+            raise OptionError(
+                f"--shard-size: cannot read {size!r} as a size (e.g. 256MB)"
+            ) from None
+    if value <= 0:
+        raise OptionError(f"--shard-size must be positive, got {size!r}")
+    return value
+
+
+def _enum(flag: str, value: Any, choices: tuple[str, ...]) -> str:
+    value = getattr(value, "value", value)  # the library's enums are str enums
+    if value not in choices:
+        raise OptionError(f"{flag} must be one of {', '.join(choices)}; got {value!r}")
+    return str(value)
+
+
+def _count(flag: str, value: Any, minimum: int, maximum: int | None = None) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise OptionError(f"{flag} must be an integer >= {minimum}, got {value!r}")
+    if maximum is not None and value > maximum:
+        raise OptionError(f"{flag} must be at most {maximum:,}, got {value:,}")
+
+
+@dataclass(frozen=True)
+class PackOptions:
+    """Every option of ``packtool pack`` (and of the library's :func:`packtool.pack`).
+
+    ``None`` means "decided from the data or the tokenizer": ``overflow`` (split for text,
+    drop for instruction data), ``add_eos`` (on, except for chats), ``bos`` (the tokenizer's
+    post-processor), ``pad_id`` (the pad token, else EOS), ``rows_per_shard`` (from
+    ``shard_size``), ``loss_on`` (by the input shape). ``tokenizer`` is a spec (a path, a hub
+    name, ``None`` for the bundled one) or a tokenizer object (library use).
+    """
+
+    # What the rows hold
+    max_len: int | None = None
+    tokenizer: Any = None
+    text_field: str = "text"
+    input_shape: str = "auto"
+    prompt_field: str = "prompt"
+    completion_field: str = "completion"
+    messages_field: str = "messages"
+    chat_template: Any = None  # a path, or a packtool.chat.ChatTemplate
+    loss_on: str | None = None
+    overflow: str | None = None
+    add_eos: bool | None = None
+    bos: bool | None = None
+    eos_token: str | None = None
+    bos_token: str | None = None
+    pad_id: int | None = None
+    parse_special: bool = False
+    skip_bad_records: bool = False
+    split: str | None = None
+    txt_unit: str = "line"
+    # How rows are laid out
+    shuffle: bool = True
+    seed: int = 0
+    rows_per_shard: int | None = None
+    shard_size: str | int = DEFAULT_SHARD_SIZE
+    # How the run goes (never changes the rows)
+    overwrite: bool = False
+    resume: bool = False
+    num_proc: int | None = None
+    units: int | None = None
+    unit: int | None = None
+    engine: str = "local"
+    ray_address: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.max_len is not None:
+            _count("--max-len", self.max_len, 2, MAX_LEN_LIMIT)
+        if self.overflow is not None:
+            object.__setattr__(self, "overflow", _enum("--overflow", self.overflow, OVERFLOWS))
+        object.__setattr__(
+            self, "input_shape", _enum("--input-shape", self.input_shape, INPUT_SHAPES)
+        )
+        if self.loss_on is not None:
+            object.__setattr__(self, "loss_on", _enum("--loss-on", self.loss_on, LOSS_ON))
+        if self.txt_unit not in TXT_UNITS:
+            raise OptionError(
+                f"--txt-unit must be line, paragraph or document, got {self.txt_unit!r}"
+            )
+        _enum("--engine", self.engine, ENGINES)
+        if self.pad_id is not None and (
+            isinstance(self.pad_id, bool) or not isinstance(self.pad_id, int)
+        ):  # its range is the tokenizer's vocabulary, checked when that is loaded
+            raise OptionError(f"--pad-id must be an integer, got {self.pad_id!r}")
+        if self.rows_per_shard is not None:
+            _count("--rows-per-shard", self.rows_per_shard, 1)
+        parse_size(self.shard_size)
+        if self.num_proc is not None:
+            _count("--num-proc", self.num_proc, 1)
+        if not isinstance(self.seed, int) or isinstance(self.seed, bool):
+            raise OptionError(f"--seed must be an integer, got {self.seed!r}")
+        self._check_units()
+        for name in ("tokenizer", "chat_template"):  # paths as text: they pickle and print
+            value = getattr(self, name)
+            if isinstance(value, os.PathLike):
+                object.__setattr__(self, name, os.fspath(value))
+
+    def _check_units(self) -> None:
+        if self.units is not None:
+            _count("--units", self.units, 1)
+        if self.unit is not None:
+            if self.units is None:
+                raise OptionError(_NEEDS_UNITS)
+            if not isinstance(self.unit, int) or not 0 <= self.unit < self.units:
+                raise OptionError(
+                    f"--unit must be in 0..{self.units - 1} (0-based, for --units "
+                    f"{self.units}), got {self.unit}"
+                )
+            if self.engine != "local":
+                raise OptionError(
+                    "--unit runs one unit in this process: leave out --engine (the launcher "
+                    "is the engine)"
+                )
+        if self.units is None and (self.engine != "local" or self.ray_address is not None):
+            raise OptionError(_NEEDS_UNITS)
+        if self.ray_address is not None and self.engine != "ray":
+            raise OptionError("--ray-address needs --engine ray")
+
+    @classmethod
+    def from_mapping(cls, values: Mapping[str, Any]) -> PackOptions:
+        """The options among ``values`` (e.g. a CLI command's parameters); others ignored."""
+        names = {f.name for f in fields(cls) if f.init}
+        return cls(**{k: v for k, v in values.items() if k in names})
+
+    def replace(self, **changes: Any) -> PackOptions:
+        return dataclasses.replace(self, **changes)
+
+    @property
+    def tokenizer_spec(self) -> str | None:
+        """The tokenizer as given, when it is a spec (``None``: bundled, or an object)."""
+        return self.tokenizer if isinstance(self.tokenizer, str) else None
+
+    @property
+    def shard_bytes(self) -> int:
+        return parse_size(self.shard_size)
+
+    def rows_key(self) -> dict[str, Any]:
+        """The options that decide which rows a run packs (what work units are keyed by)."""
+        out = {name: getattr(self, name) for name in _ROWS_KEY}
+        template = self.chat_template
+        out["chat_template"] = None if template is None else getattr(template, "sha256", template)
+        return out
+
+    def describe(self) -> dict[str, Any]:
+        """The manifest's ``options`` (the resolved values of a run; see ``pipeline``)."""
+        return {
+            "max_len": self.max_len,
+            "text_field": self.text_field,
+            "overflow": self.overflow,
+            "add_eos": self.add_eos,
+            "bos": self.bos,
+            "pad_id": self.pad_id,
+            "shuffle": self.shuffle,
+            "seed": self.seed,
+            "rows_per_shard": self.rows_per_shard,
+            "skip_bad_records": self.skip_bad_records,
+            "split": self.split,
+            "txt_unit": self.txt_unit,
+        }
+
+    def changed(self, *names: str) -> list[str]:
+        """The flags among ``names`` (field names) whose values differ from the defaults."""
+        default = PackOptions()
+        return [_flag(n) for n in names if getattr(self, n) != getattr(default, n)]
+
+
+def _flag(name: str) -> str:
+    return {"add_eos": "--no-eos", "bos": "--bos/--no-bos", "cache": "--no-cache"}.get(
+        name, "--" + name.replace("_", "-")
+    )
