@@ -40,10 +40,6 @@ def _pct(x: float) -> str:
     return f"{x:.1%}"
 
 
-def _num(x: int | None) -> str:
-    return "-" if x is None else f"{x:,}"
-
-
 def _bin_labels(hist: Histogram, percent_of: int | None = None) -> list[str]:
     """Labels of the bins: ``≤ e1``, ``e1+1–e2``, ..., or percents of ``percent_of``."""
     e = hist.edges

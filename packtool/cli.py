@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import functools
 import json
-import os
 import re
 import signal
 import sys
@@ -454,6 +453,40 @@ def pack(
 # == stats (issue 4): add the `stats` command below this line ==
 
 
+_CORPUS_OPTIONS = (
+    "tokenizer",
+    "text_field",
+    "overflow",
+    "add_eos",
+    "bos",
+    "eos_token",
+    "bos_token",
+    "skip_bad_records",
+    "split",
+    "txt_unit",
+    "parse_special",
+    "num_proc",
+)
+"""The options of `stats` that apply to a corpus only (fields of PackOptions)."""
+
+
+def _not_a_packed_output(first: Path) -> typer.Exit:
+    """Why `stats PATH` without --max-len cannot go on (printed; the exit to raise)."""
+    if first.is_dir() and any(first.glob("data-*-of-*.arrow")):
+        return fail(
+            f"{first} is not a packtool output: it has no manifest.json (an interrupted "
+            "`packtool pack` never writes one); for the stats of a corpus, pass --max-len",
+            2,
+        )
+    if not first.exists() and not any(c in str(first) for c in "*?["):
+        return fail(f"{first}: no such file or directory")
+    return fail(
+        f"{first} is not a packed output (no manifest.json); to see how this corpus would "
+        "pack, pass --max-len, e.g. --max-len 2048,4096,8192",
+        2,
+    )
+
+
 @app.command()
 @handle_errors
 def stats(
@@ -497,12 +530,20 @@ def stats(
         str, typer.Option(help="Corpus mode: field (column) holding the text.")
     ] = "text",
     overflow: Annotated[
-        str,
-        typer.Option(help="Corpus mode: split, truncate or drop documents over max-len."),
-    ] = "split",
-    eos: Annotated[
-        bool, typer.Option("--eos/--no-eos", help="Corpus mode: append EOS to every document.")
-    ] = True,
+        str | None,
+        typer.Option(
+            help="Corpus mode: split, truncate or drop documents over max-len \\[default: split].",
+            show_default=False,
+        ),
+    ] = None,
+    add_eos: Annotated[
+        bool | None,
+        typer.Option(
+            "--eos/--no-eos",
+            help="Corpus mode: append EOS to every document \\[default: on].",
+            show_default=False,
+        ),
+    ] = None,
     bos: Annotated[
         bool | None,
         typer.Option(
@@ -566,8 +607,11 @@ def stats(
     (tokenized lengths are cached, so a second call is fast).
     """
     from ._stats_render import render_corpus_stats, render_dataset_stats
+    from .options import PackOptions
     from .stats import corpus_stats, dataset_stats, is_packed_output, parse_max_lens
 
+    corpus = {k: v for k, v in locals().items() if k not in ("seed", "max_len")}
+    options = PackOptions.from_mapping(corpus)  # max_len and seed mean other things here
     packed_outputs = [p for p in paths if is_packed_output(p)]
     if packed_outputs and len(paths) > 1:
         raise fail(
@@ -576,24 +620,9 @@ def stats(
             2,
         )
     if packed_outputs:
-        corpus_only = {
-            "--max-len": max_len is not None,
-            "--tokenizer": tokenizer is not None,
-            "--text-field": text_field != "text",
-            "--overflow": overflow != "split",
-            "--no-eos": not eos,
-            "--bos/--no-bos": bos is not None,
-            "--eos-token": eos_token is not None,
-            "--bos-token": bos_token is not None,
-            "--skip-bad-records": skip_bad_records,
-            "--split": split is not None,
-            "--txt-unit": txt_unit != "line",
-            "--parse-special": parse_special,
-            "--cache-dir": cache_dir is not None,
-            "--no-cache": not cache,
-            "--num-proc": num_proc is not None,
-        }
-        given = [name for name, on in corpus_only.items() if on]
+        given = ["--max-len"] if max_len is not None else []
+        given += options.changed(*_CORPUS_OPTIONS)
+        given += [n for n, on in (("--cache-dir", cache_dir), ("--no-cache", not cache)) if on]
         if given:
             raise fail(
                 f"{paths[0]} is a packed output: {', '.join(given)} appl"
@@ -605,45 +634,17 @@ def stats(
         renderable = None if as_json else render_dataset_stats(result)
     else:
         if max_len is None:
-            first = paths[0]
-            if first.is_dir() and any(first.glob("data-*-of-*.arrow")):
-                raise fail(
-                    f"{first} is not a packtool output: it has no manifest.json (an "
-                    "interrupted `packtool pack` never writes one); for the stats of a corpus, "
-                    "pass --max-len",
-                    2,
-                )
-            if not first.exists() and not any(c in str(first) for c in "*?["):
-                raise fail(f"{first}: no such file or directory")
-            raise fail(
-                f"{first} is not a packed output (no manifest.json); to see how this corpus "
-                "would pack, pass --max-len, e.g. --max-len 2048,4096,8192",
-                2,
-            )
-        if num_proc is not None:
-            if num_proc < 1:
-                raise fail(f"--num-proc must be >= 1, got {num_proc}", 2)
-            os.environ["RAYON_NUM_THREADS"] = str(num_proc)
+            raise _not_a_packed_output(paths[0])
         with _RichProgress(enabled=not as_json) as progress:
             result = corpus_stats(
                 [str(p) for p in paths],
                 parse_max_lens(max_len),
-                tokenizer=tokenizer,
-                text_field=text_field,
-                overflow=overflow,
-                add_eos=eos,
-                bos=bos,
-                eos_token=eos_token,
-                bos_token=bos_token,
-                skip_bad_records=skip_bad_records,
-                split=split,
-                txt_unit=txt_unit,
+                options,
                 batch_size=batch_size,
                 seed=seed,
                 cache_dir=cache_dir,
                 use_cache=cache,
                 progress=progress,
-                parse_special=parse_special,
             )
         renderable = None if as_json else render_corpus_stats(result)
         if not as_json:

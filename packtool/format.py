@@ -235,15 +235,6 @@ _HASH_IN_THREAD_BYTES = 1 << 20
 _WRITEBACK_BYTES = 32 << 20
 
 
-def sha256_file(path: Path) -> str:
-    """The sha256 of a file, as recorded for each shard in the manifest."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 22), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def _write_json(path: Path, obj: Any) -> None:
     try:
         with open(path, "w", encoding="utf-8") as f:

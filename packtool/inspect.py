@@ -51,7 +51,6 @@ __all__ = [
     "parse_window",
     "pick_row",
     "row_mask_grid",
-    "shade_chars",
 ]
 
 SHADES = " ░▒▓█"
@@ -108,11 +107,6 @@ def shade_index(fraction: ArrayLike) -> np.ndarray:
     out = np.where(f <= 1 / 3, 1, np.where(f <= 2 / 3, 2, 3))
     out = np.where(f <= 0, 0, out)
     return np.where(f >= 1, 4, out).astype(np.int8)
-
-
-def shade_chars(fraction: ArrayLike) -> np.ndarray:
-    """The :data:`SHADES` character of every fraction (an array of 1-character strings)."""
-    return np.asarray(list(SHADES))[shade_index(fraction)]
 
 
 def downsample_mask(

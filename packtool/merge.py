@@ -166,7 +166,7 @@ def _global_inputs(units: list[tuple[Path, dict[str, Any]]], first_docs: list[in
     return out
 
 
-def _report(out: Path, manifest: dict[str, Any], seconds: float) -> PackReport:
+def report_from_manifest(out: Path, manifest: dict[str, Any], seconds: float) -> PackReport:
     return PackReport(
         out_dir=out,
         max_len=int(manifest["max_len"]),
@@ -226,13 +226,13 @@ def merge_units(
         opts["rows_per_shard"] = max(1, parse_size(DEFAULT_SHARD_SIZE) // row_bytes)
     plan = first["unit"]["plan"]
 
-    previous = _merged_manifest(out)
+    previous = merged_manifest(out)
     if (
         previous is not None
         and previous.get("units", {}).get("plan") == plan
         and all(previous["options"].get(k) == opts[k] for k in MERGE_KEYS)
     ):
-        return _report(out, previous, time.perf_counter() - started)
+        return report_from_manifest(out, previous, time.perf_counter() - started)
 
     readers = [open_packed(path) for path, _ in units]
     tables: list[pa.Table] = []  # every shard of every unit, in order
@@ -287,7 +287,7 @@ def merge_units(
             _manifest(units, first_docs, opts, n_rows, global_rows, started, plan)
         )
     _install(stage, out)
-    return _report(out, manifest, time.perf_counter() - started)
+    return report_from_manifest(out, manifest, time.perf_counter() - started)
 
 
 def _gather(
@@ -388,7 +388,7 @@ def _manifest(
     }
 
 
-def _merged_manifest(out: Path) -> dict[str, Any] | None:
+def merged_manifest(out: Path) -> dict[str, Any] | None:
     if not (out / MANIFEST_FILE).exists():
         return None
     try:

@@ -22,7 +22,7 @@ used without numba or with ``PACKTOOL_NO_NUMBA=1``, places all items of one leng
 and gives identical results.
 
 Documents longer than ``max_len`` never reach FFD: the pipeline first applies an
-:class:`Overflow` policy (see :func:`split_lengths` and :func:`apply_overflow`).
+:class:`Overflow` policy (see :func:`segment_items`).
 """
 
 from __future__ import annotations
@@ -40,11 +40,10 @@ from .errors import OptionError
 
 __all__ = [
     "Overflow",
-    "apply_overflow",
     "first_fit_decreasing",
     "lower_bound_rows",
     "plan_rows",
-    "split_lengths",
+    "segment_items",
 ]
 
 Backend = Literal["numba", "python"]
@@ -77,50 +76,6 @@ class Overflow(str, Enum):
     SPLIT = "split"
     TRUNCATE = "truncate"
     DROP = "drop"
-
-
-def split_lengths(length: int, max_len: int) -> list[int]:
-    """Chunk lengths of one document under :attr:`Overflow.SPLIT`.
-
-    Consecutive chunks of ``max_len`` tokens, the remainder last::
-
-        split_lengths(25, 10) -> [10, 10, 5]
-        split_lengths(20, 10) -> [10, 10]
-        split_lengths(7, 10)  -> [7]
-        split_lengths(0, 10)  -> []
-
-    The chunks add up to ``length``; every chunk is in ``[1, max_len]``.
-    """
-    _check_max_len(max_len)
-    length = _check_count("length", length)
-    full, rest = divmod(length, max_len)
-    return [max_len] * full + ([rest] if rest else [])
-
-
-def apply_overflow(length: int, max_len: int, policy: Overflow | str) -> list[int]:
-    """The item lengths one document of ``length`` tokens becomes under ``policy``.
-
-    A document that fits is always one item; a longer one (here ``max_len`` 10)::
-
-        apply_overflow(25, 10, "split")    -> [10, 10, 5]
-        apply_overflow(25, 10, "truncate") -> [10]
-        apply_overflow(25, 10, "drop")     -> []
-        apply_overflow(7, 10, any policy)  -> [7]
-    """
-    _check_max_len(max_len)
-    length = _check_count("length", length)
-    try:
-        policy = Overflow(policy)
-    except ValueError:
-        choices = ", ".join(repr(p.value) for p in Overflow)
-        raise OptionError(f"overflow policy must be one of {choices}, got {policy!r}") from None
-    if length <= max_len:
-        return [length] if length else []
-    if policy is Overflow.SPLIT:
-        return split_lengths(length, max_len)
-    if policy is Overflow.TRUNCATE:
-        return [max_len]
-    return []
 
 
 def lower_bound_rows(total_tokens: int, max_len: int) -> int:
@@ -530,3 +485,36 @@ def _ffd_python(lengths: np.ndarray, max_len: int) -> np.ndarray:
     row_of_item = np.empty(n, dtype=np.int64)
     row_of_item[order] = row_sorted
     return row_of_item
+
+
+def segment_items(
+    lengths: np.ndarray, empty: np.ndarray, max_len: int, overflow: Overflow
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict[str, int]]:
+    """Items of one encoded batch: (document index in batch, chunk number, item length).
+
+    ``split``: consecutive chunks of ``max_len``, the remainder last; ``truncate``: the first
+    ``max_len`` tokens; ``drop``: none. Empty documents give no item.
+    """
+    long = lengths > max_len
+    if overflow is Overflow.SPLIT:
+        n_items = np.where(empty, 0, np.maximum(1, -(-lengths // max_len)))
+    elif overflow is Overflow.TRUNCATE:
+        n_items = np.where(empty, 0, 1)
+    else:
+        n_items = np.where(empty | long, 0, 1)
+    doc = np.repeat(np.arange(lengths.size), n_items)
+    first = np.concatenate([[0], np.cumsum(n_items)[:-1]]) if lengths.size else n_items
+    chunk = np.arange(doc.size) - np.repeat(first, n_items)
+    item_len = np.minimum(lengths[doc] - chunk * max_len, max_len)
+    counts = {
+        "packed": int(np.count_nonzero(~empty & ~long)),
+        "split": int(np.count_nonzero(~empty & long)) if overflow is Overflow.SPLIT else 0,
+        "truncated": int(np.count_nonzero(~empty & long)) if overflow is Overflow.TRUNCATE else 0,
+        "dropped": int(np.count_nonzero(~empty & long)) if overflow is Overflow.DROP else 0,
+        "empty": int(np.count_nonzero(empty)),
+        "tokens_truncated": int((lengths[~empty & long] - max_len).sum())
+        if overflow is Overflow.TRUNCATE
+        else 0,
+        "tokens_dropped": int(lengths[~empty & long].sum()) if overflow is Overflow.DROP else 0,
+    }
+    return doc, chunk, item_len, counts

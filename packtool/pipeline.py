@@ -36,10 +36,10 @@ from .format import (
 from .gather import gather_rows, warm_up_gather
 from .instruct import InputPlan, InputShape, plan_input
 from .options import PackOptions
-from .packing import Overflow, first_fit_decreasing, lower_bound_rows, plan_rows
+from .packing import Overflow, first_fit_decreasing, lower_bound_rows, plan_rows, segment_items
 from .sources import InputFile, RecordBatch, TextBatch, resolve_inputs, skip_records
 from .store import TokenStore, lock_output
-from .tokenize import EncodedBatch, HFTokenizer, Tokenizer, load_tokenizer
+from .tokenize import EncodedBatch, HFTokenizer, Tokenizer, load_tokenizer, set_tokenizer_threads
 
 __all__ = ["DocumentCounts", "PackReport", "ProgressCallback", "pack"]
 
@@ -129,43 +129,11 @@ class PackReport:
         return self.tokens / self.seconds if self.seconds > 0 else 0.0
 
 
-def _segment_items(
-    lengths: np.ndarray, empty: np.ndarray, max_len: int, overflow: Overflow
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict[str, int]]:
-    """Items of one encoded batch: (document index in batch, chunk number, item length).
-
-    ``split``: consecutive chunks of ``max_len``, the remainder last; ``truncate``: the first
-    ``max_len`` tokens; ``drop``: none. Empty documents give no item.
-    """
-    long = lengths > max_len
-    if overflow is Overflow.SPLIT:
-        n_items = np.where(empty, 0, np.maximum(1, -(-lengths // max_len)))
-    elif overflow is Overflow.TRUNCATE:
-        n_items = np.where(empty, 0, 1)
-    else:
-        n_items = np.where(empty | long, 0, 1)
-    doc = np.repeat(np.arange(lengths.size), n_items)
-    first = np.concatenate([[0], np.cumsum(n_items)[:-1]]) if lengths.size else n_items
-    chunk = np.arange(doc.size) - np.repeat(first, n_items)
-    item_len = np.minimum(lengths[doc] - chunk * max_len, max_len)
-    counts = {
-        "packed": int(np.count_nonzero(~empty & ~long)),
-        "split": int(np.count_nonzero(~empty & long)) if overflow is Overflow.SPLIT else 0,
-        "truncated": int(np.count_nonzero(~empty & long)) if overflow is Overflow.TRUNCATE else 0,
-        "dropped": int(np.count_nonzero(~empty & long)) if overflow is Overflow.DROP else 0,
-        "empty": int(np.count_nonzero(empty)),
-        "tokens_truncated": int((lengths[~empty & long] - max_len).sum())
-        if overflow is Overflow.TRUNCATE
-        else 0,
-        "tokens_dropped": int(lengths[~empty & long].sum()) if overflow is Overflow.DROP else 0,
-    }
-    return doc, chunk, item_len, counts
-
-
 def _segment_labelled_items(
     encoded: EncodedBatch, max_len: int, overflow: Overflow
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict[str, int], np.ndarray]:
-    """:func:`_segment_items` for examples with labels; also returns the labels to store.
+    """:func:`~packtool.packing.segment_items` for examples with labels; also returns the
+    labels to store.
 
     - The first token of every segment gets no label: nothing in its segment precedes it, and a
       model shifting labels would otherwise learn it from the segment before.
@@ -186,7 +154,7 @@ def _segment_labelled_items(
     learned = np.concatenate([[0], np.cumsum(labels != IGNORE_INDEX, dtype=np.int64)])
     kept = np.minimum(lengths, max_len) if overflow is Overflow.TRUNCATE else lengths
     no_labels = ~encoded.empty & (learned[offsets + kept] == learned[offsets])
-    doc, chunk, item_len, counts = _segment_items(
+    doc, chunk, item_len, counts = segment_items(
         lengths, encoded.empty | no_labels, max_len, overflow
     )
     item_off = offsets[doc] + chunk.astype(np.int64) * max_len
@@ -205,7 +173,7 @@ def _cut(
     """Items of one encoded batch (document index in batch, chunk, length), the counts, and
     the labels to store with its tokens (``None`` for text)."""
     if encoded.labels is None:
-        doc, chunk, item_len, counts = _segment_items(
+        doc, chunk, item_len, counts = segment_items(
             encoded.lengths, encoded.empty, max_len, overflow
         )
         return doc, chunk, item_len, counts, None
@@ -376,7 +344,7 @@ def _prepare(
         pad_id=pad_id,
         rows_per_shard=rows_per_shard,
     )
-    _set_threads(options.num_proc)
+    set_tokenizer_threads(options.num_proc)
     o = resolved
     fingerprint = _fingerprint(
         files,
@@ -808,19 +776,6 @@ def _warm_up_kernels() -> None:
             warm_up_gather()
 
     threading.Thread(target=load, daemon=True, name="packtool-warm-up").start()
-
-
-def _set_threads(num_proc: int | None) -> None:
-    """Tokenizer threads: `tokenizers` reads RAYON_NUM_THREADS when its pool first starts.
-
-    Set before the first encoding in the process (the CLI always is); later calls with another
-    value cannot resize the pool. The output does not depend on it.
-    """
-    if num_proc is None:
-        return
-    if num_proc < 1:
-        raise OptionError(f"--num-proc must be >= 1, got {num_proc}")
-    os.environ["RAYON_NUM_THREADS"] = str(num_proc)
 
 
 def _describe_input(inp: InputFile, first_doc: int, documents: int) -> dict[str, Any]:

@@ -229,7 +229,7 @@ def _describe(value: Any) -> str:
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
 
-def _check_record(obj: Any, text_field: str, location: str) -> str:
+def check_record(obj: Any, text_field: str, location: str) -> str:
     if not isinstance(obj, dict):
         raise BadRecordError(location, f"expected a JSON object, found {_describe(obj)}")
     if text_field not in obj:
@@ -290,7 +290,7 @@ def _jsonl_python(
             location = f"{inp.path}:{lineno}"
             try:
                 obj = _parse_json_line(line, location)
-                batch.texts.append(_check_record(obj, text_field, location))
+                batch.texts.append(check_record(obj, text_field, location))
             except BadRecordError as e:
                 if not skip_bad:
                     raise e.with_skip_hint() from None
@@ -432,7 +432,7 @@ def _read_json_array(
     batch = TextBatch([])
     for i, obj in enumerate(data):
         try:
-            batch.texts.append(_check_record(obj, text_field, f"{inp.path}: element {i}"))
+            batch.texts.append(check_record(obj, text_field, f"{inp.path}: element {i}"))
         except BadRecordError as e:
             if not skip_bad:
                 raise e.with_skip_hint() from None
@@ -446,7 +446,7 @@ def _read_json_array(
         yield batch
 
 
-def _check_column(schema: pa.Schema, text_field: str, where: str) -> None:
+def check_column(schema: pa.Schema, text_field: str, where: str) -> None:
     if text_field not in schema.names:
         fields = ", ".join(repr(n) for n in schema.names[:20]) or "none"
         raise InputError(
@@ -501,7 +501,7 @@ def _read_parquet(
         pf = pq.ParquetFile(str(inp.path))
     except (pa.ArrowInvalid, OSError) as e:
         raise InputError(f"{inp.path}: not a readable Parquet file: {e}") from e
-    _check_column(pf.schema_arrow, text_field, str(inp.path))
+    check_column(pf.schema_arrow, text_field, str(inp.path))
     rows_total = max(1, pf.metadata.num_rows)
     done = [0]
 
@@ -625,7 +625,7 @@ def _read_arrow(
 ) -> Iterator[TextBatch]:
     source, schema, batches, tell = _open_arrow(str(inp.path))
     try:
-        _check_column(schema, text_field, str(inp.path))
+        check_column(schema, text_field, str(inp.path))
         yield from _table_batches(batches, text_field, str(inp.path), skip_bad, batch_docs, tell)
     except (pa.ArrowInvalid, OSError) as e:
         raise InputError(f"{inp.path}: cannot read Arrow data: {e}") from e
@@ -880,7 +880,7 @@ def _read_hf_dataset(
     if files is not None:
         arrow = _ArrowFiles(files).as_input()
         try:
-            _check_column(arrow.schema, text_field, str(inp.path))
+            check_column(arrow.schema, text_field, str(inp.path))
             yield from _table_batches(
                 arrow.batches, text_field, str(inp.path), skip_bad, batch_docs, arrow.tell
             )
@@ -898,7 +898,7 @@ def _read_hf_dataset(
     if isinstance(ds, datasets.DatasetDict):
         ds = ds[_choose_split(str(inp.path), list(ds), split)]
     where = str(inp.path)
-    _check_column(ds.data.schema, text_field, where)
+    check_column(ds.data.schema, text_field, where)
     total = max(1, len(ds))
     done = [0]
 

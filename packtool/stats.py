@@ -48,9 +48,10 @@ import pyarrow as pa
 from ._version import __version__
 from .errors import FormatError, InputError, OptionError
 from .format import MANIFEST_FILE, open_packed
-from .packing import Overflow, first_fit_decreasing, lower_bound_rows
+from .options import PackOptions
+from .packing import Overflow, first_fit_decreasing, lower_bound_rows, segment_items
 from .sources import InputFile, first_record_fields, read_texts, resolve_inputs
-from .tokenize import DocumentEncoder, Tokenizer, load_tokenizer
+from .tokenize import DocumentEncoder, Tokenizer, load_tokenizer, set_tokenizer_threads
 
 __all__ = [
     "BATCHINGS",
@@ -845,10 +846,8 @@ def _segment_lengths(
 ) -> tuple[np.ndarray, DocumentOutcome]:
     """Segments (in input order) of non-empty document ``lengths`` under ``overflow``, as
     ``pack`` makes them (the pipeline's own code), and what happened to the documents."""
-    from .pipeline import _segment_items
-
     good = lengths[lengths >= 0]
-    _, _, item_len, c = _segment_items(good, good == 0, max_len, overflow)
+    _, _, item_len, c = segment_items(good, good == 0, max_len, overflow)
     outcome = DocumentOutcome(
         read=int(lengths.size),
         packed=c["packed"],
@@ -886,27 +885,20 @@ def _refuse_instruction_data(first: InputFile, text_field: str, split: str | Non
 def corpus_stats(
     inputs: Sequence[str | os.PathLike[str]],
     max_lens: Sequence[int] | str,
+    options: PackOptions | None = None,
     *,
-    tokenizer: str | os.PathLike[str] | Tokenizer | None = None,
-    text_field: str = "text",
-    overflow: str | Overflow = Overflow.SPLIT,
-    add_eos: bool = True,
-    bos: bool | None = None,
-    eos_token: str | None = None,
-    bos_token: str | None = None,
-    skip_bad_records: bool = False,
-    split: str | None = None,
-    txt_unit: str = "line",
     batch_size: int = 8,
     seed: int = 0,
     cache_dir: str | os.PathLike[str] | None = None,
     use_cache: bool = True,
     progress: ProgressCallback | None = None,
-    parse_special: bool = False,
+    **option_values: Any,
 ) -> CorpusStats:
     """How ``inputs`` would pack at each of ``max_lens``, without writing any row.
 
-    Reads and tokenizes like :func:`packtool.pack` (same options, same EOS/BOS handling,
+    ``options`` (a :class:`~packtool.options.PackOptions`, or its fields as keyword
+    arguments) say how to read and tokenize, as for :func:`packtool.pack`; ``seed`` is the
+    seed of the random-batches baseline. Reads and tokenizes like ``pack`` (same EOS/BOS handling,
     same overflow policy and first-fit-decreasing), keeping only each document's token
     count. Those counts are cached in ``cache_dir`` (default :func:`default_cache_dir`) under
     a key made of the inputs' paths, sizes and modification times, the tokenizer's sha256
@@ -918,32 +910,30 @@ def corpus_stats(
     ``parse_special``, as in ``pack``.
     """
     started = time.perf_counter()
+    o = (options or PackOptions()).replace(**option_values)
     lens_wanted = parse_max_lens(max_lens)
     _check_batching(batch_size, seed)
-    try:
-        overflow = Overflow(overflow)
-    except ValueError:
-        raise OptionError(
-            f"--overflow must be one of split, truncate, drop; got {overflow!r}"
-        ) from None
+    overflow = Overflow(o.overflow or Overflow.SPLIT)
+    add_eos = True if o.add_eos is None else o.add_eos
     files = resolve_inputs(inputs)
-    _refuse_instruction_data(files[0], text_field, split)
+    _refuse_instruction_data(files[0], o.text_field, o.split)
+    set_tokenizer_threads(o.num_proc)
     tok: Tokenizer
-    if tokenizer is None or isinstance(tokenizer, (str, os.PathLike)):
-        tok = load_tokenizer(tokenizer, eos_token=eos_token, bos_token=bos_token)
+    if o.tokenizer is None or isinstance(o.tokenizer, str):
+        tok = load_tokenizer(o.tokenizer, eos_token=o.eos_token, bos_token=o.bos_token)
     else:
-        tok = tokenizer
-    encoder = DocumentEncoder(tok, add_eos=add_eos, bos=bos, parse_special=parse_special)
+        tok = o.tokenizer
+    encoder = DocumentEncoder(tok, add_eos=add_eos, bos=o.bos, parse_special=o.parse_special)
     read_options = {
-        "text_field": text_field,
-        "skip_bad_records": skip_bad_records,
-        "split": split,
-        "txt_unit": txt_unit,
+        "text_field": o.text_field,
+        "skip_bad_records": o.skip_bad_records,
+        "split": o.split,
+        "txt_unit": o.txt_unit,
     }
     key = _cache_key(
         files,
         tok,
-        {**read_options, "add_eos": add_eos, "bos": bos, "parse_special": parse_special},
+        {**read_options, "add_eos": add_eos, "bos": o.bos, "parse_special": o.parse_special},
     )
     directory = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
     directory = directory / "lengths"
@@ -998,6 +988,6 @@ def corpus_stats(
         bad_records=data.bad_records,
         seconds=time.perf_counter() - started,
         special_strings=data.special_strings,
-        parse_special=parse_special,
+        parse_special=o.parse_special,
         notices=[n for n in (getattr(tok, "notice", None),) if n],
     )

@@ -56,6 +56,7 @@ __all__ = [
     "SpecialTokens",
     "Tokenizer",
     "load_tokenizer",
+    "set_tokenizer_threads",
 ]
 
 DEFAULT_TOKENIZER = "packtool-default"
@@ -410,6 +411,16 @@ def _from_hub(name: str, **overrides: str | None) -> HFTokenizer:
     with contextlib.suppress(Exception):  # an optional file
         config = _read_config(Path(hf_hub_download(name, "tokenizer_config.json")).parent)
     return _from_file(path, name, config, **overrides)
+
+
+def set_tokenizer_threads(num_proc: int | None) -> None:
+    """Tokenizer threads: `tokenizers` reads RAYON_NUM_THREADS when its pool first starts.
+
+    Set before the first encoding in the process (the CLI always is); later calls with another
+    value cannot resize the pool. The output does not depend on it. ``None``: all cores.
+    """
+    if num_proc is not None:
+        os.environ["RAYON_NUM_THREADS"] = str(num_proc)
 
 
 def load_tokenizer(

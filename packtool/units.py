@@ -51,7 +51,7 @@ from ._version import __version__
 from .errors import BadRecordError, FormatError, InputError, OptionError, OutputExistsError
 from .format import MANIFEST_FILE, read_manifest
 from .options import PackOptions
-from .sources import BATCH_DOCS, InputFile, TextBatch, _check_column, _check_record, read_texts
+from .sources import BATCH_DOCS, InputFile, TextBatch, check_column, check_record, read_texts
 from .tokenize import Tokenizer, load_tokenizer
 
 __all__ = [
@@ -430,7 +430,7 @@ def _read_jsonl_range(
                 if isinstance(obj, dict) and isinstance(obj.get(text_field), str):
                     batch.texts.append(obj[text_field])
                 else:
-                    batch.texts.append(_check_record(obj, text_field, location(lineno)))
+                    batch.texts.append(check_record(obj, text_field, location(lineno)))
             except BadRecordError as e:
                 if not skip_bad:
                     raise e.with_skip_hint() from None
@@ -456,7 +456,7 @@ def _read_parquet_groups(
         pf = pq.ParquetFile(where)
     except (pa.ArrowInvalid, OSError) as e:
         raise InputError(f"{where}: not a readable Parquet file: {e}") from e
-    _check_column(pf.schema_arrow, text_field, where)
+    check_column(pf.schema_arrow, text_field, where)
     groups = list(range(piece.start, piece.stop))
     row = sum(pf.metadata.row_group(g).num_rows for g in range(piece.start))
     rows_total = max(1, sum(pf.metadata.row_group(g).num_rows for g in groups))

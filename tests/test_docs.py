@@ -14,7 +14,10 @@ DOCS = "\n".join(
     p.read_text(encoding="utf-8")
     for p in [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
 )
-COMMANDS = ["pack", "stats", "inspect"]
+COMMANDS = sorted(
+    c.name or c.callback.__name__.replace("_", "-")  # type: ignore[union-attr]
+    for c in app.registered_commands
+)
 
 
 def options_of(command: str) -> set[str]:

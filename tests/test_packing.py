@@ -11,11 +11,10 @@ from packtool import packing
 from packtool.errors import OptionError
 from packtool.packing import (
     Overflow,
-    apply_overflow,
     first_fit_decreasing,
     lower_bound_rows,
     plan_rows,
-    split_lengths,
+    segment_items,
 )
 
 BACKENDS = ["numba", "python"]
@@ -360,28 +359,36 @@ def test_plan_rows_validation(rows: list, lengths: list, match: str) -> None:
 # ---------------------------------------------------------------------------------------
 
 
-def test_split_lengths_examples() -> None:
-    assert split_lengths(25, 10) == [10, 10, 5]
-    assert split_lengths(20, 10) == [10, 10]
-    assert split_lengths(7, 10) == [7]
-    assert split_lengths(0, 10) == []
-    assert split_lengths(3, 1) == [1, 1, 1]
+def _items(lengths: list[int], max_len: int, policy: Overflow) -> list[list[int]]:
+    """The item lengths of each document under ``policy``, from :func:`segment_items`."""
+    arr = np.asarray(lengths, np.int64)
+    doc, _chunk, item_len, _ = segment_items(arr, arr == 0, max_len, policy)
+    out: list[list[int]] = [[] for _ in lengths]
+    for d, n in zip(doc.tolist(), item_len.tolist(), strict=True):
+        out[d].append(n)
+    return out
 
 
-@given(st.integers(0, 10_000), st.integers(1, 500))
-def test_split_lengths_property(length: int, max_len: int) -> None:
-    chunks = split_lengths(length, max_len)
-    assert sum(chunks) == length
-    assert all(1 <= c <= max_len for c in chunks)
-    assert all(c == max_len for c in chunks[:-1])
-    assert len(chunks) == lower_bound_rows(length, max_len)
+def test_segment_items_examples() -> None:
+    assert _items([25, 20, 7, 0, 3], 10, Overflow.SPLIT) == [[10, 10, 5], [10, 10], [7], [], [3]]
+    assert _items([3], 1, Overflow.SPLIT) == [[1, 1, 1]]
+    assert _items([25, 7, 10, 0], 10, Overflow.TRUNCATE) == [[10], [7], [10], []]
+    assert _items([25, 7, 10, 0], 10, Overflow.DROP) == [[], [7], [10], []]
 
 
-def test_split_lengths_validation() -> None:
-    with pytest.raises(ValueError, match=r"length must be >= 0, got -1"):
-        split_lengths(-1, 10)
-    with pytest.raises(OptionError, match=r"max_len must be >= 1, got 0"):
-        split_lengths(5, 0)
+@given(st.lists(st.integers(0, 10_000), max_size=20), st.integers(1, 500))
+def test_segment_items_split_property(lengths: list[int], max_len: int) -> None:
+    arr = np.asarray(lengths, np.int64)
+    doc, chunk, item_len, counts = segment_items(arr, arr == 0, max_len, Overflow.SPLIT)
+    for d, length in enumerate(lengths):
+        chunks = item_len[doc == d].tolist()
+        assert sum(chunks) == length
+        assert all(1 <= c <= max_len for c in chunks)
+        assert all(c == max_len for c in chunks[:-1])
+        assert len(chunks) == lower_bound_rows(length, max_len)
+        assert chunk[doc == d].tolist() == list(range(len(chunks)))
+    assert counts["empty"] == lengths.count(0)
+    assert counts["split"] == sum(n > max_len for n in lengths)
 
 
 def test_overflow_enum() -> None:
@@ -389,18 +396,6 @@ def test_overflow_enum() -> None:
     assert Overflow("truncate") is Overflow.TRUNCATE
     assert Overflow.DROP == "drop"
     assert isinstance(Overflow.SPLIT, str)
-
-
-def test_apply_overflow() -> None:
-    assert apply_overflow(25, 10, "split") == [10, 10, 5]
-    assert apply_overflow(25, 10, Overflow.TRUNCATE) == [10]
-    assert apply_overflow(25, 10, "drop") == []
-    for policy in Overflow:
-        assert apply_overflow(7, 10, policy) == [7]
-        assert apply_overflow(10, 10, policy) == [10]
-        assert apply_overflow(0, 10, policy) == []
-    with pytest.raises(OptionError, match=r"overflow policy must be one of 'split', 'truncate'"):
-        apply_overflow(25, 10, "wrap")
 
 
 def test_lower_bound_rows() -> None:

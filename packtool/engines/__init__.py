@@ -252,11 +252,11 @@ def pack_units(
 
 def _merged(out: Path, plan: str, merge_options: dict[str, Any]) -> PackReport | None:
     """The merged dataset in ``out`` if it is the merge of ``plan`` with these options."""
-    from ..merge import _merged_manifest, _report
+    from ..merge import merged_manifest, report_from_manifest
 
-    manifest = _merged_manifest(out)
+    manifest = merged_manifest(out)
     if manifest is None or manifest["units"].get("plan") != plan:
         return None
     if any(manifest["options"].get(k) != v for k, v in merge_options.items()):
         return None
-    return _report(out, manifest, 0.0)
+    return report_from_manifest(out, manifest, 0.0)

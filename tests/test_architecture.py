@@ -1,0 +1,140 @@
+"""The house rules of docs/architecture.md, checked against the code's imports.
+
+Every module of packtool sits on a layer and imports only modules of lower layers (the
+package's ``__init__`` is lazy and exempt); no module imports another module's private names;
+only the CLI (and its renderers) use typer or rich.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+from conftest import REPO
+
+PACKAGE = REPO / "packtool"
+
+LAYERS: dict[str, int] = {
+    # 0: no packtool imports
+    "errors": 0,
+    "_version": 0,
+    "masks": 0,
+    # 1: the stages' own building blocks
+    "options": 1,
+    "packing": 1,
+    "chat": 1,
+    "sources": 1,
+    "tokenize": 1,
+    # 2: the on-disk format and manifest
+    "format": 2,
+    # 3: the token store, the row gather, encoders of instruction data, row views
+    "store": 3,
+    "gather": 3,
+    "instruct": 3,
+    "inspect": 3,
+    # 4: the stages composed; reports over outputs and corpora
+    "pipeline": 4,
+    "stats": 4,
+    "verify": 4,
+    # 5-7: work units, their merge, the engines that run them
+    "units": 5,
+    "merge": 6,
+    "engines": 7,
+    # 8: what renders or adapts for others
+    "_stats_render": 8,
+    "_render_inspect": 8,
+    "torch": 8,
+    # 9: the command line
+    "cli": 9,
+}
+CLI_ONLY = ("typer", "rich")
+CLI_MODULES = {"cli", "_stats_render", "_render_inspect"}
+
+
+def _module_of(path: Path) -> str:
+    rel = path.relative_to(PACKAGE).with_suffix("")
+    return rel.parts[0]  # engines/local.py belongs to "engines"
+
+
+def _imports(path: Path) -> list[tuple[int, str, str | None, list[str]]]:
+    """(line, absolute top-level package or packtool module, submodule, names) per import."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    depth = len(path.relative_to(PACKAGE).parts) - 1  # 0 for packtool/x.py
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            names = [a.name for a in node.names]
+            if node.level == 0:
+                top = (node.module or "").split(".")[0]
+                sub = (node.module or "").split(".")[1] if top == "packtool" else None
+                out.append((node.lineno, top, sub, names))
+                continue
+            up = node.level - 1 - depth  # levels above packtool/
+            assert up <= 0, f"{path}:{node.lineno}: relative import outside the package"
+            parts = list(path.relative_to(PACKAGE).parts[: depth - (node.level - 1)])
+            parts += node.module.split(".") if node.module else []
+            if not parts:  # from . import x (in packtool/x.py): x are modules
+                for name in names:
+                    out.append((node.lineno, "packtool", name, []))
+            else:
+                out.append((node.lineno, "packtool", parts[0], names))
+        elif isinstance(node, ast.Import):
+            for a in node.names:
+                top = a.name.split(".")[0]
+                sub = a.name.split(".")[1] if top == "packtool" and "." in a.name else None
+                out.append((node.lineno, top, sub, []))
+    return out
+
+
+def _sources() -> list[Path]:
+    return sorted(
+        p for p in PACKAGE.rglob("*.py") if p.name != "__init__.py" or p.parent != PACKAGE
+    )
+
+
+def test_every_module_has_a_layer() -> None:
+    modules = {_module_of(p) for p in _sources()}
+    assert modules == set(LAYERS), modules ^ set(LAYERS)
+
+
+def test_modules_import_only_lower_layers() -> None:
+    bad = []
+    for path in _sources():
+        mine = _module_of(path)
+        for line, top, sub, _ in _imports(path):
+            if top != "packtool" or sub is None or sub == mine:
+                continue
+            if LAYERS[sub] >= LAYERS[mine]:
+                bad.append(f"{path.relative_to(REPO)}:{line}: {mine} (layer {LAYERS[mine]}) "
+                           f"imports {sub} (layer {LAYERS[sub]})")  # fmt: skip
+    assert not bad, "\n".join(bad)
+
+
+def test_no_private_names_across_modules() -> None:
+    bad = []
+    for path in _sources():
+        mine = _module_of(path)
+        for line, top, sub, names in _imports(path):
+            if top != "packtool" or sub == mine:
+                continue
+            private = [n for n in names if n.startswith("_") and not n.startswith("__")]
+            if private:
+                bad.append(f"{path.relative_to(REPO)}:{line}: {private} from {sub}")
+    assert not bad, "\n".join(bad)
+
+
+def test_only_the_cli_uses_typer_and_rich() -> None:
+    bad = []
+    for path in _sources():
+        if _module_of(path) in CLI_MODULES:
+            continue
+        for line, top, _, _ in _imports(path):
+            if top in CLI_ONLY:
+                bad.append(f"{path.relative_to(REPO)}:{line}: imports {top}")
+    assert not bad, "\n".join(bad)
+
+
+def test_the_layers_are_those_of_the_docs() -> None:
+    doc = (REPO / "docs" / "architecture.md").read_text(encoding="utf-8")
+    missing = [m for m, layer in LAYERS.items() if f"| `{m}` | {layer} |" not in doc]
+    assert not missing, f"docs/architecture.md's table of layers misses {missing}"
