@@ -51,6 +51,7 @@ __all__ = [
     "block_causal_mask",
     "collate",
     "flex_block_mask",
+    "learned_labels",
 ]
 
 
@@ -69,8 +70,11 @@ class PackedDataset(Dataset):
     Each item is a dict: ``input_ids`` and ``position_ids`` (int64, ``[max_len]``),
     ``cu_seqlens`` (int32, the row's segment boundaries, padding tail included), ``num_tokens``
     (int, real tokens; the padding segment is ``[num_tokens, max_len)``), ``row`` (int, the row's
-    number in the whole output) and, when the output has a ``labels`` column, ``labels``.
-    Batch items with :func:`collate`.
+    number in the whole output) and ``labels`` (int64, ``[max_len]``: :func:`learned_labels`,
+    the row's ``input_ids`` or its stored ``labels`` column, -100 on padding and document starts).
+    Batch items with :func:`collate`. ``input_ids``, ``position_ids`` and ``labels`` are enough
+    for it, so the rows survive Hugging Face Trainer's default ``remove_unused_columns=True``,
+    which drops every key the model's ``forward`` does not name.
 
     **Data parallel.** With ``world_size`` > 1, rank ``rank`` gets a contiguous block of
     ``num_rows // world_size`` rows: rows ``[rank * n, (rank + 1) * n)``. The shards are thus split
@@ -140,21 +144,47 @@ class PackedDataset(Dataset):
             "num_tokens": int(row.num_tokens),
             "row": int(row.index),
         }
-        if row.labels is not None:
-            item["labels"] = torch.from_numpy(row.labels.astype(np.int64))
+        source = row.labels if row.labels is not None else row.input_ids
+        item["labels"] = torch.from_numpy(
+            learned_labels(source, row.cu_seqlens, int(row.num_tokens))
+        )
         return item
+
+
+def learned_labels(source: Any, cu_seqlens: Any, num_tokens: int) -> np.ndarray:
+    """The labels of one row (int64): ``source`` (``input_ids``, or the stored labels of
+    instruction data), with -100 on the padding ``[num_tokens, max_len)`` and on the first token
+    of every segment (``cu_seqlens[:-1]``)::
+
+        input_ids  a0 a1 a2 b0 b1 b2 P  P          cu_seqlens [0, 3, 6, 8], num_tokens 6
+        labels     -  a1 a2 -  b1 b2 -  -
+    """
+    labels = np.array(source, dtype=np.int64)  # a copy: the caller's array is left alone
+    labels[num_tokens:] = IGNORE_INDEX
+    labels[np.asarray(cu_seqlens, dtype=np.int64)[:-1]] = IGNORE_INDEX
+    return labels
 
 
 def _as_long(x: Any) -> torch.Tensor:
     return torch.as_tensor(np.asarray(x) if not isinstance(x, torch.Tensor) else x).long()
 
 
-def collate(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """Batch packed rows for a causal LM; the keys are the keywords Hugging Face models take.
+def _segment_starts(position_ids: torch.Tensor) -> np.ndarray:
+    """``cu_seqlens`` of a row from its ``position_ids``: a segment starts wherever they are 0
+    (the format guarantees it, for the padding segment too)."""
+    pos = position_ids.numpy()
+    return np.append(np.flatnonzero(pos == 0), pos.size).astype(np.int64)
 
-    ``rows`` are :class:`PackedDataset` items, or any mappings with ``input_ids``,
-    ``position_ids``, ``cu_seqlens``, ``num_tokens`` (and optionally ``labels``) as tensors,
-    arrays or lists (rows of ``datasets.load_from_disk("out/")`` work too). Returns::
+
+def collate(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Batch packed rows for a causal LM; the keys are the keywords Hugging Face models take,
+    so ``model(**collate(rows))`` is right as it stands (also with a default model config).
+
+    ``rows`` are :class:`PackedDataset` items, or any mappings with ``input_ids`` and
+    ``position_ids`` as tensors, arrays or lists, plus ``cu_seqlens`` and ``num_tokens`` (rows of
+    ``datasets.load_from_disk("out/")``) or ``labels`` (``PackedDataset`` items after Hugging
+    Face Trainer's ``remove_unused_columns`` kept only the keys the model's ``forward`` names).
+    Missing ``cu_seqlens`` are found where ``position_ids`` restart at 0. Returns::
 
         input_ids           [B, L] int64
         position_ids        [B, L] int64    restart at 0 at every segment
@@ -166,6 +196,8 @@ def collate(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         max_length_k        int
         num_learned_tokens  int             (labels[:, 1:] != -100).sum(): the tokens the loss
                                             is taken over, after the model's shift by one
+        use_cache           False           a model that builds a KV cache turns off the
+                                            packed-sequence handling: documents would leak
 
     Why -100 on document starts: the model shifts labels by one (logits at ``t`` predict
     ``labels[t + 1]``), so ``labels[cu[k]] = -100`` stops the last token of document ``k - 1``
@@ -178,7 +210,7 @@ def collate(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
                    (not a2->b0: labels[3] is -100; not b2->P: padding)
 
     Deliberately, there is no ``attention_mask`` key: a 2-D mask, even all ones, turns off
-    Hugging Face's packed-sequence handling. Pass ``use_cache=False`` too.
+    Hugging Face's packed-sequence handling.
     """
     if not rows:
         raise ValueError("collate needs at least one row")
@@ -190,21 +222,33 @@ def collate(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
             f"position_ids {tuple(position_ids.shape)} do not match input_ids "
             f"{tuple(input_ids.shape)}"
         )
-    labels = torch.full_like(input_ids, IGNORE_INDEX)
+    labels = torch.empty_like(input_ids)
     cu_parts = [np.zeros(1, dtype=np.int64)]
     for b, r in enumerate(rows):
-        cu = np.asarray(r["cu_seqlens"], dtype=np.int64)
+        if "cu_seqlens" in r:
+            cu = np.asarray(r["cu_seqlens"], dtype=np.int64)
+            what = "cu_seqlens"
+        else:
+            cu = _segment_starts(position_ids[b])
+            what = "the segments where position_ids restart at 0"
         if cu.ndim != 1 or cu.size < 2 or cu[0] != 0 or cu[-1] != max_len:
             raise ValueError(
-                f"row {b}: cu_seqlens must run from 0 to the row length {max_len}, "
-                f"got {cu.tolist()}"
+                f"row {b}: {what} must run from 0 to the row length {max_len}, got {cu.tolist()}"
             )
-        num_tokens = int(r["num_tokens"])
         stored = r.get("labels")
-        learned = _as_long(stored) if stored is not None else input_ids[b]
-        labels[b, :num_tokens] = learned[:num_tokens]
-        starts = cu[:-1][cu[:-1] < num_tokens]  # document segments; the padding one is masked
-        labels[b, torch.from_numpy(starts)] = IGNORE_INDEX
+        if "num_tokens" in r:
+            num_tokens = int(r["num_tokens"])
+        elif stored is not None:
+            num_tokens = max_len  # labels already hold -100 on the padding
+        else:
+            raise ValueError(
+                f"row {b} has neither num_tokens nor labels, so its padding cannot be told "
+                "from its tokens: pass rows of packtool.torch.PackedDataset (they carry labels), "
+                "or, with Hugging Face Trainer and rows of datasets.load_from_disk, "
+                "TrainingArguments(remove_unused_columns=False)"
+            )
+        source = _as_long(stored) if stored is not None else input_ids[b]
+        labels[b] = torch.from_numpy(learned_labels(source.numpy(), cu, num_tokens))
         cu_parts.append(cu[1:] + b * max_len)
     cu_global = np.concatenate(cu_parts)
     cu_tensor = torch.from_numpy(cu_global.astype(np.int32))
@@ -218,6 +262,7 @@ def collate(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         "max_length_q": max_length,
         "max_length_k": max_length,
         "num_learned_tokens": int((labels[:, 1:] != IGNORE_INDEX).sum()),
+        "use_cache": False,
     }
 
 

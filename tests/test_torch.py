@@ -115,7 +115,7 @@ def packed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
                 got = rows[b]["input_ids"][seg.start : seg.end]
                 assert torch.equal(got, docs[seg.doc_id]), seg
     assert sorted(d for _, _, d in placement) == list(range(len(DOC_LENGTHS)))
-    return {"batch": collate(rows), "docs": docs, "placement": placement, "rows": rows}
+    return {"batch": collate(rows), "docs": docs, "placement": placement, "rows": rows, "out": out}
 
 
 def tiny_llama() -> Any:
@@ -418,6 +418,157 @@ def test_labels_of_the_batch(packed: dict[str, Any]) -> None:
                 assert labels[b, t] == ids[b, t], (b, t)
 
 
+# -- safe with the defaults: a default model config, Hugging Face Trainer's defaults ---------
+
+
+SAFE = 1e-4  # the bound of the issue for the default setups below
+
+
+def default_model(arch: str, impl: str) -> Any:
+    """A tiny model whose config keeps the defaults that matter here (``use_cache=True``, as
+    ``from_pretrained`` gives), without dropout so that training mode is deterministic."""
+    if arch == "llama":
+        config = transformers.LlamaConfig(
+            vocab_size=VOCAB,
+            hidden_size=64,
+            intermediate_size=128,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            max_position_embeddings=2 * MAX_LEN,
+        )
+        cls = transformers.LlamaForCausalLM
+    else:
+        config = transformers.GPT2Config(
+            vocab_size=VOCAB,
+            n_embd=64,
+            n_layer=2,
+            n_head=4,
+            n_positions=2 * MAX_LEN,
+            bos_token_id=0,
+            eos_token_id=0,
+            resid_pdrop=0.0,
+            embd_pdrop=0.0,
+            attn_pdrop=0.0,
+        )
+        cls = transformers.GPT2LMHeadModel
+    torch.manual_seed(0)
+    model = cls._from_config(config, attn_implementation=impl, dtype=torch.float32)
+    assert model.config.use_cache
+    return model
+
+
+def alone_logits(model: Any, packed: dict[str, Any]) -> list[Any]:
+    with torch.no_grad():
+        return [model(input_ids=d[None], use_cache=False).logits[0] for d in packed["docs"]]
+
+
+def inner_docs(packed: dict[str, Any]) -> list[int]:
+    """The documents that do not start a row: a leak shows in these."""
+    return [d for _, start, d in packed["placement"] if start > 0]
+
+
+@pytest.mark.parametrize("impl", ["sdpa", "eager"])
+@pytest.mark.parametrize("arch", ["llama", "gpt2"])
+@pytest.mark.parametrize("mode", ["train", "eval"])
+def test_model_on_collate_is_leak_free_with_a_default_config(
+    packed: dict[str, Any], arch: str, impl: str, mode: str
+) -> None:
+    """``model(**collate(rows))``, nothing else: the batch turns the cache off itself."""
+    model = default_model(arch, impl).train(mode == "train")
+    alone = alone_logits(model, packed)
+    batch = packed["batch"]
+    assert batch["use_cache"] is False
+    with torch.no_grad():
+        diffs = doc_diffs(model(**batch).logits, packed, alone)
+    assert max(diffs.values()) < SAFE, diffs
+    # control: the same batch with the config's cache left on leaks
+    with torch.no_grad():
+        leaky = model(**{k: v for k, v in batch.items() if k != "use_cache"}).logits
+    leaked = doc_diffs(leaky, packed, alone)
+    assert all(leaked[d] > LEAK for d in inner_docs(packed)), leaked
+
+
+def _logits_by_row(ids: Any, logits: Any, packed: dict[str, Any]) -> Any:
+    """Reorder a batch that Trainer shuffled into the packed rows' order, by their tokens."""
+    order = []
+    for row in packed["rows"]:
+        matches = [b for b in range(ids.shape[0]) if torch.equal(ids[b], row["input_ids"])]
+        assert len(matches) == 1
+        order.append(matches[0])
+    return logits[order]
+
+
+@pytest.mark.parametrize("impl", ["sdpa", "eager"])
+@pytest.mark.parametrize("arch", ["llama", "gpt2"])
+def test_trainer_with_default_arguments(
+    packed: dict[str, Any], arch: str, impl: str, tmp_path: Path
+) -> None:
+    """The real Trainer, default TrainingArguments (remove_unused_columns=True among them):
+    it trains, and the logits it computes equal every document run alone, in its training
+    steps and in predict()."""
+    model = default_model(arch, impl)
+    model.train()
+    before = alone_logits(model, packed)
+    initial = [p.detach().clone() for p in model.parameters()]
+    seen: list[tuple[Any, Any, dict[str, Any]]] = []
+
+    def record(module: Any, args: Any, kwargs: dict[str, Any], output: Any) -> None:
+        if module.training:
+            seen.append((kwargs["input_ids"].detach(), output.logits.detach(), kwargs))
+
+    handle = model.register_forward_hook(record, with_kwargs=True)
+    args = transformers.TrainingArguments(output_dir=str(tmp_path / "run"))
+    assert args.remove_unused_columns
+    trainer = transformers.Trainer(
+        model, args, train_dataset=PackedDataset(packed["out"]), data_collator=collate
+    )
+    result = trainer.train()
+    handle.remove()
+    assert result.global_step == 3  # 2 rows, batches of 8, 3 epochs
+    assert math.isfinite(result.training_loss)
+    assert any(not torch.equal(a, b) for a, b in zip(initial, model.parameters(), strict=True))
+
+    ids, logits, kwargs = seen[0]  # the first step runs on the initial weights
+    assert set(kwargs) >= {"labels", "position_ids", "cu_seq_lens_q", "use_cache"}
+    assert kwargs["use_cache"] is False and "attention_mask" not in kwargs
+    assert torch.equal(_logits_by_row(ids, kwargs["labels"], packed), packed["batch"]["labels"])
+    diffs = doc_diffs(_logits_by_row(ids, logits, packed), packed, before)
+    assert max(diffs.values()) < SAFE, diffs
+
+    model.eval()
+    after = alone_logits(model, packed)
+    prediction = trainer.predict(PackedDataset(packed["out"]))
+    diffs = doc_diffs(torch.from_numpy(prediction.predictions), packed, after)
+    assert max(diffs.values()) < SAFE, diffs
+
+
+def test_trainer_refuses_rows_it_stripped_of_their_padding(
+    packed: dict[str, Any], tmp_path: Path
+) -> None:
+    """Rows of datasets.load_from_disk lose num_tokens and cu_seqlens to remove_unused_columns;
+    without labels, the padding cannot be found: an error before the first step."""
+    import datasets
+
+    model = default_model("llama", "sdpa")
+    args = transformers.TrainingArguments(output_dir=str(tmp_path / "run"))
+    hf_rows = datasets.load_from_disk(str(packed["out"]))
+    trainer = transformers.Trainer(model, args, train_dataset=hf_rows, data_collator=collate)
+    with pytest.raises(ValueError, match=r"neither num_tokens nor labels.*remove_unused_columns"):
+        trainer.train()
+    assert trainer.state.global_step == 0
+
+
+def test_collate_from_the_columns_trainer_keeps(packed: dict[str, Any]) -> None:
+    """input_ids, position_ids and labels alone collate to the same batch as whole items."""
+    kept = [{k: r[k] for k in ("input_ids", "position_ids", "labels")} for r in packed["rows"]]
+    small, whole = collate(kept), packed["batch"]
+    assert small.keys() == whole.keys()
+    for key, value in whole.items():
+        same = torch.equal(value, small[key]) if isinstance(value, torch.Tensor) else None
+        assert same if same is not None else value == small[key], key
+
+
 # -- collate and the masks on their own --------------------------------------------------------
 
 
@@ -567,7 +718,9 @@ def test_dataset_items_are_the_rows(sharded: Path) -> None:
         assert item["position_ids"].tolist() == row.position_ids.tolist()
         assert item["cu_seqlens"].tolist() == row.cu_seqlens.tolist()
         assert item["num_tokens"] == row.num_tokens and item["row"] == row.index
-        assert "labels" not in item
+        cu, n = row.cu_seqlens, row.num_tokens
+        want = [-100 if t >= n or t in cu[:-1] else int(row.input_ids[t]) for t in range(16)]
+        assert item["labels"].dtype == torch.int64 and item["labels"].tolist() == want
         item["input_ids"][0] = 7  # writable, and a copy: the mapped shard is untouched
     assert ds[0]["input_ids"].tolist() == reader.row(0).input_ids.tolist()
     with pytest.raises(IndexError, match="out of range"):
@@ -650,9 +803,10 @@ def test_stored_labels_are_respected(tmp_path: Path) -> None:
         w.write(batch)
         w.commit({})
     ds = PackedDataset(tmp_path / "sft")
-    assert ds.has_labels and ds[0]["labels"].tolist() == stored[0].tolist()
+    learned = [-100, -100, 12, 13, -100, 21, -100, -100]
+    assert ds.has_labels and ds[0]["labels"].tolist() == learned
     out = collate([ds[0]])
-    assert out["labels"].tolist() == [[-100, -100, 12, 13, -100, 21, -100, -100]]
+    assert out["labels"].tolist() == [learned]
     assert out["num_learned_tokens"] == 3  # 12, 13, 21
 
 
