@@ -41,6 +41,7 @@ from .format import (
 from .inspect import MaskGrid, RowView, SegmentView, inspect_row, row_mask_grid
 from .instruct import InputShape, InstructEncoder, LossOn
 from .merge import merge_units
+from .order import epoch_order, rank_share
 from .packing import Overflow, first_fit_decreasing, lower_bound_rows
 from .pipeline import DocumentCounts, PackReport, pack
 from .stats import CorpusStats, DatasetStats, PackingStats, corpus_stats, dataset_stats
@@ -88,6 +89,7 @@ __all__ = [
     "__version__",
     "corpus_stats",
     "dataset_stats",
+    "epoch_order",
     "first_fit_decreasing",
     "inspect_row",
     "load_chat_template",
@@ -98,6 +100,7 @@ __all__ = [
     "pack",
     "pack_units",
     "plan_units",
+    "rank_share",
     "row_mask_grid",
     "verify",
 ]

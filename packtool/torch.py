@@ -44,6 +44,7 @@ except ImportError as e:  # pragma: no cover - exercised in a subprocess by the 
 from packtool.errors import OptionError
 from packtool.format import IGNORE_INDEX, PackedReader, open_packed
 from packtool.masks import batch_block_causal_mask, document_ids
+from packtool.order import epoch_order, rank_share
 
 __all__ = [
     "IGNORE_INDEX",
@@ -83,24 +84,44 @@ class PackedDataset(Dataset):
     Every rank gets the same number of rows, which distributed training needs (a rank that runs
     out of batches first leaves the others waiting in a collective): the last
     ``num_rows % world_size`` rows (fewer than ``world_size``) are left out. This also works when
-    there are fewer shards than ranks. Rows were shuffled when packed; shuffle again per epoch
-    with the DataLoader's ``shuffle=True``, and do not add a ``DistributedSampler`` (it would
-    split the rank's share once more).
+    there are fewer shards than ranks. Do not add a ``DistributedSampler`` (it would split the
+    rank's share once more).
 
     >>> [len(PackedDataset("out/", rank=r, world_size=4)) for r in range(4)]  # 296 rows
     [74, 74, 74, 74]
     >>> [len(PackedDataset("out/", rank=r, world_size=5)) for r in range(5)]  # 1 left out
     [59, 59, 59, 59, 59]
+
+    **Epochs.** :meth:`set_epoch` reshuffles all the rows globally, the same way on every rank
+    (from ``seed`` and the epoch), each rank taking its share; a rank then sees other rows every
+    epoch. :meth:`state_dict` / :meth:`load_state_dict` make it resumable mid-epoch with
+    torchdata's ``StatefulDataLoader``::
+
+        ds = PackedDataset("out/", rank=rank, world_size=world_size, seed=0)
+        loader = StatefulDataLoader(ds, batch_size=8, collate_fn=collate)   # shuffle=False
+        for epoch in range(start_epoch, epochs):
+            ds.set_epoch(epoch)
+            for batch in loader: ...            # checkpoint loader.state_dict() with the model
     """
 
-    def __init__(self, path: str | os.PathLike[str], *, rank: int = 0, world_size: int = 1) -> None:
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        rank: int = 0,
+        world_size: int = 1,
+        seed: int = 0,
+    ) -> None:
         if not isinstance(world_size, int) or world_size < 1:
             raise OptionError(f"world_size must be an integer >= 1, got {world_size!r}")
         if not isinstance(rank, int) or not 0 <= rank < world_size:
             raise OptionError(f"rank must be in [0, {world_size - 1}], got {rank!r}")
+        if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:
+            raise OptionError(f"seed must be an integer >= 0, got {seed!r}")
         self.path = path
         self.rank = rank
         self.world_size = world_size
+        self.seed = seed
         self._reader: PackedReader | None = open_packed(path)
         reader = self._reader
         self.max_len: int = reader.max_len
@@ -112,8 +133,67 @@ class PackedDataset(Dataset):
                 f"{path} has {reader.num_rows} rows, fewer than world_size={world_size}: "
                 "every rank needs at least one row (pack more data or a smaller --max-len)"
             )
-        self.rows = range(rank * per_rank, (rank + 1) * per_rank)
-        """The global row numbers this rank reads."""
+        self._per_rank = per_rank
+        self.epoch: int | None = None
+        """The epoch of the last :meth:`set_epoch`, or None: contiguous blocks in stored order."""
+        self._rows: Sequence[int] | None = None
+
+    def set_epoch(self, epoch: int) -> None:
+        """Read the rows of epoch ``epoch``: a global reshuffle, each rank taking its share.
+
+        Every rank draws the same permutation of all the rows from ``(seed, epoch)``
+        (:func:`packtool.order.epoch_order`) and takes positions ``rank, rank + world_size, ...``
+        of it (:func:`packtool.order.rank_share`): no row on two ranks, every rank the same
+        number, the last ``num_rows % world_size`` positions left out (other rows each epoch).
+        Deterministic: the same ``(seed, epoch)`` gives the same rows in the same order. Call it
+        before each epoch's iteration (Hugging Face Trainer and accelerate do), and use
+        ``shuffle=False`` in the DataLoader.
+        """
+        if not isinstance(epoch, int) or isinstance(epoch, bool) or epoch < 0:
+            raise OptionError(f"epoch must be an integer >= 0, got {epoch!r}")
+        if epoch != self.epoch:
+            self.epoch = epoch
+            self._rows = None
+
+    @property
+    def rows(self) -> Sequence[int]:
+        """The global row numbers this rank reads, in order: ``self[i]`` is row ``rows[i]``."""
+        if self._rows is None:
+            if self.epoch is None:
+                n = self._per_rank
+                self._rows = range(self.rank * n, (self.rank + 1) * n)
+            else:
+                order = epoch_order(self.num_rows_total, seed=self.seed, epoch=self.epoch)
+                self._rows = rank_share(order, self.rank, self.world_size)
+        return self._rows
+
+    def state_dict(self) -> dict[str, Any]:
+        """What a resumed run needs to read the same rows: the epoch (and, as a check, the
+        seed and the sharding). torchdata's ``StatefulDataLoader`` saves it with its own
+        position, so that ``load_state_dict`` continues mid-epoch."""
+        return {
+            "epoch": self.epoch,
+            "seed": self.seed,
+            "rank": self.rank,
+            "world_size": self.world_size,
+            "num_rows": self.num_rows_total,
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore :meth:`state_dict`; refuses a state saved with another seed or sharding."""
+        mine = self.state_dict()
+        for key in ("seed", "rank", "world_size", "num_rows"):
+            if state.get(key) != mine[key]:
+                raise OptionError(
+                    f"cannot resume: the saved state has {key}={state.get(key)!r}, this "
+                    f"dataset {key}={mine[key]!r} (open it with the same path, seed, rank and "
+                    "world_size as the run that saved it)"
+                )
+        epoch = state.get("epoch")
+        self.epoch = None
+        self._rows = None
+        if epoch is not None:
+            self.set_epoch(epoch)
 
     @property
     def reader(self) -> PackedReader:
@@ -125,8 +205,10 @@ class PackedDataset(Dataset):
     def __getstate__(self) -> dict[str, Any]:
         # DataLoader workers get a copy of the dataset: send the path, not the mapped tables
         # (pickling a pyarrow table copies its data).
+        # The row numbers too: a worker recomputes them from the epoch.
         state = self.__dict__.copy()
         state["_reader"] = None
+        state["_rows"] = None
         return state
 
     def __len__(self) -> int:
@@ -135,7 +217,7 @@ class PackedDataset(Dataset):
     def __getitem__(self, index: int) -> dict[str, Any]:
         if not -len(self) <= index < len(self):
             raise IndexError(f"index {index} is out of range for {len(self)} rows")
-        row = self.reader.row(self.rows[index])
+        row = self.reader.row(int(self.rows[index]))
         item: dict[str, Any] = {
             # astype copies out of the read-only memory map, so torch gets writable memory
             "input_ids": torch.from_numpy(row.input_ids.astype(np.int64)),

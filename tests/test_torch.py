@@ -31,6 +31,7 @@ import packtool
 from packtool.errors import FormatError, OptionError
 from packtool.format import PackedBatch, ShardWriter
 from packtool.masks import block_causal_mask as np_block_causal_mask
+from packtool.order import epoch_order, rank_share
 from packtool.tokenize import SpecialTokens
 
 if os.environ.get("CI"):
@@ -520,11 +521,11 @@ def test_trainer_with_default_arguments(
     handle = model.register_forward_hook(record, with_kwargs=True)
     args = transformers.TrainingArguments(output_dir=str(tmp_path / "run"))
     assert args.remove_unused_columns
-    trainer = transformers.Trainer(
-        model, args, train_dataset=PackedDataset(packed["out"]), data_collator=collate
-    )
+    train = PackedDataset(packed["out"])
+    trainer = transformers.Trainer(model, args, train_dataset=train, data_collator=collate)
     result = trainer.train()
     handle.remove()
+    assert train.epoch == 2  # Trainer called set_epoch(0), (1), (2)
     assert result.global_step == 3  # 2 rows, batches of 8, 3 epochs
     assert math.isfinite(result.training_loss)
     assert any(not torch.equal(a, b) for a, b in zip(initial, model.parameters(), strict=True))
@@ -759,6 +760,112 @@ def test_ranks_split_the_rows(sharded: Path, world_size: int) -> None:
     assert n - len(seen) == n % world_size < world_size
 
 
+def test_epoch_order() -> None:
+    order = epoch_order(10, seed=0, epoch=1)
+    assert order.tolist() == [9, 1, 3, 8, 7, 6, 0, 4, 2, 5]  # the example of packtool/order.py
+    assert rank_share(order, 0, 2).tolist() == [9, 3, 7, 0, 2]
+    assert rank_share(order, 1, 2).tolist() == [1, 8, 6, 4, 5]
+    assert epoch_order(10, seed=0, epoch=2).tolist() == [8, 2, 1, 0, 5, 6, 7, 4, 3, 9]
+    assert rank_share(order, 2, 3).tolist() == [3, 6, 2]  # positions 2, 5, 8; 9 is left out
+    for n in (0, 1, 7, 1000):
+        assert sorted(epoch_order(n, seed=5, epoch=3).tolist()) == list(range(n))
+    with pytest.raises(OptionError, match="epoch must be an integer >= 0"):
+        epoch_order(10, seed=0, epoch=-1)
+
+
+@pytest.mark.parametrize("world_size", [1, 2, 3, 5])
+def test_set_epoch_reshuffles_globally(sharded: Path, world_size: int) -> None:
+    reader = packtool.open_packed(sharded)
+    n, per_rank = reader.num_rows, reader.num_rows // world_size
+    ranks = [
+        PackedDataset(sharded, rank=r, world_size=world_size, seed=7) for r in range(world_size)
+    ]
+    epochs = []
+    for epoch in range(3):
+        shares = []
+        for ds in ranks:
+            ds.set_epoch(epoch)
+            assert len(ds) == per_rank  # every rank the same number of steps
+            rows = [ds[i]["row"] for i in range(len(ds))]
+            assert ds[1]["input_ids"].tolist() == reader.row(rows[1]).input_ids.tolist()
+            shares.append(rows)
+        seen = [row for share in shares for row in share]
+        assert len(set(seen)) == len(seen) == world_size * per_rank  # no row on two ranks
+        assert n - len(seen) == n % world_size  # none lost beyond the remainder
+        # global: position i of the epoch goes to rank i % world_size
+        order = [shares[i % world_size][i // world_size] for i in range(len(seen))]
+        assert order == epoch_order(n, seed=7, epoch=epoch)[: len(seen)].tolist()
+        epochs.append(shares)
+    assert epochs[0] != epochs[1] != epochs[2]
+    if world_size > 1:  # a rank sees other rows in another epoch
+        assert set(epochs[0][0]) != set(epochs[1][0])
+    again = PackedDataset(sharded, rank=world_size - 1, world_size=world_size, seed=7)
+    again.set_epoch(1)
+    assert [again[i]["row"] for i in range(len(again))] == epochs[1][-1]  # deterministic
+    other = PackedDataset(sharded, rank=0, world_size=world_size, seed=8)
+    other.set_epoch(1)
+    assert [other[i]["row"] for i in range(len(other))] != epochs[1][0]
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+@pytest.mark.parametrize("shuffle", [False, True])
+def test_resume_mid_epoch_with_stateful_dataloader(
+    sharded: Path, num_workers: int, shuffle: bool
+) -> None:
+    """The batches after a restore equal those of the uninterrupted run."""
+    from torchdata.stateful_dataloader import StatefulDataLoader
+
+    def loader(ds: PackedDataset) -> Any:
+        return StatefulDataLoader(
+            ds,
+            batch_size=3,
+            shuffle=shuffle,  # a second shuffle inside the rank's share is allowed
+            collate_fn=collate,
+            num_workers=num_workers,
+            generator=torch.Generator().manual_seed(1),
+        )
+
+    def rows(batches: list[dict[str, Any]]) -> list[list[int]]:
+        return [b["input_ids"][:, :4].tolist() for b in batches]
+
+    ds = PackedDataset(sharded, rank=1, world_size=2, seed=3)
+    ds.set_epoch(4)
+    run = loader(ds)
+    it = iter(run)
+    head = [next(it) for _ in range(2)]
+    state = run.state_dict()
+    tail = list(it)
+    assert len(tail) >= 2 and rows(head) != rows(tail[:2])
+
+    fresh = PackedDataset(sharded, rank=1, world_size=2, seed=3)  # a new process: epoch unset
+    resumed = loader(fresh)
+    resumed.load_state_dict(state)  # restores the dataset's epoch too (its state_dict)
+    assert rows(list(resumed)) == rows(tail)
+    if not shuffle:
+        # the next epoch of the resumed run is the next epoch of the uninterrupted one (with a
+        # DataLoader shuffle on top, torchdata 0.11 draws that epoch's permutation from
+        # another generator state after a restore: set_epoch's order alone is reproducible)
+        fresh.set_epoch(5)
+        ds.set_epoch(5)
+        assert rows(list(resumed)) == rows(list(run))
+
+
+def test_dataset_state_restores_the_epoch(sharded: Path) -> None:
+    ds = PackedDataset(sharded, rank=0, world_size=2, seed=3)
+    ds.set_epoch(6)
+    fresh = PackedDataset(sharded, rank=0, world_size=2, seed=3)
+    fresh.load_state_dict(ds.state_dict())
+    assert fresh.epoch == 6 and list(fresh.rows) == list(ds.rows)
+    with pytest.raises(OptionError, match="saved state has seed=3, this dataset seed=4"):
+        PackedDataset(sharded, rank=0, world_size=2, seed=4).load_state_dict(ds.state_dict())
+    with pytest.raises(OptionError, match="saved state has rank=0, this dataset rank=1"):
+        PackedDataset(sharded, rank=1, world_size=2, seed=3).load_state_dict(ds.state_dict())
+    with pytest.raises(OptionError, match="epoch must be an integer >= 0"):
+        ds.set_epoch(-1)
+    with pytest.raises(OptionError, match="seed must be an integer >= 0"):
+        PackedDataset(sharded, seed=-1)
+
+
 def test_dataset_errors(sharded: Path, tmp_path: Path) -> None:
     n = packtool.open_packed(sharded).num_rows
     with pytest.raises(OptionError, match=f"has {n} rows, fewer than world_size={n + 1}"):
@@ -774,7 +881,8 @@ def test_dataset_errors(sharded: Path, tmp_path: Path) -> None:
 
 def test_dataset_pickles_without_its_data(sharded: Path) -> None:
     ds = PackedDataset(sharded, rank=1, world_size=2)
-    ds[0]  # map a shard
+    ds.set_epoch(3)
+    ds[0]  # map a shard, compute the epoch's rows
     blob = pickle.dumps(ds)
     assert len(blob) < 2_000  # the path and the row range, not the mapped tables
     copy = pickle.loads(blob)
