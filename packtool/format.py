@@ -601,6 +601,16 @@ class PackedReader:
     def has_labels(self) -> bool:
         return "labels" in self.manifest.get("columns", [])
 
+    @property
+    def vocab_size(self) -> int:
+        """The size of the tokenizer's vocabulary (every token id is below it)."""
+        try:
+            return int(self.manifest["tokenizer"]["vocab_size"])
+        except (KeyError, TypeError, ValueError) as e:
+            raise FormatError(
+                f"{self.path / MANIFEST_FILE}: the manifest records no tokenizer vocab_size"
+            ) from e
+
     def shard_table(self, shard: int) -> pa.Table:
         """The rows of one shard, memory-mapped (zero-copy)."""
         table = self._tables.get(shard)

@@ -14,7 +14,7 @@ DOCS = "\n".join(
     p.read_text(encoding="utf-8")
     for p in [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
 )
-COMMANDS = ["pack", "stats", "inspect"]
+COMMANDS = ["pack", "stats", "inspect", "verify", "export"]
 
 
 def options_of(command: str) -> set[str]:
