@@ -934,7 +934,9 @@ def export(
     to: Annotated[
         str,
         typer.Option(
-            "--to", help="The format: megatron (a Megatron-LM .bin/.idx indexed dataset)."
+            "--to",
+            help="The format: megatron (a Megatron-LM .bin/.idx indexed dataset) or "
+            "megatron-bridge (NeMo / Megatron-Bridge packed-SFT .idx.parquet + metadata).",
         ),
     ],
     output: Annotated[
@@ -943,6 +945,12 @@ def export(
             "--output", "-o", help="A new directory to write (never replaced).", show_default=False
         ),
     ],
+    npy: Annotated[
+        bool,
+        typer.Option(
+            "--npy", help="With megatron-bridge: also write the older .npy (a pickle, built whole)."
+        ),
+    ] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No summary.")] = False,
     as_json: Annotated[
         bool, typer.Option("--json", help="Print the export record as JSON.")
@@ -955,7 +963,7 @@ def export(
     """
     from .export import export as run_export
 
-    report = run_export(out_dir, output, to=to)
+    report = run_export(out_dir, output, to=to, npy=npy)
     if as_json:
         print(json.dumps(report.record, indent=2))
     elif not quiet:
@@ -963,7 +971,7 @@ def export(
         table = Table(title=f"exported ({to}): {output}", show_header=False, title_justify="left")
         table.add_column(style="bold")
         table.add_column(justify="right")
-        for key in ("documents", "rows", "tokens"):
+        for key in ("documents", "rows", "sequences", "tokens", "learned_tokens"):
             if key in record:
                 table.add_row(key, f"{record[key]:,}")
         for name, info in record["files"].items():

@@ -7,6 +7,7 @@ packtool: its ids, then EOS.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import warnings
@@ -155,3 +156,129 @@ def test_export_refusals(tmp_path: Path) -> None:
     with pytest.raises(OptionError, match="no loss masks: export it with --to megatron-bridge"):
         export(sft, tmp_path / "mega", to="megatron")
     assert not (tmp_path / "mega").exists()
+
+
+# -- megatron-bridge ----------------------------------------------------------------------------
+
+
+def bridge_sequences(entry: dict[str, Any]) -> list[tuple[list[int], list[int], list[int]]]:
+    """How NeMo / Megatron-Bridge's packed SFT dataset reads one entry: the sequences
+    ``[s, e)`` of ``seq_start_id + [len(input_ids)]``, each as (inputs ``ids[s:e-1]``, targets
+    ``ids[s+1:e]``, mask ``loss_mask[s:e-1]``)."""
+    ids, mask = entry["input_ids"], entry["loss_mask"]
+    bounds = [*entry["seq_start_id"], len(ids)]
+    return [
+        (ids[s : e - 1], ids[s + 1 : e], mask[s : e - 1]) for s, e in itertools.pairwise(bounds)
+    ]
+
+
+def read_bridge(dest: Path, max_len: int) -> list[dict[str, Any]]:
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(dest / f"training_{max_len}.idx.parquet")
+    types = {f.name: str(f.type.value_type) for f in table.schema}
+    assert types == {"input_ids": "int32", "loss_mask": "int8", "seq_start_id": "int32"}
+    return table.to_pylist()
+
+
+def test_bridge_export_trains_exactly_the_completions(tmp_path: Path) -> None:
+    rng = np.random.default_rng(3)
+    examples = [
+        (
+            rng.integers(3, 300, rng.integers(1, 8)).tolist(),
+            rng.integers(3, 300, rng.integers(1, 6)).tolist(),
+        )
+        for _ in range(40)
+    ]
+    src = write_jsonl(
+        tmp_path / "pc.jsonl",
+        [
+            {"prompt": " ".join(f"t{i}" for i in p), "completion": " ".join(f"t{i}" for i in c)}
+            for p, c in examples
+        ],
+    )
+    out = tmp_path / "out"
+    packtool.pack(
+        [src], out, max_len=32, tokenizer=str(word_tokenizer(tmp_path, 300)), rows_per_shard=4
+    )
+    reader = packtool.open_packed(out)
+    assert reader.has_labels
+
+    report = export(out, tmp_path / "bridge", to="megatron-bridge", npy=True)
+    entries = read_bridge(tmp_path / "bridge", 32)
+    assert len(entries) == reader.num_rows == report.record["rows"]
+    by_tokens = {}
+    for entry in entries:
+        assert len(entry["loss_mask"]) == len(entry["input_ids"]) <= 32
+        for inputs, targets, mask in bridge_sequences(entry):
+            document = (*inputs, targets[-1])
+            learned = [t for t, m in zip(targets, mask, strict=True) if m]
+            by_tokens[document] = learned
+    # every example once, and exactly its completion and EOS learned
+    expected = {(*p, *c, EOS): [*c, EOS] for p, c in examples}
+    assert by_tokens == expected
+    assert report.record["learned_tokens"] == sum(len(c) + 1 for _, c in examples)
+
+    # the older .npy: the same entries (a pickle, as their loader reads it)
+    old = np.load(tmp_path / "bridge" / "training_32.npy", allow_pickle=True)
+    assert [dict(e) for e in old] == entries
+
+    metadata = json.loads((tmp_path / "bridge" / "32_metadata.jsonl").read_text())
+    docs_per_row = [len(r["seq_start_id"]) for r in entries]
+    assert metadata == [
+        {
+            "dataset_max_seqlen": max(len(p) + len(c) + 1 for p, c in examples) - 1,
+            "max_samples_per_bin": max(docs_per_row),
+            "packing_factor": round(40 / len(entries), 2),
+            "packing_efficiency": round(
+                sum(len(r["input_ids"]) - len(r["seq_start_id"]) for r in entries)
+                / len(entries)
+                / 32
+                * 100,
+                2,
+            ),
+            "pack_size": 32,
+            "min_packed_seqlen": min(len(r["input_ids"]) - len(r["seq_start_id"]) for r in entries),
+        }
+    ]
+    assert verify_export(out, tmp_path / "bridge").ok
+
+
+def test_bridge_export_of_text_learns_every_next_token(tmp_path: Path) -> None:
+    docs = random_docs(300, n=30, seed=4)
+    out = make_pack(tmp_path, docs, vocab_size=300, max_len=16)  # split documents too
+    export(out, tmp_path / "bridge", to="megatron-bridge")
+    assert not (tmp_path / "bridge" / "training_16.npy").exists()
+    reader = packtool.open_packed(out)
+    entries = read_bridge(tmp_path / "bridge", 16)
+    for r, entry in enumerate(entries):
+        row = reader.row(r)
+        assert entry["input_ids"] == row.input_ids[: row.num_tokens].tolist()  # no padding
+        assert entry["seq_start_id"] == [s.start for s in row.segments if not s.is_padding]
+        for _, targets, mask in bridge_sequences(entry):
+            assert mask == [1] * len(targets)
+    assert verify_export(out, tmp_path / "bridge").ok
+
+
+def test_verify_finds_a_wrong_bridge_loss_mask(tmp_path: Path) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    out = make_pack(tmp_path, random_docs(300, n=20), vocab_size=300, max_len=16)
+    dest = tmp_path / "bridge"
+    export(out, dest, to="megatron-bridge")
+    path = dest / "training_16.idx.parquet"
+    rows = pq.read_table(path).to_pylist()
+    rows[2]["loss_mask"][0] ^= 1
+    pq.write_table(pa.Table.from_pylist(rows, schema=pq.read_schema(path)), path)
+    record = json.loads((dest / "export.json").read_text())
+    record["files"][path.name] = {
+        "bytes": path.stat().st_size,
+        "sha256": packtool.format.sha256_file(path),
+    }
+    (dest / "export.json").write_text(json.dumps(record))
+    assert verify_export(out, dest).problems == [
+        f"{path.name} row 2: loss_mask differs from the pack"
+    ]
+    with pytest.raises(OptionError, match="--npy is an option of --to megatron-bridge only"):
+        export(out, tmp_path / "mega", to="megatron", npy=True)

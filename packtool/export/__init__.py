@@ -3,6 +3,10 @@
 ``megatron``
     a Megatron-LM indexed dataset (``.bin`` / ``.idx``), one sequence per document
     (:mod:`packtool.export.megatron`).
+``megatron-bridge``
+    the packed-SFT files of NeMo and Megatron-Bridge (``training_L.idx.parquet``, optionally
+    the older ``.npy``, and ``L_metadata.jsonl``), one entry per packed row
+    (:mod:`packtool.export.bridge`).
 
 Every export streams from the memory-mapped shards, refuses an existing ``DIR``, writes
 ``export.json`` (what, from which pack, each file's sha256) last, and is checked against the
@@ -19,12 +23,13 @@ from typing import Any
 
 from ..errors import FormatError, OptionError
 from ..format import open_packed
+from .bridge import bridge_problems, export_bridge
 from .common import export_output, file_problems, pack_fingerprint, read_export_manifest
 from .megatron import export_megatron, megatron_problems
 
 __all__ = ["EXPORTS", "ExportCheck", "ExportReport", "export", "verify_export"]
 
-EXPORTS = ("megatron",)
+EXPORTS = ("megatron", "megatron-bridge")
 
 
 @dataclass(frozen=True)
@@ -55,13 +60,21 @@ def _check_kind(to: str) -> None:
         raise OptionError(f"--to {to!r} is not an export: choose one of {', '.join(EXPORTS)}")
 
 
-def export(out: str | os.PathLike[str], dest: str | os.PathLike[str], *, to: str) -> ExportReport:
-    """Export the pack at ``out`` to the new directory ``dest`` in the format ``to``."""
+def export(
+    out: str | os.PathLike[str], dest: str | os.PathLike[str], *, to: str, npy: bool = False
+) -> ExportReport:
+    """Export the pack at ``out`` to the new directory ``dest`` in the format ``to``
+    (:data:`EXPORTS`). ``npy``: with ``megatron-bridge``, also write the older ``.npy``."""
     _check_kind(to)
+    if npy and to != "megatron-bridge":
+        raise OptionError("--npy is an option of --to megatron-bridge only")
     started = time.perf_counter()
     reader = open_packed(out)
     with export_output(dest) as staging:
-        record = export_megatron(reader, staging)
+        if to == "megatron":
+            record = export_megatron(reader, staging)
+        else:
+            record = export_bridge(reader, staging, npy=npy)
     return ExportReport(Path(dest), to, record, time.perf_counter() - started)
 
 
@@ -81,5 +94,6 @@ def verify_export(out: str | os.PathLike[str], dest: str | os.PathLike[str]) -> 
     check.problems += file_problems(dest, record)
     if check.problems:
         return check
-    check.problems += megatron_problems(reader, dest, record)
+    problems = megatron_problems if to == "megatron" else bridge_problems
+    check.problems += problems(reader, dest, record)
     return check
