@@ -145,7 +145,7 @@ def bridge_metadata(reader: PackedReader, index: SegmentIndex) -> dict[str, Any]
 
 def _write_npy(path: Path, tables: list[pa.Table]) -> None:
     """The older format: a NumPy object array of dicts (a pickle), loaded whole by its
-    readers (``np.load(..., allow_pickle=True)``), so it is built whole here too."""
+    readers (numpy.load with pickles allowed), so it is built whole here too."""
     entries = [
         {
             "input_ids": r["input_ids"],
