@@ -566,6 +566,11 @@ class PackedRow:
     def segments(self) -> list[Segment]:
         """Document segments in order, then the padding segment if the row has one."""
         cu = self.cu_seqlens
+        if len(self.chunk_ids) != len(self.doc_ids) or len(self.doc_ids) > len(cu) - 1:
+            raise FormatError(
+                f"row {self.index}: {len(self.doc_ids)} doc_ids and {len(self.chunk_ids)} "
+                f"chunk_ids for {len(cu) - 1} segments (a damaged shard: run `packtool verify`)"
+            )
         out = []
         for i in range(len(cu) - 1):
             start, end = int(cu[i]), int(cu[i + 1])
