@@ -296,6 +296,13 @@ def collate(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """
     if not rows:
         raise ValueError("collate needs at least one row")
+    missing = [key for key in ("input_ids", "position_ids") if key not in rows[0]]
+    if missing:
+        raise ValueError(
+            f"rows have no {' and no '.join(missing)} (keys: {sorted(rows[0])}): something "
+            "dropped them before collate; with TRL's SFTTrainer, which keeps only input_ids, "
+            "labels and seq_lengths, pass SFTConfig(remove_unused_columns=False)"
+        )
     input_ids = torch.stack([_as_long(r["input_ids"]) for r in rows])
     position_ids = torch.stack([_as_long(r["position_ids"]) for r in rows])
     max_len = input_ids.shape[1]

@@ -665,6 +665,10 @@ def test_collate_errors() -> None:
         collate([{**row, "cu_seqlens": [0, 2]}])
     with pytest.raises(ValueError, match="position_ids"):
         collate([{**row, "cu_seqlens": [0, 3], "position_ids": [0, 1]}])
+    with pytest.raises(
+        ValueError, match=r"rows have no position_ids .*remove_unused_columns=False"
+    ):
+        collate([{"input_ids": [5, 6, 7], "labels": [-100, 6, 7]}])
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
@@ -965,3 +969,73 @@ def test_example_trains_two_steps(tmp_path: Path, capsys: pytest.CaptureFixture[
     assert "sdpa + block mask" in printed and "step    2" in printed
     vocab = json.loads((tmp_path / "out" / "manifest.json").read_text())["tokenizer"]
     assert vocab["vocab_size"] == 8192
+
+
+def _example(name: str) -> Any:
+    spec = importlib.util.spec_from_file_location(name, REPO / "examples" / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.slow
+def test_hf_trainer_example(tmp_path: Path) -> None:
+    lines = SAMPLE.read_text(encoding="utf-8").splitlines()[:150]
+    (tmp_path / "sample.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    packtool.pack([tmp_path / "sample.jsonl"], tmp_path / "out", max_len=128)
+    run = str(tmp_path / "run")
+    result = _example("hf_trainer").main(
+        [str(tmp_path / "out"), "--steps", "6", "--output-dir", run]
+    )
+    assert result["after"] < result["before"]  # the example asserts it too
+
+
+@pytest.fixture(scope="module")
+def chat_pack(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """120 sample chats packed at 256 with assistant-only labels."""
+    if not os.environ.get("CI"):
+        pytest.importorskip("trl", reason="pip install -e '.[test]'")
+    tmp = tmp_path_factory.mktemp("chat")
+    lines = (REPO / "sample_data" / "chat.jsonl").read_text(encoding="utf-8").splitlines()[:120]
+    (tmp / "chat.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    template = REPO / "sample_data" / "chatml.jinja"
+    report = packtool.pack([tmp / "chat.jsonl"], tmp / "chat", max_len=256, chat_template=template)
+    assert report.rows >= 8
+    return tmp / "chat"
+
+
+@pytest.mark.slow
+def test_trl_sft_example(chat_pack: Path, tmp_path: Path) -> None:
+    run = str(tmp_path / "run")
+    result = _example("trl_sft").main([str(chat_pack), "--steps", "2", "--output-dir", run])
+    assert math.isfinite(result["train_loss"]) and math.isfinite(result["eval_loss"])
+
+
+def test_trl_defaults_refuse_before_the_first_step(chat_pack: Path, tmp_path: Path) -> None:
+    """SFTConfig's defaults drop position_ids (remove_unused_columns): collate says so, before
+    any step, instead of training documents that attend to each other."""
+    import datasets
+    from trl import SFTConfig, SFTTrainer
+
+    tokenizer = transformers.PreTrainedTokenizerFast(
+        tokenizer_file=str(chat_pack / "tokenizer.json")
+    )
+    tokenizer.pad_token_id = packtool.open_packed(chat_pack).manifest["tokenizer"][
+        "special_tokens"
+    ]["pad_id"]
+    model = default_model("llama", "sdpa")
+    model.resize_token_embeddings(packtool.open_packed(chat_pack).vocab_size)
+    config = SFTConfig(output_dir=str(tmp_path / "run"), max_steps=1, bf16=False)
+    trainer = SFTTrainer(
+        model,
+        config,
+        train_dataset=datasets.load_from_disk(str(chat_pack)),
+        data_collator=collate,
+        processing_class=tokenizer,
+    )
+    with pytest.raises(
+        ValueError, match=r"no position_ids .*SFTConfig\(remove_unused_columns=False\)"
+    ):
+        trainer.train()
+    assert trainer.state.global_step == 0
