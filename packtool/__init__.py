@@ -63,6 +63,7 @@ _EXPORTS: dict[str, str] = {
     "VerifyReport": "verify",
     "corpus_stats": "stats",
     "dataset_stats": "stats",
+    "epoch_order": "order",
     "first_fit_decreasing": "packing",
     "inspect_row": "inspect",
     "load_chat_template": "chat",
@@ -73,6 +74,7 @@ _EXPORTS: dict[str, str] = {
     "pack": "pipeline",
     "pack_units": "engines",
     "plan_units": "units",
+    "rank_share": "order",
     "row_mask_grid": "inspect",
     "verify": "verify",
 }
@@ -94,6 +96,7 @@ if TYPE_CHECKING:  # for type checkers and IDEs: the same names, imported eagerl
     from .inspect import MaskGrid, RowView, SegmentView, inspect_row, row_mask_grid
     from .instruct import InputShape, InstructEncoder, LossOn
     from .merge import merge_units
+    from .order import epoch_order, rank_share
     from .packing import Overflow, first_fit_decreasing, lower_bound_rows
     from .pipeline import DocumentCounts, PackReport, pack
     from .stats import CorpusStats, DatasetStats, PackingStats, corpus_stats, dataset_stats
@@ -142,6 +145,7 @@ __all__ = [
     "__version__",
     "corpus_stats",
     "dataset_stats",
+    "epoch_order",
     "first_fit_decreasing",
     "inspect_row",
     "load_chat_template",
@@ -152,6 +156,7 @@ __all__ = [
     "pack",
     "pack_units",
     "plan_units",
+    "rank_share",
     "row_mask_grid",
     "verify",
 ]

@@ -877,13 +877,23 @@ def verify(
         ),
     ] = None,
     max_problems: Annotated[int, typer.Option(help="Problems to list (all are counted).")] = 20,
+    export_dir: Annotated[
+        Path | None,
+        typer.Option(
+            "--export",
+            help="Also check an export of OUT_DIR (`packtool export`): its files' sha256 and "
+            "its contents against the rows.",
+            show_default=False,
+        ),
+    ] = None,
     quiet: Annotated[
         bool, typer.Option("--quiet", "-q", help="No progress and no summary; only the exit code.")
     ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
 ) -> None:
     """Check that OUT_DIR is whole and right: every row of every shard, the manifest's counts,
-    the shards' sha256, and (with --against INPUTS...) every document's tokens.
+    the shards' sha256, (with --against INPUTS...) every document's tokens, and (with
+    --export DIR) an export of it.
 
     Exits 0 when verified, 1 when a problem is found (the first ones are listed: shard, row,
     what) or OUT_DIR is not a packtool output, 2 on wrong usage.
@@ -904,8 +914,21 @@ def verify(
             progress=progress,
             parse_special=parse_special,
         )
+    export_check = None
+    if export_dir is not None:
+        from .export import verify_export
+
+        export_check = verify_export(out_dir, export_dir)
     if as_json:
-        print(json.dumps(report.to_dict(), indent=2))
+        summary = report.to_dict()
+        if export_check is not None:
+            summary["export"] = {
+                "path": str(export_check.path),
+                "to": export_check.to,
+                "ok": export_check.ok,
+                "problems": export_check.problems,
+            }
+        print(json.dumps(summary, indent=2))
     elif not quiet:
         out.print(_verify_table(report))
         for note in report.notes:
@@ -916,11 +939,80 @@ def verify(
         if hidden > 0:
             counts = ", ".join(f"{k} {v:,}" for k, v in sorted(report.problem_counts.items()))
             out.print(f"... and {hidden:,} more problems (by check: {counts})", highlight=False)
-    if not report.ok:
+        if export_check is not None:
+            state = "verified" if export_check.ok else "FAILED"
+            out.print(f"export ({export_check.to}) {state}: {export_check.path}", highlight=False)
+            for problem in export_check.problems:
+                out.print(f"[red]problem:[/] {problem}", highlight=False, soft_wrap=True)
+    if not report.ok or (export_check is not None and not export_check.ok):
         raise typer.Exit(1)
 
 
 # == end of verify ==
+
+
+# == export: other training stacks' formats ==
+
+
+@app.command()
+@handle_errors
+def export(
+    out_dir: Annotated[
+        Path, typer.Argument(help="The output directory of `packtool pack`.", show_default=False)
+    ],
+    to: Annotated[
+        str,
+        typer.Option(
+            "--to",
+            help="The format: megatron (a Megatron-LM .bin/.idx indexed dataset) or "
+            "megatron-bridge (NeMo / Megatron-Bridge packed-SFT .idx.parquet + metadata).",
+        ),
+    ],
+    output: Annotated[
+        Path,
+        typer.Option(
+            "--output", "-o", help="A new directory to write (never replaced).", show_default=False
+        ),
+    ],
+    npy: Annotated[
+        bool,
+        typer.Option(
+            "--npy", help="With megatron-bridge: also write the older .npy (a pickle, built whole)."
+        ),
+    ] = False,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No summary.")] = False,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print the export record as JSON.")
+    ] = False,
+) -> None:
+    """Export OUT_DIR for another training stack into the new directory -o DIR.
+
+    The export streams from the shards, writes export.json (its files' sha256) last, and is
+    checked against the pack by `packtool verify OUT_DIR --export DIR`.
+    """
+    from .export import export as run_export
+
+    report = run_export(out_dir, output, to=to, npy=npy)
+    if as_json:
+        print(json.dumps(report.record, indent=2))
+    elif not quiet:
+        record = report.record
+        table = Table(title=f"exported ({to}): {output}", show_header=False, title_justify="left")
+        table.add_column(style="bold")
+        table.add_column(justify="right")
+        for key in ("documents", "rows", "sequences", "tokens", "learned_tokens"):
+            if key in record:
+                table.add_row(key, f"{record[key]:,}")
+        for name, info in record["files"].items():
+            table.add_row(name, f"{info['bytes']:,} bytes")
+        table.add_row("time", f"{report.seconds:.1f} s")
+        out.print(table)
+        if "data_path" in record:
+            out.print(
+                f"train with --data-path {output / record['data_path']}",
+                highlight=False,
+                soft_wrap=True,
+            )
 
 
 # == merge (issue 9): work units (`pack --units`) and the `merge` command ==

@@ -235,6 +235,15 @@ _HASH_IN_THREAD_BYTES = 1 << 20
 _WRITEBACK_BYTES = 32 << 20
 
 
+def sha256_file(path: Path) -> str:
+    """The sha256 of a file (exports record one per file they write)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 22), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
 def _write_json(path: Path, obj: Any) -> None:
     try:
         with open(path, "w", encoding="utf-8") as f:
@@ -557,6 +566,11 @@ class PackedRow:
     def segments(self) -> list[Segment]:
         """Document segments in order, then the padding segment if the row has one."""
         cu = self.cu_seqlens
+        if len(self.chunk_ids) != len(self.doc_ids) or len(self.doc_ids) > len(cu) - 1:
+            raise FormatError(
+                f"row {self.index}: {len(self.doc_ids)} doc_ids and {len(self.chunk_ids)} "
+                f"chunk_ids for {len(cu) - 1} segments (a damaged shard: run `packtool verify`)"
+            )
         out = []
         for i in range(len(cu) - 1):
             start, end = int(cu[i]), int(cu[i + 1])
@@ -591,6 +605,16 @@ class PackedReader:
     @property
     def has_labels(self) -> bool:
         return "labels" in self.manifest.get("columns", [])
+
+    @property
+    def vocab_size(self) -> int:
+        """The size of the tokenizer's vocabulary (every token id is below it)."""
+        try:
+            return int(self.manifest["tokenizer"]["vocab_size"])
+        except (KeyError, TypeError, ValueError) as e:
+            raise FormatError(
+                f"{self.path / MANIFEST_FILE}: the manifest records no tokenizer vocab_size"
+            ) from e
 
     def shard_table(self, shard: int) -> pa.Table:
         """The rows of one shard, memory-mapped (zero-copy)."""

@@ -44,6 +44,7 @@ except ImportError as e:  # pragma: no cover - exercised in a subprocess by the 
 from packtool.errors import OptionError
 from packtool.format import IGNORE_INDEX, PackedReader, open_packed
 from packtool.masks import batch_block_causal_mask, document_ids
+from packtool.order import epoch_order, rank_share
 
 __all__ = [
     "IGNORE_INDEX",
@@ -51,6 +52,7 @@ __all__ = [
     "block_causal_mask",
     "collate",
     "flex_block_mask",
+    "learned_labels",
 ]
 
 
@@ -69,8 +71,11 @@ class PackedDataset(Dataset):
     Each item is a dict: ``input_ids`` and ``position_ids`` (int64, ``[max_len]``),
     ``cu_seqlens`` (int32, the row's segment boundaries, padding tail included), ``num_tokens``
     (int, real tokens; the padding segment is ``[num_tokens, max_len)``), ``row`` (int, the row's
-    number in the whole output) and, when the output has a ``labels`` column, ``labels``.
-    Batch items with :func:`collate`.
+    number in the whole output) and ``labels`` (int64, ``[max_len]``: :func:`learned_labels`,
+    the row's ``input_ids`` or its stored ``labels`` column, -100 on padding and document starts).
+    Batch items with :func:`collate`. ``input_ids``, ``position_ids`` and ``labels`` are enough
+    for it, so the rows survive Hugging Face Trainer's default ``remove_unused_columns=True``,
+    which drops every key the model's ``forward`` does not name.
 
     **Data parallel.** With ``world_size`` > 1, rank ``rank`` gets a contiguous block of
     ``num_rows // world_size`` rows: rows ``[rank * n, (rank + 1) * n)``. The shards are thus split
@@ -79,24 +84,44 @@ class PackedDataset(Dataset):
     Every rank gets the same number of rows, which distributed training needs (a rank that runs
     out of batches first leaves the others waiting in a collective): the last
     ``num_rows % world_size`` rows (fewer than ``world_size``) are left out. This also works when
-    there are fewer shards than ranks. Rows were shuffled when packed; shuffle again per epoch
-    with the DataLoader's ``shuffle=True``, and do not add a ``DistributedSampler`` (it would
-    split the rank's share once more).
+    there are fewer shards than ranks. Do not add a ``DistributedSampler`` (it would split the
+    rank's share once more).
 
     >>> [len(PackedDataset("out/", rank=r, world_size=4)) for r in range(4)]  # 296 rows
     [74, 74, 74, 74]
     >>> [len(PackedDataset("out/", rank=r, world_size=5)) for r in range(5)]  # 1 left out
     [59, 59, 59, 59, 59]
+
+    **Epochs.** :meth:`set_epoch` reshuffles all the rows globally, the same way on every rank
+    (from ``seed`` and the epoch), each rank taking its share; a rank then sees other rows every
+    epoch. :meth:`state_dict` / :meth:`load_state_dict` make it resumable mid-epoch with
+    torchdata's ``StatefulDataLoader``::
+
+        ds = PackedDataset("out/", rank=rank, world_size=world_size, seed=0)
+        loader = StatefulDataLoader(ds, batch_size=8, collate_fn=collate)   # shuffle=False
+        for epoch in range(start_epoch, epochs):
+            ds.set_epoch(epoch)
+            for batch in loader: ...            # checkpoint loader.state_dict() with the model
     """
 
-    def __init__(self, path: str | os.PathLike[str], *, rank: int = 0, world_size: int = 1) -> None:
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        rank: int = 0,
+        world_size: int = 1,
+        seed: int = 0,
+    ) -> None:
         if not isinstance(world_size, int) or world_size < 1:
             raise OptionError(f"world_size must be an integer >= 1, got {world_size!r}")
         if not isinstance(rank, int) or not 0 <= rank < world_size:
             raise OptionError(f"rank must be in [0, {world_size - 1}], got {rank!r}")
+        if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:
+            raise OptionError(f"seed must be an integer >= 0, got {seed!r}")
         self.path = path
         self.rank = rank
         self.world_size = world_size
+        self.seed = seed
         self._reader: PackedReader | None = open_packed(path)
         reader = self._reader
         self.max_len: int = reader.max_len
@@ -108,8 +133,67 @@ class PackedDataset(Dataset):
                 f"{path} has {reader.num_rows} rows, fewer than world_size={world_size}: "
                 "every rank needs at least one row (pack more data or a smaller --max-len)"
             )
-        self.rows = range(rank * per_rank, (rank + 1) * per_rank)
-        """The global row numbers this rank reads."""
+        self._per_rank = per_rank
+        self.epoch: int | None = None
+        """The epoch of the last :meth:`set_epoch`, or None: contiguous blocks in stored order."""
+        self._rows: Sequence[int] | None = None
+
+    def set_epoch(self, epoch: int) -> None:
+        """Read the rows of epoch ``epoch``: a global reshuffle, each rank taking its share.
+
+        Every rank draws the same permutation of all the rows from ``(seed, epoch)``
+        (:func:`packtool.order.epoch_order`) and takes positions ``rank, rank + world_size, ...``
+        of it (:func:`packtool.order.rank_share`): no row on two ranks, every rank the same
+        number, the last ``num_rows % world_size`` positions left out (other rows each epoch).
+        Deterministic: the same ``(seed, epoch)`` gives the same rows in the same order. Call it
+        before each epoch's iteration (Hugging Face Trainer and accelerate do), and use
+        ``shuffle=False`` in the DataLoader.
+        """
+        if not isinstance(epoch, int) or isinstance(epoch, bool) or epoch < 0:
+            raise OptionError(f"epoch must be an integer >= 0, got {epoch!r}")
+        if epoch != self.epoch:
+            self.epoch = epoch
+            self._rows = None
+
+    @property
+    def rows(self) -> Sequence[int]:
+        """The global row numbers this rank reads, in order: ``self[i]`` is row ``rows[i]``."""
+        if self._rows is None:
+            if self.epoch is None:
+                n = self._per_rank
+                self._rows = range(self.rank * n, (self.rank + 1) * n)
+            else:
+                order = epoch_order(self.num_rows_total, seed=self.seed, epoch=self.epoch)
+                self._rows = rank_share(order, self.rank, self.world_size)
+        return self._rows
+
+    def state_dict(self) -> dict[str, Any]:
+        """What a resumed run needs to read the same rows: the epoch (and, as a check, the
+        seed and the sharding). torchdata's ``StatefulDataLoader`` saves it with its own
+        position, so that ``load_state_dict`` continues mid-epoch."""
+        return {
+            "epoch": self.epoch,
+            "seed": self.seed,
+            "rank": self.rank,
+            "world_size": self.world_size,
+            "num_rows": self.num_rows_total,
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore :meth:`state_dict`; refuses a state saved with another seed or sharding."""
+        mine = self.state_dict()
+        for key in ("seed", "rank", "world_size", "num_rows"):
+            if state.get(key) != mine[key]:
+                raise OptionError(
+                    f"cannot resume: the saved state has {key}={state.get(key)!r}, this "
+                    f"dataset {key}={mine[key]!r} (open it with the same path, seed, rank and "
+                    "world_size as the run that saved it)"
+                )
+        epoch = state.get("epoch")
+        self.epoch = None
+        self._rows = None
+        if epoch is not None:
+            self.set_epoch(epoch)
 
     @property
     def reader(self) -> PackedReader:
@@ -121,8 +205,10 @@ class PackedDataset(Dataset):
     def __getstate__(self) -> dict[str, Any]:
         # DataLoader workers get a copy of the dataset: send the path, not the mapped tables
         # (pickling a pyarrow table copies its data).
+        # The row numbers too: a worker recomputes them from the epoch.
         state = self.__dict__.copy()
         state["_reader"] = None
+        state["_rows"] = None
         return state
 
     def __len__(self) -> int:
@@ -131,7 +217,7 @@ class PackedDataset(Dataset):
     def __getitem__(self, index: int) -> dict[str, Any]:
         if not -len(self) <= index < len(self):
             raise IndexError(f"index {index} is out of range for {len(self)} rows")
-        row = self.reader.row(self.rows[index])
+        row = self.reader.row(int(self.rows[index]))
         item: dict[str, Any] = {
             # astype copies out of the read-only memory map, so torch gets writable memory
             "input_ids": torch.from_numpy(row.input_ids.astype(np.int64)),
@@ -140,21 +226,47 @@ class PackedDataset(Dataset):
             "num_tokens": int(row.num_tokens),
             "row": int(row.index),
         }
-        if row.labels is not None:
-            item["labels"] = torch.from_numpy(row.labels.astype(np.int64))
+        source = row.labels if row.labels is not None else row.input_ids
+        item["labels"] = torch.from_numpy(
+            learned_labels(source, row.cu_seqlens, int(row.num_tokens))
+        )
         return item
+
+
+def learned_labels(source: Any, cu_seqlens: Any, num_tokens: int) -> np.ndarray:
+    """The labels of one row (int64): ``source`` (``input_ids``, or the stored labels of
+    instruction data), with -100 on the padding ``[num_tokens, max_len)`` and on the first token
+    of every segment (``cu_seqlens[:-1]``)::
+
+        input_ids  a0 a1 a2 b0 b1 b2 P  P          cu_seqlens [0, 3, 6, 8], num_tokens 6
+        labels     -  a1 a2 -  b1 b2 -  -
+    """
+    labels = np.array(source, dtype=np.int64)  # a copy: the caller's array is left alone
+    labels[num_tokens:] = IGNORE_INDEX
+    labels[np.asarray(cu_seqlens, dtype=np.int64)[:-1]] = IGNORE_INDEX
+    return labels
 
 
 def _as_long(x: Any) -> torch.Tensor:
     return torch.as_tensor(np.asarray(x) if not isinstance(x, torch.Tensor) else x).long()
 
 
-def collate(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """Batch packed rows for a causal LM; the keys are the keywords Hugging Face models take.
+def _segment_starts(position_ids: torch.Tensor) -> np.ndarray:
+    """``cu_seqlens`` of a row from its ``position_ids``: a segment starts wherever they are 0
+    (the format guarantees it, for the padding segment too)."""
+    pos = position_ids.numpy()
+    return np.append(np.flatnonzero(pos == 0), pos.size).astype(np.int64)
 
-    ``rows`` are :class:`PackedDataset` items, or any mappings with ``input_ids``,
-    ``position_ids``, ``cu_seqlens``, ``num_tokens`` (and optionally ``labels``) as tensors,
-    arrays or lists (rows of ``datasets.load_from_disk("out/")`` work too). Returns::
+
+def collate(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Batch packed rows for a causal LM; the keys are the keywords Hugging Face models take,
+    so ``model(**collate(rows))`` is right as it stands (also with a default model config).
+
+    ``rows`` are :class:`PackedDataset` items, or any mappings with ``input_ids`` and
+    ``position_ids`` as tensors, arrays or lists, plus ``cu_seqlens`` and ``num_tokens`` (rows of
+    ``datasets.load_from_disk("out/")``) or ``labels`` (``PackedDataset`` items after Hugging
+    Face Trainer's ``remove_unused_columns`` kept only the keys the model's ``forward`` names).
+    Missing ``cu_seqlens`` are found where ``position_ids`` restart at 0. Returns::
 
         input_ids           [B, L] int64
         position_ids        [B, L] int64    restart at 0 at every segment
@@ -166,6 +278,8 @@ def collate(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         max_length_k        int
         num_learned_tokens  int             (labels[:, 1:] != -100).sum(): the tokens the loss
                                             is taken over, after the model's shift by one
+        use_cache           False           a model that builds a KV cache turns off the
+                                            packed-sequence handling: documents would leak
 
     Why -100 on document starts: the model shifts labels by one (logits at ``t`` predict
     ``labels[t + 1]``), so ``labels[cu[k]] = -100`` stops the last token of document ``k - 1``
@@ -178,10 +292,17 @@ def collate(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
                    (not a2->b0: labels[3] is -100; not b2->P: padding)
 
     Deliberately, there is no ``attention_mask`` key: a 2-D mask, even all ones, turns off
-    Hugging Face's packed-sequence handling. Pass ``use_cache=False`` too.
+    Hugging Face's packed-sequence handling.
     """
     if not rows:
         raise ValueError("collate needs at least one row")
+    missing = [key for key in ("input_ids", "position_ids") if key not in rows[0]]
+    if missing:
+        raise ValueError(
+            f"rows have no {' and no '.join(missing)} (keys: {sorted(rows[0])}): something "
+            "dropped them before collate; with TRL's SFTTrainer, which keeps only input_ids, "
+            "labels and seq_lengths, pass SFTConfig(remove_unused_columns=False)"
+        )
     input_ids = torch.stack([_as_long(r["input_ids"]) for r in rows])
     position_ids = torch.stack([_as_long(r["position_ids"]) for r in rows])
     max_len = input_ids.shape[1]
@@ -190,21 +311,33 @@ def collate(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
             f"position_ids {tuple(position_ids.shape)} do not match input_ids "
             f"{tuple(input_ids.shape)}"
         )
-    labels = torch.full_like(input_ids, IGNORE_INDEX)
+    labels = torch.empty_like(input_ids)
     cu_parts = [np.zeros(1, dtype=np.int64)]
     for b, r in enumerate(rows):
-        cu = np.asarray(r["cu_seqlens"], dtype=np.int64)
+        if "cu_seqlens" in r:
+            cu = np.asarray(r["cu_seqlens"], dtype=np.int64)
+            what = "cu_seqlens"
+        else:
+            cu = _segment_starts(position_ids[b])
+            what = "the segments where position_ids restart at 0"
         if cu.ndim != 1 or cu.size < 2 or cu[0] != 0 or cu[-1] != max_len:
             raise ValueError(
-                f"row {b}: cu_seqlens must run from 0 to the row length {max_len}, "
-                f"got {cu.tolist()}"
+                f"row {b}: {what} must run from 0 to the row length {max_len}, got {cu.tolist()}"
             )
-        num_tokens = int(r["num_tokens"])
         stored = r.get("labels")
-        learned = _as_long(stored) if stored is not None else input_ids[b]
-        labels[b, :num_tokens] = learned[:num_tokens]
-        starts = cu[:-1][cu[:-1] < num_tokens]  # document segments; the padding one is masked
-        labels[b, torch.from_numpy(starts)] = IGNORE_INDEX
+        if "num_tokens" in r:
+            num_tokens = int(r["num_tokens"])
+        elif stored is not None:
+            num_tokens = max_len  # labels already hold -100 on the padding
+        else:
+            raise ValueError(
+                f"row {b} has neither num_tokens nor labels, so its padding cannot be told "
+                "from its tokens: pass rows of packtool.torch.PackedDataset (they carry labels), "
+                "or, with Hugging Face Trainer and rows of datasets.load_from_disk, "
+                "TrainingArguments(remove_unused_columns=False)"
+            )
+        source = _as_long(stored) if stored is not None else input_ids[b]
+        labels[b] = torch.from_numpy(learned_labels(source.numpy(), cu, num_tokens))
         cu_parts.append(cu[1:] + b * max_len)
     cu_global = np.concatenate(cu_parts)
     cu_tensor = torch.from_numpy(cu_global.astype(np.int32))
@@ -218,6 +351,7 @@ def collate(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         "max_length_q": max_length,
         "max_length_k": max_length,
         "num_learned_tokens": int((labels[:, 1:] != IGNORE_INDEX).sum()),
+        "use_cache": False,
     }
 
 

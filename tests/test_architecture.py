@@ -21,6 +21,7 @@ LAYERS: dict[str, int] = {
     "masks": 0,
     # 1: the stages' own building blocks
     "options": 1,
+    "order": 1,
     "packing": 1,
     "chat": 1,
     "sources": 1,
@@ -36,6 +37,7 @@ LAYERS: dict[str, int] = {
     "pipeline": 4,
     "stats": 4,
     "verify": 4,
+    "export": 4,
     # 5-7: work units, their merge, the engines that run them
     "units": 5,
     "merge": 6,

@@ -31,6 +31,7 @@ import packtool
 from packtool.errors import FormatError, OptionError
 from packtool.format import PackedBatch, ShardWriter
 from packtool.masks import block_causal_mask as np_block_causal_mask
+from packtool.order import epoch_order, rank_share
 from packtool.tokenize import SpecialTokens
 
 if os.environ.get("CI"):
@@ -115,7 +116,7 @@ def packed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
                 got = rows[b]["input_ids"][seg.start : seg.end]
                 assert torch.equal(got, docs[seg.doc_id]), seg
     assert sorted(d for _, _, d in placement) == list(range(len(DOC_LENGTHS)))
-    return {"batch": collate(rows), "docs": docs, "placement": placement, "rows": rows}
+    return {"batch": collate(rows), "docs": docs, "placement": placement, "rows": rows, "out": out}
 
 
 def tiny_llama() -> Any:
@@ -418,6 +419,157 @@ def test_labels_of_the_batch(packed: dict[str, Any]) -> None:
                 assert labels[b, t] == ids[b, t], (b, t)
 
 
+# -- safe with the defaults: a default model config, Hugging Face Trainer's defaults ---------
+
+
+SAFE = 1e-4  # the bound of the issue for the default setups below
+
+
+def default_model(arch: str, impl: str) -> Any:
+    """A tiny model whose config keeps the defaults that matter here (``use_cache=True``, as
+    ``from_pretrained`` gives), without dropout so that training mode is deterministic."""
+    if arch == "llama":
+        config = transformers.LlamaConfig(
+            vocab_size=VOCAB,
+            hidden_size=64,
+            intermediate_size=128,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            max_position_embeddings=2 * MAX_LEN,
+        )
+        cls = transformers.LlamaForCausalLM
+    else:
+        config = transformers.GPT2Config(
+            vocab_size=VOCAB,
+            n_embd=64,
+            n_layer=2,
+            n_head=4,
+            n_positions=2 * MAX_LEN,
+            bos_token_id=0,
+            eos_token_id=0,
+            resid_pdrop=0.0,
+            embd_pdrop=0.0,
+            attn_pdrop=0.0,
+        )
+        cls = transformers.GPT2LMHeadModel
+    torch.manual_seed(0)
+    model = cls._from_config(config, attn_implementation=impl, dtype=torch.float32)
+    assert model.config.use_cache
+    return model
+
+
+def alone_logits(model: Any, packed: dict[str, Any]) -> list[Any]:
+    with torch.no_grad():
+        return [model(input_ids=d[None], use_cache=False).logits[0] for d in packed["docs"]]
+
+
+def inner_docs(packed: dict[str, Any]) -> list[int]:
+    """The documents that do not start a row: a leak shows in these."""
+    return [d for _, start, d in packed["placement"] if start > 0]
+
+
+@pytest.mark.parametrize("impl", ["sdpa", "eager"])
+@pytest.mark.parametrize("arch", ["llama", "gpt2"])
+@pytest.mark.parametrize("mode", ["train", "eval"])
+def test_model_on_collate_is_leak_free_with_a_default_config(
+    packed: dict[str, Any], arch: str, impl: str, mode: str
+) -> None:
+    """``model(**collate(rows))``, nothing else: the batch turns the cache off itself."""
+    model = default_model(arch, impl).train(mode == "train")
+    alone = alone_logits(model, packed)
+    batch = packed["batch"]
+    assert batch["use_cache"] is False
+    with torch.no_grad():
+        diffs = doc_diffs(model(**batch).logits, packed, alone)
+    assert max(diffs.values()) < SAFE, diffs
+    # control: the same batch with the config's cache left on leaks
+    with torch.no_grad():
+        leaky = model(**{k: v for k, v in batch.items() if k != "use_cache"}).logits
+    leaked = doc_diffs(leaky, packed, alone)
+    assert all(leaked[d] > LEAK for d in inner_docs(packed)), leaked
+
+
+def _logits_by_row(ids: Any, logits: Any, packed: dict[str, Any]) -> Any:
+    """Reorder a batch that Trainer shuffled into the packed rows' order, by their tokens."""
+    order = []
+    for row in packed["rows"]:
+        matches = [b for b in range(ids.shape[0]) if torch.equal(ids[b], row["input_ids"])]
+        assert len(matches) == 1
+        order.append(matches[0])
+    return logits[order]
+
+
+@pytest.mark.parametrize("impl", ["sdpa", "eager"])
+@pytest.mark.parametrize("arch", ["llama", "gpt2"])
+def test_trainer_with_default_arguments(
+    packed: dict[str, Any], arch: str, impl: str, tmp_path: Path
+) -> None:
+    """The real Trainer, default TrainingArguments (remove_unused_columns=True among them):
+    it trains, and the logits it computes equal every document run alone, in its training
+    steps and in predict()."""
+    model = default_model(arch, impl)
+    model.train()
+    before = alone_logits(model, packed)
+    initial = [p.detach().clone() for p in model.parameters()]
+    seen: list[tuple[Any, Any, dict[str, Any]]] = []
+
+    def record(module: Any, args: Any, kwargs: dict[str, Any], output: Any) -> None:
+        if module.training:
+            seen.append((kwargs["input_ids"].detach(), output.logits.detach(), kwargs))
+
+    handle = model.register_forward_hook(record, with_kwargs=True)
+    args = transformers.TrainingArguments(output_dir=str(tmp_path / "run"))
+    assert args.remove_unused_columns
+    train = PackedDataset(packed["out"])
+    trainer = transformers.Trainer(model, args, train_dataset=train, data_collator=collate)
+    result = trainer.train()
+    handle.remove()
+    assert train.epoch == 2  # Trainer called set_epoch(0), (1), (2)
+    assert result.global_step == 3  # 2 rows, batches of 8, 3 epochs
+    assert math.isfinite(result.training_loss)
+    assert any(not torch.equal(a, b) for a, b in zip(initial, model.parameters(), strict=True))
+
+    ids, logits, kwargs = seen[0]  # the first step runs on the initial weights
+    assert set(kwargs) >= {"labels", "position_ids", "cu_seq_lens_q", "use_cache"}
+    assert kwargs["use_cache"] is False and "attention_mask" not in kwargs
+    assert torch.equal(_logits_by_row(ids, kwargs["labels"], packed), packed["batch"]["labels"])
+    diffs = doc_diffs(_logits_by_row(ids, logits, packed), packed, before)
+    assert max(diffs.values()) < SAFE, diffs
+
+    model.eval()
+    after = alone_logits(model, packed)
+    prediction = trainer.predict(PackedDataset(packed["out"]))
+    diffs = doc_diffs(torch.from_numpy(prediction.predictions), packed, after)
+    assert max(diffs.values()) < SAFE, diffs
+
+
+def test_trainer_refuses_rows_it_stripped_of_their_padding(
+    packed: dict[str, Any], tmp_path: Path
+) -> None:
+    """Rows of datasets.load_from_disk lose num_tokens and cu_seqlens to remove_unused_columns;
+    without labels, the padding cannot be found: an error before the first step."""
+    import datasets
+
+    model = default_model("llama", "sdpa")
+    args = transformers.TrainingArguments(output_dir=str(tmp_path / "run"))
+    hf_rows = datasets.load_from_disk(str(packed["out"]))
+    trainer = transformers.Trainer(model, args, train_dataset=hf_rows, data_collator=collate)
+    with pytest.raises(ValueError, match=r"neither num_tokens nor labels.*remove_unused_columns"):
+        trainer.train()
+    assert trainer.state.global_step == 0
+
+
+def test_collate_from_the_columns_trainer_keeps(packed: dict[str, Any]) -> None:
+    """input_ids, position_ids and labels alone collate to the same batch as whole items."""
+    kept = [{k: r[k] for k in ("input_ids", "position_ids", "labels")} for r in packed["rows"]]
+    small, whole = collate(kept), packed["batch"]
+    assert small.keys() == whole.keys()
+    for key, value in whole.items():
+        same = torch.equal(value, small[key]) if isinstance(value, torch.Tensor) else None
+        assert same if same is not None else value == small[key], key
+
+
 # -- collate and the masks on their own --------------------------------------------------------
 
 
@@ -513,6 +665,10 @@ def test_collate_errors() -> None:
         collate([{**row, "cu_seqlens": [0, 2]}])
     with pytest.raises(ValueError, match="position_ids"):
         collate([{**row, "cu_seqlens": [0, 3], "position_ids": [0, 1]}])
+    with pytest.raises(
+        ValueError, match=r"rows have no position_ids .*remove_unused_columns=False"
+    ):
+        collate([{"input_ids": [5, 6, 7], "labels": [-100, 6, 7]}])
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
@@ -567,7 +723,9 @@ def test_dataset_items_are_the_rows(sharded: Path) -> None:
         assert item["position_ids"].tolist() == row.position_ids.tolist()
         assert item["cu_seqlens"].tolist() == row.cu_seqlens.tolist()
         assert item["num_tokens"] == row.num_tokens and item["row"] == row.index
-        assert "labels" not in item
+        cu, n = row.cu_seqlens, row.num_tokens
+        want = [-100 if t >= n or t in cu[:-1] else int(row.input_ids[t]) for t in range(16)]
+        assert item["labels"].dtype == torch.int64 and item["labels"].tolist() == want
         item["input_ids"][0] = 7  # writable, and a copy: the mapped shard is untouched
     assert ds[0]["input_ids"].tolist() == reader.row(0).input_ids.tolist()
     with pytest.raises(IndexError, match="out of range"):
@@ -606,6 +764,112 @@ def test_ranks_split_the_rows(sharded: Path, world_size: int) -> None:
     assert n - len(seen) == n % world_size < world_size
 
 
+def test_epoch_order() -> None:
+    order = epoch_order(10, seed=0, epoch=1)
+    assert order.tolist() == [9, 1, 3, 8, 7, 6, 0, 4, 2, 5]  # the example of packtool/order.py
+    assert rank_share(order, 0, 2).tolist() == [9, 3, 7, 0, 2]
+    assert rank_share(order, 1, 2).tolist() == [1, 8, 6, 4, 5]
+    assert epoch_order(10, seed=0, epoch=2).tolist() == [8, 2, 1, 0, 5, 6, 7, 4, 3, 9]
+    assert rank_share(order, 2, 3).tolist() == [3, 6, 2]  # positions 2, 5, 8; 9 is left out
+    for n in (0, 1, 7, 1000):
+        assert sorted(epoch_order(n, seed=5, epoch=3).tolist()) == list(range(n))
+    with pytest.raises(OptionError, match="epoch must be an integer >= 0"):
+        epoch_order(10, seed=0, epoch=-1)
+
+
+@pytest.mark.parametrize("world_size", [1, 2, 3, 5])
+def test_set_epoch_reshuffles_globally(sharded: Path, world_size: int) -> None:
+    reader = packtool.open_packed(sharded)
+    n, per_rank = reader.num_rows, reader.num_rows // world_size
+    ranks = [
+        PackedDataset(sharded, rank=r, world_size=world_size, seed=7) for r in range(world_size)
+    ]
+    epochs = []
+    for epoch in range(3):
+        shares = []
+        for ds in ranks:
+            ds.set_epoch(epoch)
+            assert len(ds) == per_rank  # every rank the same number of steps
+            rows = [ds[i]["row"] for i in range(len(ds))]
+            assert ds[1]["input_ids"].tolist() == reader.row(rows[1]).input_ids.tolist()
+            shares.append(rows)
+        seen = [row for share in shares for row in share]
+        assert len(set(seen)) == len(seen) == world_size * per_rank  # no row on two ranks
+        assert n - len(seen) == n % world_size  # none lost beyond the remainder
+        # global: position i of the epoch goes to rank i % world_size
+        order = [shares[i % world_size][i // world_size] for i in range(len(seen))]
+        assert order == epoch_order(n, seed=7, epoch=epoch)[: len(seen)].tolist()
+        epochs.append(shares)
+    assert epochs[0] != epochs[1] != epochs[2]
+    if world_size > 1:  # a rank sees other rows in another epoch
+        assert set(epochs[0][0]) != set(epochs[1][0])
+    again = PackedDataset(sharded, rank=world_size - 1, world_size=world_size, seed=7)
+    again.set_epoch(1)
+    assert [again[i]["row"] for i in range(len(again))] == epochs[1][-1]  # deterministic
+    other = PackedDataset(sharded, rank=0, world_size=world_size, seed=8)
+    other.set_epoch(1)
+    assert [other[i]["row"] for i in range(len(other))] != epochs[1][0]
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+@pytest.mark.parametrize("shuffle", [False, True])
+def test_resume_mid_epoch_with_stateful_dataloader(
+    sharded: Path, num_workers: int, shuffle: bool
+) -> None:
+    """The batches after a restore equal those of the uninterrupted run."""
+    from torchdata.stateful_dataloader import StatefulDataLoader
+
+    def loader(ds: PackedDataset) -> Any:
+        return StatefulDataLoader(
+            ds,
+            batch_size=3,
+            shuffle=shuffle,  # a second shuffle inside the rank's share is allowed
+            collate_fn=collate,
+            num_workers=num_workers,
+            generator=torch.Generator().manual_seed(1),
+        )
+
+    def rows(batches: list[dict[str, Any]]) -> list[list[int]]:
+        return [b["input_ids"][:, :4].tolist() for b in batches]
+
+    ds = PackedDataset(sharded, rank=1, world_size=2, seed=3)
+    ds.set_epoch(4)
+    run = loader(ds)
+    it = iter(run)
+    head = [next(it) for _ in range(2)]
+    state = run.state_dict()
+    tail = list(it)
+    assert len(tail) >= 2 and rows(head) != rows(tail[:2])
+
+    fresh = PackedDataset(sharded, rank=1, world_size=2, seed=3)  # a new process: epoch unset
+    resumed = loader(fresh)
+    resumed.load_state_dict(state)  # restores the dataset's epoch too (its state_dict)
+    assert rows(list(resumed)) == rows(tail)
+    if not shuffle:
+        # the next epoch of the resumed run is the next epoch of the uninterrupted one (with a
+        # DataLoader shuffle on top, torchdata 0.11 draws that epoch's permutation from
+        # another generator state after a restore: set_epoch's order alone is reproducible)
+        fresh.set_epoch(5)
+        ds.set_epoch(5)
+        assert rows(list(resumed)) == rows(list(run))
+
+
+def test_dataset_state_restores_the_epoch(sharded: Path) -> None:
+    ds = PackedDataset(sharded, rank=0, world_size=2, seed=3)
+    ds.set_epoch(6)
+    fresh = PackedDataset(sharded, rank=0, world_size=2, seed=3)
+    fresh.load_state_dict(ds.state_dict())
+    assert fresh.epoch == 6 and list(fresh.rows) == list(ds.rows)
+    with pytest.raises(OptionError, match="saved state has seed=3, this dataset seed=4"):
+        PackedDataset(sharded, rank=0, world_size=2, seed=4).load_state_dict(ds.state_dict())
+    with pytest.raises(OptionError, match="saved state has rank=0, this dataset rank=1"):
+        PackedDataset(sharded, rank=1, world_size=2, seed=3).load_state_dict(ds.state_dict())
+    with pytest.raises(OptionError, match="epoch must be an integer >= 0"):
+        ds.set_epoch(-1)
+    with pytest.raises(OptionError, match="seed must be an integer >= 0"):
+        PackedDataset(sharded, seed=-1)
+
+
 def test_dataset_errors(sharded: Path, tmp_path: Path) -> None:
     n = packtool.open_packed(sharded).num_rows
     with pytest.raises(OptionError, match=f"has {n} rows, fewer than world_size={n + 1}"):
@@ -621,7 +885,8 @@ def test_dataset_errors(sharded: Path, tmp_path: Path) -> None:
 
 def test_dataset_pickles_without_its_data(sharded: Path) -> None:
     ds = PackedDataset(sharded, rank=1, world_size=2)
-    ds[0]  # map a shard
+    ds.set_epoch(3)
+    ds[0]  # map a shard, compute the epoch's rows
     blob = pickle.dumps(ds)
     assert len(blob) < 2_000  # the path and the row range, not the mapped tables
     copy = pickle.loads(blob)
@@ -650,9 +915,10 @@ def test_stored_labels_are_respected(tmp_path: Path) -> None:
         w.write(batch)
         w.commit({})
     ds = PackedDataset(tmp_path / "sft")
-    assert ds.has_labels and ds[0]["labels"].tolist() == stored[0].tolist()
+    learned = [-100, -100, 12, 13, -100, 21, -100, -100]
+    assert ds.has_labels and ds[0]["labels"].tolist() == learned
     out = collate([ds[0]])
-    assert out["labels"].tolist() == [[-100, -100, 12, 13, -100, 21, -100, -100]]
+    assert out["labels"].tolist() == [learned]
     assert out["num_learned_tokens"] == 3  # 12, 13, 21
 
 
@@ -703,3 +969,73 @@ def test_example_trains_two_steps(tmp_path: Path, capsys: pytest.CaptureFixture[
     assert "sdpa + block mask" in printed and "step    2" in printed
     vocab = json.loads((tmp_path / "out" / "manifest.json").read_text())["tokenizer"]
     assert vocab["vocab_size"] == 8192
+
+
+def _example(name: str) -> Any:
+    spec = importlib.util.spec_from_file_location(name, REPO / "examples" / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.slow
+def test_hf_trainer_example(tmp_path: Path) -> None:
+    lines = SAMPLE.read_text(encoding="utf-8").splitlines()[:150]
+    (tmp_path / "sample.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    packtool.pack([tmp_path / "sample.jsonl"], tmp_path / "out", max_len=128)
+    run = str(tmp_path / "run")
+    result = _example("hf_trainer").main(
+        [str(tmp_path / "out"), "--steps", "6", "--output-dir", run]
+    )
+    assert result["after"] < result["before"]  # the example asserts it too
+
+
+@pytest.fixture(scope="module")
+def chat_pack(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """120 sample chats packed at 256 with assistant-only labels."""
+    if not os.environ.get("CI"):
+        pytest.importorskip("trl", reason="pip install -e '.[test]'")
+    tmp = tmp_path_factory.mktemp("chat")
+    lines = (REPO / "sample_data" / "chat.jsonl").read_text(encoding="utf-8").splitlines()[:120]
+    (tmp / "chat.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    template = REPO / "sample_data" / "chatml.jinja"
+    report = packtool.pack([tmp / "chat.jsonl"], tmp / "chat", max_len=256, chat_template=template)
+    assert report.rows >= 8
+    return tmp / "chat"
+
+
+@pytest.mark.slow
+def test_trl_sft_example(chat_pack: Path, tmp_path: Path) -> None:
+    run = str(tmp_path / "run")
+    result = _example("trl_sft").main([str(chat_pack), "--steps", "2", "--output-dir", run])
+    assert math.isfinite(result["train_loss"]) and math.isfinite(result["eval_loss"])
+
+
+def test_trl_defaults_refuse_before_the_first_step(chat_pack: Path, tmp_path: Path) -> None:
+    """SFTConfig's defaults drop position_ids (remove_unused_columns): collate says so, before
+    any step, instead of training documents that attend to each other."""
+    import datasets
+    from trl import SFTConfig, SFTTrainer
+
+    tokenizer = transformers.PreTrainedTokenizerFast(
+        tokenizer_file=str(chat_pack / "tokenizer.json")
+    )
+    tokenizer.pad_token_id = packtool.open_packed(chat_pack).manifest["tokenizer"][
+        "special_tokens"
+    ]["pad_id"]
+    model = default_model("llama", "sdpa")
+    model.resize_token_embeddings(packtool.open_packed(chat_pack).vocab_size)
+    config = SFTConfig(output_dir=str(tmp_path / "run"), max_steps=1, bf16=False)
+    trainer = SFTTrainer(
+        model,
+        config,
+        train_dataset=datasets.load_from_disk(str(chat_pack)),
+        data_collator=collate,
+        processing_class=tokenizer,
+    )
+    with pytest.raises(
+        ValueError, match=r"no position_ids .*SFTConfig\(remove_unused_columns=False\)"
+    ):
+        trainer.train()
+    assert trainer.state.global_step == 0

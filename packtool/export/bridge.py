@@ -1,0 +1,263 @@
+"""Export a pack as the packed-SFT files NeMo and Megatron-Bridge train on.
+
+``DIR/training_{L}.idx.parquet`` (and, with ``npy=True``, the older ``DIR/training_{L}.npy``)
+holds one entry per packed row, ``L`` being the pack's ``max_len`` (their
+``packed_sequence_size``), and ``DIR/{L}_metadata.jsonl`` the packing metadata beside it.
+Every entry is a row without its padding (their collate pads)::
+
+    row          a0 a1 a2 b0 b1 P  P  P         max_len 8, num_tokens 5, cu_seqlens [0, 3, 5, 8]
+    labels       -  a1 a2 -  b1 -  -  -         packtool's: the token learned at each position
+    input_ids    a0 a1 a2 b0 b1                 the row's num_tokens tokens
+    seq_start_id [0, 3]                         the document starts (cu_seqlens without padding)
+    loss_mask    1  1  0  1  0                  loss_mask[t] = labels[t + 1] is learned
+
+Their packed dataset reads each sequence ``[s, e)`` of ``seq_start_id + [len(input_ids)]`` as
+inputs ``input_ids[s:e-1]``, targets ``input_ids[s+1:e]`` and mask ``loss_mask[s:e-1]``: the
+mask is aligned with the inputs, one position before the token it trains (their writer rolls
+each example's mask by one). So ``loss_mask[t]`` is 1 exactly when packtool's ``labels[t+1]``
+is learned: the same targets as :func:`packtool.torch.collate`, document starts never learned
+from the previous document. Without a ``labels`` column (text), every token but a document's
+first is learned.
+
+The metadata file is a JSON list with one object, in their units (a sequence of ``n`` tokens
+counts ``n - 1``, the length after the shift): ``pack_size``, ``dataset_max_seqlen``,
+``max_samples_per_bin``, ``min_packed_seqlen``, ``packing_factor`` (sequences per pack) and
+``packing_efficiency`` (percent).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from ..format import IGNORE_INDEX, PackedReader, sha256_file
+from .common import (
+    HashingWriter,
+    SegmentIndex,
+    pack_fingerprint,
+    segment_index,
+    write_export_manifest,
+)
+
+__all__ = ["bridge_loss_mask", "bridge_metadata", "bridge_names", "export_bridge"]
+
+ROW_GROUP_ROWS = 500
+
+BRIDGE_SCHEMA = pa.schema(
+    [
+        pa.field("input_ids", pa.list_(pa.int32())),
+        pa.field("loss_mask", pa.list_(pa.int8())),
+        pa.field("seq_start_id", pa.list_(pa.int32())),
+    ]
+)
+
+
+def bridge_names(max_len: int) -> dict[str, str]:
+    """The file names Megatron-Bridge's GPT SFT dataset builder looks for."""
+    return {
+        "parquet": f"training_{max_len}.idx.parquet",
+        "npy": f"training_{max_len}.npy",
+        "metadata": f"{max_len}_metadata.jsonl",
+    }
+
+
+def bridge_loss_mask(learned: np.ndarray) -> np.ndarray:
+    """``[rows, L]`` int8: ``mask[:, t] = learned[:, t + 1]``, 0 in the last column.
+
+    ``learned`` marks the tokens that are trained (labels not -100, never a segment's first).
+    """
+    mask = np.zeros(learned.shape, dtype=np.int8)
+    mask[:, :-1] = learned[:, 1:]
+    return mask
+
+
+def _fixed(batch: pa.RecordBatch, name: str, max_len: int) -> np.ndarray:
+    return batch.column(name).flatten().to_numpy().reshape(-1, max_len)
+
+
+def _learned(batch: pa.RecordBatch, max_len: int, has_labels: bool) -> np.ndarray:
+    if has_labels:
+        return _fixed(batch, "labels", max_len) != IGNORE_INDEX
+    positions = _fixed(batch, "position_ids", max_len)
+    real = np.arange(max_len) < batch.column("num_tokens").to_numpy()[:, None]
+    return real & (positions != 0)
+
+
+def _list_array(values: np.ndarray, offsets: np.ndarray, kind: pa.DataType) -> pa.Array:
+    return pa.ListArray.from_arrays(
+        pa.array(offsets.astype(np.int32), pa.int32()), pa.array(values, kind)
+    )
+
+
+def bridge_tables(reader: PackedReader, index: SegmentIndex) -> Iterator[pa.Table]:
+    """The export's rows in stored order, :data:`ROW_GROUP_ROWS` at a time, as Arrow tables
+    of :data:`BRIDGE_SCHEMA` (read from the memory-mapped shards a batch at a time)."""
+    first_seg = np.concatenate([[0], np.cumsum(index.per_row)])
+    row0 = 0
+    columns = ["input_ids", "position_ids", "num_tokens"]
+    if reader.has_labels:
+        columns.append("labels")
+    for table in reader.iter_tables(columns):
+        for batch in table.to_batches(max_chunksize=ROW_GROUP_ROWS):
+            rows = batch.num_rows
+            n = batch.column("num_tokens").to_numpy().astype(np.int64)
+            real = np.arange(reader.max_len) < n[:, None]
+            token_offsets = np.concatenate([[0], np.cumsum(n)])
+            ids = _fixed(batch, "input_ids", reader.max_len)[real]
+            mask = bridge_loss_mask(_learned(batch, reader.max_len, reader.has_labels))[real]
+            seg = slice(int(first_seg[row0]), int(first_seg[row0 + rows]))
+            seg_offsets = first_seg[row0 : row0 + rows + 1] - first_seg[row0]
+            yield pa.Table.from_arrays(
+                [
+                    _list_array(ids, token_offsets, pa.int32()),
+                    _list_array(mask, token_offsets, pa.int8()),
+                    _list_array(index.start[seg].astype(np.int32), seg_offsets, pa.int32()),
+                ],
+                schema=BRIDGE_SCHEMA,
+            )
+            row0 += rows
+
+
+def bridge_metadata(reader: PackedReader, index: SegmentIndex) -> dict[str, Any]:
+    """The packing metadata of the export, in Megatron-Bridge's units (``n - 1`` per
+    sequence of ``n`` tokens)."""
+    num_tokens = np.zeros(reader.num_rows, dtype=np.int64)
+    np.add.at(num_tokens, index.row, index.length)
+    packed = num_tokens - index.per_row  # each sequence loses one token to the shift
+    rows = max(reader.num_rows, 1)
+    return {
+        "dataset_max_seqlen": int(index.length.max() - 1) if len(index) else 0,
+        "max_samples_per_bin": int(index.per_row.max()) if reader.num_rows else 0,
+        "packing_factor": round(len(index) / rows, 2),
+        "packing_efficiency": round(float(packed.sum()) / rows / reader.max_len * 100, 2),
+        "pack_size": reader.max_len,
+        "min_packed_seqlen": int(packed.min()) if reader.num_rows else 0,
+    }
+
+
+def _write_npy(path: Path, tables: list[pa.Table]) -> None:
+    """The older format: a NumPy object array of dicts (a pickle), loaded whole by its
+    readers (numpy.load with pickles allowed), so it is built whole here too."""
+    entries = [
+        {
+            "input_ids": r["input_ids"],
+            "loss_mask": r["loss_mask"],
+            "seq_start_id": r["seq_start_id"],
+        }
+        for table in tables
+        for r in table.to_pylist()
+    ]
+    array = np.empty(len(entries), dtype=object)
+    array[:] = entries
+    with open(path, "wb") as f:
+        np.save(f, array, allow_pickle=True)
+
+
+def _file_record(path: Path) -> dict[str, Any]:
+    with open(path, "rb+") as f:
+        os.fsync(f.fileno())
+    return {"bytes": path.stat().st_size, "sha256": sha256_file(path)}
+
+
+def export_bridge(reader: PackedReader, staging: Path, *, npy: bool = False) -> dict[str, Any]:
+    """Write the packed-SFT files of the pack into ``staging``; return the record for
+    ``export.json``."""
+    names = bridge_names(reader.max_len)
+    index = segment_index(reader)
+    files: dict[str, Any] = {}
+    kept: list[pa.Table] = []
+    learned = 0
+    path = staging / names["parquet"]
+    with pq.ParquetWriter(path, BRIDGE_SCHEMA, compression="zstd") as writer:
+        for table in bridge_tables(reader, index):
+            writer.write_table(table, row_group_size=ROW_GROUP_ROWS)
+            learned += int(
+                pc.sum(table.column("loss_mask").combine_chunks().flatten()).as_py() or 0
+            )
+            if npy:
+                kept.append(table)
+    files[names["parquet"]] = _file_record(path)
+    if npy:
+        _write_npy(staging / names["npy"], kept)
+        files[names["npy"]] = _file_record(staging / names["npy"])
+    metadata = bridge_metadata(reader, index)
+    with HashingWriter(staging / names["metadata"]) as out:
+        out.write(json.dumps([metadata], indent=2).encode() + b"\n")
+        files[names["metadata"]] = out.close()
+    return write_export_manifest(
+        staging,
+        {
+            "to": "megatron-bridge",
+            "source": pack_fingerprint(reader),
+            "rows": reader.num_rows,
+            "sequences": len(index),
+            "tokens": int(index.length.sum()),
+            "learned_tokens": learned,
+            "packed_sequence_size": reader.max_len,
+            "metadata": metadata,
+            "files": files,
+        },
+    )
+
+
+def bridge_problems(reader: PackedReader, dest: Path, record: dict[str, Any]) -> list[str]:
+    """Differences between a Megatron-Bridge export and the pack, row by row from the rows'
+    segments (a path of its own, not the writer's). The ``.npy``, a pickle, is checked by its
+    sha256 only: packtool never unpickles."""
+    names = bridge_names(reader.max_len)
+    problems: list[str] = []
+    parquet = pq.ParquetFile(dest / names["parquet"])
+
+    def kinds(schema: pa.Schema) -> dict[str, str]:
+        return {f.name: str(getattr(f.type, "value_type", f.type)) for f in schema}
+
+    found, expected = kinds(parquet.schema_arrow), kinds(BRIDGE_SCHEMA)
+    if found != expected:
+        return [f"{names['parquet']}: columns {found}, expected {expected}"]
+    if parquet.metadata.num_rows != reader.num_rows:
+        return [f"{names['parquet']}: {parquet.metadata.num_rows} rows, the pack {reader.num_rows}"]
+    r = 0
+    lengths, per_row, packed = [], [], []
+    for batch in parquet.iter_batches(batch_size=ROW_GROUP_ROWS):
+        for entry in batch.to_pylist():
+            row = reader.row(r)
+            n = row.num_tokens
+            docs = [s for s in row.segments if not s.is_padding]
+            labels = np.array(row.labels if row.labels is not None else row.input_ids, np.int64)
+            labels[n:] = IGNORE_INDEX
+            labels[[s.start for s in row.segments]] = IGNORE_INDEX
+            want_mask = [int(x != IGNORE_INDEX) for x in labels[1:n]] + [0]
+            for key, want in (
+                ("input_ids", row.input_ids[:n].tolist()),
+                ("seq_start_id", [s.start for s in docs]),
+                ("loss_mask", want_mask),
+            ):
+                if entry[key] != want:
+                    problems.append(f"{names['parquet']} row {r}: {key} differs from the pack")
+            lengths += [s.length - 1 for s in docs]
+            per_row.append(len(docs))
+            packed.append(n - len(docs))
+            r += 1
+            if len(problems) >= 20:
+                return problems
+    on_disk = json.loads((dest / names["metadata"]).read_text(encoding="utf-8"))
+    rows = max(reader.num_rows, 1)
+    want = {
+        "dataset_max_seqlen": max(lengths, default=0),
+        "max_samples_per_bin": max(per_row, default=0),
+        "packing_factor": round(sum(per_row) / rows, 2),
+        "packing_efficiency": round(sum(packed) / rows / reader.max_len * 100, 2),
+        "pack_size": reader.max_len,
+        "min_packed_seqlen": min(packed, default=0),
+    }
+    if on_disk != [want]:
+        problems.append(f"{names['metadata']}: {on_disk}, expected {[want]}")
+    return problems
