@@ -36,6 +36,7 @@ arguments are wrong. Everything else, a missing or damaged shard included, is a
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -440,6 +441,97 @@ def _fixed(column: pa.Array, n: int, max_len: int) -> np.ndarray:
     return column.flatten().to_numpy(zero_copy_only=False).reshape(n, max_len)
 
 
+@dataclass
+class _Block:
+    """One record batch of rows, decoded to NumPy, with where it is (for the problems)."""
+
+    shard: str
+    row0: int  # global index of its first row
+    ids: np.ndarray  # (n, max_len)
+    pos: np.ndarray
+    labels: np.ndarray | None
+    cu_off: np.ndarray  # offsets of each row's cu_seqlens in cu
+    cu: np.ndarray
+    doc_off: np.ndarray
+    docs: np.ndarray
+    chunk_off: np.ndarray
+    chunks: np.ndarray
+    nt: np.ndarray  # num_tokens
+
+    @property
+    def n(self) -> int:
+        return int(self.nt.size)
+
+    @property
+    def max_len(self) -> int:
+        return int(self.ids.shape[1])
+
+    @functools.cached_property
+    def ncu(self) -> np.ndarray:
+        return np.diff(self.cu_off)
+
+    @functools.cached_property
+    def ndoc(self) -> np.ndarray:
+        return np.diff(self.doc_off)
+
+    @functools.cached_property
+    def cu_row(self) -> np.ndarray:
+        return np.repeat(np.arange(self.n), self.ncu)
+
+
+@dataclass
+class _Shape:
+    """Which rows are well formed, as found by :func:`_check_shape`."""
+
+    lists_bad: np.ndarray  # doc_ids and chunk_ids disagree in length
+    nt_bad: np.ndarray  # num_tokens out of range
+    ok: np.ndarray  # cu_seqlens, segment count and num_tokens all agree
+
+
+@dataclass
+class _SegmentIds:
+    """The document segments of a block (one entry per doc_ids entry)."""
+
+    row: np.ndarray  # the row of each segment, in the block
+    paired: np.ndarray  # its doc and chunk ids can be paired
+    chunk: np.ndarray  # -1 where not paired
+    wrong_doc: np.ndarray
+    wrong_chunk: np.ndarray
+    ok: np.ndarray  # its row is well formed
+    entry: np.ndarray  # index in cu of the segment's start
+    length: np.ndarray  # -1 where its row is malformed
+    last: np.ndarray  # last token, -1 where its row is malformed
+
+
+def _decode_block(
+    batch: pa.RecordBatch, max_len: int, has_labels: bool, shard: str, row0: int
+) -> _Block | str:
+    """The block's arrays, or what stops it from being checked (nulls)."""
+    for name in batch.schema.names:
+        column = batch.column(name)
+        nulls = column.null_count + (column.values.null_count if hasattr(column, "values") else 0)
+        if nulls:
+            return f"column {name!r} holds nulls: rows of this block not checked"
+    n = batch.num_rows
+    cu_off, cu = _ragged(batch.column("cu_seqlens"))
+    doc_off, docs = _ragged(batch.column("doc_ids"))
+    chunk_off, chunks = _ragged(batch.column("chunk_ids"))
+    return _Block(
+        shard=shard,
+        row0=row0,
+        ids=_fixed(batch.column("input_ids"), n, max_len),
+        pos=_fixed(batch.column("position_ids"), n, max_len),
+        labels=_fixed(batch.column("labels"), n, max_len) if has_labels else None,
+        cu_off=cu_off,
+        cu=cu,
+        doc_off=doc_off,
+        docs=docs,
+        chunk_off=chunk_off,
+        chunks=chunks,
+        nt=batch.column("num_tokens").to_numpy(zero_copy_only=False).astype(np.int64),
+    )
+
+
 def _check_block(
     batch: pa.RecordBatch,
     rules: _Rules,
@@ -450,119 +542,122 @@ def _check_block(
     digests: _Digests | None,
 ) -> int:
     """Check the rows of one record batch (global rows from ``row0``); returns real tokens."""
-    n, L = batch.num_rows, rules.max_len
-    for name in batch.schema.names:
-        column = batch.column(name)
-        nulls = column.null_count + (column.values.null_count if hasattr(column, "values") else 0)
-        if nulls:
-            problems.add(
-                "nulls", f"column {name!r} holds nulls: rows of this block not checked", shard
-            )
-            return 0
-    ids = _fixed(batch.column("input_ids"), n, L)
-    pos = _fixed(batch.column("position_ids"), n, L)
-    labels = _fixed(batch.column("labels"), n, L) if rules.has_labels else None
-    cu_off, cu = _ragged(batch.column("cu_seqlens"))
-    doc_off, docs = _ragged(batch.column("doc_ids"))
-    chunk_off, chunks = _ragged(batch.column("chunk_ids"))
-    nt = batch.column("num_tokens").to_numpy(zero_copy_only=False).astype(np.int64)
-    ncu, ndoc = np.diff(cu_off), np.diff(doc_off)
-    row_ids = np.arange(n)
-    cu_row = np.repeat(row_ids, ncu)
-    cols = np.arange(L, dtype=np.int32)
+    b = _decode_block(batch, rules.max_len, rules.has_labels, shard, row0)
+    if isinstance(b, str):
+        problems.add("nulls", b, shard)
+        return 0
 
-    # -- lists of one row must agree in length -------------------------------------------------
-    lists_bad = np.diff(chunk_off) != ndoc
-    problems.rows(
+    def report(check: str, bad: np.ndarray, describe: Callable[[int], str]) -> None:
+        problems.rows(check, bad, shard, row0, describe)
+
+    shape = _check_shape(b, report)
+    _check_positions(b, shape.ok, report)
+    _check_padding(b, rules, shape.nt_bad, report)
+    seg = _check_segment_ids(b, rules, shape, report)
+    _check_ends(b, rules, seg, report)
+    segments.doc.append(b.docs[seg.paired])
+    segments.chunk.append(seg.chunk[seg.paired])
+    segments.length.append(seg.length[seg.paired])
+    segments.row.append(seg.row[seg.paired] + row0)
+    segments.last.append(seg.last[seg.paired])
+    if digests is not None:
+        _add_row_digests(b, shape.ok, seg, digests)
+    return int(b.nt[~shape.nt_bad].sum())
+
+
+_Report = Callable[[str, np.ndarray, Callable[[int], str]], None]
+
+
+def _check_shape(b: _Block, report: _Report) -> _Shape:
+    """The lists of a row agree; cu_seqlens starts at 0, rises strictly, ends at max_len and
+    has one segment per document plus the padding tail; num_tokens ends the documents."""
+    L, nt, cu, cu_off, ncu, ndoc = b.max_len, b.nt, b.cu, b.cu_off, b.ncu, b.ndoc
+    chunk_counts = np.diff(b.chunk_off)
+    lists_bad = chunk_counts != ndoc
+    report(
         "doc_ids",
         lists_bad,
-        shard,
-        row0,
-        lambda i: f"doc_ids has {ndoc[i]} entries but chunk_ids {np.diff(chunk_off)[i]}",
+        lambda i: f"doc_ids has {ndoc[i]} entries but chunk_ids {chunk_counts[i]}",
     )
     nt_bad = (nt < 0) | (nt > L)
-    problems.rows(
-        "num_tokens", nt_bad, shard, row0, lambda i: f"num_tokens is {nt[i]}, outside 0..{L}"
-    )
+    report("num_tokens", nt_bad, lambda i: f"num_tokens is {nt[i]}, outside 0..{L}")
 
-    # -- cu_seqlens: 0 first, max_len last, rising strictly ------------------------------------
     cu_bad = ncu < 2
     has = ~cu_bad
-    first = np.zeros(n, np.int64)
-    last = np.zeros(n, np.int64)
+    first = np.zeros(b.n, np.int64)
+    last = np.zeros(b.n, np.int64)
     first[has] = cu[cu_off[:-1][has]]
     last[has] = cu[cu_off[1:][has] - 1]
     cu_bad |= has & ((first != 0) | (last != L))
     if cu.size > 1:
+        cu_row = b.cu_row
         step_bad = np.diff(cu) <= 0
         same_row = cu_row[1:] == cu_row[:-1]
         cu_bad[cu_row[1:][step_bad & same_row]] = True
-    problems.rows(
+    report(
         "cu_seqlens",
         cu_bad,
-        shard,
-        row0,
         lambda i: (
             f"cu_seqlens {_show(cu[cu_off[i] : cu_off[i + 1]])} must start at 0, "
             f"rise strictly and end at max_len {L}"
         ),
     )
-
-    # -- segments: one per document segment, plus the padding tail ----------------------------
     padded = nt < L
     count_bad = ~cu_bad & ~nt_bad & (ncu - 1 != ndoc + padded)
-    problems.rows(
+    report(
         "cu_seqlens",
         count_bad,
-        shard,
-        row0,
         lambda i: (
             f"cu_seqlens has {ncu[i] - 1} segments for {ndoc[i]} documents and "
             f"num_tokens {nt[i]} (expected {ndoc[i] + int(padded[i])})"
         ),
     )
     shape_ok = ~(cu_bad | count_bad | nt_bad | lists_bad)
-    boundary = np.zeros(n, np.int64)
+    boundary = np.zeros(b.n, np.int64)
     boundary[shape_ok] = cu[cu_off[:-1][shape_ok] + ndoc[shape_ok]]
     end_bad = shape_ok & (boundary != nt)
-    problems.rows(
+    report(
         "num_tokens",
         end_bad,
-        shard,
-        row0,
         lambda i: (
             f"num_tokens is {nt[i]}, but the document segments end at "
             f"cu_seqlens[{ndoc[i]}] = {boundary[i]}"
         ),
     )
-    ok = shape_ok & ~end_bad
+    return _Shape(lists_bad, nt_bad, shape_ok & ~end_bad)
 
-    # -- position_ids restart at every boundary and count up ----------------------------------
+
+def _check_positions(b: _Block, ok: np.ndarray, report: _Report) -> None:
+    """position_ids restart at every boundary and count up (well-formed rows)."""
+    n, L, cu = b.n, b.max_len, b.cu
+    cu_row = b.cu_row
     is_last = np.zeros(cu.size, bool)
     if cu.size:
-        is_last[cu_off[1:][ncu > 0] - 1] = True
+        is_last[b.cu_off[1:][b.ncu > 0] - 1] = True
     start_entry = ~is_last & ok[cu_row]
     mark = np.zeros(n * L, np.int32)  # int32 halves the memory traffic of the big arrays
     mark[cu_row[start_entry] * L + cu[start_entry]] = cu[start_entry]
     seg_start = np.maximum.accumulate(mark.reshape(n, L), axis=1)
-    expected_pos = cols[None, :] - seg_start
-    wrong_pos = pos != expected_pos
-    pos_bad = ok & wrong_pos.any(axis=1)
+    expected_pos = np.arange(L, dtype=np.int32)[None, :] - seg_start
+    wrong_pos = b.pos != expected_pos
 
     def describe_pos(i: int) -> str:
         j = int(np.argmax(wrong_pos[i]))
         return (
-            f"position_ids[{j}] is {pos[i, j]}, expected {expected_pos[i, j]} "
+            f"position_ids[{j}] is {b.pos[i, j]}, expected {expected_pos[i, j]} "
             f"(the segment starting at {seg_start[i, j]})"
         )
 
-    problems.rows("position_ids", pos_bad, shard, row0, describe_pos)
+    report("position_ids", ok & wrong_pos.any(axis=1), describe_pos)
 
-    # -- padding ------------------------------------------------------------------------------
+
+def _check_padding(b: _Block, rules: _Rules, nt_bad: np.ndarray, report: _Report) -> None:
+    """Padding holds pad_id and no label; every id is in the vocabulary."""
+    L, ids, nt, labels = b.max_len, b.ids, b.nt, b.labels
+    cols = np.arange(L, dtype=np.int32)
     in_pad = cols[None, :] >= np.where(nt_bad, L, nt).astype(np.int32)[:, None]
     if rules.pad_id is not None:
         wrong_pad = in_pad & (ids != rules.pad_id)
-        pad_bad = wrong_pad.any(axis=1)
 
         def describe_pad(i: int) -> str:
             j = int(np.argmax(wrong_pad[i]))
@@ -571,14 +666,12 @@ def _check_block(
                 f"expected pad_id {rules.pad_id}"
             )
 
-        problems.rows("padding", pad_bad, shard, row0, describe_pad)
+        report("padding", wrong_pad.any(axis=1), describe_pad)
     if labels is not None:
         wrong_label = in_pad & (labels != IGNORE_INDEX)
-        problems.rows(
+        report(
             "labels",
             wrong_label.any(axis=1),
-            shard,
-            row0,
             lambda i: (
                 f"labels[{int(np.argmax(wrong_label[i]))}] is "
                 f"{labels[i, int(np.argmax(wrong_label[i]))]} in the padding, expected "
@@ -586,29 +679,31 @@ def _check_block(
             ),
         )
     if rules.vocab_size is not None:
-        wrong_id = (ids < 0) | (ids >= rules.vocab_size)
-        problems.rows(
+        vocab = rules.vocab_size
+        wrong_id = (ids < 0) | (ids >= vocab)
+        report(
             "input_ids",
             wrong_id.any(axis=1),
-            shard,
-            row0,
             lambda i: (
                 f"input_ids[{int(np.argmax(wrong_id[i]))}] is "
                 f"{ids[i, int(np.argmax(wrong_id[i]))]}, outside the tokenizer's vocabulary "
-                f"(0..{rules.vocab_size - 1})"
+                f"(0..{vocab - 1})"
             ),
         )
 
-    # -- document and chunk ids ---------------------------------------------------------------
-    seg_row = np.repeat(row_ids, ndoc)
+
+def _check_segment_ids(b: _Block, rules: _Rules, shape: _Shape, report: _Report) -> _SegmentIds:
+    """Document and chunk ids in range; each segment's length and last token."""
+    docs, chunks, doc_off, chunk_off, ndoc = b.docs, b.chunks, b.doc_off, b.chunk_off, b.ndoc
+    seg_row = np.repeat(np.arange(b.n), ndoc)
     local = np.arange(docs.size) - np.repeat(doc_off[:-1], ndoc)
-    paired = ~lists_bad[seg_row]  # segments whose doc and chunk ids can be paired
+    paired = ~shape.lists_bad[seg_row]
     seg_chunk = np.full(docs.size, -1, np.int64)
     seg_chunk[paired] = chunks[(np.repeat(chunk_off[:-1], ndoc) + local)[paired]]
     limit = rules.documents_read
     wrong_doc = (docs < 0) | ((docs >= limit) if limit is not None else False)
     wrong_chunk = paired & (seg_chunk < 0)
-    id_bad = np.zeros(n, bool)
+    id_bad = np.zeros(b.n, bool)
     id_bad[seg_row[wrong_doc | wrong_chunk]] = True
 
     def describe_ids(i: int) -> str:
@@ -619,73 +714,59 @@ def _check_block(
             f"number 0..{'?' if limit is None else limit - 1}, chunks from 0)"
         )
 
-    problems.rows("doc_ids", id_bad, shard, row0, describe_ids)
-
-    # -- per segment: length, EOS at the end of a short one, BOS at a first chunk ---------------
-    seg_ok = ok[seg_row]
-    entry = np.repeat(cu_off[:-1], ndoc) + local  # index in cu of the segment's start
+    report("doc_ids", id_bad, describe_ids)
+    seg_ok = shape.ok[seg_row]
+    entry = np.repeat(b.cu_off[:-1], ndoc) + local
     seg_len = np.full(docs.size, -1, np.int64)
-    seg_len[seg_ok] = cu[entry[seg_ok] + 1] - cu[entry[seg_ok]]
+    seg_len[seg_ok] = b.cu[entry[seg_ok] + 1] - b.cu[entry[seg_ok]]
     last_tok = np.full(docs.size, -1, np.int64)
-    last_tok[seg_ok] = ids[seg_row[seg_ok], cu[entry[seg_ok] + 1] - 1]
+    last_tok[seg_ok] = b.ids[seg_row[seg_ok], b.cu[entry[seg_ok] + 1] - 1]
+    return _SegmentIds(
+        seg_row, paired, seg_chunk, wrong_doc, wrong_chunk, seg_ok, entry, seg_len, last_tok
+    )
+
+
+def _check_ends(b: _Block, rules: _Rules, seg: _SegmentIds, report: _Report) -> None:
+    """EOS ends a document's last (short) segment; BOS starts its first chunk."""
+    docs, L = b.docs, b.max_len
     if rules.eos_id is not None:
-        short = seg_ok & (seg_len < L)
-        eos_bad_seg = short & (last_tok != rules.eos_id)
-        eos_bad = np.zeros(n, bool)
-        eos_bad[seg_row[eos_bad_seg]] = True
+        eos_id = rules.eos_id
+        eos_bad_seg = seg.ok & (seg.length < L) & (seg.last != eos_id)
+        eos_bad = np.zeros(b.n, bool)
+        eos_bad[seg.row[eos_bad_seg]] = True
 
         def describe_eos(i: int) -> str:
-            k = int(np.flatnonzero(eos_bad_seg & (seg_row == i))[0])
+            k = int(np.flatnonzero(eos_bad_seg & (seg.row == i))[0])
             return (
-                f"document {docs[k]} chunk {seg_chunk[k]} ({seg_len[k]} tokens, its last) "
-                f"ends with {last_tok[k]}, not EOS {rules.eos_id}"
+                f"document {docs[k]} chunk {seg.chunk[k]} ({seg.length[k]} tokens, its last) "
+                f"ends with {seg.last[k]}, not EOS {eos_id}"
             )
 
-        problems.rows("eos", eos_bad, shard, row0, describe_eos)
+        report("eos", eos_bad, describe_eos)
     if rules.bos_id is not None:
-        opening = seg_ok & (seg_chunk == 0)
-        first_tok = np.full(docs.size, rules.bos_id, np.int64)
-        first_tok[opening] = ids[seg_row[opening], cu[entry[opening]]]
-        bos_bad_seg = opening & (first_tok != rules.bos_id)
-        bos_bad = np.zeros(n, bool)
-        bos_bad[seg_row[bos_bad_seg]] = True
+        bos_id = rules.bos_id
+        opening = seg.ok & (seg.chunk == 0)
+        first_tok = np.full(docs.size, bos_id, np.int64)
+        first_tok[opening] = b.ids[seg.row[opening], b.cu[seg.entry[opening]]]
+        bos_bad_seg = opening & (first_tok != bos_id)
+        bos_bad = np.zeros(b.n, bool)
+        bos_bad[seg.row[bos_bad_seg]] = True
 
         def describe_bos(i: int) -> str:
-            k = int(np.flatnonzero(bos_bad_seg & (seg_row == i))[0])
-            return f"document {docs[k]} starts with {first_tok[k]}, not BOS {rules.bos_id}"
+            k = int(np.flatnonzero(bos_bad_seg & (seg.row == i))[0])
+            return f"document {docs[k]} starts with {first_tok[k]}, not BOS {bos_id}"
 
-        problems.rows("bos", bos_bad, shard, row0, describe_bos)
-
-    segments.doc.append(docs[paired])
-    segments.chunk.append(seg_chunk[paired])
-    segments.length.append(seg_len[paired])
-    segments.row.append(seg_row[paired] + row0)
-    segments.last.append(last_tok[paired])
-
-    if digests is not None:
-        usable = seg_ok & paired & ~wrong_doc & ~wrong_chunk
-        _add_row_digests(ids, nt, ok, cu, entry, seg_row, seg_ok, usable, docs, seg_chunk, digests)
-    return int(nt[~nt_bad].sum())
+        report("bos", bos_bad, describe_bos)
 
 
-def _add_row_digests(
-    ids: np.ndarray,
-    nt: np.ndarray,
-    ok: np.ndarray,
-    cu: np.ndarray,
-    entry: np.ndarray,
-    seg_row: np.ndarray,
-    seg_ok: np.ndarray,
-    usable: np.ndarray,
-    docs: np.ndarray,
-    seg_chunk: np.ndarray,
-    digests: _Digests,
-) -> None:
+def _add_row_digests(b: _Block, ok: np.ndarray, seg: _SegmentIds, digests: _Digests) -> None:
     """Add each document segment's tokens to its document's digest (well-formed rows only).
 
     Each segment start is marked with the segment's index; a running maximum along the row
     gives every token slot its segment (segments of a row are in increasing index order).
     """
+    ids, nt, cu, entry, seg_row, seg_ok = b.ids, b.nt, b.cu, seg.entry, seg.row, seg.ok
+    usable = seg.ok & seg.paired & ~seg.wrong_doc & ~seg.wrong_chunk
     n, L = ids.shape
     marked = np.flatnonzero(seg_ok)
     if marked.size == 0:
@@ -698,18 +779,18 @@ def _add_row_digests(
     seg_at = np.maximum.accumulate(mark.reshape(n, L), axis=1) - 1
     offset_in_seg = np.arange(L)[None, :] - np.maximum.accumulate(starts.reshape(n, L), axis=1)
     real = (np.arange(L)[None, :] < nt[:, None]) & ok[:, None]
-    seg = seg_at[real]
-    keep = usable[seg]
-    seg = seg[keep]
-    if seg.size == 0:
+    seg_of = seg_at[real]  # the segment of every real token of a well-formed row
+    keep = usable[seg_of]
+    seg_of = seg_of[keep]
+    if seg_of.size == 0:
         return
-    position = seg_chunk[seg] * L + offset_in_seg[real][keep]
+    position = seg.chunk[seg_of] * L + offset_in_seg[real][keep]
     lane0, lane1 = _digest_terms(ids[real][keep], position)
-    group = np.flatnonzero(np.concatenate([[True], seg[1:] != seg[:-1]]))
-    owner = docs[seg[group]]
+    group = np.flatnonzero(np.concatenate([[True], seg_of[1:] != seg_of[:-1]]))
+    owner = b.docs[seg_of[group]]
     np.add.at(digests.lane0, owner, _group_sums(lane0, group))
     np.add.at(digests.lane1, owner, _group_sums(lane1, group))
-    np.add.at(digests.length, owner, np.diff(np.append(group, seg.size)))
+    np.add.at(digests.length, owner, np.diff(np.append(group, seg_of.size)))
 
 
 def _check_shards(
