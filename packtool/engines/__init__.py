@@ -167,7 +167,43 @@ def pack_units(
     a local Ray instance is started for the run and stopped after it.
     """
     started = time.perf_counter()
-    options = (options or PackOptions()).replace(**option_values)
+    options = _check((options or PackOptions()).replace(**option_values))
+    assert options.units is not None and options.max_len is not None
+    rows_per_shard = options.rows_per_shard or max(
+        1, options.shard_bytes // (2 * 4 * options.max_len + 64)
+    )
+    merge_options = {
+        "shuffle": options.shuffle,
+        "seed": options.seed,
+        "rows_per_shard": rows_per_shard,
+    }
+    out = Path(out_dir)
+    # Absolute paths: every launcher (and every node) then plans and reads the same files.
+    files = [replace(f, path=Path(os.path.abspath(f.path))) for f in resolve_inputs(inputs)]
+    plan = plan_units(files, options.units, options)  # loads the tokenizer: a bad one fails here
+    _prepare(out, options.units, options.unit is not None, options.overwrite)
+    if options.unit is not None:
+        result = run_unit(
+            plan[options.unit],
+            out,
+            options,
+            merge_options=merge_options,
+            overwrite=options.overwrite,
+            num_proc=options.num_proc,
+            progress=progress,
+        )
+        return UnitsReport(out, "unit", [result])
+    merged_before = _merged(out, plan[0].plan, merge_options)
+    if merged_before is not None:
+        return UnitsReport(out, options.engine, [], merged_before)
+    results = _run_pending(plan, out, options, merge_options, progress)
+    merged = merge_units(out, **merge_options, progress=progress)  # type: ignore[arg-type]
+    merged.seconds = time.perf_counter() - started  # the whole run (the manifest: the merge)
+    return UnitsReport(out, options.engine, [results[i] for i in range(options.units)], merged)
+
+
+def _check(options: PackOptions) -> PackOptions:
+    """What units need of the options, checked before any work."""
     if options.units is None:
         raise OptionError("--unit, --engine and --ray-address work on units: give --units N")
     if options.input_shape not in ("auto", "text") or (
@@ -178,34 +214,17 @@ def pack_units(
         )
     if options.max_len is None:
         raise OptionError("--max-len is required: the tokens per row, e.g. --max-len 4096")
-    units, unit, engine = options.units, options.unit, options.engine
-    overwrite, num_proc = options.overwrite, options.num_proc
-    shuffle, seed = options.shuffle, options.seed
-    rows_per_shard = options.rows_per_shard or max(
-        1, options.shard_bytes // (2 * 4 * options.max_len + 64)
-    )
-    merge_options = {"shuffle": shuffle, "seed": seed, "rows_per_shard": rows_per_shard}
-    out = Path(out_dir)
-    # Absolute paths: every launcher (and every node) then plans and reads the same files.
-    files = [replace(f, path=Path(os.path.abspath(f.path))) for f in resolve_inputs(inputs)]
-    plan = plan_units(files, units, options)  # loads the tokenizer: a bad one fails here
-    _prepare(out, units, unit is not None, overwrite)
+    return options
 
-    if unit is not None:
-        result = run_unit(
-            plan[unit],
-            out,
-            options,
-            merge_options=merge_options,
-            overwrite=overwrite,
-            num_proc=num_proc,
-            progress=progress,
-        )
-        return UnitsReport(out, "unit", [result])
 
-    merged_before = _merged(out, plan[0].plan, merge_options)
-    if merged_before is not None:
-        return UnitsReport(out, engine, [], merged_before)
+def _run_pending(
+    plan: list[Unit],
+    out: Path,
+    options: PackOptions,
+    merge_options: dict[str, Any],
+    progress: Callable[[str, int, int | None], None] | None,
+) -> dict[int, UnitResult]:
+    """Run the units of ``plan`` that are not finished yet on the engine; every unit's result."""
     results: dict[int, UnitResult] = {}
     pending: list[Unit] = []
     for u in plan:
@@ -215,39 +234,29 @@ def pack_units(
         else:
             results[u.index] = result_from_manifest(u, done, skipped=True, seconds=0.0)
     if progress:
-        progress("units", len(results), units)
-    if pending:
-        if engine == "ray":
-            from .ray import run_ray
+        progress("units", len(results), len(plan))
+    if not pending:
+        return results
+    run_engine: Callable[..., list[UnitResult]]
+    extra: dict[str, Any] = {}
+    if options.engine == "ray":
+        from .ray import run_ray as run_engine
 
-            ran = run_ray(
-                pending,
-                out,
-                options,
-                merge_options=merge_options,
-                num_proc=num_proc,
-                address=options.ray_address,
-                progress=progress,
-                already=len(results),
-            )
-        else:
-            from .local import run_local
-
-            ran = run_local(
-                pending,
-                out,
-                options,
-                merge_options=merge_options,
-                num_proc=num_proc,
-                progress=progress,
-                already=len(results),
-            )
-        results.update({r.index: r for r in ran})
-    merged = merge_units(
-        out, shuffle=shuffle, seed=seed, rows_per_shard=rows_per_shard, progress=progress
+        extra["address"] = options.ray_address
+    else:
+        from .local import run_local as run_engine
+    ran = run_engine(
+        pending,
+        out,
+        options,
+        merge_options=merge_options,
+        num_proc=options.num_proc,
+        progress=progress,
+        already=len(results),
+        **extra,
     )
-    merged.seconds = time.perf_counter() - started  # the whole run (the manifest: the merge)
-    return UnitsReport(out, engine, [results[i] for i in range(units)], merged)
+    results.update({r.index: r for r in ran})
+    return results
 
 
 def _merged(out: Path, plan: str, merge_options: dict[str, Any]) -> PackReport | None:
