@@ -882,6 +882,61 @@ def _refuse_instruction_data(first: InputFile, text_field: str, split: str | Non
         )
 
 
+def _cached_lengths(
+    files: Sequence[InputFile],
+    encoder: DocumentEncoder,
+    o: PackOptions,
+    directory: Path | None,
+    progress: ProgressCallback | None,
+) -> tuple[_Tokenized, bool, str]:
+    """Every record's token length: from the cache in ``directory`` (``None``: no cache) when
+    it holds these inputs under these options, else tokenized (and cached). Returns the
+    lengths, whether they came from the cache, and the cache key."""
+    read_options = {
+        "text_field": o.text_field,
+        "skip_bad_records": o.skip_bad_records,
+        "split": o.split,
+        "txt_unit": o.txt_unit,
+    }
+    encoding = {"add_eos": encoder.add_eos, "bos": o.bos, "parse_special": o.parse_special}
+    key = _cache_key(files, encoder.tokenizer, {**read_options, **encoding})
+    data = _load_cached(directory, key) if directory is not None else None
+    if data is not None:
+        if progress:
+            total = sum(f.size_bytes for f in files)
+            progress("tokenize", total, total)
+        return data, True, key
+    data = _tokenize_lengths(files, encoder, progress=progress, **read_options)  # type: ignore[arg-type]
+    if directory is not None:
+        describe = {
+            "inputs": [str(f.path) for f in files],
+            "tokenizer": encoder.tokenizer.name,
+            "created_unix": int(time.time()),
+        }
+        with contextlib.suppress(OSError):  # a cache that cannot be written is no reason to fail
+            _store_cached(directory, key, data, describe)
+    return data, False, key
+
+
+def _stats_at(
+    lengths: np.ndarray, max_len: int, overflow: Overflow, batch_size: int, seed: int
+) -> PackingStats:
+    """How documents of ``lengths`` pack at ``max_len`` (FFD, as ``pack`` does)."""
+    segments, outcome = _segment_lengths(lengths, max_len, overflow)
+    row_of = first_fit_decreasing(segments, max_len)
+    n_rows = int(row_of.max()) + 1 if row_of.size else 0
+    return _packing_stats(
+        segments=segments,
+        fill=np.bincount(row_of, weights=segments, minlength=n_rows).astype(np.int64),
+        docs_per_row=np.bincount(row_of, minlength=n_rows).astype(np.int64),
+        documents=outcome.packed + outcome.split + outcome.truncated,
+        max_len=max_len,
+        batch_size=batch_size,
+        seed=seed,
+        outcome=outcome,
+    )
+
+
 def corpus_stats(
     inputs: Sequence[str | os.PathLike[str]],
     max_lens: Sequence[int] | str,
@@ -924,56 +979,12 @@ def corpus_stats(
     else:
         tok = o.tokenizer
     encoder = DocumentEncoder(tok, add_eos=add_eos, bos=o.bos, parse_special=o.parse_special)
-    read_options = {
-        "text_field": o.text_field,
-        "skip_bad_records": o.skip_bad_records,
-        "split": o.split,
-        "txt_unit": o.txt_unit,
-    }
-    key = _cache_key(
-        files,
-        tok,
-        {**read_options, "add_eos": add_eos, "bos": o.bos, "parse_special": o.parse_special},
-    )
     directory = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
-    directory = directory / "lengths"
-    data = _load_cached(directory, key) if use_cache else None
-    hit = data is not None
-    if data is None:
-        data = _tokenize_lengths(files, encoder, progress=progress, **read_options)  # type: ignore[arg-type]
-        if use_cache:
-            describe = {
-                "inputs": [str(f.path) for f in files],
-                "tokenizer": tok.name,
-                "created_unix": int(time.time()),
-            }
-            # A cache that cannot be written is no reason to fail.
-            with contextlib.suppress(OSError):
-                _store_cached(directory, key, data, describe)
-    elif progress:
-        total = sum(f.size_bytes for f in files)
-        progress("tokenize", total, total)
-
+    data, hit, key = _cached_lengths(
+        files, encoder, o, directory / "lengths" if use_cache else None, progress
+    )
     lengths = data.lengths
-    results = []
-    for max_len in lens_wanted:
-        segments, outcome = _segment_lengths(lengths, max_len, overflow)
-        row_of = first_fit_decreasing(segments, max_len)
-        n_rows = int(row_of.max()) + 1 if row_of.size else 0
-        fill = np.bincount(row_of, weights=segments, minlength=n_rows).astype(np.int64)
-        per_row = np.bincount(row_of, minlength=n_rows).astype(np.int64)
-        results.append(
-            _packing_stats(
-                segments=segments,
-                fill=fill,
-                docs_per_row=per_row,
-                documents=outcome.packed + outcome.split + outcome.truncated,
-                max_len=max_len,
-                batch_size=batch_size,
-                seed=seed,
-                outcome=outcome,
-            )
-        )
+    results = [_stats_at(lengths, max_len, overflow, batch_size, seed) for max_len in lens_wanted]
     nonempty = lengths[lengths > 0]
     return CorpusStats(
         inputs=[str(f.path) for f in files],
@@ -983,7 +994,7 @@ def corpus_stats(
         bad_records_skipped=int(np.count_nonzero(lengths < 0)),
         document_lengths=_length_summary(nonempty, max(lens_wanted)),
         results=results,
-        cache_path=(directory / f"{key}.npy") if use_cache else None,
+        cache_path=(directory / "lengths" / f"{key}.npy") if use_cache else None,
         cache_hit=hit,
         bad_records=data.bad_records,
         seconds=time.perf_counter() - started,
