@@ -345,21 +345,7 @@ def _prepare(
         rows_per_shard=rows_per_shard,
     )
     set_tokenizer_threads(options.num_proc)
-    o = resolved
-    fingerprint = _fingerprint(
-        files,
-        tok,
-        o.max_len,
-        o.text_field,
-        plan.overflow,
-        o.add_eos,
-        o.bos,
-        o.pad_id,
-        o.skip_bad_records,
-        o.split,
-        o.txt_unit,
-        json.dumps(plan.describe(), sort_keys=True, default=str),
-    )
+    fingerprint = _fingerprint(files, tok, resolved.rows_key(), plan.describe())
     return _Run(out, resolved, tok, plan, files, fingerprint)
 
 
@@ -623,9 +609,10 @@ _CHECKPOINT_SECONDS = float(os.environ.get("PACKTOOL_CHECKPOINT_SECONDS", "10"))
 
 
 def _fingerprint(files: Sequence[InputFile], tok: Tokenizer, *options: Any) -> str:
-    """What the tokens and items depend on: inputs (path, size, mtime), tokenizer, options."""
+    """What the tokens and items depend on: inputs (path, size, mtime), tokenizer, options
+    (``PackOptions.rows_key()`` of the resolved options, and the input plan)."""
     described = [[str(f.path.resolve()), f.size_bytes, f.path.stat().st_mtime_ns] for f in files]
-    text = json.dumps([described, tok.sha256, [str(o) for o in options]])
+    text = json.dumps([described, tok.sha256, options], sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()
 
 
