@@ -52,6 +52,8 @@ import pyarrow as pa
 
 from .errors import FormatError, OptionError, PacktoolError
 from .format import IGNORE_INDEX, MANIFEST_FILE, PackedReader, open_packed, packed_schema
+from .instruct import plan_input
+from .options import PackOptions
 from .packing import Overflow
 from .sources import read_texts, resolve_inputs
 from .tokenize import DocumentEncoder, Tokenizer, load_tokenizer
@@ -1028,9 +1030,34 @@ class _AgainstPlan:
     """What re-tokenizing needs, found before any row is read (so mistakes fail fast)."""
 
     files: list[Any]
-    options: dict[str, Any]
+    options: PackOptions  # as recorded in the manifest
     overflow: Overflow
     encoder: DocumentEncoder
+
+
+def _recorded_options(reader: PackedReader, parse_special: bool | None) -> PackOptions:
+    """The options ``pack`` recorded in the manifest, as a :class:`PackOptions`: what
+    re-tokenizing needs (``parse_special``, when given, overrides the record)."""
+    where = reader.path / MANIFEST_FILE
+    recorded = _get(reader.manifest, "options")
+    needed = ("text_field", "overflow", "add_eos", "bos", "skip_bad_records", "split", "txt_unit")
+    if not isinstance(recorded, dict) or any(k not in recorded for k in needed):
+        raise FormatError(f"{where}: 'options' does not record how the data was packed")
+    values = {k: v for k, v in recorded.items() if k != "chat_template"}  # a record, not a path
+    values.setdefault("parse_special", True)  # packed before the option existed: parsed
+    if parse_special is not None:
+        values["parse_special"] = parse_special
+    try:
+        options = PackOptions.from_mapping(values)
+    except OptionError as e:
+        raise FormatError(f"{where}: 'options' are not options of pack: {e}") from None
+    if options.input_shape != "text" or options.overflow is None:
+        shape = options.input_shape
+        raise OptionError(
+            f"--against re-tokenizes text inputs only; {reader.path} holds {shape} records "
+            "(its rows, counts and checksums are checked without --against)"
+        )
+    return options
 
 
 def _prepare_against(
@@ -1041,15 +1068,8 @@ def _prepare_against(
     parse_special: bool | None = None,
 ) -> _AgainstPlan:
     manifest = reader.manifest
-    where = reader.path / MANIFEST_FILE
-    options = _get(manifest, "options")
-    needed = ("text_field", "overflow", "add_eos", "bos", "skip_bad_records", "split", "txt_unit")
-    if not isinstance(options, dict) or any(k not in options for k in needed):
-        raise FormatError(f"{where}: 'options' does not record how the data was packed")
-    try:
-        overflow = Overflow(options["overflow"])
-    except ValueError:
-        raise FormatError(f"{where}: unknown overflow policy {options['overflow']!r}") from None
+    options = _recorded_options(reader, parse_special)
+    overflow = Overflow(options.overflow)
     if not inputs:
         inputs = [str(_get(inp, "path")) for inp in _get(manifest, "inputs") or []]
         if not inputs:
@@ -1057,11 +1077,8 @@ def _prepare_against(
     files = resolve_inputs(inputs)
     tok = _resolve_tokenizer(reader, tokenizer)
     _check_tokenizer(tok, manifest, problems)
-    if parse_special is None:  # packed before the option existed: specials were parsed
-        parse_special = bool(options.get("parse_special", True))
-    encoder = DocumentEncoder(
-        tok, add_eos=bool(options["add_eos"]), bos=options["bos"], parse_special=parse_special
-    )
+    encoder = plan_input(files, tok, options).encoder  # as pack built it
+    assert isinstance(encoder, DocumentEncoder)
     recorded = _get(manifest, "inputs") or []
     if len(files) != len(recorded):
         problems.add(
@@ -1102,10 +1119,10 @@ def _check_against(
     for inp in files:
         for batch in read_texts(
             inp,
-            text_field=options["text_field"],
-            skip_bad_records=bool(options["skip_bad_records"]),
-            split=options["split"],
-            txt_unit=options["txt_unit"],
+            text_field=options.text_field,
+            skip_bad_records=options.skip_bad_records,
+            split=options.split,
+            txt_unit=options.txt_unit,
         ):
             expected = _expect_batch(batch, counts, tokens, encoder, overflow, max_len)
             lo, hi = expected.first, min(expected.first + len(batch.texts), known)

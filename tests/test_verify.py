@@ -692,3 +692,18 @@ def test_any_single_change_to_a_row_is_found_and_never_crashes(
     report = verify(out, against=[src], tokenizer=CharTokenizer())
     assert not report.ok
     assert all(p.shard is None or p.shard.endswith(".arrow") for p in report.problems)
+
+
+def test_against_names_instruction_data_as_unsupported(tmp_path: Path) -> None:
+    """--against re-tokenizes text; a chat pack is refused in one line (its rows still check)."""
+    repo = Path(__file__).resolve().parent.parent
+    chat, template = repo / "sample_data" / "chat.jsonl", repo / "sample_data" / "chatml.jinja"
+    out = tmp_path / "out"
+    packtool.pack([chat], out, max_len=2048, chat_template=template)
+    assert verify(out).ok
+    result = CliRunner().invoke(app, ["verify", str(out), "--against"])
+    assert result.exit_code == 2, result.output
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in result.output
+    assert "--against re-tokenizes text inputs only" in lines[0]
+    assert "holds chat records" in lines[0]
