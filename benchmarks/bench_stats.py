@@ -69,12 +69,7 @@ def write_synthetic(
             writer.write(
                 gather_rows(
                     tokens,
-                    item_off,
-                    lengths,
-                    item_doc,
-                    item_chunk,
-                    order,
-                    row_starts,
+                    packing.RowPlan(item_off, lengths, item_doc, item_chunk, order, row_starts),
                     output_order[start : start + block],
                     max_len,
                     1,

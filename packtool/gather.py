@@ -16,7 +16,7 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 
 from .format import IGNORE_INDEX, PackedBatch
-from .packing import numba_disabled
+from .packing import RowPlan, numba_disabled
 
 __all__ = ["RangeSource", "gather_rows", "warm_up_gather"]
 
@@ -139,12 +139,7 @@ def _copy_numpy(
 
 def gather_rows(
     tokens: np.ndarray | RangeSource,
-    item_off: np.ndarray,
-    item_len: np.ndarray,
-    item_doc: np.ndarray,
-    item_chunk: np.ndarray,
-    order: np.ndarray,
-    row_starts: np.ndarray,
+    plan: RowPlan,
     rows: np.ndarray,
     max_len: int,
     pad_id: int,
@@ -152,13 +147,14 @@ def gather_rows(
 ) -> PackedBatch:
     """Build the planned rows ``rows`` (in this order) as a :class:`PackedBatch`.
 
-    Row ``p`` of the plan holds items ``order[row_starts[p]:row_starts[p + 1]]``, in that
-    order; item ``i`` is ``tokens[item_off[i]:item_off[i] + item_len[i]]``. ``labels``, when
+    Row ``p`` of ``plan`` holds its items ``order[row_starts[p]:row_starts[p + 1]]``, in that
+    order; item ``i`` is ``tokens[offset[i]:offset[i] + length[i]]``. ``labels``, when
     given, is aligned with ``tokens`` and gathered the same way (-100 in the padding).
 
     ``tokens`` may also be a :class:`RangeSource`, which reads just the items these rows
     need (and their labels, if it has any; ``labels`` is then ignored).
     """
+    item_off, item_len, order, row_starts = plan.offset, plan.length, plan.order, plan.row_starts
     rows = np.asarray(rows, dtype=np.int64)
     n_rows = int(rows.size)
     counts = row_starts[rows + 1] - row_starts[rows]
@@ -222,8 +218,8 @@ def gather_rows(
         cu_values=cu_values,
         cu_offsets=cu_offsets,
         num_tokens=num_tokens.astype(np.int32),
-        doc_ids=item_doc[items],
-        chunk_ids=item_chunk[items],
+        doc_ids=plan.doc_id[items],
+        chunk_ids=plan.chunk_id[items],
         seg_offsets=seg_offsets,
         labels=out_lab.reshape(n_rows, max_len) if out_lab is not None else None,
     )

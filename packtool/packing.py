@@ -30,6 +30,7 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass
 from enum import Enum
 from typing import Any, Literal
 
@@ -40,6 +41,7 @@ from .errors import OptionError
 
 __all__ = [
     "Overflow",
+    "RowPlan",
     "first_fit_decreasing",
     "lower_bound_rows",
     "plan_rows",
@@ -76,6 +78,27 @@ class Overflow(str, Enum):
     SPLIT = "split"
     TRUNCATE = "truncate"
     DROP = "drop"
+
+
+@dataclass(frozen=True)
+class RowPlan:
+    """Items and the rows they go in.
+
+    Item ``i`` is the tokens ``[offset[i], offset[i] + length[i])`` of the token store,
+    segment ``chunk_id[i]`` of document ``doc_id[i]``; row ``p`` holds the items
+    ``order[row_starts[p]:row_starts[p + 1]]``, in that order (see :func:`plan_rows`).
+    """
+
+    offset: np.ndarray
+    length: np.ndarray
+    doc_id: np.ndarray
+    chunk_id: np.ndarray
+    order: np.ndarray
+    row_starts: np.ndarray
+
+    @property
+    def n_rows(self) -> int:
+        return int(self.row_starts.size - 1)
 
 
 def lower_bound_rows(total_tokens: int, max_len: int) -> int:

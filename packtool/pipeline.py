@@ -36,7 +36,14 @@ from .format import (
 from .gather import gather_rows, warm_up_gather
 from .instruct import InputPlan, InputShape, plan_input
 from .options import PackOptions
-from .packing import Overflow, first_fit_decreasing, lower_bound_rows, plan_rows, segment_items
+from .packing import (
+    Overflow,
+    RowPlan,
+    first_fit_decreasing,
+    lower_bound_rows,
+    plan_rows,
+    segment_items,
+)
 from .sources import InputFile, RecordBatch, TextBatch, resolve_inputs, skip_records
 from .store import TokenStore, lock_output
 from .tokenize import EncodedBatch, HFTokenizer, Tokenizer, load_tokenizer, set_tokenizer_threads
@@ -416,20 +423,18 @@ def _tokenize_stage(
 
 @dataclass(frozen=True)
 class _Layout:
-    """The row plan: which items go in which row, and the order rows are written in."""
+    """The row plan, and the order rows are written in."""
 
-    items: dict[str, np.ndarray]  # offset, length, doc_id, chunk_id per item
-    order: np.ndarray
-    row_starts: np.ndarray
+    plan: RowPlan
     output_order: np.ndarray
 
     @property
     def n_rows(self) -> int:
-        return int(self.row_starts.size - 1)
+        return self.plan.n_rows
 
     @property
     def n_tokens(self) -> int:
-        return int(self.items["length"].astype(np.int64).sum())
+        return int(self.plan.length.astype(np.int64).sum())
 
 
 def _plan_stage(store: TokenStore, o: PackOptions, progress: ProgressCallback | None) -> _Layout:
@@ -446,7 +451,8 @@ def _plan_stage(store: TokenStore, o: PackOptions, progress: ProgressCallback | 
     output_order = (
         np.random.default_rng(o.seed).permutation(n_rows) if o.shuffle else np.arange(n_rows)
     )
-    return _Layout(items, order, row_starts, output_order)
+    plan = RowPlan(items["offset"], item_len, items["doc_id"], items["chunk_id"], order, row_starts)
+    return _Layout(plan, output_order)
 
 
 def _write_stage(
@@ -475,7 +481,6 @@ def _write_stage(
         # pages a block touches, like the blocks in flight (three: being gathered,
         # queued, being written), are bounded by the block size, not the corpus.
         block = max(1, min(o.rows_per_shard, _GATHER_BYTES // run.row_bytes))
-        items = layout.items
 
         def gather_blocks() -> Iterator[tuple[int, Any]]:
             with store.reader() as source:
@@ -483,18 +488,7 @@ def _write_stage(
                     plan_block = layout.output_order[start : start + block]
                     yield (
                         start + plan_block.size,
-                        gather_rows(
-                            source,
-                            items["offset"],
-                            items["length"],
-                            items["doc_id"],
-                            items["chunk_id"],
-                            layout.order,
-                            layout.row_starts,
-                            plan_block,
-                            o.max_len,
-                            o.pad_id,
-                        ),
+                        gather_rows(source, layout.plan, plan_block, o.max_len, o.pad_id),
                     )
 
         # Gathering (a thread; the copy kernel runs without the GIL) overlaps writing
@@ -533,7 +527,7 @@ def _manifest(
         "options": {**o.describe(), **run.plan.describe()},
         "inputs": state.input_records,
         "documents": asdict(state.counts),
-        "segments": int(layout.items["length"].size),
+        "segments": int(layout.plan.length.size),
         "tokens": {
             "packed": n_tokens,
             "truncated_away": state.tokens_truncated,

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 import packtool
 from packtool.gather import gather_rows
-from packtool.packing import first_fit_decreasing, plan_rows
+from packtool.packing import RowPlan, first_fit_decreasing, plan_rows
 from packtool.pipeline import _background
 from packtool.store import TokenStore
 from packtool.tokenize import DocumentEncoder
@@ -42,7 +42,8 @@ def test_gather_numba_and_numpy_identical(seed: int, monkeypatch: pytest.MonkeyP
     rows = rng.permutation(n_rows)
     docs = np.arange(lengths.size, dtype=np.int64) * 7
     chunks = np.zeros(lengths.size, np.int32)
-    args = (tokens, offsets, lengths, docs, chunks, order, row_starts, rows, max_len, 3)
+    plan = RowPlan(offsets, lengths, docs, chunks, order, row_starts)
+    args = (tokens, plan, rows, max_len, 3)
     fast = gather_rows(*args, labels=labels)
     monkeypatch.setenv("PACKTOOL_NO_NUMBA", "1")
     slow = gather_rows(*args, labels=labels)
@@ -112,7 +113,7 @@ def test_gather_from_the_store_equals_gather_from_the_array(tmp_path: Path) -> N
         store.start()
         store.append(tokens, labels)
         with store.reader() as reader:
-            args = (offsets, lengths, docs, chunks, order, row_starts, rows, max_len, 0)
+            args = (RowPlan(offsets, lengths, docs, chunks, order, row_starts), rows, max_len, 0)
             from_store = gather_rows(reader, *args)
     from_array = gather_rows(tokens, *args, labels=labels)
     for name in ("input_ids", "position_ids", "labels", "cu_values", "doc_ids"):
