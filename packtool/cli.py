@@ -428,10 +428,12 @@ def pack(
             "rows_over_lower_bound",
             "efficiency",
             "bad_records",
+            "special_strings",
             "seconds",
             "labels",
         )
         summary = {k: m[k] for k in keys if k in m}
+        summary["notices"] = report.notices
         print(json.dumps({"out_dir": str(report.out_dir), **summary}, indent=2))
         return
     _print_notices(report, quiet=quiet)

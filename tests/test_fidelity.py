@@ -194,6 +194,16 @@ def test_stats_and_verify_with_a_truncating_tokenizer(family_dirs, tmp_path, fam
         result.stderr
     )
     assert json.loads((out / "manifest.json").read_text())["tokens"]["packed"] == true_tokens
+    result = run(
+        "pack", str(src), "--max-len", str(MAX_LEN), "--tokenizer", str(directory), "-o",
+        str(tmp_path / "json-out"), "--json", *eos
+    )  # fmt: skip
+    summary = json.loads(result.stdout)
+    assert summary["notices"] == [
+        "tokenizer.json truncates to 16 and pads to 16; packtool turned both off"
+    ]
+    assert summary["special_strings"]["parsed"] is False
+    assert summary["tokens"]["packed"] == true_tokens
     result = run("verify", str(out), "--against", "--json")
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout)["ok"] is True
