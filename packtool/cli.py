@@ -30,6 +30,8 @@ from rich.progress import (
 from rich.table import Table
 
 from . import __version__
+from ._stop import STOP, Terminated, install_stop_handlers
+from .chat import DEFAULT_TEMPLATE_TIMEOUT
 from .errors import PacktoolError
 
 app = typer.Typer(
@@ -51,22 +53,14 @@ def fail(message: str, code: int = 1) -> typer.Exit:
     return typer.Exit(code)
 
 
-class Terminated(KeyboardInterrupt):
-    """SIGTERM (what schedulers send), handled like Ctrl-C: clean up, exit 143."""
-
-
-def _terminate(signum: int, frame: Any) -> None:
-    raise Terminated
-
-
 def handle_errors(func: F) -> F:
     """Turn the library's exceptions, OS errors and Ctrl-C into one-line errors."""
 
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        previous = None
+        previous: dict[int, Any] = {}
         if threading.current_thread() is threading.main_thread():
-            previous = signal.signal(signal.SIGTERM, _terminate)
+            previous = install_stop_handlers()
         try:
             return func(*args, **kwargs)
         except PacktoolError as e:
@@ -78,11 +72,14 @@ def handle_errors(func: F) -> F:
             raise fail(f"an input ends early: {e}") from None
         except KeyboardInterrupt as e:
             hint = " (rerun with --resume to continue)" if kwargs.get("resume") else ""
+            if kwargs.get("units") is not None:
+                hint = " (finished units are kept: run the same command again to go on)"
             code = 143 if isinstance(e, Terminated) else 130
             raise fail(f"interrupted; no output was written{hint}", code) from None
         finally:
-            if previous is not None:
-                signal.signal(signal.SIGTERM, previous)
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
+            STOP.clear()
 
     return wrapper  # type: ignore[return-value]
 
@@ -257,6 +254,13 @@ def pack(
             show_default=False,
         ),
     ] = None,
+    template_timeout: Annotated[
+        float,
+        typer.Option(
+            help="Seconds the chat template may run on one record; a record it runs longer "
+            "on stops the run, naming the record (or is skipped with --skip-bad-records).",
+        ),
+    ] = DEFAULT_TEMPLATE_TIMEOUT,
     overflow: Annotated[
         str | None,
         typer.Option(
@@ -395,6 +399,7 @@ def pack(
             messages_field=messages_field,
             chat_template=chat_template,
             loss_on=loss_on,
+            template_timeout=template_timeout,
             overflow=overflow,
             add_eos=eos,
             bos=bos,

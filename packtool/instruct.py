@@ -36,7 +36,14 @@ from typing import Any
 
 import numpy as np
 
-from .chat import KNOWN_ROLES, ChatTemplate, PieceKind, RenderError, load_chat_template
+from .chat import (
+    KNOWN_ROLES,
+    ChatTemplate,
+    PieceKind,
+    RenderError,
+    load_chat_template,
+    render_budget,
+)
 from .errors import BadRecordError, OptionError, TokenizerError
 from .format import IGNORE_INDEX
 from .packing import Overflow
@@ -380,7 +387,8 @@ class InstructEncoder:
             if record is None:
                 continue
             try:
-                pieces = self._pieces(record)
+                with render_budget(self.template.timeout if self.template else None):
+                    pieces = self._pieces(record)  # one budget for the record's renderings
             except RenderError as e:
                 error = BadRecordError(batch.locations[i], str(e))
                 if not skip_bad_records:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import collections
 import concurrent.futures
 import contextlib
+import dataclasses
 import hashlib
 import json
 import os
@@ -25,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from . import __version__
-from .chat import ChatTemplate
+from .chat import DEFAULT_TEMPLATE_TIMEOUT, ChatTemplate
 from .errors import InputError, OptionError
 from .format import (
     IGNORE_INDEX,
@@ -48,6 +49,7 @@ ProgressCallback = Callable[[str, int, "int | None"], None]
 ``pack`` (items), ``write`` (rows). ``total`` is ``None`` when unknown."""
 
 DEFAULT_SHARD_BYTES = 256 << 20
+_MAX_TEMPLATE_TIMEOUT = 24 * 3600.0
 _BAD_RECORDS_KEPT = 20
 
 
@@ -328,6 +330,7 @@ def pack(
     messages_field: str = "messages",
     chat_template: str | os.PathLike[str] | ChatTemplate | None = None,
     loss_on: str | LossOn | None = None,
+    template_timeout: float | None = DEFAULT_TEMPLATE_TIMEOUT,
     files: Sequence[InputFile] | None = None,
     read: Callable[..., Iterable[TextBatch]] | None = None,
     extra_manifest: Mapping[str, Any] | None = None,
@@ -343,7 +346,9 @@ def pack(
     Instruction data (``input_shape`` prompt-completion or chat, or detected by ``auto``; see
     :mod:`packtool.instruct` and docs/instruct.md) also gets a ``labels`` column: the learned
     tokens (``loss_on``), -100 elsewhere. ``overflow`` defaults to ``split`` for text and
-    ``drop`` for instruction data; ``add_eos`` to on, except for chats.
+    ``drop`` for instruction data; ``add_eos`` to on, except for chats. A chat template gets
+    ``template_timeout`` seconds per record (``None``: no limit); a record it runs longer on
+    is a bad record.
 
     For work units (``packtool.units``): ``files`` are inputs already resolved (then
     ``inputs`` is ignored; it may be empty), each read, for text inputs, with ``read(file,
@@ -362,6 +367,11 @@ def pack(
             ) from None
     if rows_per_shard is not None and rows_per_shard < 1:
         raise OptionError(f"--rows-per-shard must be >= 1, got {rows_per_shard}")
+    if template_timeout is not None and not 0 < template_timeout <= _MAX_TEMPLATE_TIMEOUT:
+        raise OptionError(
+            f"--template-timeout must be more than 0 and at most {_MAX_TEMPLATE_TIMEOUT:g} "
+            f"seconds, got {template_timeout:g}"
+        )
     out_path = Path(out_dir)
     check_output_dir(out_path, overwrite)
     remove_stale_temporaries(out_path)
@@ -387,6 +397,9 @@ def pack(
         split=split,
     )
     overflow, add_eos = plan.overflow, plan.add_eos
+    if plan.template is not None and plan.template.timeout != template_timeout:
+        template = dataclasses.replace(plan.template, timeout=template_timeout)
+        plan.template = plan.encoder.template = template  # type: ignore[union-attr]
     if read is not None and plan.shape is not InputShape.TEXT:
         raise OptionError(
             f"--units packs text inputs only for now; these inputs are {plan.shape.value} "

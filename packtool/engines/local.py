@@ -17,6 +17,7 @@ from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 from typing import Any
 
+from .._stop import install_stop_handlers
 from ..units import Unit, UnitOptions, UnitResult
 from . import UnitFailedError, call_unit, unwrap
 
@@ -50,7 +51,9 @@ def run_local(
                 progress("units", already + len(results), total)
         return results
     context = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
+    with ProcessPoolExecutor(
+        max_workers=workers, mp_context=context, initializer=install_stop_handlers
+    ) as pool:
         futures = [
             pool.submit(call_unit, unit, str(out_dir), options, merge_options, False, threads)
             for unit in units
@@ -69,8 +72,10 @@ def run_local(
                 "--num-proc or more --units); finished units are kept: run the same command "
                 "again to go on"
             ) from None
-        except BaseException:
+        except BaseException:  # an error, or SIGTERM/SIGINT here: stop the units now
             for future in futures:
                 future.cancel()
+            for child in multiprocessing.active_children():
+                child.terminate()  # each unit removes its temporaries and stops
             raise
     return sorted(results, key=lambda r: r.index)
