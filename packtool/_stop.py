@@ -13,7 +13,14 @@ import signal
 import threading
 from typing import Any
 
-__all__ = ["STOP", "Stopped", "Terminated", "check_stop", "install_stop_handlers"]
+__all__ = [
+    "STOP",
+    "Stopped",
+    "Terminated",
+    "check_stop",
+    "install_stop_handlers",
+    "on_signal",
+]
 
 STOP = threading.Event()
 
@@ -32,7 +39,7 @@ def check_stop() -> None:
         raise Stopped
 
 
-def _on_signal(signum: int, frame: Any) -> None:
+def on_signal(signum: int, frame: Any) -> None:
     """Set the flag and raise in the main thread, once: a second signal does not interrupt
     the cleanup of the first."""
     if STOP.is_set():
@@ -44,7 +51,7 @@ def _on_signal(signum: int, frame: Any) -> None:
 def install_stop_handlers() -> dict[int, Any]:
     """Handle SIGTERM, and SIGINT unless it is ignored (as in a shell's background job);
     return the handlers they replace. Call from the main thread."""
-    previous = {signal.SIGTERM: signal.signal(signal.SIGTERM, _on_signal)}
+    previous = {signal.SIGTERM: signal.signal(signal.SIGTERM, on_signal)}
     if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
-        previous[signal.SIGINT] = signal.signal(signal.SIGINT, _on_signal)
+        previous[signal.SIGINT] = signal.signal(signal.SIGINT, on_signal)
     return previous

@@ -268,17 +268,20 @@ def _ordered_map(fn: Callable[[Any], Any], items: Iterable[Any], *, workers: int
     """``fn`` over ``items`` in ``workers`` threads, results in input order, at most
     ``workers + 1`` items in flight. An exception is raised when its item's turn comes."""
     pending: collections.deque[concurrent.futures.Future[Any]] = collections.deque()
-    with concurrent.futures.ThreadPoolExecutor(workers, thread_name_prefix="packtool") as pool:
-        try:
-            for item in items:
-                pending.append(pool.submit(fn, item))
-                if len(pending) > workers:
-                    yield pending.popleft().result()
-            while pending:
+    pool = concurrent.futures.ThreadPoolExecutor(workers, thread_name_prefix="packtool")
+    try:
+        for item in items:
+            pending.append(pool.submit(fn, item))
+            if len(pending) > workers:
                 yield pending.popleft().result()
-        finally:
-            for future in pending:
-                future.cancel()
+        while pending:
+            yield pending.popleft().result()
+    except BaseException:
+        # An error, or a stop (SIGTERM): the caller cleans up without waiting for the items
+        # in flight (a tokenizer call cannot be interrupted; their results are dropped).
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    pool.shutdown()
 
 
 def _parse_size(size: str | int) -> int:

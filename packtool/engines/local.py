@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import signal
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_EXCEPTION, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 from typing import Any
 
-from .._stop import install_stop_handlers
+from .. import _stop
 from ..units import Unit, UnitOptions, UnitResult
 from . import UnitFailedError, call_unit, unwrap
 
@@ -52,10 +53,10 @@ def run_local(
         return results
     context = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(
-        max_workers=workers, mp_context=context, initializer=install_stop_handlers
+        max_workers=workers, mp_context=context, initializer=_worker_init
     ) as pool:
         futures = [
-            pool.submit(call_unit, unit, str(out_dir), options, merge_options, False, threads)
+            pool.submit(_worker_unit, unit, str(out_dir), options, merge_options, False, threads)
             for unit in units
         ]
         try:
@@ -75,7 +76,38 @@ def run_local(
         except BaseException:  # an error, or SIGTERM/SIGINT here: stop the units now
             for future in futures:
                 future.cancel()
-            for child in multiprocessing.active_children():
-                child.terminate()  # each unit removes its temporaries and stops
+            children = multiprocessing.active_children()
+            for child in children:
+                child.terminate()  # each running unit removes its temporaries and stops
+            wait(futures, timeout=_STOP_GRACE_SECONDS)
+            for child in children:
+                child.kill()  # all that is left: a tokenizer call finishing
             raise
     return sorted(results, key=lambda r: r.index)
+
+
+_busy = False  # a worker process is running a unit
+_STOP_GRACE_SECONDS = 10.0  # for the units running at a stop to remove their temporaries
+
+
+def _worker_init() -> None:
+    """SIGTERM/SIGINT in a worker: a running unit stops and removes its temporaries; an idle
+    worker just exits."""
+    signal.signal(signal.SIGTERM, _on_worker_signal)
+    signal.signal(signal.SIGINT, _on_worker_signal)
+
+
+def _on_worker_signal(signum: int, frame: Any) -> None:
+    if not _busy:
+        raise SystemExit(128 + signum)
+    _stop.on_signal(signum, frame)
+
+
+def _worker_unit(*args: Any) -> tuple[str, Any]:
+    global _busy
+    _stop.check_stop()  # a unit queued before the stop does not start
+    _busy = True
+    try:
+        return call_unit(*args)
+    finally:
+        _busy = False
