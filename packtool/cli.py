@@ -128,6 +128,8 @@ class _RichProgress:
         return self
 
     def __exit__(self, *exc: Any) -> None:
+        if exc[0] is not None:  # an error follows, on one line: the bars go
+            self.progress.live.transient = True
         self.progress.__exit__(*exc)
 
     def __call__(self, stage: str, completed: int, total: int | None) -> None:

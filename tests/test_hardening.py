@@ -3,15 +3,24 @@ on stderr, no traceback, and nothing left behind in or beside the output directo
 
 from __future__ import annotations
 
+import gzip
+import io
+import json
 import os
+import re
 import signal
+import struct
 import subprocess
 import sys
 import time
+import zlib
 from pathlib import Path
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
-from conftest import REPO
+import zstandard
+from conftest import REPO, SAMPLE
 from test_cli import assert_one_line_error, run
 
 from packtool.chat import ChatTemplate
@@ -169,3 +178,121 @@ def test_a_signal_stops_a_process_stuck_in_a_template(
     assert proc.returncode == code, stderr
     assert stderr.strip() == "Error: interrupted; no output was written"
     _only(tmp_path, "chat.jsonl", "t.jinja")
+
+
+# -- 2. corrupt compressed and columnar inputs -------------------------------------------------
+
+
+def _jsonl_bytes(n: int = 3000) -> bytes:
+    return "".join(json.dumps({"text": f"document {i} " * 5}) + "\n" for i in range(n)).encode()
+
+
+def _damaged_gzip(reason: str) -> bytes:
+    """A gzip file with one byte changed, where zlib reports ``reason``."""
+    blob = gzip.compress(_jsonl_bytes(), mtime=0)
+    for pos in range(20, len(blob)):
+        damaged = bytearray(blob)
+        damaged[pos] ^= 0x55
+        try:
+            gzip.decompress(bytes(damaged))
+        except zlib.error as e:
+            if reason in str(e):
+                return bytes(damaged)
+        except (OSError, EOFError):
+            pass
+    raise AssertionError(f"no position gives {reason!r}")
+
+
+def _damaged_arrow_offsets() -> bytes:
+    """An Arrow IPC stream whose string offsets point past the data (pyarrow trusts them)."""
+    table = pa.table({"text": ["aaaa", "bbbb", "cccc"]})
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    blob = sink.getvalue().to_pybytes()
+    offsets = struct.pack("<4i", 0, 4, 8, 12)
+    assert blob.count(offsets) == 1
+    return blob.replace(offsets, struct.pack("<4i", 0, 4, 0x0FFFFFFF, 12))
+
+
+def _damaged_parquet() -> bytes:
+    buf = io.BytesIO()
+    pq.write_table(pa.table({"text": [f"document {i} " * 5 for i in range(3000)]}), buf)
+    blob = bytearray(buf.getvalue())
+    middle = len(blob) // 2
+    blob[middle : middle + 64] = bytes(64)
+    return bytes(blob)
+
+
+def _damaged_zstd() -> bytes:
+    blob = bytearray(zstandard.ZstdCompressor().compress(_jsonl_bytes()))
+    middle = len(blob) // 2
+    blob[middle : middle + 16] = bytes(range(16))
+    return bytes(blob)
+
+
+@pytest.mark.parametrize(
+    "name, make, pattern",
+    [
+        ("far.jsonl.gz", lambda: _damaged_gzip("too far back"), r"invalid distance too far back"),
+        ("crc.jsonl.gz", lambda: _damaged_gzip("invalid"), r"cannot read|corrupt"),
+        ("far.csv.gz", lambda: _damaged_gzip("too far back"), r"cannot read|corrupt"),
+        ("far.txt.gz", lambda: _damaged_gzip("too far back"), r"cannot read|corrupt"),
+        ("far.json.gz", lambda: _damaged_gzip("too far back"), r"cannot read|corrupt"),
+        ("bad.jsonl.zst", _damaged_zstd, r"cannot read|[Cc]orrupt"),
+        ("bad.parquet", _damaged_parquet, r"cannot read Parquet data"),
+        ("bad.arrow", _damaged_arrow_offsets, r"corrupt Arrow data in column 'text' near row 0"),
+    ],
+)
+@pytest.mark.parametrize("command", ["pack", "stats"])
+def test_corrupt_inputs_are_one_line_naming_the_file(
+    tmp_path: Path, name: str, make, pattern: str, command: str
+) -> None:
+    src = tmp_path / name
+    src.write_bytes(make())
+    if command == "pack":
+        result = run("pack", src, "-L", "64", "-o", tmp_path / "out", "-q")
+    else:
+        result = run("stats", src, "-L", "64", "--cache-dir", tmp_path / "cache")
+    assert_one_line_error(result, rf"^Error: {re.escape(str(src))}(:\d+)?: .*(" + pattern + ")", 1)
+    assert not (tmp_path / "out").exists() and not list(tmp_path.glob(".out.*"))
+
+
+def test_a_corrupt_gzip_line_is_named_in_the_line_reader(tmp_path: Path) -> None:
+    src = tmp_path / "far.jsonl.gz"
+    src.write_bytes(_damaged_gzip("too far back"))
+    result = run("pack", src, "-L", "64", "-o", tmp_path / "out", "--skip-bad-records")
+    assert_one_line_error(result, r"far\.jsonl\.gz: cannot read.*too far back", 1)
+
+
+@pytest.mark.slow
+def test_sigterm_stops_the_units_of_a_local_pool(tmp_path: Path) -> None:
+    src = tmp_path / "big.jsonl"
+    src.write_text(SAMPLE.read_text(encoding="utf-8") * 4, encoding="utf-8")
+    out = tmp_path / "out"
+    proc = subprocess.Popen(
+        [
+            *[sys.executable, "-m", "packtool.cli", "pack", str(src), "-L", "1024"],
+            *["-o", str(out), "--units", "4", "--num-proc", "2", "-q"],
+        ],
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 60
+    while not list((out / "units").glob(".unit-*")):  # a unit is being packed
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    sent = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    _, stderr = proc.communicate(timeout=60)
+    assert time.monotonic() - sent < 5
+    assert proc.returncode == 143, stderr
+    assert stderr.strip().startswith("Error: interrupted; no output was written")
+    assert len(stderr.strip().splitlines()) == 1
+    # Finished units are kept (a rerun goes on from them); nothing half-done is.
+    for unit in (out / "units").iterdir():
+        assert not unit.name.startswith("."), unit
+        assert (unit / "manifest.json").exists(), unit
+    assert not list(tmp_path.glob(".out.*"))
