@@ -123,16 +123,25 @@ class _RichProgress:
         )
         self.tasks: dict[str, TaskID] = {}
 
+    started = False  # at the first report, so that an early error prints its line alone
+
     def __enter__(self) -> _RichProgress:
-        self.progress.__enter__()
         return self
 
     def __exit__(self, *exc: Any) -> None:
+        if not self.started:
+            return
         if exc[0] is not None:  # an error follows, on one line: the bars go
             self.progress.live.transient = True
         self.progress.__exit__(*exc)
 
+    def _start(self) -> None:
+        if not self.started:
+            self.progress.__enter__()
+            self.started = True
+
     def __call__(self, stage: str, completed: int, total: int | None) -> None:
+        self._start()
         task = self.tasks.get(stage)
         if task is None:
             task = self.progress.add_task(self._LABELS.get(stage, stage), total=total, detail="")
@@ -559,6 +568,7 @@ def stats(
     (tokenized lengths are cached, so a second call is fast).
     """
     from ._stats_render import render_corpus_stats, render_dataset_stats
+    from .limits import MAX_NUM_PROC, check_int
     from .stats import corpus_stats, dataset_stats, is_packed_output, parse_max_lens
 
     packed_outputs = [p for p in paths if is_packed_output(p)]
@@ -613,8 +623,7 @@ def stats(
                 2,
             )
         if num_proc is not None:
-            if num_proc < 1:
-                raise fail(f"--num-proc must be >= 1, got {num_proc}", 2)
+            check_int("--num-proc", num_proc, 1, MAX_NUM_PROC)
             os.environ["RAYON_NUM_THREADS"] = str(num_proc)
         with _RichProgress(enabled=not as_json) as progress:
             result = corpus_stats(
@@ -761,20 +770,7 @@ def inspect_command(
 
 
 class _VerifyProgress(_RichProgress):
-    """Progress of ``verify``: bytes hashed, rows checked, input bytes re-read.
-
-    Started at the first report, so that an error before any work (not a packtool output)
-    prints its one line and nothing else.
-    """
-
-    started = False
-
-    def __enter__(self) -> _VerifyProgress:
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        if self.started:
-            self.progress.__exit__(*exc)
+    """Progress of ``verify``: bytes hashed, rows checked, input bytes re-read."""
 
     _LABELS: ClassVar[dict[str, str]] = {
         "hash": "sha256 shards",
@@ -783,9 +779,7 @@ class _VerifyProgress(_RichProgress):
     }
 
     def __call__(self, stage: str, completed: int, total: int | None) -> None:
-        if not self.started:
-            self.progress.__enter__()
-            self.started = True
+        self._start()
         task = self.tasks.get(stage)
         if task is None:
             task = self.progress.add_task(self._LABELS.get(stage, stage), total=total, detail="")

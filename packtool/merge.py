@@ -33,6 +33,7 @@ import pyarrow.compute as pc
 from . import __version__
 from .errors import FormatError, OptionError
 from .format import MANIFEST_FILE, ShardWriter, open_packed, read_manifest
+from .limits import MAX_ROWS_PER_SHARD, MAX_SEED, check_int
 from .packing import first_fit_decreasing, lower_bound_rows
 from .pipeline import DEFAULT_SHARD_BYTES, DocumentCounts, PackReport, _parse_size
 from .units import UNITS_DIR, unit_dirs
@@ -207,8 +208,10 @@ def merge_units(
     first = manifests[0]
     max_len = int(first["max_len"])
     row_bytes = 2 * 4 * max_len + 64
-    if rows_per_shard is not None and rows_per_shard < 1:
-        raise OptionError(f"--rows-per-shard must be >= 1, got {rows_per_shard}")
+    if rows_per_shard is not None:
+        check_int("--rows-per-shard", rows_per_shard, 1, MAX_ROWS_PER_SHARD)
+    if seed is not None:
+        check_int("--seed", seed, 0, MAX_SEED)
     if rows_per_shard is None and shard_size is not None:
         rows_per_shard = max(1, _parse_size(shard_size) // row_bytes)
     opts = _merge_options(

@@ -37,6 +37,7 @@ from .format import (
 )
 from .gather import gather_rows, warm_up_gather
 from .instruct import InputPlan, InputShape, LossOn, plan_input
+from .limits import MAX_LEN_LIMIT, MAX_NUM_PROC, MAX_ROWS_PER_SHARD, MAX_SEED, check_int
 from .packing import Overflow, first_fit_decreasing, lower_bound_rows, plan_rows
 from .sources import TXT_UNITS, InputFile, RecordBatch, TextBatch, resolve_inputs, skip_records
 from .store import TokenStore, lock_output
@@ -296,7 +297,7 @@ def _parse_size(size: str | int) -> int:
             break
     try:
         value = int(float(number) * factor)
-    except ValueError:
+    except (ValueError, OverflowError):  # not a number, or infinite
         raise OptionError(f"--shard-size: cannot read {size!r} as a size (e.g. 256MB)") from None
     if value <= 0:
         raise OptionError(f"--shard-size must be positive, got {size!r}")
@@ -359,8 +360,8 @@ def pack(
     are added to the manifest.
     """
     started = time.perf_counter()
-    if not isinstance(max_len, int) or max_len < 2:
-        raise OptionError(f"--max-len must be an integer >= 2, got {max_len!r}")
+    check_int("--max-len", max_len, 2, MAX_LEN_LIMIT)
+    check_int("--seed", seed, 0, MAX_SEED)
     if overflow is not None:
         try:
             Overflow(overflow)
@@ -368,8 +369,8 @@ def pack(
             raise OptionError(
                 f"--overflow must be one of split, truncate, drop; got {overflow!r}"
             ) from None
-    if rows_per_shard is not None and rows_per_shard < 1:
-        raise OptionError(f"--rows-per-shard must be >= 1, got {rows_per_shard}")
+    if rows_per_shard is not None:
+        check_int("--rows-per-shard", rows_per_shard, 1, MAX_ROWS_PER_SHARD)
     if template_timeout is not None and not 0 < template_timeout <= _MAX_TEMPLATE_TIMEOUT:
         raise OptionError(
             f"--template-timeout must be more than 0 and at most {_MAX_TEMPLATE_TIMEOUT:g} "
@@ -794,8 +795,7 @@ def _set_threads(num_proc: int | None) -> None:
     """
     if num_proc is None:
         return
-    if num_proc < 1:
-        raise OptionError(f"--num-proc must be >= 1, got {num_proc}")
+    check_int("--num-proc", num_proc, 1, MAX_NUM_PROC)
     os.environ["RAYON_NUM_THREADS"] = str(num_proc)
 
 

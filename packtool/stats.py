@@ -48,6 +48,7 @@ import pyarrow as pa
 from . import __version__
 from .errors import FormatError, InputError, OptionError
 from .format import MANIFEST_FILE, open_packed
+from .limits import MAX_BATCH_SIZE, MAX_LEN_LIMIT, MAX_SEED, check_int
 from .packing import Overflow, first_fit_decreasing, lower_bound_rows
 from .sources import InputFile, first_record_fields, read_texts, resolve_inputs
 from .tokenize import DocumentEncoder, Tokenizer, load_tokenizer
@@ -464,12 +465,8 @@ def _packing_stats(
 
 
 def _check_batching(batch_size: int, seed: int) -> None:
-    if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)):
-        raise OptionError(f"--batch-size must be an integer >= 1, got {batch_size!r}")
-    if batch_size < 1:
-        raise OptionError(f"--batch-size must be an integer >= 1, got {batch_size}")
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
-        raise OptionError(f"--seed must be an integer >= 0, got {seed!r}")
+    check_int("--batch-size", batch_size, 1, MAX_BATCH_SIZE)
+    check_int("--seed", seed, 0, MAX_SEED)
 
 
 # -- packed outputs -----------------------------------------------------------------------
@@ -706,8 +703,7 @@ def parse_max_lens(text: str | Sequence[int]) -> list[int]:
                     f"--max-len: cannot read {item.strip()!r} as an integer "
                     "(give one or more, comma-separated: --max-len 2048,4096)"
                 ) from None
-        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 2:
-            raise OptionError(f"--max-len values must be integers >= 2, got {item!r}")
+        value = check_int("--max-len", value, 2, MAX_LEN_LIMIT)
         if int(value) in out:
             raise OptionError(f"--max-len: {int(value)} is given twice")
         out.append(int(value))

@@ -50,6 +50,7 @@ import pyarrow as pa
 from . import __version__
 from .errors import BadRecordError, FormatError, InputError, OptionError, OutputExistsError
 from .format import MANIFEST_FILE, read_manifest
+from .limits import MAX_LEN_LIMIT, MAX_UNITS, check_int
 from .packing import Overflow
 from .sources import BATCH_DOCS, InputFile, TextBatch, _check_column, _check_record, read_texts
 from .tokenize import Tokenizer, load_tokenizer
@@ -107,8 +108,7 @@ class UnitOptions:
 
     def check(self) -> None:
         """Check the options eagerly, before any unit runs (same messages as ``pack``)."""
-        if not isinstance(self.max_len, int) or self.max_len < 2:
-            raise OptionError(f"--max-len must be an integer >= 2, got {self.max_len!r}")
+        check_int("--max-len", self.max_len, 2, MAX_LEN_LIMIT)
         try:
             Overflow(self.overflow)
         except ValueError:
@@ -327,8 +327,7 @@ def plan_units(
     starts. The plan's hash covers the inputs (path, kind, size), the cut points and
     ``options.key()``; the same inputs and options give the same units everywhere.
     """
-    if not isinstance(units, int) or units < 1:
-        raise OptionError(f"--units must be an integer >= 1, got {units!r}")
+    check_int("--units", units, 1, MAX_UNITS)
     splitters = [_splitter(f) for f in files]
     prefix = [0]
     for f in files:

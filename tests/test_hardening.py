@@ -296,3 +296,51 @@ def test_sigterm_stops_the_units_of_a_local_pool(tmp_path: Path) -> None:
         assert not unit.name.startswith("."), unit
         assert (unit / "manifest.json").exists(), unit
     assert not list(tmp_path.glob(".out.*"))
+
+
+# -- 3. numeric options out of bounds ---------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "args, pattern",
+    [
+        (["-L", "1000000000000"], r"--max-len must be an integer from 2 to 16,777,216, got 1000"),
+        (["-L", "16777217"], r"--max-len must be an integer from 2 to 16,777,216"),
+        (["-L", "9" * 30], r"--max-len must be an integer from 2 to 16,777,216"),
+        (["-L", "64", "--seed", "-1"], r"--seed must be an integer from 0 to "),
+        (["-L", "64", "--num-proc", "100000000"], r"--num-proc must be an integer from 1 to 1,024"),
+        (
+            ["-L", "64", "--rows-per-shard", "1" + "0" * 20],
+            r"--rows-per-shard must be .* to 2,147,",
+        ),
+        (["-L", "64", "--shard-size", "1e3000"], r"--shard-size: cannot read '1e3000' as a size"),
+        (["-L", "64", "--units", "1000000000"], r"--units must be an integer from 1 to 100,000"),
+        (["-L", "64", "--units", "2", "--seed", "-3"], r"--seed must be an integer from 0 to "),
+    ],
+)
+def test_numeric_options_are_bounded(tmp_path: Path, args: list[str], pattern: str) -> None:
+    src = tmp_path / "in.jsonl"
+    src.write_text('{"text": "hello"}\n')
+    assert_one_line_error(run("pack", src, *args, "-o", tmp_path / "out", "-q"), pattern, 2)
+    _only(tmp_path, "in.jsonl")
+
+
+def test_stats_numeric_options_are_bounded(tmp_path: Path) -> None:
+    src = tmp_path / "in.jsonl"
+    src.write_text('{"text": "hello"}\n')
+    common = ["--cache-dir", tmp_path / "cache"]
+    assert_one_line_error(
+        run("stats", src, "-L", "1000000000000", *common),
+        r"--max-len must be an integer from 2 to 16,777,216",
+        2,
+    )
+    assert_one_line_error(
+        run("stats", src, "-L", "64", "--batch-size", "1" + "0" * 20, *common),
+        r"--batch-size must be an integer from 1 to 1,048,576",
+        2,
+    )
+    assert_one_line_error(
+        run("stats", src, "-L", "64", "--num-proc", "5000", *common),
+        r"--num-proc must be an integer from 1 to 1,024",
+        2,
+    )

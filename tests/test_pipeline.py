@@ -241,7 +241,7 @@ def test_skip_bad_records_counts_them(tmp_path: Path, char_tokenizer: CharTokeni
 
 
 def test_max_len_validated(tmp_path: Path, docs_jsonl: Path) -> None:
-    with pytest.raises(OptionError, match="--max-len must be an integer >= 2"):
+    with pytest.raises(OptionError, match="--max-len must be an integer from 2 to 16,777,216"):
         packtool.pack([docs_jsonl], tmp_path / "out", max_len=1)
     with pytest.raises(OptionError, match="--overflow must be one of"):
         packtool.pack([docs_jsonl], tmp_path / "out", max_len=8, overflow="wrap")

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import OptionError, OutputExistsError, PacktoolError
+from ..limits import MAX_NUM_PROC, MAX_SEED, MAX_UNITS, check_int
 from ..merge import merge_units
 from ..pipeline import DEFAULT_SHARD_BYTES, PackReport, _parse_size
 from ..sources import resolve_inputs
@@ -189,8 +190,8 @@ def pack_units(
     a local Ray instance is started for the run and stopped after it.
     """
     started = time.perf_counter()
-    if not isinstance(units, int) or units < 1:
-        raise OptionError(f"--units must be an integer >= 1, got {units!r}")
+    check_int("--units", units, 1, MAX_UNITS)
+    check_int("--seed", seed, 0, MAX_SEED)
     if unit is not None and not 0 <= unit < units:
         raise OptionError(
             f"--unit must be in 0..{units - 1} (0-based, for --units {units}), got {unit}"
@@ -205,8 +206,8 @@ def pack_units(
         )
     if rows_per_shard is not None and rows_per_shard < 1:
         raise OptionError(f"--rows-per-shard must be >= 1, got {rows_per_shard}")
-    if num_proc is not None and num_proc < 1:
-        raise OptionError(f"--num-proc must be >= 1, got {num_proc}")
+    if num_proc is not None:
+        check_int("--num-proc", num_proc, 1, MAX_NUM_PROC)
     options = with_tokenizer_spec(
         UnitOptions(
             max_len=max_len,
