@@ -154,6 +154,16 @@ class _RichProgress:
         self.progress.update(task, completed=completed, total=total or 1, detail=detail)
 
 
+def _say_skipped(skipped: list[str], quiet: bool) -> None:
+    """The one line on directory members of an unknown type that were not read."""
+    from .sources import describe_skipped
+
+    if skipped and not quiet:
+        err.print(
+            f"[yellow]skipped:[/] {describe_skipped(skipped)}", highlight=False, soft_wrap=True
+        )
+
+
 def _summary_table(report: Any) -> Table:
     d = report.documents
     table = Table(title=f"packed into {report.out_dir}", show_header=False, title_justify="left")
@@ -430,6 +440,7 @@ def pack(
             progress=progress,
         )
     if as_json:
+        _say_skipped(report.skipped_files, quiet)
         m = report.manifest
         keys = (
             "documents",
@@ -446,6 +457,7 @@ def pack(
         summary = {k: m[k] for k in keys if k in m}
         print(json.dumps({"out_dir": str(report.out_dir), **summary}, indent=2))
         return
+    _say_skipped(report.skipped_files, quiet)
     if not quiet:
         if report.resumed:
             err.print("[green]resumed[/] from the checkpoint of an interrupted run")
@@ -646,6 +658,7 @@ def stats(
                 progress=progress,
             )
         renderable = None if as_json else render_corpus_stats(result)
+    _say_skipped(getattr(result, "skipped_files", []), False)
     if renderable is None:
         print(json.dumps(result.to_dict(), indent=2))
         return
@@ -991,6 +1004,7 @@ def _pack_units(args: dict[str, Any]) -> None:
             num_proc=args["num_proc"],
             progress=progress,
         )
+    _say_skipped(report.skipped_files, quiet)
     if report.merged is None:  # one unit (--unit I)
         (result,) = report.units
         if as_json:

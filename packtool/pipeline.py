@@ -97,6 +97,7 @@ class PackReport:
     bad_records: list[str] = field(default_factory=list)
     manifest: dict[str, Any] = field(default_factory=dict)
     resumed: bool = False  # continued from a checkpoint (``resume=True``)
+    skipped_files: list[str] = field(default_factory=list)  # directory members not read
     tokens_learned: int | None = None  # tokens with a label (instruction data), else None
 
     @property
@@ -379,7 +380,8 @@ def pack(
     out_path = Path(out_dir)
     check_output_dir(out_path, overwrite)
     remove_stale_temporaries(out_path)
-    files = resolve_inputs(inputs) if files is None else list(files)
+    skipped: list[Path] = []
+    files = resolve_inputs(inputs, skipped=skipped) if files is None else list(files)
     tok: Tokenizer
     if tokenizer is None or isinstance(tokenizer, (str, os.PathLike)):
         tok = load_tokenizer(tokenizer, eos_token=eos_token, bos_token=bos_token)
@@ -602,6 +604,7 @@ def pack(
         bad_records=state.bad_records,
         manifest=manifest,
         resumed=saved is not None,
+        skipped_files=[str(p) for p in skipped],
         tokens_learned=label_counts["learned"] if plan.labelled else None,
     )
 

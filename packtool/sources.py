@@ -34,6 +34,7 @@ __all__ = [
     "InputFile",
     "RecordBatch",
     "TextBatch",
+    "describe_skipped",
     "first_record_fields",
     "read_records",
     "read_texts",
@@ -125,12 +126,15 @@ def _file_input(path: Path) -> InputFile:
     return InputFile(path, kind[0], kind[1], path.stat().st_size)
 
 
-def resolve_inputs(specs: Sequence[str | os.PathLike[str]]) -> list[InputFile]:
+def resolve_inputs(
+    specs: Sequence[str | os.PathLike[str]], *, skipped: list[Path] | None = None
+) -> list[InputFile]:
     """Expand paths, directories and globs into a list of inputs, in a stable order.
 
     A directory is a `datasets` dataset if it holds ``state.json`` or ``dataset_dict.json``;
     otherwise its supported files are taken, recursively, sorted by path (hidden files and
-    directories are skipped).
+    directories are skipped). Its other files are skipped too, and added to ``skipped`` (to
+    say so); a file named itself, or matched by a glob, of an unknown type is an error.
     """
     if not specs:
         raise InputError("no input given")
@@ -141,15 +145,22 @@ def resolve_inputs(specs: Sequence[str | os.PathLike[str]]) -> list[InputFile]:
             if _is_hf_dataset(path):
                 out.append(InputFile(path, "hf_dataset", None, _tree_size(path)))
                 continue
-            files = sorted(
+            members = sorted(
                 p
                 for p in path.rglob("*")
                 if p.is_file()
-                and _kind_of(p) is not None
                 and not any(part.startswith(".") for part in p.relative_to(path).parts)
             )
+            files = [p for p in members if _kind_of(p) is not None]
+            unknown = [p for p in members if _kind_of(p) is None]
             if not files:
-                raise InputError(f"{path}: directory holds no supported files ({SUPPORTED})")
+                s = "s" if len(unknown) != 1 else ""
+                others = f" (only {len(unknown):,} file{s} of an unknown type)" if unknown else ""
+                raise InputError(
+                    f"{path}: directory holds no supported files{others}; supported: {SUPPORTED}"
+                )
+            if skipped is not None:
+                skipped.extend(unknown)
             out.extend(_file_input(p) for p in files)
         elif path.is_file():
             out.append(_file_input(path))
@@ -162,6 +173,16 @@ def resolve_inputs(specs: Sequence[str | os.PathLike[str]]) -> list[InputFile]:
         else:
             raise InputError(f"{spec}: no such file or directory")
     return out
+
+
+def describe_skipped(skipped: Sequence[Path | str], shown: int = 3) -> str:
+    """One line on the directory members that :func:`resolve_inputs` skipped."""
+    names = ", ".join(str(p) for p in skipped[:shown])
+    more = f" and {len(skipped) - shown:,} more" if len(skipped) > shown else ""
+    return (
+        f"{len(skipped):,} file{'s' if len(skipped) != 1 else ''} of an unknown type in the "
+        f"input directories, not read: {names}{more} (supported: {SUPPORTED})"
+    )
 
 
 # -- opening (possibly compressed) files ----------------------------------------------------

@@ -308,6 +308,7 @@ class CorpusStats:
     cache_hit: bool = False
     bad_records: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    skipped_files: list[str] = field(default_factory=list)  # directory members not read
 
     def to_dict(self) -> dict[str, Any]:
         """The ``packtool stats CORPUS --max-len ... --json`` object (docs/stats.md)."""
@@ -903,7 +904,8 @@ def corpus_stats(
         raise OptionError(
             f"--overflow must be one of split, truncate, drop; got {overflow!r}"
         ) from None
-    files = resolve_inputs(inputs)
+    skipped: list[Path] = []
+    files = resolve_inputs(inputs, skipped=skipped)
     _refuse_instruction_data(files[0], text_field, split)
     tok: Tokenizer
     if tokenizer is None or isinstance(tokenizer, (str, os.PathLike)):
@@ -970,4 +972,5 @@ def corpus_stats(
         cache_hit=hit,
         bad_records=data.bad_records,
         seconds=time.perf_counter() - started,
+        skipped_files=[str(p) for p in skipped],
     )

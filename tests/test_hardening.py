@@ -344,3 +344,50 @@ def test_stats_numeric_options_are_bounded(tmp_path: Path) -> None:
         r"--num-proc must be an integer from 1 to 1,024",
         2,
     )
+
+
+# -- 4. files of an unknown type ---------------------------------------------------------------
+
+
+def _mixed_directory(tmp_path: Path) -> Path:
+    d = tmp_path / "d"
+    d.mkdir()
+    (d / "a.jsonl").write_text('{"text": "hello"}\n{"text": "world"}\n')
+    (d / "README").write_text("notes\n")
+    (d / "c.bin").write_bytes(bytes(range(256)))
+    (d / ".hidden.bin").write_bytes(b"x")  # hidden: skipped without a word, as before
+    return d
+
+
+def test_skipped_directory_members_are_named_in_one_line(tmp_path: Path) -> None:
+    d = _mixed_directory(tmp_path)
+    result = run("pack", d, "-L", "64", "-o", tmp_path / "out")
+    assert result.exit_code == 0, result.stderr
+    skipped = [line for line in result.stderr.splitlines() if line.startswith("skipped:")]
+    assert skipped == [
+        f"skipped: 2 files of an unknown type in the input directories, not read: {d / 'README'}"
+        f", {d / 'c.bin'} (supported: .jsonl, .ndjson, .json, .parquet, .arrow, .csv, .txt, "
+        ".jsonl.gz, .jsonl.zst, .json.gz, .json.zst, .csv.gz, .csv.zst, .txt.gz, .txt.zst)"
+    ]
+    stats = run("stats", d, "-L", "64", "--cache-dir", tmp_path / "cache")
+    assert stats.exit_code == 0, stats.stderr
+    assert "skipped: 2 files of an unknown type" in stats.stderr
+
+
+def test_a_named_file_of_an_unknown_type_fails(tmp_path: Path) -> None:
+    d = _mixed_directory(tmp_path)
+    assert_one_line_error(
+        run("pack", d / "c.bin", "-L", "64", "-o", tmp_path / "out"),
+        rf"^Error: {re.escape(str(d / 'c.bin'))}: unsupported file type \(supported: \.jsonl",
+        1,
+    )
+    assert not (tmp_path / "out").exists()
+    only_unknown = tmp_path / "e"
+    only_unknown.mkdir()
+    (only_unknown / "README").write_text("x")
+    assert_one_line_error(
+        run("pack", only_unknown, "-L", "64", "-o", tmp_path / "out"),
+        r"e: directory holds no supported files \(only 1 file of an unknown type\)",
+        1,
+    )
+    assert not (tmp_path / "out").exists()

@@ -68,6 +68,7 @@ class UnitsReport:
     merged: PackReport | None = None
     driver_pid: int = field(default_factory=os.getpid)
     driver_host: str = field(default_factory=socket.gethostname)
+    skipped_files: list[str] = field(default_factory=list)  # directory members not read
 
     @property
     def packed(self) -> int:
@@ -230,7 +231,9 @@ def pack_units(
     merge_options = {"shuffle": shuffle, "seed": seed, "rows_per_shard": rows_per_shard}
     out = Path(out_dir)
     # Absolute paths: every launcher (and every node) then plans and reads the same files.
-    files = [replace(f, path=Path(os.path.abspath(f.path))) for f in resolve_inputs(inputs)]
+    skipped: list[Path] = []
+    resolved = resolve_inputs(inputs, skipped=skipped)
+    files = [replace(f, path=Path(os.path.abspath(f.path))) for f in resolved]
     plan = plan_units(files, units, options)  # loads the tokenizer: a bad one fails here
     _prepare(out, units, unit is not None, overwrite)
 
@@ -244,11 +247,11 @@ def pack_units(
             num_proc=num_proc,
             progress=progress,
         )
-        return UnitsReport(out, "unit", [result])
+        return UnitsReport(out, "unit", [result], skipped_files=[str(p) for p in skipped])
 
     merged_before = _merged(out, plan[0].plan, merge_options)
     if merged_before is not None:
-        return UnitsReport(out, engine, [], merged_before)
+        return UnitsReport(out, engine, [], merged_before, skipped_files=[str(p) for p in skipped])
     results: dict[int, UnitResult] = {}
     pending: list[Unit] = []
     for u in plan:
@@ -290,7 +293,8 @@ def pack_units(
         out, shuffle=shuffle, seed=seed, rows_per_shard=rows_per_shard, progress=progress
     )
     merged.seconds = time.perf_counter() - started  # the whole run (the manifest: the merge)
-    return UnitsReport(out, engine, [results[i] for i in range(units)], merged)
+    ran = [results[i] for i in range(units)]
+    return UnitsReport(out, engine, ran, merged, skipped_files=[str(p) for p in skipped])
 
 
 def _merged(out: Path, plan: str, merge_options: dict[str, Any]) -> PackReport | None:
