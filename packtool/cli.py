@@ -131,9 +131,17 @@ class _RichProgress:
     def __exit__(self, *exc: Any) -> None:
         if not self.started:
             return
-        if exc[0] is not None:  # an error follows, on one line: the bars go
-            self.progress.live.transient = True
-        self.progress.__exit__(*exc)
+        if exc[0] is None:
+            self.progress.__exit__(*exc)
+            return
+        # An error follows, on one line: the bars go (a terminal erases them; elsewhere
+        # nothing more is written).
+        self.progress.live.transient = True
+        quiet, err.quiet = err.quiet, not err.is_terminal
+        try:
+            self.progress.__exit__(*exc)
+        finally:
+            err.quiet = quiet
 
     def _start(self) -> None:
         if not self.started:

@@ -35,7 +35,13 @@ from .errors import FormatError, OptionError
 from .format import MANIFEST_FILE, ShardWriter, open_packed, read_manifest
 from .limits import MAX_ROWS_PER_SHARD, MAX_SEED, check_int
 from .packing import first_fit_decreasing, lower_bound_rows
-from .pipeline import DEFAULT_SHARD_BYTES, DocumentCounts, PackReport, _parse_size
+from .pipeline import (
+    DEFAULT_SHARD_BYTES,
+    DocumentCounts,
+    PackReport,
+    _parse_size,
+    nothing_to_pack,
+)
 from .units import UNITS_DIR, unit_dirs
 
 __all__ = ["MERGE_KEYS", "merge_units", "segment_lengths"]
@@ -246,6 +252,13 @@ def merge_units(
     if n_rows != expected_rows:  # pragma: no cover - read_manifest/shard_table check this
         raise FormatError(f"{out}: units hold {n_rows} rows, their manifests say {expected_rows}")
 
+    if not any(int(m["segments"]) for m in manifests):  # every unit is empty: so is the corpus
+        counts = DocumentCounts()
+        for m in manifests:
+            for key, value in m["documents"].items():
+                setattr(counts, key, getattr(counts, key) + int(value))
+        paths = list(dict.fromkeys(str(p["path"]) for m in manifests for p in m["inputs"]))
+        raise nothing_to_pack(paths or [str(out)], counts, {})
     docs_read = [int(m["documents"]["read"]) for m in manifests]
     first_docs = [int(x) for x in np.concatenate([[0], np.cumsum(docs_read)[:-1]])]
     doc_offset = np.asarray(first_docs, dtype=np.int64)[np.asarray(table_unit, dtype=np.int64)]

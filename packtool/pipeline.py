@@ -27,7 +27,7 @@ import numpy as np
 
 from . import __version__
 from .chat import DEFAULT_TEMPLATE_TIMEOUT, ChatTemplate
-from .errors import InputError, OptionError
+from .errors import InputError, NothingToPackError, OptionError
 from .format import (
     IGNORE_INDEX,
     ShardWriter,
@@ -339,6 +339,7 @@ def pack(
     files: Sequence[InputFile] | None = None,
     read: Callable[..., Iterable[TextBatch]] | None = None,
     extra_manifest: Mapping[str, Any] | None = None,
+    allow_empty: bool = False,
 ) -> PackReport:
     """Pack ``inputs`` into rows of ``max_len`` tokens and write them to ``out_dir``.
 
@@ -358,7 +359,9 @@ def pack(
     For work units (``packtool.units``): ``files`` are inputs already resolved (then
     ``inputs`` is ignored; it may be empty), each read, for text inputs, with ``read(file,
     text_field=..., skip_bad_records=..., split=..., txt_unit=...)``; ``extra_manifest`` keys
-    are added to the manifest.
+    are added to the manifest; ``allow_empty`` writes an output of no rows when nothing is
+    left to pack (a unit whose range is empty), which is otherwise an
+    :class:`~packtool.errors.InputError`.
     """
     started = time.perf_counter()
     check_int("--max-len", max_len, 2, MAX_LEN_LIMIT)
@@ -483,6 +486,8 @@ def pack(
                 f"all {counts.read:,} records were bad and skipped, so nothing was packed "
                 f"(the first: {first})"
             )
+        if store.num_items == 0 and not allow_empty:
+            raise nothing_to_pack([f.path for f in files], counts, label_counts)
         items = store.items()
         item_off, item_len = items["offset"], items["length"]
         item_doc, item_chunk = items["doc_id"], items["chunk_id"]
@@ -606,6 +611,27 @@ def pack(
         resumed=saved is not None,
         skipped_files=[str(p) for p in skipped],
         tokens_learned=label_counts["learned"] if plan.labelled else None,
+    )
+
+
+def nothing_to_pack(
+    paths: Sequence[Path | str], counts: DocumentCounts, label_counts: Mapping[str, int]
+) -> NothingToPackError:
+    """The error for inputs that give no segment to pack, saying what became of what was
+    read."""
+    where = str(paths[0]) if len(paths) == 1 else f"{len(paths):,} inputs ({paths[0]}, ...)"
+    if not counts.read:
+        return NothingToPackError(f"no documents in {where}: nothing to pack")
+    no_labels = label_counts.get("documents_without_labels", 0)  # counted as empty too
+    why = [
+        (counts.empty - no_labels, "empty (no tokens)"),
+        (no_labels, "with nothing to learn"),
+        (counts.dropped, "longer than --max-len, dropped (--overflow drop)"),
+        (counts.bad_records_skipped, "bad and skipped"),
+    ]
+    told = ", ".join(f"{n:,} {what}" for n, what in why if n)
+    return NothingToPackError(
+        f"no documents to pack in {where}: of {counts.read:,} read, {told or 'none has tokens'}"
     )
 
 

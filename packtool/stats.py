@@ -960,6 +960,15 @@ def corpus_stats(
             )
         )
     nonempty = lengths[lengths > 0]
+    if not nonempty.size:
+        from .pipeline import DocumentCounts, nothing_to_pack
+
+        counts = DocumentCounts(
+            read=int(lengths.size),
+            empty=int(np.count_nonzero(lengths == 0)),
+            bad_records_skipped=int(np.count_nonzero(lengths < 0)),
+        )
+        raise nothing_to_pack([f.path for f in files], counts, {})
     return CorpusStats(
         inputs=[str(f.path) for f in files],
         tokenizer=tok.name,

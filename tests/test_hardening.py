@@ -391,3 +391,48 @@ def test_a_named_file_of_an_unknown_type_fails(tmp_path: Path) -> None:
         1,
     )
     assert not (tmp_path / "out").exists()
+
+
+# -- 5. empty input ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "content, extra, pattern",
+    [
+        ("", [], r"no documents in {src}: nothing to pack$"),
+        (
+            '{"text": ""}\n' * 3,
+            [],
+            r"no documents to pack in {src}: of 3 read, 3 empty \(no tokens\)$",
+        ),
+        (
+            '{"text": ""}\n{"text": "' + "x" * 300 + '"}\n',
+            ["--overflow", "drop"],
+            r"no documents to pack in {src}: of 2 read, 1 empty \(no tokens\), 1 longer than "
+            r"--max-len, dropped \(--overflow drop\)$",
+        ),
+    ],
+)
+@pytest.mark.parametrize("units", [[], ["--units", "2"]])
+def test_empty_input_is_an_error_at_the_top_level(
+    tmp_path: Path, content: str, extra: list[str], pattern: str, units: list[str]
+) -> None:
+    src = tmp_path / "in.jsonl"
+    src.write_text(content)
+    result = run("pack", src, "-L", "64", "-o", tmp_path / "out", "-q", *extra, *units)
+    assert_one_line_error(result, pattern.format(src=re.escape(str(src))), 1)
+    _only(tmp_path, "in.jsonl")
+    if not extra:
+        stats = run("stats", src, "-L", "64", "--cache-dir", tmp_path / "cache")
+        assert_one_line_error(stats, r"no documents", 1)
+        assert stats.stderr.startswith("Error: ")  # no progress bar left above it
+
+
+def test_an_empty_unit_is_fine(tmp_path: Path) -> None:
+    src = tmp_path / "in.jsonl"
+    src.write_text('{"text": "hello world"}\n')
+    result = run("pack", src, "-L", "64", "-o", tmp_path / "out", "-q", "--units", "3")
+    assert result.exit_code == 0, result.stderr
+    manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
+    units = manifest["units"]["per_unit"]
+    assert sorted(u["documents"] for u in units) == [0, 0, 1]

@@ -448,7 +448,7 @@ def test_bad_records_and_outcome(tmp_path: Path, char_tokenizer: CharTokenizer) 
 
 def test_empty_dataset(tmp_path: Path, char_tokenizer: CharTokenizer) -> None:
     src = write_jsonl(tmp_path / "in.jsonl", [{"text": ""}, {"text": ""}])
-    packtool.pack([src], tmp_path / "out", max_len=8, tokenizer=char_tokenizer)
+    packtool.pack([src], tmp_path / "out", max_len=8, tokenizer=char_tokenizer, allow_empty=True)
     s = dataset_stats(tmp_path / "out").to_dict()
     assert (s["rows"], s["segments"], s["tokens"], s["documents"]) == (0, 0, 0, 0)
     assert s["efficiency"] == 0.0 and s["docs_per_row"]["mean"] is None

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from ..errors import OptionError, OutputExistsError, PacktoolError
+from ..errors import NothingToPackError, OptionError, OutputExistsError, PacktoolError
 from ..limits import MAX_NUM_PROC, MAX_SEED, MAX_UNITS, check_int
 from ..merge import merge_units
 from ..pipeline import DEFAULT_SHARD_BYTES, PackReport, _parse_size
@@ -235,6 +235,7 @@ def pack_units(
     resolved = resolve_inputs(inputs, skipped=skipped)
     files = [replace(f, path=Path(os.path.abspath(f.path))) for f in resolved]
     plan = plan_units(files, units, options)  # loads the tokenizer: a bad one fails here
+    created = not out.exists()
     _prepare(out, units, unit is not None, overwrite)
 
     if unit is not None:
@@ -289,9 +290,14 @@ def pack_units(
                 already=len(results),
             )
         results.update({r.index: r for r in ran})
-    merged = merge_units(
-        out, shuffle=shuffle, seed=seed, rows_per_shard=rows_per_shard, progress=progress
-    )
+    try:
+        merged = merge_units(
+            out, shuffle=shuffle, seed=seed, rows_per_shard=rows_per_shard, progress=progress
+        )
+    except NothingToPackError:  # every unit is empty: no output, as without --units
+        if created:
+            shutil.rmtree(out, ignore_errors=True)
+        raise
     merged.seconds = time.perf_counter() - started  # the whole run (the manifest: the merge)
     ran = [results[i] for i in range(units)]
     return UnitsReport(out, engine, ran, merged, skipped_files=[str(p) for p in skipped])
