@@ -12,6 +12,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import signal
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_EXCEPTION, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
@@ -74,14 +75,17 @@ def run_local(
                 "again to go on"
             ) from None
         except BaseException:  # an error, or SIGTERM/SIGINT here: stop the units now
-            for future in futures:
-                future.cancel()
+            # Every worker exits (after its unit's cleanup), so no queued unit starts. Not
+            # future.cancel(): a worker dying before its initializer ran breaks the pool, and
+            # Python 3.11's pool then fails on cancelled futures and resolves no other.
             children = multiprocessing.active_children()
             for child in children:
-                child.terminate()  # each running unit removes its temporaries and stops
-            wait(futures, timeout=_STOP_GRACE_SECONDS)
+                child.terminate()  # each running unit removes its temporaries, then exits
+            deadline = time.monotonic() + _STOP_GRACE_SECONDS
             for child in children:
-                child.kill()  # all that is left: a tokenizer call finishing
+                child.join(max(0.0, deadline - time.monotonic()))
+                if child.is_alive():
+                    child.kill()
             raise
     return sorted(results, key=lambda r: r.index)
 
@@ -91,23 +95,26 @@ _STOP_GRACE_SECONDS = 10.0  # for the units running at a stop to remove their te
 
 
 def _worker_init() -> None:
-    """SIGTERM/SIGINT in a worker: a running unit stops and removes its temporaries; an idle
-    worker just exits."""
+    """SIGTERM/SIGINT in a worker: a running unit stops and removes its temporaries, then the
+    worker exits; an idle worker exits at once."""
     signal.signal(signal.SIGTERM, _on_worker_signal)
     signal.signal(signal.SIGINT, _on_worker_signal)
 
 
 def _on_worker_signal(signum: int, frame: Any) -> None:
     if not _busy:
-        raise SystemExit(128 + signum)
+        os._exit(128 + signum)  # idle: nothing to clean up
     _stop.on_signal(signum, frame)
 
 
 def _worker_unit(*args: Any) -> tuple[str, Any]:
     global _busy
-    _stop.check_stop()  # a unit queued before the stop does not start
     _busy = True
     try:
         return call_unit(*args)
+    except _stop.Terminated:  # SIGTERM: the unit has removed its temporaries
+        os._exit(143)
+    except KeyboardInterrupt:  # SIGINT: the same
+        os._exit(130)
     finally:
         _busy = False
