@@ -677,7 +677,10 @@ class PackedReader:
             raise FormatError(f"{self.path}: the output holds no tokenizer.json to decode with")
         tokenizer = load_tokenizer(path)
         tokenizer.name = info.get("name", tokenizer.name)
-        tokenizer.special = SpecialTokens(**info.get("special_tokens", {}))
+        special = dict(info.get("special_tokens", {}))
+        if info.get("pad_from", "tokenizer") != "tokenizer":  # the padding is not its pad
+            special["pad_id"] = tokenizer.special.pad_id
+        tokenizer.special = SpecialTokens(**special)
         return tokenizer
 
 

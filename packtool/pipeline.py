@@ -414,8 +414,11 @@ def pack(
             f"--units packs text inputs only for now; these inputs are {plan.shape.value} "
             "records: pack them without --units"
         )
+    pad_from = "--pad-id" if pad_id is not None else "tokenizer"
     if pad_id is None:
-        pad_id = tok.special.pad_id if tok.special.pad_id is not None else tok.special.eos_id
+        pad_id = tok.special.pad_id
+    if pad_id is None:
+        pad_id, pad_from = tok.special.eos_id, "eos"
     if pad_id is None:
         raise OptionError(
             f"tokenizer {tok.name} has neither a pad nor an EOS token: choose one with --pad-id"
@@ -551,7 +554,7 @@ def pack(
             manifest = {
                 "packtool_version": __version__,
                 "created_unix": int(time.time()),
-                "tokenizer": _describe_tokenizer(tok),
+                "tokenizer": _describe_tokenizer(tok, pad_id, pad_from),
                 "options": {
                     "max_len": max_len,
                     "text_field": text_field,
@@ -851,17 +854,19 @@ def _describe_labels(plan: Any, counts: dict[str, int]) -> dict[str, Any]:
     }
 
 
-def _describe_tokenizer(tok: Tokenizer) -> dict[str, Any]:
+def _describe_tokenizer(tok: Tokenizer, pad_id: int, pad_from: str) -> dict[str, Any]:
+    """The manifest's ``tokenizer``: its special tokens as used, ``pad_id`` being the id in
+    the padding (``options.pad_id``), and ``pad_from`` saying where it comes from: the
+    tokenizer's pad token, its EOS (it has no pad token), or ``--pad-id``."""
     if isinstance(tok, HFTokenizer):
         info = tok.describe()
         info["file"] = "tokenizer.json"
-        return info
-    return {
-        "name": tok.name,
-        "sha256": tok.sha256,
-        "special_tokens": {
-            "eos_id": tok.special.eos_id,
-            "bos_id": tok.special.bos_id,
-            "pad_id": tok.special.pad_id,
-        },
-    }
+    else:
+        info = {
+            "name": tok.name,
+            "sha256": tok.sha256,
+            "special_tokens": {"eos_id": tok.special.eos_id, "bos_id": tok.special.bos_id},
+        }
+    info["special_tokens"]["pad_id"] = pad_id
+    info["pad_from"] = pad_from
+    return info

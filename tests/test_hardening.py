@@ -21,6 +21,7 @@ import pyarrow.parquet as pq
 import pytest
 import zstandard
 from conftest import REPO, SAMPLE
+from helpers import read_rows
 from test_cli import assert_one_line_error, run
 
 from packtool.chat import ChatTemplate
@@ -436,3 +437,58 @@ def test_an_empty_unit_is_fine(tmp_path: Path) -> None:
     manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
     units = manifest["units"]["per_unit"]
     assert sorted(u["documents"] for u in units) == [0, 0, 1]
+
+
+# -- 6. numbers that line up ---------------------------------------------------------------------
+
+
+def _tokenizer_without_pad(tmp_path: Path) -> Path:
+    """A word-level tokenizer with an EOS and no pad token."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    vocab = {"</s>": 0, "[UNK]": 1, **{w: i + 2 for i, w in enumerate("abcdefgh")}}
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok.add_special_tokens(["</s>"])
+    path = tmp_path / "tokenizer.json"
+    tok.save(str(path))
+    return path
+
+
+@pytest.mark.parametrize(
+    "pad, expected, source", [([], 0, "eos"), (["--pad-id", "5"], 5, "--pad-id")]
+)
+def test_the_manifest_names_the_pad_id_in_the_rows(
+    tmp_path: Path, pad: list[str], expected: int, source: str
+) -> None:
+    tokenizer = _tokenizer_without_pad(tmp_path)
+    src = tmp_path / "in.jsonl"
+    src.write_text(
+        "".join(json.dumps({"text": " ".join("abc"[: i % 3 + 1])}) + "\n" for i in range(9))
+    )
+    out = tmp_path / "out"
+    result = run("pack", src, "-L", "8", "-o", out, "-q", "--tokenizer", tokenizer, *pad)
+    assert result.exit_code == 0, result.stderr
+    manifest, rows = read_rows(out)
+    assert manifest["tokenizer"]["special_tokens"]["pad_id"] == expected
+    assert manifest["options"]["pad_id"] == expected
+    assert manifest["tokenizer"]["pad_from"] == source
+    pads = {t for row in rows for t in row["input_ids"][row["num_tokens"] :]}
+    assert pads == {expected}
+    verified = run("verify", out, "--against", src)
+    assert verified.exit_code == 0, verified.stdout + verified.stderr
+
+
+def test_pack_and_stats_account_for_the_same_documents(tmp_path: Path) -> None:
+    src = tmp_path / "in.jsonl"
+    texts = ["hello there", "", "a longer document " * 3, "", "x" * 300, "last"]
+    src.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts))
+    out = tmp_path / "out"
+    packed = run("pack", src, "-L", "32", "-o", out, "--overflow", "drop")
+    assert packed.exit_code == 0, packed.stderr
+    assert re.search(r"documents read\s+│?\s+6\b", packed.stdout), packed.stdout
+    assert re.search(r"dropped / empty / bad skipped\s+│?\s+1 / 2 / 0", packed.stdout)
+    stats = run("stats", out)
+    assert stats.exit_code == 0, stats.stderr
+    assert re.search(r"documents in rows\s+3 of 6 read \(2 empty, 1 dropped\)", stats.stdout)
+    assert re.search(r"documents read\s+6\b", stats.stdout)  # its outcome table, as pack's
