@@ -153,6 +153,8 @@ def _environment() -> Any:
         operation in C could not be stopped)."""
 
         intercepted_binops = frozenset({"*", "**"})
+        budgeted = staticmethod(_budgeted)  # an attribute of the environment: no template
+        # variable can shadow it
 
         def call(self, context: Any, obj: Any, /, *args: Any, **kwargs: Any) -> Any:
             _check_budget()
@@ -185,9 +187,11 @@ def _environment() -> Any:
             if isinstance(source, str):  # every {% for %} iterates through _budgeted
                 source = self.parse(source, name, filename)
                 for loop in source.find_all(nodes.For):
-                    budgeted = nodes.Name("_packtool_budgeted", "load", lineno=loop.lineno)
-                    loop.iter = nodes.Call(budgeted, [loop.iter], [], None, None)
-                source.set_environment(self).set_lineno(1)
+                    budgeted = nodes.EnvironmentAttribute("budgeted", lineno=loop.lineno)
+                    loop.iter = nodes.Call(
+                        budgeted, [loop.iter], [], None, None, lineno=loop.lineno
+                    )
+                source.set_environment(self)
             return super().compile(source, name, filename, raw, defer_init)
 
     class _Generation(Extension):
@@ -212,7 +216,6 @@ def _environment() -> Any:
     )
     env.filters["tojson"] = _tojson
     env.globals["raise_exception"] = _raise_exception
-    env.globals["_packtool_budgeted"] = _budgeted
     return env
 
 
