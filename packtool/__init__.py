@@ -31,7 +31,7 @@ _EXPORTS: dict[str, str] = {
     "ChatTemplateError": "errors",
     "CorpusStats": "stats",
     "DatasetStats": "stats",
-    "DocumentCounts": "pipeline",
+    "DocumentCounts": "format",
     "DocumentEncoder": "tokenize",
     "FORMAT_VERSION": "format",
     "FormatError": "errors",
@@ -98,7 +98,7 @@ if TYPE_CHECKING:  # for type checkers and IDEs: the same names, imported eagerl
     from .merge import merge_units
     from .order import epoch_order, rank_share
     from .packing import Overflow, first_fit_decreasing, lower_bound_rows
-    from .pipeline import DocumentCounts, PackReport, pack
+    from .pipeline import PackReport, pack
     from .stats import CorpusStats, DatasetStats, PackingStats, corpus_stats, dataset_stats
     from .tokenize import DocumentEncoder, HFTokenizer, SpecialTokens, Tokenizer, load_tokenizer
     from .units import Unit, UnitResult, plan_units

@@ -174,13 +174,23 @@ def _length_pairs(s: LengthSummary) -> list[tuple[str, str]]:
     ]
 
 
+def _documents_in_rows(p: PackingStats) -> str:
+    """The documents in the rows, and what became of the others read (as ``pack`` counts)."""
+    o = p.outcome
+    if o.read == p.documents:
+        return f"{p.documents:,}"
+    others = [(o.empty, "empty"), (o.dropped, "dropped"), (o.bad_records_skipped, "bad skipped")]
+    told = ", ".join(f"{n:,} {what}" for n, what in others if n)
+    return f"{p.documents:,} of {o.read:,} read ({told})"
+
+
 def _packing_pairs(p: PackingStats) -> list[tuple[str, str]]:
     over = p.rows_over_lower_bound
     over_pct = f", {over / p.lower_bound_rows:+.2%}" if p.lower_bound_rows else ""
     d = p.docs_per_row
     per_row = "-" if d.min is None else f"min {d.min:,} · mean {d.mean:,.2f} · max {d.max:,}"
     return [
-        ("documents", f"{p.documents:,}"),
+        ("documents in rows", _documents_in_rows(p)),
         ("segments", f"{p.segments:,}"),
         ("tokens", f"{p.tokens:,}"),
         ("rows", f"{p.rows:,}"),

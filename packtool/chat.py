@@ -27,24 +27,30 @@ once more turns follow is reported, with the record that shows it.
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import hashlib
 import json
 import os
-from collections.abc import Mapping, Sequence
+import threading
+import time
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ._stop import check_stop
 from .errors import ChatTemplateError
 
 __all__ = [
+    "DEFAULT_TEMPLATE_TIMEOUT",
     "KNOWN_ROLES",
     "ChatTemplate",
     "Piece",
     "PieceKind",
     "RenderError",
     "load_chat_template",
+    "render_budget",
 ]
 
 KNOWN_ROLES = ("system", "user", "assistant", "tool")
@@ -91,10 +97,102 @@ def _tojson(
     )
 
 
+DEFAULT_TEMPLATE_TIMEOUT = 10.0
+"""Seconds a chat template may spend on one record (``--template-timeout``)."""
+
+_MAX_REPEAT = 10_000_000  # longest string or list a template may make with ``*``
+_MAX_POWER_BITS = 1 << 16  # largest integer (in bits) a template may make with ``**``
+
+_budget = threading.local()  # .deadline, .seconds: the budget of this thread's record
+
+
+class _OverBudget(Exception):
+    pass
+
+
+@contextlib.contextmanager
+def render_budget(seconds: float | None) -> Iterator[None]:
+    """Every rendering in this thread inside the block shares one deadline, ``seconds`` from
+    now (the renderings of one record: the conversation and its prefixes). A template still
+    running at the deadline stops with a :class:`RenderError`. ``None``: no deadline."""
+    if seconds is None or getattr(_budget, "deadline", None) is not None:
+        yield
+        return
+    _budget.deadline, _budget.seconds = time.monotonic() + seconds, seconds
+    try:
+        yield
+    finally:
+        _budget.deadline = None
+
+
+def _check_budget() -> None:
+    """Called by the sandbox at every call, loop step and ``*``/``**``: stop a template that
+    is past its deadline, or that runs while the whole run is being stopped (SIGTERM)."""
+    check_stop()
+    deadline = getattr(_budget, "deadline", None)
+    if deadline is not None and time.monotonic() > deadline:
+        raise _OverBudget(_budget.seconds)
+
+
+def _budgeted(iterable: Iterable[Any]) -> Iterator[Any]:
+    """What every ``{% for %}`` of a template iterates: ``iterable``, checking the budget."""
+    for i, item in enumerate(iterable):
+        if not i & 255:
+            _check_budget()
+        yield item
+
+
 def _environment() -> Any:
     from jinja2 import DictLoader, nodes
     from jinja2.ext import Extension, loopcontrols
-    from jinja2.sandbox import ImmutableSandboxedEnvironment
+    from jinja2.sandbox import ImmutableSandboxedEnvironment, SecurityError
+
+    class _BudgetedEnvironment(ImmutableSandboxedEnvironment):
+        """The sandbox, checking the render budget (:func:`render_budget`) at every call, at
+        every step of every loop, and before ``*`` and ``**``, which it also bounds (one such
+        operation in C could not be stopped)."""
+
+        intercepted_binops = frozenset({"*", "**"})
+        budgeted = staticmethod(_budgeted)  # an attribute of the environment: no template
+        # variable can shadow it
+
+        def call(self, context: Any, obj: Any, /, *args: Any, **kwargs: Any) -> Any:
+            _check_budget()
+            return super().call(context, obj, *args, **kwargs)
+
+        def call_binop(self, context: Any, operator: str, left: Any, right: Any) -> Any:
+            _check_budget()
+            ints = isinstance(left, int) and isinstance(right, int)
+            if operator == "**" and ints and right > 0 and abs(left) > 1:
+                if right * abs(left).bit_length() > _MAX_POWER_BITS:
+                    raise SecurityError(f"{left} ** {right} is too large a number")
+            elif operator == "*" and not ints:
+                seq, n = (left, right) if isinstance(right, int) else (right, left)
+                sized = isinstance(seq, (str, list, tuple)) and isinstance(n, int)
+                if sized and len(seq) * n > _MAX_REPEAT:
+                    raise SecurityError(
+                        f"repeating a {type(seq).__name__} of {len(seq):,} items {n:,} times "
+                        "is too large"
+                    )
+            return super().call_binop(context, operator, left, right)
+
+        def compile(
+            self,
+            source: Any,
+            name: str | None = None,
+            filename: str | None = None,
+            raw: bool = False,
+            defer_init: bool = False,
+        ) -> Any:
+            if isinstance(source, str):  # every {% for %} iterates through _budgeted
+                source = self.parse(source, name, filename)
+                for loop in source.find_all(nodes.For):
+                    budgeted = nodes.EnvironmentAttribute("budgeted", lineno=loop.lineno)
+                    loop.iter = nodes.Call(
+                        budgeted, [loop.iter], [], None, None, lineno=loop.lineno
+                    )
+                source.set_environment(self)
+            return super().compile(source, name, filename, raw, defer_init)
 
     class _Generation(Extension):
         """``{% generation %}...{% endgeneration %}`` (Hugging Face's marker of assistant text):
@@ -110,7 +208,7 @@ def _environment() -> Any:
         def _body(self, caller: Any) -> str:
             return str(caller())
 
-    env = ImmutableSandboxedEnvironment(
+    env = _BudgetedEnvironment(
         trim_blocks=True,
         lstrip_blocks=True,
         extensions=[loopcontrols, _Generation],
@@ -136,6 +234,7 @@ class ChatTemplate:
     source: str  # "file", "tokenizer_config.json", "chat_template.jinja" or "string"
     variables: Mapping[str, str] = field(default_factory=dict)
     _compiled: Any = field(default=None, repr=False)
+    timeout: float | None = DEFAULT_TEMPLATE_TIMEOUT  # seconds per record (render_budget)
 
     @classmethod
     def from_string(
@@ -171,18 +270,26 @@ class ChatTemplate:
         """The text of ``messages``.
 
         Raises :class:`RenderError` when the template fails on these messages (a record
-        problem), :class:`ChatTemplateError` when it breaks the sandbox (a template problem).
+        problem) or runs past :attr:`timeout` (shared by the renderings of one record inside
+        :func:`render_budget`), :class:`ChatTemplateError` when it breaks the sandbox (a
+        template problem).
         """
         from jinja2.exceptions import SecurityError, TemplateNotFound, TemplatesNotFound
 
         try:
-            return str(
-                self._compiled.render(
-                    messages=list(messages),
-                    add_generation_prompt=add_generation_prompt,
-                    **self.variables,
+            with render_budget(self.timeout):
+                return str(
+                    self._compiled.render(
+                        messages=list(messages),
+                        add_generation_prompt=add_generation_prompt,
+                        **self.variables,
+                    )
                 )
-            )
+        except _OverBudget as e:
+            raise RenderError(
+                f"the chat template ran for more than {e.args[0]:g} s on this record (a loop "
+                "that does not end?); fix the template or raise --template-timeout"
+            ) from None
         except SecurityError as e:
             raise ChatTemplateError(
                 f"chat template {self.name}: unsafe operation refused: {str(e).rstrip('.')} "

@@ -28,7 +28,9 @@ from rich.progress import (
 )
 from rich.table import Table
 
+from ._stop import STOP, Terminated, install_stop_handlers
 from ._version import __version__
+from .chat import DEFAULT_TEMPLATE_TIMEOUT
 from .errors import PacktoolError
 
 app = typer.Typer(
@@ -50,22 +52,14 @@ def fail(message: str, code: int = 1) -> typer.Exit:
     return typer.Exit(code)
 
 
-class Terminated(KeyboardInterrupt):
-    """SIGTERM (what schedulers send), handled like Ctrl-C: clean up, exit 143."""
-
-
-def _terminate(signum: int, frame: Any) -> None:
-    raise Terminated
-
-
 def handle_errors(func: F) -> F:
     """Turn the library's exceptions, OS errors and Ctrl-C into one-line errors."""
 
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        previous = None
+        previous: dict[int, Any] = {}
         if threading.current_thread() is threading.main_thread():
-            previous = signal.signal(signal.SIGTERM, _terminate)
+            previous = install_stop_handlers()
         try:
             return func(*args, **kwargs)
         except PacktoolError as e:
@@ -77,11 +71,14 @@ def handle_errors(func: F) -> F:
             raise fail(f"an input ends early: {e}") from None
         except KeyboardInterrupt as e:
             hint = " (rerun with --resume to continue)" if kwargs.get("resume") else ""
+            if kwargs.get("units") is not None:
+                hint = " (finished units are kept: run the same command again to go on)"
             code = 143 if isinstance(e, Terminated) else 130
             raise fail(f"interrupted; no output was written{hint}", code) from None
         finally:
-            if previous is not None:
-                signal.signal(signal.SIGTERM, previous)
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
+            STOP.clear()
 
     return wrapper  # type: ignore[return-value]
 
@@ -125,14 +122,33 @@ class _RichProgress:
         )
         self.tasks: dict[str, TaskID] = {}
 
+    started = False  # at the first report, so that an early error prints its line alone
+
     def __enter__(self) -> _RichProgress:
-        self.progress.__enter__()
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        self.progress.__exit__(*exc)
+        if not self.started:
+            return
+        if exc[0] is None:
+            self.progress.__exit__(*exc)
+            return
+        # An error follows, on one line: the bars go (a terminal erases them; elsewhere
+        # nothing more is written).
+        self.progress.live.transient = True
+        quiet, err.quiet = err.quiet, not err.is_terminal
+        try:
+            self.progress.__exit__(*exc)
+        finally:
+            err.quiet = quiet
+
+    def _start(self) -> None:
+        if not self.started:
+            self.progress.__enter__()
+            self.started = True
 
     def __call__(self, stage: str, completed: int, total: int | None) -> None:
+        self._start()
         task = self.tasks.get(stage)
         if task is None:
             task = self.progress.add_task(self._LABELS.get(stage, stage), total=total, detail="")
@@ -167,6 +183,16 @@ def _print_notices(report: Any, *, quiet: bool) -> None:
     line = special_strings_line(report.special_strings, report.parse_special)
     if line and not quiet:
         err.print(f"[yellow]note:[/] {line}", highlight=False, soft_wrap=True)
+
+
+def _say_skipped(skipped: list[str], quiet: bool) -> None:
+    """The one line on directory members of an unknown type that were not read."""
+    from .sources import describe_skipped
+
+    if skipped and not quiet:
+        err.print(
+            f"[yellow]skipped:[/] {describe_skipped(skipped)}", highlight=False, soft_wrap=True
+        )
 
 
 def _summary_table(report: Any) -> Table:
@@ -280,6 +306,13 @@ def pack(
             show_default=False,
         ),
     ] = None,
+    template_timeout: Annotated[
+        float,
+        typer.Option(
+            help="Seconds the chat template may run on one record; a record it runs longer "
+            "on stops the run, naming the record (or is skipped with --skip-bad-records).",
+        ),
+    ] = DEFAULT_TEMPLATE_TIMEOUT,
     overflow: Annotated[
         str | None,
         typer.Option(
@@ -418,6 +451,7 @@ def pack(
     with _RichProgress(enabled=not quiet and not as_json) as progress:
         report = run_pack([str(p) for p in inputs], output, options, progress=progress)
     if as_json:
+        _say_skipped(report.skipped_files, quiet)
         m = report.manifest
         keys = (
             "documents",
@@ -436,6 +470,7 @@ def pack(
         summary["notices"] = report.notices
         print(json.dumps({"out_dir": str(report.out_dir), **summary}, indent=2))
         return
+    _say_skipped(report.skipped_files, quiet)
     _print_notices(report, quiet=quiet)
     if not quiet:
         if report.resumed:
@@ -651,6 +686,7 @@ def stats(
         renderable = None if as_json else render_corpus_stats(result)
         if not as_json:
             _print_notices(result, quiet=False)
+    _say_skipped(getattr(result, "skipped_files", []), False)
     if renderable is None:
         print(json.dumps(result.to_dict(), indent=2))
         return
@@ -775,20 +811,7 @@ def inspect_command(
 
 
 class _VerifyProgress(_RichProgress):
-    """Progress of ``verify``: bytes hashed, rows checked, input bytes re-read.
-
-    Started at the first report, so that an error before any work (not a packtool output)
-    prints its one line and nothing else.
-    """
-
-    started = False
-
-    def __enter__(self) -> _VerifyProgress:
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        if self.started:
-            self.progress.__exit__(*exc)
+    """Progress of ``verify``: bytes hashed, rows checked, input bytes re-read."""
 
     _LABELS: ClassVar[dict[str, str]] = {
         "hash": "sha256 shards",
@@ -797,9 +820,7 @@ class _VerifyProgress(_RichProgress):
     }
 
     def __call__(self, stage: str, completed: int, total: int | None) -> None:
-        if not self.started:
-            self.progress.__enter__()
-            self.started = True
+        self._start()
         task = self.tasks.get(stage)
         if task is None:
             task = self.progress.add_task(self._LABELS.get(stage, stage), total=total, detail="")
@@ -819,7 +840,7 @@ def _verify_table(report: Any) -> Table:
     table.add_row("shards (bytes, sha256, rows)", f"{report.shards_checked:,}")
     table.add_row("rows", f"{report.rows_checked:,}")
     table.add_row("document segments", f"{report.segments:,}")
-    table.add_row("documents", f"{report.documents:,}")
+    table.add_row("documents in rows", f"{report.documents:,}")
     table.add_row("tokens", f"{report.tokens:,}")
     if report.against is not None:
         a = report.against
@@ -1079,6 +1100,7 @@ def _pack_units(
 
     with _RichProgress(enabled=not quiet and not as_json) as progress:
         report = pack_units([str(p) for p in inputs], output, options, progress=progress)
+    _say_skipped(report.skipped_files, quiet)
     if report.merged is None:  # one unit (--unit I)
         (result,) = report.units
         if as_json:

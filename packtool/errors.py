@@ -12,6 +12,7 @@ __all__ = [
     "ChatTemplateError",
     "FormatError",
     "InputError",
+    "NothingToPackError",
     "OptionError",
     "OutputExistsError",
     "PacktoolError",
@@ -34,6 +35,10 @@ class OptionError(PacktoolError, ValueError):
 
 class InputError(PacktoolError):
     """An input cannot be found or read as a whole."""
+
+
+class NothingToPackError(InputError):
+    """The inputs hold no document with tokens to pack (empty files, empty documents...)."""
 
 
 class BadRecordError(InputError):

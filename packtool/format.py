@@ -46,13 +46,14 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from .errors import FormatError, OutputExistsError, RowIndexError
+from .errors import FormatError, NothingToPackError, OutputExistsError, RowIndexError
 
 __all__ = [
     "FORMAT_NAME",
     "FORMAT_VERSION",
     "IGNORE_INDEX",
     "MANIFEST_FILE",
+    "DocumentCounts",
     "PackedBatch",
     "PackedReader",
     "PackedRow",
@@ -118,6 +119,50 @@ def hf_features(schema: pa.Schema) -> dict[str, Any]:
     of ``pack``; a test checks it against `datasets`' own conversion.
     """
     return {f.name: _hf_feature(f.type) for f in schema}
+
+
+@dataclass
+class DocumentCounts:
+    """What happened to every document read; ``read`` is the sum of the others."""
+
+    read: int = 0
+    packed: int = 0  # whole, as one segment
+    split: int = 0  # into several chunks, each a segment
+    truncated: int = 0
+    dropped: int = 0  # longer than max_len under --overflow drop
+    empty: int = 0  # no tokens
+    bad_records_skipped: int = 0
+
+    def check(self) -> None:
+        accounted = (
+            self.packed
+            + self.split
+            + self.truncated
+            + self.dropped
+            + self.empty
+            + self.bad_records_skipped
+        )
+        if accounted != self.read:  # pragma: no cover - a bug, never a user error
+            raise AssertionError(f"documents read {self.read} != accounted {accounted}: {self}")
+
+    def nothing_to_pack(
+        self, paths: Sequence[Path | str], without_labels: int = 0
+    ) -> NothingToPackError:
+        """The error for inputs that give no segment to pack, saying what became of what was
+        read (``without_labels``: examples with nothing to learn, counted as empty too)."""
+        where = str(paths[0]) if len(paths) == 1 else f"{len(paths):,} inputs ({paths[0]}, ...)"
+        if not self.read:
+            return NothingToPackError(f"no documents in {where}: nothing to pack")
+        why = [
+            (self.empty - without_labels, "empty (no tokens)"),
+            (without_labels, "with nothing to learn"),
+            (self.dropped, "longer than --max-len, dropped (--overflow drop)"),
+            (self.bad_records_skipped, "bad and skipped"),
+        ]
+        told = ", ".join(f"{n:,} {what}" for n, what in why if n)
+        return NothingToPackError(
+            f"no documents to pack in {where}: of {self.read:,} read, {told or 'none has tokens'}"
+        )
 
 
 @dataclass(frozen=True)
@@ -692,7 +737,10 @@ class PackedReader:
             raise FormatError(f"{self.path}: the output holds no tokenizer.json to decode with")
         tokenizer = load_tokenizer(path)
         tokenizer.name = info.get("name", tokenizer.name)
-        tokenizer.special = SpecialTokens(**info.get("special_tokens", {}))
+        special = dict(info.get("special_tokens", {}))
+        if info.get("pad_from", "tokenizer") != "tokenizer":  # the padding is not its pad
+            special["pad_id"] = tokenizer.special.pad_id
+        tokenizer.special = SpecialTokens(**special)
         return tokenizer
 
 

@@ -36,7 +36,14 @@ from typing import Any
 
 import numpy as np
 
-from .chat import KNOWN_ROLES, ChatTemplate, PieceKind, RenderError, load_chat_template
+from .chat import (
+    KNOWN_ROLES,
+    ChatTemplate,
+    PieceKind,
+    RenderError,
+    load_chat_template,
+    render_budget,
+)
 from .errors import BadRecordError, OptionError, TokenizerError
 from .format import IGNORE_INDEX
 from .options import PackOptions
@@ -465,7 +472,8 @@ class InstructEncoder:
             if record is None:
                 continue
             try:
-                pieces = self._pieces(record)
+                with render_budget(self.template.timeout if self.template else None):
+                    pieces = self._pieces(record)  # one budget for the record's renderings
             except RenderError as e:
                 error = BadRecordError(batch.locations[i], str(e))
                 if not skip_bad_records:
@@ -713,6 +721,8 @@ def plan_input(files: Sequence[InputFile], tokenizer: Tokenizer, options: PackOp
             template = o.chat_template
         else:
             template = load_chat_template(o.chat_template, tokenizer)
+        if template.timeout != o.template_timeout:
+            template = dataclasses.replace(template, timeout=o.template_timeout)
     elif o.chat_template is not None:
         raise OptionError(
             f"--chat-template is for chat records, but the input shape is {shape.value}"

@@ -32,10 +32,11 @@ import pyarrow.compute as pc
 
 from ._version import __version__
 from .errors import FormatError, OptionError
-from .format import MANIFEST_FILE, ShardWriter, open_packed, read_manifest
+from .format import MANIFEST_FILE, DocumentCounts, ShardWriter, open_packed, read_manifest
+from .limits import MAX_ROWS_PER_SHARD, MAX_SEED, check_int
 from .options import DEFAULT_SHARD_SIZE, parse_size
 from .packing import first_fit_decreasing, lower_bound_rows
-from .pipeline import DocumentCounts, PackReport
+from .pipeline import PackReport
 from .units import UNITS_DIR, unit_dirs
 
 __all__ = ["MERGE_KEYS", "merge_units", "segment_lengths"]
@@ -211,8 +212,10 @@ def merge_units(
     first = manifests[0]
     max_len = int(first["max_len"])
     row_bytes = 2 * 4 * max_len + 64
-    if rows_per_shard is not None and rows_per_shard < 1:
-        raise OptionError(f"--rows-per-shard must be >= 1, got {rows_per_shard}")
+    if rows_per_shard is not None:
+        check_int("--rows-per-shard", rows_per_shard, 1, MAX_ROWS_PER_SHARD)
+    if seed is not None:
+        check_int("--seed", seed, 0, MAX_SEED)
     if rows_per_shard is None and shard_size is not None:
         rows_per_shard = max(1, parse_size(shard_size) // row_bytes)
     opts = _merge_options(
@@ -247,6 +250,13 @@ def merge_units(
     if n_rows != expected_rows:  # pragma: no cover - read_manifest/shard_table check this
         raise FormatError(f"{out}: units hold {n_rows} rows, their manifests say {expected_rows}")
 
+    if not any(int(m["segments"]) for m in manifests):  # every unit is empty: so is the corpus
+        counts = DocumentCounts()
+        for m in manifests:
+            for key, value in m["documents"].items():
+                setattr(counts, key, getattr(counts, key) + int(value))
+        paths = list(dict.fromkeys(str(p["path"]) for m in manifests for p in m["inputs"]))
+        raise counts.nothing_to_pack(paths or [str(out)])
     docs_read = [int(m["documents"]["read"]) for m in manifests]
     first_docs = [int(x) for x in np.concatenate([[0], np.cumsum(docs_read)[:-1]])]
     doc_offset = np.asarray(first_docs, dtype=np.int64)[np.asarray(table_unit, dtype=np.int64)]

@@ -11,7 +11,7 @@ in the stage that uses it; nothing else spells it.
 >>> PackOptions(max_len=1)
 Traceback (most recent call last):
   ...
-packtool.errors.OptionError: --max-len must be an integer >= 2, got 1
+packtool.errors.OptionError: --max-len must be an integer from 2 to 16,777,216, got 1
 """
 
 from __future__ import annotations
@@ -22,14 +22,22 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
+from .chat import DEFAULT_TEMPLATE_TIMEOUT
 from .errors import OptionError
+from .limits import (
+    MAX_LEN_LIMIT,
+    MAX_NUM_PROC,
+    MAX_ROWS_PER_SHARD,
+    MAX_SEED,
+    MAX_UNITS,
+    check_int,
+)
 
 __all__ = [
     "DEFAULT_SHARD_SIZE",
     "ENGINES",
     "INPUT_SHAPES",
     "LOSS_ON",
-    "MAX_LEN_LIMIT",
     "OVERFLOWS",
     "TXT_UNITS",
     "PackOptions",
@@ -41,8 +49,7 @@ TXT_UNITS = ("line", "paragraph", "document")
 INPUT_SHAPES = ("text", "prompt-completion", "chat", "auto")
 LOSS_ON = ("completion", "assistant", "all")
 ENGINES = ("local", "ray")
-MAX_LEN_LIMIT = (1 << 31) - 1
-"""Rows are Arrow lists with 32-bit offsets: a row of more tokens cannot be written."""
+MAX_TEMPLATE_TIMEOUT = 24 * 3600.0  # seconds
 
 DEFAULT_SHARD_SIZE = "256MB"
 _NEEDS_UNITS = "--unit, --engine and --ray-address work on units: give --units N"
@@ -65,6 +72,7 @@ _ROWS_KEY = (
     "skip_bad_records",
     "split",
     "txt_unit",
+    "template_timeout",
 )
 
 
@@ -100,13 +108,6 @@ def _enum(flag: str, value: Any, choices: tuple[str, ...]) -> str:
     return str(value)
 
 
-def _count(flag: str, value: Any, minimum: int, maximum: int | None = None) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise OptionError(f"{flag} must be an integer >= {minimum}, got {value!r}")
-    if maximum is not None and value > maximum:
-        raise OptionError(f"{flag} must be at most {maximum:,}, got {value:,}")
-
-
 @dataclass(frozen=True)
 class PackOptions:
     """Every option of ``packtool pack`` (and of the library's :func:`packtool.pack`).
@@ -128,6 +129,7 @@ class PackOptions:
     messages_field: str = "messages"
     chat_template: Any = None  # a path, or a packtool.chat.ChatTemplate
     loss_on: str | None = None
+    template_timeout: float | None = DEFAULT_TEMPLATE_TIMEOUT  # seconds a record (None: no limit)
     overflow: str | None = None
     add_eos: bool | None = None
     bos: bool | None = None
@@ -154,7 +156,7 @@ class PackOptions:
 
     def __post_init__(self) -> None:
         if self.max_len is not None:
-            _count("--max-len", self.max_len, 2, MAX_LEN_LIMIT)
+            check_int("--max-len", self.max_len, 2, MAX_LEN_LIMIT)
         if self.overflow is not None:
             object.__setattr__(self, "overflow", _enum("--overflow", self.overflow, OVERFLOWS))
         object.__setattr__(
@@ -172,12 +174,17 @@ class PackOptions:
         ):  # its range is the tokenizer's vocabulary, checked when that is loaded
             raise OptionError(f"--pad-id must be an integer, got {self.pad_id!r}")
         if self.rows_per_shard is not None:
-            _count("--rows-per-shard", self.rows_per_shard, 1)
+            check_int("--rows-per-shard", self.rows_per_shard, 1, MAX_ROWS_PER_SHARD)
         parse_size(self.shard_size)
         if self.num_proc is not None:
-            _count("--num-proc", self.num_proc, 1)
-        if not isinstance(self.seed, int) or isinstance(self.seed, bool):
-            raise OptionError(f"--seed must be an integer, got {self.seed!r}")
+            check_int("--num-proc", self.num_proc, 1, MAX_NUM_PROC)
+        check_int("--seed", self.seed, 0, MAX_SEED)
+        timeout = self.template_timeout
+        if timeout is not None and not 0 < timeout <= MAX_TEMPLATE_TIMEOUT:
+            raise OptionError(
+                f"--template-timeout must be more than 0 and at most {MAX_TEMPLATE_TIMEOUT:g} "
+                f"seconds, got {timeout:g}"
+            )
         self._check_units()
         for name in ("tokenizer", "chat_template"):  # paths as text: they pickle and print
             value = getattr(self, name)
@@ -186,7 +193,7 @@ class PackOptions:
 
     def _check_units(self) -> None:
         if self.units is not None:
-            _count("--units", self.units, 1)
+            check_int("--units", self.units, 1, MAX_UNITS)
         if self.unit is not None:
             if self.units is None:
                 raise OptionError(_NEEDS_UNITS)

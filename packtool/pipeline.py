@@ -28,6 +28,7 @@ from ._version import __version__
 from .errors import InputError, OptionError
 from .format import (
     IGNORE_INDEX,
+    DocumentCounts,
     ShardWriter,
     check_output_dir,
     remove_stale_temporaries,
@@ -58,31 +59,6 @@ _BAD_RECORDS_KEPT = 20
 
 
 @dataclass
-class DocumentCounts:
-    """What happened to every document read; ``read`` is the sum of the others."""
-
-    read: int = 0
-    packed: int = 0  # whole, as one segment
-    split: int = 0  # into several chunks, each a segment
-    truncated: int = 0
-    dropped: int = 0  # longer than max_len under --overflow drop
-    empty: int = 0  # no tokens
-    bad_records_skipped: int = 0
-
-    def check(self) -> None:
-        accounted = (
-            self.packed
-            + self.split
-            + self.truncated
-            + self.dropped
-            + self.empty
-            + self.bad_records_skipped
-        )
-        if accounted != self.read:  # pragma: no cover - a bug, never a user error
-            raise AssertionError(f"documents read {self.read} != accounted {accounted}: {self}")
-
-
-@dataclass
 class PackReport:
     """What ``pack`` did: counts, the packing figures and where the output is."""
 
@@ -100,6 +76,7 @@ class PackReport:
     bad_records: list[str] = field(default_factory=list)
     manifest: dict[str, Any] = field(default_factory=dict)
     resumed: bool = False  # continued from a checkpoint (``resume=True``)
+    skipped_files: list[str] = field(default_factory=list)  # directory members not read
     tokens_learned: int | None = None  # tokens with a label (instruction data), else None
     special_strings: int = 0  # documents whose data held special-token strings
     parse_special: bool = False  # whether those strings were parsed as control tokens
@@ -243,17 +220,20 @@ def _ordered_map(fn: Callable[[Any], Any], items: Iterable[Any], *, workers: int
     """``fn`` over ``items`` in ``workers`` threads, results in input order, at most
     ``workers + 1`` items in flight. An exception is raised when its item's turn comes."""
     pending: collections.deque[concurrent.futures.Future[Any]] = collections.deque()
-    with concurrent.futures.ThreadPoolExecutor(workers, thread_name_prefix="packtool") as pool:
-        try:
-            for item in items:
-                pending.append(pool.submit(fn, item))
-                if len(pending) > workers:
-                    yield pending.popleft().result()
-            while pending:
+    pool = concurrent.futures.ThreadPoolExecutor(workers, thread_name_prefix="packtool")
+    try:
+        for item in items:
+            pending.append(pool.submit(fn, item))
+            if len(pending) > workers:
                 yield pending.popleft().result()
-        finally:
-            for future in pending:
-                future.cancel()
+        while pending:
+            yield pending.popleft().result()
+    except BaseException:
+        # An error, or a stop (SIGTERM): the caller cleans up without waiting for the items
+        # in flight (a tokenizer call cannot be interrupted; their results are dropped).
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    pool.shutdown()
 
 
 def pack(
@@ -265,6 +245,7 @@ def pack(
     files: Sequence[InputFile] | None = None,
     read: Callable[..., Iterable[TextBatch]] | None = None,
     extra_manifest: Mapping[str, Any] | None = None,
+    allow_empty: bool = False,
     **option_values: Any,
 ) -> PackReport:
     """Pack ``inputs`` into rows of ``max_len`` tokens and write them to ``out_dir``.
@@ -280,7 +261,9 @@ def pack(
     Instruction data (``input_shape`` prompt-completion or chat, or detected by ``auto``; see
     :mod:`packtool.instruct` and docs/instruct.md) also gets a ``labels`` column: the learned
     tokens (``loss_on``), -100 elsewhere. ``overflow`` defaults to ``split`` for text and
-    ``drop`` for instruction data; ``add_eos`` to on, except for chats.
+    ``drop`` for instruction data; ``add_eos`` to on, except for chats. A chat template gets
+    ``template_timeout`` seconds per record (``None``: no limit); a record it runs longer on
+    is a bad record.
 
     Special-token strings in the data (``<|endoftext|>`` in a web page, ``<|im_end|>`` in a
     message) are encoded as the text they spell; ``parse_special=True`` makes them the control
@@ -290,7 +273,9 @@ def pack(
     For work units (``packtool.units``): ``files`` are inputs already resolved (then
     ``inputs`` is ignored; it may be empty), each read, for text inputs, with ``read(file,
     text_field=..., skip_bad_records=..., split=..., txt_unit=...)``; ``extra_manifest`` keys
-    are added to the manifest.
+    are added to the manifest; ``allow_empty`` writes an output of no rows when nothing is
+    left to pack (a unit whose range is empty), which is otherwise a
+    :class:`~packtool.errors.NothingToPackError`.
     """
     started = time.perf_counter()
     options = (options or PackOptions()).replace(**option_values)
@@ -300,6 +285,10 @@ def pack(
         TokenStore(run.out, with_labels=run.plan.labelled, keep_on_error=options.resume) as store,
     ):
         state, resumed = _tokenize_stage(run, store, read, progress)
+        if store.num_items == 0 and not allow_empty:
+            raise state.counts.nothing_to_pack(
+                [f.path for f in run.files], state.label_counts["documents_without_labels"]
+            )
         layout = _plan_stage(store, run.options, progress)
         manifest = _write_stage(run, store, state, layout, started, progress, extra_manifest)
     return _report(run, state, manifest, resumed, time.perf_counter() - started)
@@ -315,6 +304,8 @@ class _Run:
     plan: InputPlan
     files: list[InputFile]
     fingerprint: str
+    pad_from: str  # where the pad id comes from: tokenizer, eos, --pad-id
+    skipped: list[str]  # directory members of an unknown type, not read
 
     @property
     def row_bytes(self) -> int:
@@ -334,7 +325,8 @@ def _prepare(
         raise OptionError("--max-len is required: the tokens per row, e.g. --max-len 4096")
     check_output_dir(out, options.overwrite)
     remove_stale_temporaries(out)
-    files = resolve_inputs(inputs) if files is None else list(files)
+    skipped: list[Path] = []
+    files = resolve_inputs(inputs, skipped=skipped) if files is None else list(files)
     tok = _tokenizer(options)
     plan = plan_input(files, tok, options)
     if units and plan.shape is not InputShape.TEXT:
@@ -342,7 +334,7 @@ def _prepare(
             f"--units packs text inputs only for now; these inputs are {plan.shape.value} "
             "records: pack them without --units"
         )
-    pad_id = _pad_id(options.pad_id, tok)
+    pad_id, pad_from = _pad_id(options.pad_id, tok)
     row_bytes = (3 if plan.labelled else 2) * 4 * options.max_len + 64
     rows_per_shard = options.rows_per_shard or max(1, options.shard_bytes // row_bytes)
     resolved = options.replace(
@@ -353,7 +345,7 @@ def _prepare(
     )
     set_tokenizer_threads(options.num_proc)
     fingerprint = _fingerprint(files, tok, resolved.rows_key(), plan.describe())
-    return _Run(out, resolved, tok, plan, files, fingerprint)
+    return _Run(out, resolved, tok, plan, files, fingerprint, pad_from, [str(p) for p in skipped])
 
 
 def _tokenizer(options: PackOptions) -> Tokenizer:
@@ -363,9 +355,14 @@ def _tokenizer(options: PackOptions) -> Tokenizer:
     return spec  # type: ignore[no-any-return]
 
 
-def _pad_id(pad_id: int | None, tok: Tokenizer) -> int:
+def _pad_id(pad_id: int | None, tok: Tokenizer) -> tuple[int, str]:
+    """The id written in the padding, and where it comes from: ``--pad-id``, the tokenizer's
+    pad token, or (it has none) its EOS."""
+    pad_from = "--pad-id" if pad_id is not None else "tokenizer"
     if pad_id is None:
-        pad_id = tok.special.pad_id if tok.special.pad_id is not None else tok.special.eos_id
+        pad_id = tok.special.pad_id
+    if pad_id is None:
+        pad_id, pad_from = tok.special.eos_id, "eos"
     if pad_id is None:
         raise OptionError(
             f"tokenizer {tok.name} has neither a pad nor an EOS token: choose one with --pad-id"
@@ -377,7 +374,7 @@ def _pad_id(pad_id: int | None, tok: Tokenizer) -> int:
             if vocab_size is not None
             else f"--pad-id must be >= 0, got {pad_id}"
         )
-    return int(pad_id)
+    return int(pad_id), pad_from
 
 
 def _tokenize_stage(
@@ -523,7 +520,7 @@ def _manifest(
     manifest = {
         "packtool_version": __version__,
         "created_unix": int(time.time()),
-        "tokenizer": _describe_tokenizer(run.tok),
+        "tokenizer": _describe_tokenizer(run.tok, o.pad_id, run.pad_from),
         "options": {**o.describe(), **run.plan.describe()},
         "inputs": state.input_records,
         "documents": asdict(state.counts),
@@ -568,6 +565,7 @@ def _report(
         bad_records=state.bad_records,
         manifest=manifest,
         resumed=resumed,
+        skipped_files=run.skipped,
         tokens_learned=state.label_counts["learned"] if run.plan.labelled else None,
         special_strings=state.special_strings,
         parse_special=o.parse_special,
@@ -782,17 +780,19 @@ def _describe_labels(plan: Any, counts: dict[str, int]) -> dict[str, Any]:
     }
 
 
-def _describe_tokenizer(tok: Tokenizer) -> dict[str, Any]:
+def _describe_tokenizer(tok: Tokenizer, pad_id: int | None, pad_from: str) -> dict[str, Any]:
+    """The manifest's ``tokenizer``: its special tokens as used, ``pad_id`` being the id in
+    the padding (``options.pad_id``), and ``pad_from`` saying where it comes from: the
+    tokenizer's pad token, its EOS (it has no pad token), or ``--pad-id``."""
     if isinstance(tok, HFTokenizer):
         info = tok.describe()
         info["file"] = "tokenizer.json"
-        return info
-    return {
-        "name": tok.name,
-        "sha256": tok.sha256,
-        "special_tokens": {
-            "eos_id": tok.special.eos_id,
-            "bos_id": tok.special.bos_id,
-            "pad_id": tok.special.pad_id,
-        },
-    }
+    else:
+        info = {
+            "name": tok.name,
+            "sha256": tok.sha256,
+            "special_tokens": {"eos_id": tok.special.eos_id, "bos_id": tok.special.bos_id},
+        }
+    info["special_tokens"]["pad_id"] = pad_id
+    info["pad_from"] = pad_from
+    return info

@@ -20,6 +20,7 @@ import json
 import os
 import re
 import threading
+import zlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,6 +34,7 @@ __all__ = [
     "InputFile",
     "RecordBatch",
     "TextBatch",
+    "describe_skipped",
     "first_record_fields",
     "read_records",
     "read_texts",
@@ -124,12 +126,15 @@ def _file_input(path: Path) -> InputFile:
     return InputFile(path, kind[0], kind[1], path.stat().st_size)
 
 
-def resolve_inputs(specs: Sequence[str | os.PathLike[str]]) -> list[InputFile]:
+def resolve_inputs(
+    specs: Sequence[str | os.PathLike[str]], *, skipped: list[Path] | None = None
+) -> list[InputFile]:
     """Expand paths, directories and globs into a list of inputs, in a stable order.
 
     A directory is a `datasets` dataset if it holds ``state.json`` or ``dataset_dict.json``;
     otherwise its supported files are taken, recursively, sorted by path (hidden files and
-    directories are skipped).
+    directories are skipped). Its other files are skipped too, and added to ``skipped`` (to
+    say so); a file named itself, or matched by a glob, of an unknown type is an error.
     """
     if not specs:
         raise InputError("no input given")
@@ -140,15 +145,22 @@ def resolve_inputs(specs: Sequence[str | os.PathLike[str]]) -> list[InputFile]:
             if _is_hf_dataset(path):
                 out.append(InputFile(path, "hf_dataset", None, _tree_size(path)))
                 continue
-            files = sorted(
+            members = sorted(
                 p
                 for p in path.rglob("*")
                 if p.is_file()
-                and _kind_of(p) is not None
                 and not any(part.startswith(".") for part in p.relative_to(path).parts)
             )
+            files = [p for p in members if _kind_of(p) is not None]
+            unknown = [p for p in members if _kind_of(p) is None]
             if not files:
-                raise InputError(f"{path}: directory holds no supported files ({SUPPORTED})")
+                s = "s" if len(unknown) != 1 else ""
+                others = f" (only {len(unknown):,} file{s} of an unknown type)" if unknown else ""
+                raise InputError(
+                    f"{path}: directory holds no supported files{others}; supported: {SUPPORTED}"
+                )
+            if skipped is not None:
+                skipped.extend(unknown)
             out.extend(_file_input(p) for p in files)
         elif path.is_file():
             out.append(_file_input(path))
@@ -161,6 +173,16 @@ def resolve_inputs(specs: Sequence[str | os.PathLike[str]]) -> list[InputFile]:
         else:
             raise InputError(f"{spec}: no such file or directory")
     return out
+
+
+def describe_skipped(skipped: Sequence[Path | str], shown: int = 3) -> str:
+    """One line on the directory members that :func:`resolve_inputs` skipped."""
+    names = ", ".join(str(p) for p in skipped[:shown])
+    more = f" and {len(skipped) - shown:,} more" if len(skipped) > shown else ""
+    return (
+        f"{len(skipped):,} file{'s' if len(skipped) != 1 else ''} of an unknown type in the "
+        f"input directories, not read: {names}{more} (supported: {SUPPORTED})"
+    )
 
 
 # -- opening (possibly compressed) files ----------------------------------------------------
@@ -259,8 +281,9 @@ def _numbered_lines(inp: InputFile, stream: IO[bytes]) -> Iterator[tuple[int, by
     while True:
         try:
             line = stream.readline()
-        except (OSError, EOFError, ValueError) as e:
-            raise InputError(f"{inp.path}: cannot read after line {lineno}: {e}") from e
+        except (OSError, EOFError, ValueError, zlib.error) as e:
+            after = f" after line {lineno}" if lineno else ""
+            raise InputError(f"{inp.path}: cannot read{after}: {e}") from e
         if not line:
             return
         lineno += 1
@@ -458,6 +481,20 @@ def check_column(schema: pa.Schema, text_field: str, where: str) -> None:
         raise InputError(f"{where}: column {text_field!r} is {kind}, not a string column")
 
 
+def _validate(data: pa.Array | pa.RecordBatch, where: str, row: int, what: str) -> None:
+    """Check Arrow data read from a file before converting it: pyarrow trusts a file's
+    offsets, and damaged ones crash the process in ``to_pylist``. Full validation is one scan
+    of the data (it includes the UTF-8 check that the conversion would make)."""
+    try:
+        data.validate(full=True)
+    except pa.ArrowInvalid as e:
+        at = re.search(r"string index (\d+)", str(e))
+        if "UTF8" in str(e):
+            place = f"at row {row + int(at.group(1))}" if at else f"near row {row}"
+            raise InputError(f"{where}: invalid UTF-8 {what}{place}") from None
+        raise InputError(f"{where}: corrupt Arrow data {what}near row {row}: {e}") from None
+
+
 def _table_batches(
     batches: Iterator[pa.RecordBatch],
     text_field: str,
@@ -469,6 +506,7 @@ def _table_batches(
     row = 0
     for record_batch in batches:
         column = record_batch.column(record_batch.schema.get_field_index(text_field))
+        _validate(column, where, row, f"in column {text_field!r} ")
         try:
             texts = column.to_pylist()
         except UnicodeDecodeError as e:
@@ -638,6 +676,8 @@ def _csv_header(inp: InputFile) -> list[str]:
     stream, _ = _arrow_input(inp)
     try:
         head = stream.read(1 << 16).decode("utf-8", errors="replace")
+    except OSError as e:  # a corrupt compressed file
+        raise InputError(f"{inp.path}: cannot read: {e}") from None
     finally:
         stream.close()
     try:
@@ -920,8 +960,6 @@ def _read_hf_dataset(
 def _guarded(inp: InputFile, batches: Iterator[Any]) -> Iterator[Any]:
     """Turn low-level read errors (a truncated or corrupt compressed file) into one-line
     :class:`~packtool.errors.InputError` naming the file."""
-    import zlib
-
     try:
         yield from batches
     except (EOFError, zlib.error) as e:
@@ -1056,8 +1094,10 @@ def _table_records(
 ):
     row = 0
     for record_batch in batches:
+        selected = record_batch.select(list(fields))
+        _validate(selected, where, row, "")
         try:
-            rows = record_batch.select(list(fields)).to_pylist()
+            rows = selected.to_pylist()
         except UnicodeDecodeError as e:
             raise InputError(f"{where}: invalid UTF-8 near row {row}: {e.reason}") from None
         for obj in rows:
@@ -1264,10 +1304,13 @@ def first_record_fields(inp: InputFile, *, split: str | None = None) -> list[str
     if inp.kind in ("jsonl", "json"):
         try:
             return _first_json_fields(inp)
-        except (OSError, EOFError, ValueError):
+        except Exception:  # a corrupt or truncated file (zlib, zstd...): reading names it
             return None
     if inp.kind == "csv":
-        return _csv_header(inp) or None
+        try:
+            return _csv_header(inp) or None
+        except InputError:
+            return None  # reading it for real names the problem
     try:
         names, _batches, _progress, close = _table_source(inp, (), split, 1)
     except InputError:

@@ -47,7 +47,8 @@ import pyarrow as pa
 
 from ._version import __version__
 from .errors import FormatError, InputError, OptionError
-from .format import MANIFEST_FILE, open_packed
+from .format import MANIFEST_FILE, DocumentCounts, open_packed
+from .limits import MAX_BATCH_SIZE, MAX_LEN_LIMIT, MAX_SEED, check_int
 from .options import PackOptions
 from .packing import Overflow, first_fit_decreasing, lower_bound_rows, segment_items
 from .sources import InputFile, first_record_fields, read_texts, resolve_inputs
@@ -311,6 +312,7 @@ class CorpusStats:
     special_strings: int = 0  # documents whose text holds special-token strings
     parse_special: bool = False  # whether those were parsed as control tokens
     notices: list[str] = field(default_factory=list)  # e.g. the tokenizer file's settings
+    skipped_files: list[str] = field(default_factory=list)  # directory members not read
 
     def to_dict(self) -> dict[str, Any]:
         """The ``packtool stats CORPUS --max-len ... --json`` object (docs/stats.md)."""
@@ -470,12 +472,8 @@ def _packing_stats(
 
 
 def _check_batching(batch_size: int, seed: int) -> None:
-    if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)):
-        raise OptionError(f"--batch-size must be an integer >= 1, got {batch_size!r}")
-    if batch_size < 1:
-        raise OptionError(f"--batch-size must be an integer >= 1, got {batch_size}")
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
-        raise OptionError(f"--seed must be an integer >= 0, got {seed!r}")
+    check_int("--batch-size", batch_size, 1, MAX_BATCH_SIZE)
+    check_int("--seed", seed, 0, MAX_SEED)
 
 
 # -- packed outputs -----------------------------------------------------------------------
@@ -712,8 +710,7 @@ def parse_max_lens(text: str | Sequence[int]) -> list[int]:
                     f"--max-len: cannot read {item.strip()!r} as an integer "
                     "(give one or more, comma-separated: --max-len 2048,4096)"
                 ) from None
-        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 2:
-            raise OptionError(f"--max-len values must be integers >= 2, got {item!r}")
+        value = check_int("--max-len", value, 2, MAX_LEN_LIMIT)
         if int(value) in out:
             raise OptionError(f"--max-len: {int(value)} is given twice")
         out.append(int(value))
@@ -970,7 +967,8 @@ def corpus_stats(
     _check_batching(batch_size, seed)
     overflow = Overflow(o.overflow or Overflow.SPLIT)
     add_eos = True if o.add_eos is None else o.add_eos
-    files = resolve_inputs(inputs)
+    skipped: list[Path] = []
+    files = resolve_inputs(inputs, skipped=skipped)
     _refuse_instruction_data(files[0], o.text_field, o.split)
     set_tokenizer_threads(o.num_proc)
     tok: Tokenizer
@@ -986,6 +984,13 @@ def corpus_stats(
     lengths = data.lengths
     results = [_stats_at(lengths, max_len, overflow, batch_size, seed) for max_len in lens_wanted]
     nonempty = lengths[lengths > 0]
+    if not nonempty.size:
+        counts = DocumentCounts(
+            read=int(lengths.size),
+            empty=int(np.count_nonzero(lengths == 0)),
+            bad_records_skipped=int(np.count_nonzero(lengths < 0)),
+        )
+        raise counts.nothing_to_pack([f.path for f in files])
     return CorpusStats(
         inputs=[str(f.path) for f in files],
         tokenizer=tok.name,
@@ -1001,4 +1006,5 @@ def corpus_stats(
         special_strings=data.special_strings,
         parse_special=o.parse_special,
         notices=[n for n in (getattr(tok, "notice", None),) if n],
+        skipped_files=[str(p) for p in skipped],
     )

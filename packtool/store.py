@@ -146,25 +146,37 @@ def lock_output(out_dir: Path) -> Iterator[None]:
     path = out_dir.parent / f".{out_dir.name}.packtool-lock"
     path.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-    locked = False
+    refused = False
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
+            refused = True
             holder = os.read(fd, 32).decode(errors="replace").strip() or "?"
             raise OutputExistsError(
                 f"another packtool pack (pid {holder}) is writing {out_dir}: wait for it, or "
                 "choose another --output"
             ) from None
-        locked = True
         os.ftruncate(fd, 0)
         os.pwrite(fd, str(os.getpid()).encode(), 0)
         yield
     finally:
-        if locked:  # ours to remove (also after a Ctrl-C at any point above)
+        # Ours to remove unless another run holds it, also after a signal at any point
+        # above (even between taking the lock and knowing it): flock again to know.
+        if not refused and _holds_or_takes(fd):
             with contextlib.suppress(OSError):
                 path.unlink()
         os.close(fd)
+
+
+def _holds_or_takes(fd: int) -> bool:
+    import fcntl
+
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # succeeds when this fd holds it
+    except OSError:
+        return False
+    return True
 
 
 class TokenStore:

@@ -1007,8 +1007,11 @@ def _resolve_tokenizer(
         tok = load_tokenizer(tokenizer)
         special = info.get("special_tokens")
         if isinstance(special, dict):
+            own_pad = info.get("pad_from", "tokenizer") == "tokenizer"  # else the padding's
             tok.special = SpecialTokens(
-                **{k: special.get(k) for k in ("eos_id", "bos_id", "pad_id")}
+                eos_id=special.get("eos_id"),
+                bos_id=special.get("bos_id"),
+                pad_id=special.get("pad_id") if own_pad else tok.special.pad_id,
             )
         return tok
     return tokenizer

@@ -51,6 +51,13 @@ class CharTokenizer:
         return {"<eos>": 0, "<pad>": 1, "<bos>": 2}.get(token)
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _private_cache(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """``stats``' length cache in a directory of this test process, never ~/.cache: the
+    suite runs in parallel (pytest-xdist), and other runs share the home directory."""
+    os.environ["PACKTOOL_CACHE_DIR"] = str(tmp_path_factory.mktemp("packtool-cache"))
+
+
 @pytest.fixture
 def char_tokenizer() -> CharTokenizer:
     return CharTokenizer()

@@ -20,13 +20,15 @@ LAYERS: dict[str, int] = {
     "_version": 0,
     "masks": 0,
     # 1: the stages' own building blocks
-    "options": 1,
+    "limits": 1,
+    "_stop": 0,
     "order": 1,
     "packing": 1,
     "chat": 1,
     "sources": 1,
     "tokenize": 1,
-    # 2: the on-disk format and manifest
+    # 2: the options record; the on-disk format and manifest
+    "options": 2,
     "format": 2,
     # 3: the token store, the row gather, encoders of instruction data, row views
     "store": 3,

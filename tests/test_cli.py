@@ -129,7 +129,7 @@ def test_skip_bad_records_reports(tmp_path: Path) -> None:
 def test_error_max_len(tmp_path: Path, value: str) -> None:
     assert_one_line_error(
         run("pack", SAMPLE, "--max-len", value, "-o", tmp_path / "o"),
-        r"--max-len must be an integer >= 2",
+        r"--max-len must be an integer from 2 to 16,777,216",
         code=2,
     )
 

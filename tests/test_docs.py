@@ -50,3 +50,10 @@ def test_readme_pack_table_lists_every_pack_option() -> None:
         o for o in options_of("pack") if not re.search(re.escape(o) + r"(?![a-z-])", table)
     )
     assert not missing, f"README's pack table misses {missing}"
+
+
+def test_ci_runs_the_readme_test_command_in_parallel() -> None:
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    (command,) = re.findall(r"^pip install torch.*&& python -m pytest.*$", readme, flags=re.M)
+    assert "-n auto" in command  # pytest-xdist: every core
+    assert command in (REPO / ".ci" / "run").read_text(encoding="utf-8").splitlines()

@@ -11,7 +11,7 @@ from conftest import SAMPLE, CharTokenizer, write_jsonl
 from helpers import assert_row_invariants, documents_from_rows, read_rows
 
 import packtool
-from packtool.errors import BadRecordError, OptionError, OutputExistsError
+from packtool.errors import BadRecordError, NothingToPackError, OptionError, OutputExistsError
 from packtool.tokenize import DocumentEncoder
 
 
@@ -241,17 +241,22 @@ def test_skip_bad_records_counts_them(tmp_path: Path, char_tokenizer: CharTokeni
 
 
 def test_max_len_validated(tmp_path: Path, docs_jsonl: Path) -> None:
-    with pytest.raises(OptionError, match="--max-len must be an integer >= 2"):
+    with pytest.raises(OptionError, match="--max-len must be an integer from 2 to 16,777,216"):
         packtool.pack([docs_jsonl], tmp_path / "out", max_len=1)
     with pytest.raises(OptionError, match="--overflow must be one of"):
         packtool.pack([docs_jsonl], tmp_path / "out", max_len=8, overflow="wrap")
 
 
-def test_empty_corpus_writes_an_empty_dataset(
+def test_empty_corpus_is_an_error_but_an_empty_unit_is_an_empty_dataset(
     tmp_path: Path, char_tokenizer: CharTokenizer
 ) -> None:
     src = write_jsonl(tmp_path / "in.jsonl", [{"text": ""}])
-    report = packtool.pack([src], tmp_path / "out", max_len=8, tokenizer=char_tokenizer)
+    with pytest.raises(NothingToPackError, match=r"in\.jsonl: of 1 read, 1 empty \(no tokens\)"):
+        packtool.pack([src], tmp_path / "out", max_len=8, tokenizer=char_tokenizer)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.jsonl"]
+    report = packtool.pack(
+        [src], tmp_path / "out", max_len=8, tokenizer=char_tokenizer, allow_empty=True
+    )
     assert report.rows == 0 and report.documents.empty == 1
     manifest, rows = read_rows(tmp_path / "out")
     assert rows == [] and manifest["rows"] == 0 and len(manifest["shards"]) == 1

@@ -27,7 +27,8 @@ from helpers import read_rows
 from packtool.engines import pack_units
 from packtool.merge import merge_units
 
-pytestmark = pytest.mark.slow
+# Slow, and one Ray instance at a time: the tests share one xdist worker (--dist loadgroup).
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("ray")]
 
 
 def in_network_namespace(args: list[str], env: dict[str, str], timeout: float) -> str:

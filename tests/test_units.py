@@ -380,7 +380,7 @@ def test_option_errors(tmp_path: Path) -> None:
     src = write_jsonl(tmp_path / "in.jsonl", [{"text": "ab"}])
     with pytest.raises(OptionError, match=r"--unit must be in 0\.\.3"):
         pack_units([src], tmp_path / "o", units=4, unit=4, max_len=16)
-    with pytest.raises(OptionError, match="--units must be an integer >= 1"):
+    with pytest.raises(OptionError, match="--units must be an integer from 1 to 100,000"):
         pack_units([src], tmp_path / "o", units=0, max_len=16)
     with pytest.raises(OptionError, match="--engine must be one of local, ray"):
         pack_units([src], tmp_path / "o", units=2, engine="spark", max_len=16)

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from ..errors import OptionError, OutputExistsError, PacktoolError
+from ..errors import NothingToPackError, OptionError, OutputExistsError, PacktoolError
 from ..merge import merge_units
 from ..options import ENGINES, PackOptions
 from ..pipeline import PackReport
@@ -63,6 +63,7 @@ class UnitsReport:
     merged: PackReport | None = None
     driver_pid: int = field(default_factory=os.getpid)
     driver_host: str = field(default_factory=socket.gethostname)
+    skipped_files: list[str] = field(default_factory=list)  # directory members not read
 
     @property
     def packed(self) -> int:
@@ -179,9 +180,13 @@ def pack_units(
     }
     out = Path(out_dir)
     # Absolute paths: every launcher (and every node) then plans and reads the same files.
-    files = [replace(f, path=Path(os.path.abspath(f.path))) for f in resolve_inputs(inputs)]
+    skipped: list[Path] = []
+    resolved = resolve_inputs(inputs, skipped=skipped)
+    files = [replace(f, path=Path(os.path.abspath(f.path))) for f in resolved]
     plan = plan_units(files, options.units, options)  # loads the tokenizer: a bad one fails here
+    created = not out.exists()
     _prepare(out, options.units, options.unit is not None, options.overwrite)
+    skipped_files = [str(p) for p in skipped]
     if options.unit is not None:
         result = run_unit(
             plan[options.unit],
@@ -192,14 +197,20 @@ def pack_units(
             num_proc=options.num_proc,
             progress=progress,
         )
-        return UnitsReport(out, "unit", [result])
+        return UnitsReport(out, "unit", [result], skipped_files=skipped_files)
     merged_before = _merged(out, plan[0].plan, merge_options)
     if merged_before is not None:
-        return UnitsReport(out, options.engine, [], merged_before)
+        return UnitsReport(out, options.engine, [], merged_before, skipped_files=skipped_files)
     results = _run_pending(plan, out, options, merge_options, progress)
-    merged = merge_units(out, **merge_options, progress=progress)  # type: ignore[arg-type]
+    try:
+        merged = merge_units(out, **merge_options, progress=progress)  # type: ignore[arg-type]
+    except NothingToPackError:  # every unit is empty: no output, as without --units
+        if created:
+            shutil.rmtree(out, ignore_errors=True)
+        raise
     merged.seconds = time.perf_counter() - started  # the whole run (the manifest: the merge)
-    return UnitsReport(out, options.engine, [results[i] for i in range(options.units)], merged)
+    ran = [results[i] for i in range(options.units)]
+    return UnitsReport(out, options.engine, ran, merged, skipped_files=skipped_files)
 
 
 def _check(options: PackOptions) -> PackOptions:

@@ -11,12 +11,15 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import signal
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_EXCEPTION, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 from typing import Any
 
+from .. import _stop
 from ..options import PackOptions
 from ..units import Unit, UnitResult
 from . import UnitFailedError, call_unit, unwrap
@@ -51,9 +54,11 @@ def run_local(
                 progress("units", already + len(results), total)
         return results
     context = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
+    with ProcessPoolExecutor(
+        max_workers=workers, mp_context=context, initializer=_worker_init
+    ) as pool:
         futures = [
-            pool.submit(call_unit, unit, str(out_dir), options, merge_options, False, threads)
+            pool.submit(_worker_unit, unit, str(out_dir), options, merge_options, False, threads)
             for unit in units
         ]
         try:
@@ -70,8 +75,47 @@ def run_local(
                 "--num-proc or more --units); finished units are kept: run the same command "
                 "again to go on"
             ) from None
-        except BaseException:
-            for future in futures:
-                future.cancel()
+        except BaseException:  # an error, or SIGTERM/SIGINT here: stop the units now
+            # Every worker exits (after its unit's cleanup), so no queued unit starts. Not
+            # future.cancel(): a worker dying before its initializer ran breaks the pool, and
+            # Python 3.11's pool then fails on cancelled futures and resolves no other.
+            children = multiprocessing.active_children()
+            for child in children:
+                child.terminate()  # each running unit removes its temporaries, then exits
+            deadline = time.monotonic() + _STOP_GRACE_SECONDS
+            for child in children:
+                child.join(max(0.0, deadline - time.monotonic()))
+                if child.is_alive():
+                    child.kill()
             raise
     return sorted(results, key=lambda r: r.index)
+
+
+_busy = False  # a worker process is running a unit
+_STOP_GRACE_SECONDS = 10.0  # for the units running at a stop to remove their temporaries
+
+
+def _worker_init() -> None:
+    """SIGTERM/SIGINT in a worker: a running unit stops and removes its temporaries, then the
+    worker exits; an idle worker exits at once."""
+    signal.signal(signal.SIGTERM, _on_worker_signal)
+    signal.signal(signal.SIGINT, _on_worker_signal)
+
+
+def _on_worker_signal(signum: int, frame: Any) -> None:
+    if not _busy:
+        os._exit(128 + signum)  # idle: nothing to clean up
+    _stop.on_signal(signum, frame)
+
+
+def _worker_unit(*args: Any) -> tuple[str, Any]:
+    global _busy
+    _busy = True
+    try:
+        return call_unit(*args)
+    except _stop.Terminated:  # SIGTERM: the unit has removed its temporaries
+        os._exit(143)
+    except KeyboardInterrupt:  # SIGINT: the same
+        os._exit(130)
+    finally:
+        _busy = False

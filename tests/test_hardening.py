@@ -1,0 +1,494 @@
+"""What an adversarial trial broke (issue 20), each through the CLI: the exit code, one line
+on stderr, no traceback, and nothing left behind in or beside the output directory."""
+
+from __future__ import annotations
+
+import gzip
+import io
+import json
+import os
+import re
+import signal
+import struct
+import subprocess
+import sys
+import time
+import zlib
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import zstandard
+from conftest import REPO, SAMPLE
+from helpers import read_rows
+from test_cli import assert_one_line_error, run
+
+from packtool.chat import ChatTemplate
+
+CHAT = REPO / "sample_data" / "chat.jsonl"
+RUNAWAY = "{% for i in range(99999) %}{% for j in range(99999) %}{{ j }}{% endfor %}{% endfor %}"
+
+
+def _chats(tmp_path: Path, n: int = 3) -> Path:
+    src = tmp_path / "chat.jsonl"
+    with open(CHAT, encoding="utf-8") as f:
+        src.write_text("".join(line for _, line in zip(range(n), f, strict=False)))
+    return src
+
+
+def _template(tmp_path: Path, text: str, name: str = "t.jinja") -> Path:
+    path = tmp_path / name
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def _only(tmp_path: Path, *names: str) -> None:
+    """Nothing in ``tmp_path`` but the inputs: no output, no lock, no work directory."""
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(names)
+
+
+# -- 1. a runaway chat template ---------------------------------------------------------------
+
+
+def test_a_runaway_template_stops_at_its_budget_naming_the_record(tmp_path: Path) -> None:
+    src, template = _chats(tmp_path), _template(tmp_path, RUNAWAY)
+    started = time.monotonic()
+    result = run(
+        "pack",
+        src,
+        "--chat-template",
+        template,
+        "-L",
+        "256",
+        "-o",
+        tmp_path / "out",
+        "--template-timeout",
+        "0.5",
+    )
+    assert time.monotonic() - started < 30
+    assert_one_line_error(
+        result,
+        r"chat\.jsonl:1: the chat template ran for more than 0\.5 s on this record .*"
+        r"--template-timeout",
+        1,
+    )
+    _only(tmp_path, "chat.jsonl", "t.jinja")
+
+
+@pytest.mark.parametrize(
+    "text, pattern",
+    [
+        ("{{ 'x' * 100000000 }}", r"repeating a str of 1 items 100,000,000 times is too large"),
+        ("{{ 3 ** (10 ** 6) }}", r"3 \*\* 1000000 is too large a number"),
+    ],
+)
+def test_operations_one_step_could_not_stop_are_bounded(
+    tmp_path: Path, text: str, pattern: str
+) -> None:
+    src, template = _chats(tmp_path), _template(tmp_path, text)
+    assert_one_line_error(
+        run("pack", src, "--chat-template", template, "-L", "256", "-o", tmp_path / "out"),
+        r"unsafe operation refused: " + pattern,
+        1,
+    )
+    _only(tmp_path, "chat.jsonl", "t.jinja")
+
+
+def test_ordinary_loops_render_as_before() -> None:
+    # loop.index, loop.length, loop.last, unpacking and for/else, through the budget's wrapper.
+    text = (
+        "{% for m in messages %}<{{ m.role }} {{ loop.index }}/{{ loop.length }}>"
+        "{{ m.content }}{% if not loop.last %},{% endif %}{% else %}none{% endfor %}"
+        "{% for k, v in {'a': 1}.items() %} {{ k }}{{ v }}{% endfor %}"
+    )
+    template = ChatTemplate.from_string(text)
+    chat = [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Yo"}]
+    assert template.render(chat) == "<user 1/2>Hi,<assistant 2/2>Yo a1"
+    assert template.render([]) == "none a1"
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "nan", "100000"])
+def test_template_timeout_is_checked(tmp_path: Path, value: str) -> None:
+    src, template = _chats(tmp_path), _template(tmp_path, RUNAWAY)
+    assert_one_line_error(
+        run(
+            "pack",
+            src,
+            "--chat-template",
+            template,
+            "-L",
+            "256",
+            "-o",
+            tmp_path / "out",
+            "--template-timeout",
+            value,
+        ),
+        r"--template-timeout must be more than 0 and at most 86400 seconds",
+        2,
+    )
+    _only(tmp_path, "chat.jsonl", "t.jinja")
+
+
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)  # as a terminal would (see test_faults)
+
+
+@pytest.mark.parametrize("signum, code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+def test_a_signal_stops_a_process_stuck_in_a_template(
+    tmp_path: Path, signum: int, code: int
+) -> None:
+    src, template = _chats(tmp_path), _template(tmp_path, RUNAWAY)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "packtool.cli",
+            "pack",
+            str(src),
+            "--chat-template",
+            str(template),
+            "-L",
+            "256",
+            "-o",
+            str(tmp_path / "out"),
+            "-q",
+            "--template-timeout",
+            "3600",
+        ],
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=_default_sigint,
+    )
+    deadline = time.monotonic() + 60
+    while not (tmp_path / ".out.packtool-work").exists():
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    time.sleep(1.0)  # in the template's loops by now, in a worker thread
+    assert proc.poll() is None
+    sent = time.monotonic()
+    proc.send_signal(signum)
+    try:
+        _, stderr = proc.communicate(timeout=20)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        raise AssertionError("the signal did not stop the template") from None
+    assert time.monotonic() - sent < 5
+    assert proc.returncode == code, stderr
+    assert stderr.strip() == "Error: interrupted; no output was written"
+    _only(tmp_path, "chat.jsonl", "t.jinja")
+
+
+# -- 2. corrupt compressed and columnar inputs -------------------------------------------------
+
+
+def _jsonl_bytes(n: int = 3000) -> bytes:
+    return "".join(json.dumps({"text": f"document {i} " * 5}) + "\n" for i in range(n)).encode()
+
+
+def _damaged_gzip(reason: str) -> bytes:
+    """A gzip file with one byte changed, where zlib reports ``reason``."""
+    blob = gzip.compress(_jsonl_bytes(), mtime=0)
+    for pos in range(20, len(blob)):
+        damaged = bytearray(blob)
+        damaged[pos] ^= 0x55
+        try:
+            gzip.decompress(bytes(damaged))
+        except zlib.error as e:
+            if reason in str(e):
+                return bytes(damaged)
+        except (OSError, EOFError):
+            pass
+    raise AssertionError(f"no position gives {reason!r}")
+
+
+def _damaged_arrow_offsets() -> bytes:
+    """An Arrow IPC stream whose string offsets point past the data (pyarrow trusts them)."""
+    table = pa.table({"text": ["aaaa", "bbbb", "cccc"]})
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    blob = sink.getvalue().to_pybytes()
+    offsets = struct.pack("<4i", 0, 4, 8, 12)
+    assert blob.count(offsets) == 1
+    return blob.replace(offsets, struct.pack("<4i", 0, 4, 0x0FFFFFFF, 12))
+
+
+def _damaged_parquet() -> bytes:
+    buf = io.BytesIO()
+    pq.write_table(pa.table({"text": [f"document {i} " * 5 for i in range(3000)]}), buf)
+    blob = bytearray(buf.getvalue())
+    middle = len(blob) // 2
+    blob[middle : middle + 64] = bytes(64)
+    return bytes(blob)
+
+
+def _damaged_zstd() -> bytes:
+    blob = bytearray(zstandard.ZstdCompressor().compress(_jsonl_bytes()))
+    middle = len(blob) // 2
+    blob[middle : middle + 16] = bytes(range(16))
+    return bytes(blob)
+
+
+@pytest.mark.parametrize(
+    "name, make, pattern",
+    [
+        ("far.jsonl.gz", lambda: _damaged_gzip("too far back"), r"invalid distance too far back"),
+        ("crc.jsonl.gz", lambda: _damaged_gzip("invalid"), r"cannot read|corrupt"),
+        ("far.csv.gz", lambda: _damaged_gzip("too far back"), r"cannot read|corrupt"),
+        ("far.txt.gz", lambda: _damaged_gzip("too far back"), r"cannot read|corrupt"),
+        ("far.json.gz", lambda: _damaged_gzip("too far back"), r"cannot read|corrupt"),
+        ("bad.jsonl.zst", _damaged_zstd, r"cannot read|[Cc]orrupt"),
+        ("bad.parquet", _damaged_parquet, r"cannot read Parquet data"),
+        ("bad.arrow", _damaged_arrow_offsets, r"corrupt Arrow data in column 'text' near row 0"),
+    ],
+)
+@pytest.mark.parametrize("command", ["pack", "stats"])
+def test_corrupt_inputs_are_one_line_naming_the_file(
+    tmp_path: Path, name: str, make, pattern: str, command: str
+) -> None:
+    src = tmp_path / name
+    src.write_bytes(make())
+    if command == "pack":
+        result = run("pack", src, "-L", "64", "-o", tmp_path / "out", "-q")
+    else:
+        result = run("stats", src, "-L", "64", "--cache-dir", tmp_path / "cache")
+    assert_one_line_error(result, rf"^Error: {re.escape(str(src))}(:\d+)?: .*(" + pattern + ")", 1)
+    assert not (tmp_path / "out").exists() and not list(tmp_path.glob(".out.*"))
+
+
+def test_a_corrupt_gzip_line_is_named_in_the_line_reader(tmp_path: Path) -> None:
+    src = tmp_path / "far.jsonl.gz"
+    src.write_bytes(_damaged_gzip("too far back"))
+    result = run("pack", src, "-L", "64", "-o", tmp_path / "out", "--skip-bad-records")
+    assert_one_line_error(result, r"far\.jsonl\.gz: cannot read.*too far back", 1)
+
+
+@pytest.mark.slow
+def test_sigterm_stops_the_units_of_a_local_pool(tmp_path: Path) -> None:
+    src = tmp_path / "big.jsonl"
+    src.write_text(SAMPLE.read_text(encoding="utf-8") * 4, encoding="utf-8")
+    out = tmp_path / "out"
+    proc = subprocess.Popen(
+        [
+            *[sys.executable, "-m", "packtool.cli", "pack", str(src), "-L", "1024"],
+            *["-o", str(out), "--units", "4", "--num-proc", "2", "-q"],
+        ],
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 60
+    while not list((out / "units").glob(".unit-*")):  # a unit is being packed
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    sent = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    _, stderr = proc.communicate(timeout=60)
+    assert time.monotonic() - sent < 5
+    assert proc.returncode == 143, stderr
+    assert stderr.strip().startswith("Error: interrupted; no output was written")
+    assert len(stderr.strip().splitlines()) == 1
+    # Finished units are kept (a rerun goes on from them); nothing half-done is.
+    for unit in (out / "units").iterdir():
+        assert not unit.name.startswith("."), unit
+        assert (unit / "manifest.json").exists(), unit
+    assert not list(tmp_path.glob(".out.*"))
+
+
+# -- 3. numeric options out of bounds ---------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "args, pattern",
+    [
+        (["-L", "1000000000000"], r"--max-len must be an integer from 2 to 16,777,216, got 1000"),
+        (["-L", "16777217"], r"--max-len must be an integer from 2 to 16,777,216"),
+        (["-L", "9" * 30], r"--max-len must be an integer from 2 to 16,777,216"),
+        (["-L", "64", "--seed", "-1"], r"--seed must be an integer from 0 to "),
+        (["-L", "64", "--num-proc", "100000000"], r"--num-proc must be an integer from 1 to 1,024"),
+        (
+            ["-L", "64", "--rows-per-shard", "1" + "0" * 20],
+            r"--rows-per-shard must be .* to 2,147,",
+        ),
+        (["-L", "64", "--shard-size", "1e3000"], r"--shard-size: cannot read '1e3000' as a size"),
+        (["-L", "64", "--units", "1000000000"], r"--units must be an integer from 1 to 100,000"),
+        (["-L", "64", "--units", "2", "--seed", "-3"], r"--seed must be an integer from 0 to "),
+    ],
+)
+def test_numeric_options_are_bounded(tmp_path: Path, args: list[str], pattern: str) -> None:
+    src = tmp_path / "in.jsonl"
+    src.write_text('{"text": "hello"}\n')
+    assert_one_line_error(run("pack", src, *args, "-o", tmp_path / "out", "-q"), pattern, 2)
+    _only(tmp_path, "in.jsonl")
+
+
+def test_stats_numeric_options_are_bounded(tmp_path: Path) -> None:
+    src = tmp_path / "in.jsonl"
+    src.write_text('{"text": "hello"}\n')
+    common = ["--cache-dir", tmp_path / "cache"]
+    assert_one_line_error(
+        run("stats", src, "-L", "1000000000000", *common),
+        r"--max-len must be an integer from 2 to 16,777,216",
+        2,
+    )
+    assert_one_line_error(
+        run("stats", src, "-L", "64", "--batch-size", "1" + "0" * 20, *common),
+        r"--batch-size must be an integer from 1 to 1,048,576",
+        2,
+    )
+    assert_one_line_error(
+        run("stats", src, "-L", "64", "--num-proc", "5000", *common),
+        r"--num-proc must be an integer from 1 to 1,024",
+        2,
+    )
+
+
+# -- 4. files of an unknown type ---------------------------------------------------------------
+
+
+def _mixed_directory(tmp_path: Path) -> Path:
+    d = tmp_path / "d"
+    d.mkdir()
+    (d / "a.jsonl").write_text('{"text": "hello"}\n{"text": "world"}\n')
+    (d / "README").write_text("notes\n")
+    (d / "c.bin").write_bytes(bytes(range(256)))
+    (d / ".hidden.bin").write_bytes(b"x")  # hidden: skipped without a word, as before
+    return d
+
+
+def test_skipped_directory_members_are_named_in_one_line(tmp_path: Path) -> None:
+    d = _mixed_directory(tmp_path)
+    result = run("pack", d, "-L", "64", "-o", tmp_path / "out")
+    assert result.exit_code == 0, result.stderr
+    skipped = [line for line in result.stderr.splitlines() if line.startswith("skipped:")]
+    assert skipped == [
+        f"skipped: 2 files of an unknown type in the input directories, not read: {d / 'README'}"
+        f", {d / 'c.bin'} (supported: .jsonl, .ndjson, .json, .parquet, .arrow, .csv, .txt, "
+        ".jsonl.gz, .jsonl.zst, .json.gz, .json.zst, .csv.gz, .csv.zst, .txt.gz, .txt.zst)"
+    ]
+    stats = run("stats", d, "-L", "64", "--cache-dir", tmp_path / "cache")
+    assert stats.exit_code == 0, stats.stderr
+    assert "skipped: 2 files of an unknown type" in stats.stderr
+
+
+def test_a_named_file_of_an_unknown_type_fails(tmp_path: Path) -> None:
+    d = _mixed_directory(tmp_path)
+    assert_one_line_error(
+        run("pack", d / "c.bin", "-L", "64", "-o", tmp_path / "out"),
+        rf"^Error: {re.escape(str(d / 'c.bin'))}: unsupported file type \(supported: \.jsonl",
+        1,
+    )
+    assert not (tmp_path / "out").exists()
+    only_unknown = tmp_path / "e"
+    only_unknown.mkdir()
+    (only_unknown / "README").write_text("x")
+    assert_one_line_error(
+        run("pack", only_unknown, "-L", "64", "-o", tmp_path / "out"),
+        r"e: directory holds no supported files \(only 1 file of an unknown type\)",
+        1,
+    )
+    assert not (tmp_path / "out").exists()
+
+
+# -- 5. empty input ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "content, extra, pattern",
+    [
+        ("", [], r"no documents in {src}: nothing to pack$"),
+        (
+            '{"text": ""}\n' * 3,
+            [],
+            r"no documents to pack in {src}: of 3 read, 3 empty \(no tokens\)$",
+        ),
+        (
+            '{"text": ""}\n{"text": "' + "x" * 300 + '"}\n',
+            ["--overflow", "drop"],
+            r"no documents to pack in {src}: of 2 read, 1 empty \(no tokens\), 1 longer than "
+            r"--max-len, dropped \(--overflow drop\)$",
+        ),
+    ],
+)
+@pytest.mark.parametrize("units", [[], ["--units", "2"]])
+def test_empty_input_is_an_error_at_the_top_level(
+    tmp_path: Path, content: str, extra: list[str], pattern: str, units: list[str]
+) -> None:
+    src = tmp_path / "in.jsonl"
+    src.write_text(content)
+    result = run("pack", src, "-L", "64", "-o", tmp_path / "out", "-q", *extra, *units)
+    assert_one_line_error(result, pattern.format(src=re.escape(str(src))), 1)
+    _only(tmp_path, "in.jsonl")
+    if not extra:
+        stats = run("stats", src, "-L", "64", "--cache-dir", tmp_path / "cache")
+        assert_one_line_error(stats, r"no documents", 1)
+        assert stats.stderr.startswith("Error: ")  # no progress bar left above it
+
+
+def test_an_empty_unit_is_fine(tmp_path: Path) -> None:
+    src = tmp_path / "in.jsonl"
+    src.write_text('{"text": "hello world"}\n')
+    result = run("pack", src, "-L", "64", "-o", tmp_path / "out", "-q", "--units", "3")
+    assert result.exit_code == 0, result.stderr
+    manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
+    units = manifest["units"]["per_unit"]
+    assert sorted(u["documents"] for u in units) == [0, 0, 1]
+
+
+# -- 6. numbers that line up ---------------------------------------------------------------------
+
+
+def _tokenizer_without_pad(tmp_path: Path) -> Path:
+    """A word-level tokenizer with an EOS and no pad token."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    vocab = {"</s>": 0, "[UNK]": 1, **{w: i + 2 for i, w in enumerate("abcdefgh")}}
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok.add_special_tokens(["</s>"])
+    path = tmp_path / "tokenizer.json"
+    tok.save(str(path))
+    return path
+
+
+@pytest.mark.parametrize(
+    "pad, expected, source", [([], 0, "eos"), (["--pad-id", "5"], 5, "--pad-id")]
+)
+def test_the_manifest_names_the_pad_id_in_the_rows(
+    tmp_path: Path, pad: list[str], expected: int, source: str
+) -> None:
+    tokenizer = _tokenizer_without_pad(tmp_path)
+    src = tmp_path / "in.jsonl"
+    src.write_text(
+        "".join(json.dumps({"text": " ".join("abc"[: i % 3 + 1])}) + "\n" for i in range(9))
+    )
+    out = tmp_path / "out"
+    result = run("pack", src, "-L", "8", "-o", out, "-q", "--tokenizer", tokenizer, *pad)
+    assert result.exit_code == 0, result.stderr
+    manifest, rows = read_rows(out)
+    assert manifest["tokenizer"]["special_tokens"]["pad_id"] == expected
+    assert manifest["options"]["pad_id"] == expected
+    assert manifest["tokenizer"]["pad_from"] == source
+    pads = {t for row in rows for t in row["input_ids"][row["num_tokens"] :]}
+    assert pads == {expected}
+    verified = run("verify", out, "--against", src)
+    assert verified.exit_code == 0, verified.stdout + verified.stderr
+
+
+def test_pack_and_stats_account_for_the_same_documents(tmp_path: Path) -> None:
+    src = tmp_path / "in.jsonl"
+    texts = ["hello there", "", "a longer document " * 3, "", "x" * 300, "last"]
+    src.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts))
+    out = tmp_path / "out"
+    packed = run("pack", src, "-L", "32", "-o", out, "--overflow", "drop")
+    assert packed.exit_code == 0, packed.stderr
+    assert re.search(r"documents read\s+│?\s+6\b", packed.stdout), packed.stdout
+    assert re.search(r"dropped / empty / bad skipped\s+│?\s+1 / 2 / 0", packed.stdout)
+    stats = run("stats", out)
+    assert stats.exit_code == 0, stats.stderr
+    assert re.search(r"documents in rows\s+3 of 6 read \(2 empty, 1 dropped\)", stats.stdout)
+    assert re.search(r"documents read\s+6\b", stats.stdout)  # its outcome table, as pack's
