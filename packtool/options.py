@@ -141,6 +141,8 @@ class PackOptions:
     # How rows are laid out
     shuffle: bool = True
     seed: int = 0
+    world_size: int | None = None  # balanced steps for this many data-parallel ranks
+    micro_batches: int = 1  # rows a rank reads per step (gradient accumulation)
     rows_per_shard: int | None = None
     shard_size: str | int = DEFAULT_SHARD_SIZE
     # How the run goes (never changes the rows)
@@ -178,11 +180,24 @@ class PackOptions:
             _count("--num-proc", self.num_proc, 1)
         if not isinstance(self.seed, int) or isinstance(self.seed, bool):
             raise OptionError(f"--seed must be an integer, got {self.seed!r}")
+        self._check_balance()
         self._check_units()
         for name in ("tokenizer", "chat_template"):  # paths as text: they pickle and print
             value = getattr(self, name)
             if isinstance(value, os.PathLike):
                 object.__setattr__(self, name, os.fspath(value))
+
+    def _check_balance(self) -> None:
+        if self.world_size is not None:
+            _count("--world-size", self.world_size, 1)
+            if not self.shuffle:
+                raise OptionError(
+                    "--world-size stores the rows as balanced steps in a seeded random order; "
+                    "leave out --no-shuffle (or --world-size)"
+                )
+        _count("--micro-batches", self.micro_batches, 1)
+        if self.micro_batches != 1 and self.world_size is None:
+            raise OptionError("--micro-batches balances steps across ranks: give --world-size W")
 
     def _check_units(self) -> None:
         if self.units is not None:
@@ -241,6 +256,8 @@ class PackOptions:
             "pad_id": self.pad_id,
             "shuffle": self.shuffle,
             "seed": self.seed,
+            "world_size": self.world_size,
+            "micro_batches": self.micro_batches,
             "rows_per_shard": self.rows_per_shard,
             "skip_bad_records": self.skip_bad_records,
             "split": self.split,

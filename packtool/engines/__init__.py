@@ -184,7 +184,13 @@ def pack_units(
     rows_per_shard = options.rows_per_shard or max(
         1, options.shard_bytes // (2 * 4 * options.max_len + 64)
     )
-    merge_options = {"shuffle": shuffle, "seed": seed, "rows_per_shard": rows_per_shard}
+    merge_options = {
+        "shuffle": shuffle,
+        "seed": seed,
+        "rows_per_shard": rows_per_shard,
+        "world_size": options.world_size,
+        "micro_batches": options.micro_batches,
+    }
     out = Path(out_dir)
     # Absolute paths: every launcher (and every node) then plans and reads the same files.
     files = [replace(f, path=Path(os.path.abspath(f.path))) for f in resolve_inputs(inputs)]
@@ -244,7 +250,13 @@ def pack_units(
             )
         results.update({r.index: r for r in ran})
     merged = merge_units(
-        out, shuffle=shuffle, seed=seed, rows_per_shard=rows_per_shard, progress=progress
+        out,
+        shuffle=shuffle,
+        seed=seed,
+        rows_per_shard=rows_per_shard,
+        world_size=options.world_size,
+        micro_batches=options.micro_batches,
+        progress=progress,
     )
     merged.seconds = time.perf_counter() - started  # the whole run (the manifest: the merge)
     return UnitsReport(out, engine, [results[i] for i in range(units)], merged)
