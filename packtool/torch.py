@@ -94,16 +94,16 @@ class PackedDataset(Dataset):
     there are fewer shards than ranks. Do not add a ``DistributedSampler`` (it would split the
     rank's share once more).
 
+    >>> [len(PackedDataset("out/", rank=r, world_size=4)) for r in range(4)]  # 296 rows
+    [74, 74, 74, 74]
+    >>> [len(PackedDataset("out/", rank=r, world_size=5)) for r in range(5)]  # 1 left out
+    [59, 59, 59, 59, 59]
+
     **Balanced steps.** An output packed with ``--world-size W --micro-batches G`` is stored
     step-major (docs/balance.md): opened with ``world_size=W``, rank ``r`` reads rows
     ``s*W*G + r*G + g``, so the ``G`` rows every rank reads at step ``s`` have nearly the same
     attention cost on all ranks; :attr:`micro_batches` is then ``G``. With another
     ``world_size`` (> 1) it warns and reads the plain split above.
-
-    >>> [len(PackedDataset("out/", rank=r, world_size=4)) for r in range(4)]  # 296 rows
-    [74, 74, 74, 74]
-    >>> [len(PackedDataset("out/", rank=r, world_size=5)) for r in range(5)]  # 1 left out
-    [59, 59, 59, 59, 59]
 
     **Epochs.** :meth:`set_epoch` reshuffles all the rows globally, the same way on every rank
     (from ``seed`` and the epoch), each rank taking its share; a rank then sees other rows every
