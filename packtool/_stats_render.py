@@ -13,6 +13,7 @@ from rich.text import Text
 
 from .stats import (
     BATCHINGS,
+    BalanceStats,
     CorpusStats,
     DatasetStats,
     DocumentOutcome,
@@ -249,7 +250,51 @@ def render_dataset_stats(s: DatasetStats) -> RenderableType:
         Text(""),
         _key_value_table("What happened to the documents", _outcome_lines(p.outcome)),
     ]
+    if s.balance is not None:
+        parts += [Text(""), *balance_parts(s.balance)]
     return Group(*parts)
+
+
+def balance_line(b: BalanceStats) -> str:
+    """The one line of ``stats --world-size``: stored order against a random one."""
+    how = "balanced layout" if b.layout == "balanced" else "plain split, not balanced"
+    return (
+        f"step imbalance at world size {b.world_size} x {b.micro_batches} row"
+        f"{'s' if b.micro_batches != 1 else ''} per step ({b.steps:,} steps, {how}): "
+        f"{b.imbalance:.3f} stored, {b.random_imbalance:.3f} random; attention time lost "
+        f"waiting for the slowest rank {b.time_lost:.1%} stored, {b.random_time_lost:.1%} "
+        f"random (tokens: {b.token_imbalance:.3f})"
+    )
+
+
+def _imbalance_table(title: str, hist: Histogram) -> Table:
+    e = hist.edges
+    labels = [f"≤ +{e[1] / 10:g}%"] + [
+        f"+{e[i] / 10:g}–{e[i + 1] / 10:g}%" for i in range(1, len(e) - 1)
+    ]
+    counts = [*hist.counts, hist.above]
+    labels.append(f"> +{e[-1] / 10:g}%")
+    total, top = sum(counts), max(counts, default=0)
+    table = Table(title=title, title_justify="left", show_header=False, box=None, pad_edge=False)
+    table.add_column(justify="right", style="bold")
+    table.add_column(justify="right")
+    table.add_column(justify="right", style="dim")
+    table.add_column(style="cyan", no_wrap=True)
+    for label, count in zip(labels, counts, strict=True):
+        share = f"{count / total:.1%}" if total else ""
+        table.add_row(label, f"{count:,}", share, _bar(count, top))
+    return table
+
+
+def balance_parts(b: BalanceStats) -> list[RenderableType]:
+    """The line and the two histograms of the steps' imbalance (slowest rank / mean)."""
+    return [
+        Text(balance_line(b)),
+        Text(""),
+        _imbalance_table("Steps by imbalance, stored order (slowest rank over mean)", b.histogram),
+        Text(""),
+        _imbalance_table("Steps by imbalance, random order", b.random_histogram),
+    ]
 
 
 def render_corpus_stats(s: CorpusStats) -> RenderableType:

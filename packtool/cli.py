@@ -364,6 +364,22 @@ def pack(
         typer.Option("--shuffle/--no-shuffle", help="Shuffle rows (FFD puts long ones first)."),
     ] = True,
     seed: Annotated[int, typer.Option(help="Seed of the row shuffle.")] = 0,
+    world_size: Annotated[
+        int | None,
+        typer.Option(
+            help="Store the rows as balanced steps for W data-parallel ranks: read through "
+            "PackedDataset(rank=r, world_size=W), every rank's rows of a step have nearly the "
+            "same attention cost (docs/balance.md).",
+            show_default=False,
+        ),
+    ] = None,
+    micro_batches: Annotated[
+        int,
+        typer.Option(
+            help="With --world-size: rows a rank reads per step (batch size x gradient "
+            "accumulation); the sum over them is balanced.",
+        ),
+    ] = 1,
     rows_per_shard: Annotated[
         int | None,
         typer.Option(help="Rows per shard (default: from --shard-size).", show_default=False),
@@ -551,7 +567,25 @@ def stats(
             "--batch-size", "-b", help="Batch size of the padded baselines it compares with."
         ),
     ] = 8,
-    seed: Annotated[int, typer.Option(help="Seed of the random-batches baseline.")] = 0,
+    seed: Annotated[
+        int, typer.Option(help="Seed of the random-batches and random-order baselines.")
+    ] = 0,
+    world_size: Annotated[
+        int | None,
+        typer.Option(
+            help="Packed output: the step imbalance across W data-parallel ranks, stored order "
+            "against a random one \\[default: the world size the output records].",
+            show_default=False,
+        ),
+    ] = None,
+    micro_batches: Annotated[
+        int | None,
+        typer.Option(
+            help="Packed output: rows a rank reads per step, for --world-size \\[default: the "
+            "recorded one, else 1].",
+            show_default=False,
+        ),
+    ] = None,
     as_json: Annotated[
         bool, typer.Option("--json", help="Print the figures as one JSON object.")
     ] = False,
@@ -647,7 +681,8 @@ def stats(
     from .options import PackOptions
     from .stats import corpus_stats, dataset_stats, is_packed_output, parse_max_lens
 
-    corpus = {k: v for k, v in locals().items() if k not in ("seed", "max_len")}
+    balance = {"world_size": world_size, "micro_batches": micro_batches}
+    corpus = {k: v for k, v in locals().items() if k not in ("seed", "max_len", *balance)}
     options = PackOptions.from_mapping(corpus)  # max_len and seed mean other things here
     packed_outputs = [p for p in paths if is_packed_output(p)]
     if packed_outputs and len(paths) > 1:
@@ -667,11 +702,18 @@ def stats(
                 f"{'it' if len(given) == 1 else 'them'}",
                 2,
             )
-        result: Any = dataset_stats(paths[0], batch_size=batch_size, seed=seed)
+        result: Any = dataset_stats(paths[0], batch_size=batch_size, seed=seed, **balance)
         renderable = None if as_json else render_dataset_stats(result)
     else:
         if max_len is None:
             raise _not_a_packed_output(paths[0])
+        given = [f"--{k.replace('_', '-')}" for k, v in balance.items() if v is not None]
+        if given:
+            raise fail(
+                f"{', '.join(given)}: the step balance is measured on a packed output "
+                "(pack with --world-size, then `packtool stats OUT`)",
+                2,
+            )
         with _RichProgress(enabled=not as_json) as progress:
             result = corpus_stats(
                 [str(p) for p in paths],
@@ -1165,6 +1207,21 @@ def merge(
             show_default=False,
         ),
     ] = None,
+    world_size: Annotated[
+        int | None,
+        typer.Option(
+            help="Store the rows as balanced steps for W data-parallel ranks, as `pack "
+            "--world-size` (default: as given to pack).",
+            show_default=False,
+        ),
+    ] = None,
+    micro_batches: Annotated[
+        int | None,
+        typer.Option(
+            help="With --world-size: rows a rank reads per step (default: as given to pack).",
+            show_default=False,
+        ),
+    ] = None,
     quiet: Annotated[
         bool, typer.Option("--quiet", "-q", help="No progress and no summary.")
     ] = False,
@@ -1186,6 +1243,8 @@ def merge(
             seed=seed,
             rows_per_shard=rows_per_shard,
             shard_size=shard_size,
+            world_size=world_size,
+            micro_batches=micro_batches,
             progress=progress,
         )
     if as_json:

@@ -34,14 +34,15 @@ from ._version import __version__
 from .errors import FormatError, OptionError
 from .format import MANIFEST_FILE, DocumentCounts, ShardWriter, open_packed, read_manifest
 from .limits import MAX_ROWS_PER_SHARD, MAX_SEED, check_int
-from .options import DEFAULT_SHARD_SIZE, parse_size
+from .options import DEFAULT_SHARD_SIZE, PackOptions, parse_size
+from .order import attention_costs, balance_record, balanced_order
 from .packing import first_fit_decreasing, lower_bound_rows
 from .pipeline import PackReport
 from .units import UNITS_DIR, unit_dirs
 
 __all__ = ["MERGE_KEYS", "merge_units", "segment_lengths"]
 
-MERGE_KEYS = ("shuffle", "seed", "rows_per_shard")
+MERGE_KEYS = ("shuffle", "seed", "rows_per_shard", "world_size", "micro_batches")
 """Options that apply at the merge (they do not change which documents share a row)."""
 
 _BAD_RECORDS_KEPT = 20
@@ -84,9 +85,8 @@ def _merge_options(
             if m["unit"].get("merge_options", {}).get(key) is not None
         }
         if len(recorded) > 1:
-            flag = {"shuffle": "--shuffle/--no-shuffle", "seed": "--seed"}.get(
-                key, "--rows-per-shard"
-            )
+            flag = "--" + key.replace("_", "-")
+            flag = "--shuffle/--no-shuffle" if key == "shuffle" else flag
             raise OptionError(
                 f"the units were packed with different {key} values "
                 f"({', '.join(sorted(recorded))}): choose one with {flag}"
@@ -195,6 +195,8 @@ def merge_units(
     seed: int | None = None,
     rows_per_shard: int | None = None,
     shard_size: str | int | None = None,
+    world_size: int | None = None,
+    micro_batches: int | None = None,
     progress: Callable[[str, int, int | None], None] | None = None,
 ) -> PackReport:
     """Join the finished units under ``OUT_DIR/units`` into one dataset in ``OUT_DIR``.
@@ -218,13 +220,26 @@ def merge_units(
         check_int("--seed", seed, 0, MAX_SEED)
     if rows_per_shard is None and shard_size is not None:
         rows_per_shard = max(1, parse_size(shard_size) // row_bytes)
-    opts = _merge_options(
-        manifests, {"shuffle": shuffle, "seed": seed, "rows_per_shard": rows_per_shard}
-    )
+    given = {
+        "shuffle": shuffle,
+        "seed": seed,
+        "rows_per_shard": rows_per_shard,
+        "world_size": world_size,
+        "micro_batches": micro_batches,
+    }
+    opts = _merge_options(manifests, given)
     if opts["shuffle"] is None:
         opts["shuffle"] = True
     if opts["seed"] is None:
         opts["seed"] = 0
+    if opts["micro_batches"] is None:
+        opts["micro_batches"] = 1
+    layout = PackOptions(  # checks them as pack does
+        shuffle=opts["shuffle"],
+        seed=opts["seed"],
+        world_size=opts["world_size"],
+        micro_batches=opts["micro_batches"],
+    )
     if opts["rows_per_shard"] is None:
         opts["rows_per_shard"] = max(1, parse_size(DEFAULT_SHARD_SIZE) // row_bytes)
     plan = first["unit"]["plan"]
@@ -269,11 +284,13 @@ def merge_units(
         int(first_fit_decreasing(all_lengths, max_len).max()) + 1 if all_lengths.size else 0
     )
 
-    order = (
-        np.random.default_rng(opts["seed"]).permutation(n_rows)
-        if opts["shuffle"]
-        else np.arange(n_rows)
-    )
+    balance = None
+    if layout.world_size is not None:
+        order, balance = _balanced_order(tables, lengths, layout)
+    elif opts["shuffle"]:
+        order = np.random.default_rng(opts["seed"]).permutation(n_rows)
+    else:
+        order = np.arange(n_rows)
     stage = out / _STAGE
     with_labels = "labels" in first["columns"]
     rows_per_shard = int(opts["rows_per_shard"])
@@ -293,11 +310,34 @@ def merge_units(
         tokenizer_file = units[0][0] / first["tokenizer"].get("file", "tokenizer.json")
         if "file" in first["tokenizer"] and tokenizer_file.exists():
             shutil.copyfile(tokenizer_file, writer.staging / "tokenizer.json")
-        manifest = writer.commit(
-            _manifest(units, first_docs, opts, n_rows, global_rows, started, plan)
-        )
+        record = _manifest(units, first_docs, opts, n_rows, global_rows, started, plan)
+        if balance is not None:
+            record["balance"] = balance
+        manifest = writer.commit(record)
     _install(stage, out)
     return report_from_manifest(out, manifest, time.perf_counter() - started)
+
+
+def _balanced_order(
+    tables: list[pa.Table], lengths: list[np.ndarray], layout: PackOptions
+) -> tuple[np.ndarray, dict[str, Any]]:
+    """The balanced order (``--world-size``) of the units' rows laid end to end, and its
+    manifest record: the same function ``pack`` uses, over the same per-row costs."""
+    per_row = [
+        np.asarray(pc.list_value_length(t.column("doc_ids")).to_numpy(), dtype=np.int64)
+        for t in tables
+    ]
+    costs = np.concatenate(
+        [attention_costs(seg, n) for seg, n in zip(lengths, per_row, strict=True)]
+        or [np.zeros(0, np.int64)]
+    )
+    tokens = np.concatenate(
+        [np.asarray(t.column("num_tokens").to_numpy(), dtype=np.int64) for t in tables]
+        or [np.zeros(0, np.int64)]
+    )
+    kw = {"world_size": layout.world_size, "micro_batches": layout.micro_batches}
+    order = balanced_order(costs, tokens, seed=layout.seed, **kw)
+    return order, balance_record(costs[order], tokens[order], seed=layout.seed, **kw)
 
 
 def _gather(

@@ -50,6 +50,8 @@ INPUT_SHAPES = ("text", "prompt-completion", "chat", "auto")
 LOSS_ON = ("completion", "assistant", "all")
 ENGINES = ("local", "ray")
 MAX_TEMPLATE_TIMEOUT = 24 * 3600.0  # seconds
+MAX_WORLD_SIZE = 1 << 20  # data-parallel ranks
+MAX_MICRO_BATCHES = 1 << 16  # rows a rank reads per step
 
 DEFAULT_SHARD_SIZE = "256MB"
 _NEEDS_UNITS = "--unit, --engine and --ray-address work on units: give --units N"
@@ -143,6 +145,8 @@ class PackOptions:
     # How rows are laid out
     shuffle: bool = True
     seed: int = 0
+    world_size: int | None = None  # balanced steps for this many data-parallel ranks
+    micro_batches: int = 1  # rows a rank reads per step (gradient accumulation)
     rows_per_shard: int | None = None
     shard_size: str | int = DEFAULT_SHARD_SIZE
     # How the run goes (never changes the rows)
@@ -185,11 +189,24 @@ class PackOptions:
                 f"--template-timeout must be more than 0 and at most {MAX_TEMPLATE_TIMEOUT:g} "
                 f"seconds, got {timeout:g}"
             )
+        self._check_balance()
         self._check_units()
         for name in ("tokenizer", "chat_template"):  # paths as text: they pickle and print
             value = getattr(self, name)
             if isinstance(value, os.PathLike):
                 object.__setattr__(self, name, os.fspath(value))
+
+    def _check_balance(self) -> None:
+        if self.world_size is not None:
+            check_int("--world-size", self.world_size, 1, MAX_WORLD_SIZE)
+            if not self.shuffle:
+                raise OptionError(
+                    "--world-size stores the rows as balanced steps in a seeded random order; "
+                    "leave out --no-shuffle (or --world-size)"
+                )
+        check_int("--micro-batches", self.micro_batches, 1, MAX_MICRO_BATCHES)
+        if self.micro_batches != 1 and self.world_size is None:
+            raise OptionError("--micro-batches balances steps across ranks: give --world-size W")
 
     def _check_units(self) -> None:
         if self.units is not None:
@@ -248,6 +265,8 @@ class PackOptions:
             "pad_id": self.pad_id,
             "shuffle": self.shuffle,
             "seed": self.seed,
+            "world_size": self.world_size,
+            "micro_batches": self.micro_batches,
             "rows_per_shard": self.rows_per_shard,
             "skip_bad_records": self.skip_bad_records,
             "split": self.split,

@@ -37,6 +37,7 @@ from .format import (
 from .gather import gather_rows, warm_up_gather
 from .instruct import InputPlan, InputShape, plan_input
 from .options import PackOptions
+from .order import attention_costs, balance_record, balanced_order, row_sums
 from .packing import (
     Overflow,
     RowPlan,
@@ -424,6 +425,7 @@ class _Layout:
 
     plan: RowPlan
     output_order: np.ndarray
+    balance: dict[str, Any] | None = None  # the manifest's record, with --world-size
 
     @property
     def n_rows(self) -> int:
@@ -445,11 +447,26 @@ def _plan_stage(store: TokenStore, o: PackOptions, progress: ProgressCallback | 
     n_rows = int(row_starts.size - 1)
     if progress:
         progress("pack", int(item_len.size), int(item_len.size))
+    plan = RowPlan(items["offset"], item_len, items["doc_id"], items["chunk_id"], order, row_starts)
+    if o.world_size is not None:
+        output_order, balance = _balanced(item_len[order], np.diff(row_starts), o)
+        return _Layout(plan, output_order, balance)
     output_order = (
         np.random.default_rng(o.seed).permutation(n_rows) if o.shuffle else np.arange(n_rows)
     )
-    plan = RowPlan(items["offset"], item_len, items["doc_id"], items["chunk_id"], order, row_starts)
     return _Layout(plan, output_order)
+
+
+def _balanced(
+    segment_lengths: np.ndarray, segments_per_row: np.ndarray, o: PackOptions
+) -> tuple[np.ndarray, dict[str, Any]]:
+    """The balanced row order (``--world-size``) of FFD rows and its manifest record."""
+    assert o.world_size is not None
+    costs = attention_costs(segment_lengths, segments_per_row)
+    tokens = row_sums(segment_lengths, segments_per_row)
+    kw = {"world_size": o.world_size, "micro_batches": o.micro_batches, "seed": o.seed}
+    output_order = balanced_order(costs, tokens, **kw)
+    return output_order, balance_record(costs[output_order], tokens[output_order], **kw)
 
 
 def _write_stage(
@@ -539,6 +556,8 @@ def _manifest(
         "seconds": round(seconds, 3),
         **(extra or {}),
     }
+    if layout.balance is not None:
+        manifest["balance"] = layout.balance
     if run.plan.labelled:
         manifest["tokens"]["learned"] = state.label_counts["learned"]
         manifest["labels"] = _describe_labels(run.plan, state.label_counts)

@@ -50,12 +50,15 @@ from .errors import FormatError, InputError, OptionError
 from .format import MANIFEST_FILE, DocumentCounts, open_packed
 from .limits import MAX_BATCH_SIZE, MAX_LEN_LIMIT, MAX_SEED, check_int
 from .options import PackOptions
+from .order import attention_costs, balanced_share, rank_share, step_imbalance, step_loads
 from .packing import Overflow, first_fit_decreasing, lower_bound_rows, segment_items
 from .sources import InputFile, first_record_fields, read_texts, resolve_inputs
 from .tokenize import DocumentEncoder, Tokenizer, load_tokenizer, set_tokenizer_threads
 
 __all__ = [
     "BATCHINGS",
+    "IMBALANCE_EDGES",
+    "BalanceStats",
     "Batching",
     "CorpusStats",
     "DatasetStats",
@@ -245,6 +248,104 @@ class PackingStats:
         }
 
 
+IMBALANCE_EDGES = (0, 10, 20, 30, 50, 100, 200, 500, 1000)
+"""Bins of the per-step imbalance histogram, in thousandths over 1 (10: max/mean 1.01)."""
+
+
+@dataclass(frozen=True)
+class BalanceStats:
+    """How even the ranks' attention cost is at every step, read as ``PackedDataset`` reads.
+
+    A step's imbalance is its slowest rank's cost over the mean rank's (the cost of a row:
+    :data:`packtool.order.COST_MODEL`); ``imbalance`` is the mean over the steps of the stored
+    order (``layout`` ``balanced``: the recorded step-major layout, else ``plain``: contiguous
+    blocks), ``random_imbalance`` that of the same rows in a random order (seed).
+    ``time_lost`` is the share of the steps' attention time spent waiting for the slowest
+    rank, ``1 - sum(mean) / sum(max)``. Histograms bin the steps by imbalance in thousandths
+    over 1 (:data:`IMBALANCE_EDGES`).
+    """
+
+    world_size: int
+    micro_batches: int
+    layout: str
+    steps: int
+    imbalance: float
+    token_imbalance: float
+    time_lost: float
+    random_imbalance: float
+    random_time_lost: float
+    histogram: Histogram
+    random_histogram: Histogram
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["histogram"] = self.histogram.to_dict()
+        d["random_histogram"] = self.random_histogram.to_dict()
+        return d
+
+
+def _balance_stats(
+    costs: np.ndarray,
+    tokens: np.ndarray,
+    recorded: Any,
+    world_size: int | None,
+    micro_batches: int | None,
+    seed: int,
+) -> BalanceStats | None:
+    """The step balance of rows (costs in stored order) for ``world_size`` ranks (default:
+    the recorded one), ``micro_batches`` rows per rank and step (default: the recorded one)."""
+    recorded = recorded if isinstance(recorded, dict) else {}
+    w = world_size if world_size is not None else recorded.get("world_size")
+    if w is None:
+        if micro_batches is not None:
+            raise OptionError("--micro-batches needs --world-size W (this output records none)")
+        return None
+    n = int(costs.size)
+    for flag, value in (("--world-size", w), ("--micro-batches", micro_batches)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+            raise OptionError(f"{flag} must be an integer >= 1, got {value!r}")
+        if value is not None and value < 1:
+            raise OptionError(f"{flag} must be an integer >= 1, got {value!r}")
+    if n < w:
+        raise OptionError(f"--world-size {w}: the output has only {n} rows")
+    balanced = recorded.get("world_size") == w
+    g = micro_batches or (int(recorded["micro_batches"]) if balanced else 1)
+    if balanced:
+        stored_g = int(recorded["micro_batches"])
+        rows = np.stack([balanced_share(np.arange(n), r, w, stored_g) for r in range(w)])
+    else:
+        per = n // w
+        rows = np.arange(per * w).reshape(w, per)
+    shuffled = np.random.default_rng(seed).permutation(n)
+    plain = np.stack([rank_share(shuffled, r, w) for r in range(w)])
+    loads, random_loads = step_loads(costs, rows, g), step_loads(costs, plain, g)
+
+    def lost(x: np.ndarray) -> float:
+        peak = float(x.max(axis=1).sum())
+        return 1.0 - float(x.mean(axis=1).sum()) / peak if peak > 0 else 0.0
+
+    def hist(x: np.ndarray) -> Histogram:
+        over = np.rint((step_imbalance(x) - 1.0) * 1000).astype(np.int64)
+        return histogram(over, IMBALANCE_EDGES)
+
+    def mean(x: np.ndarray) -> float:
+        return float(step_imbalance(x).mean()) if x.size else 1.0
+
+    return BalanceStats(
+        world_size=int(w),
+        micro_batches=int(g),
+        layout="balanced" if balanced else "plain",
+        steps=int(loads.shape[0]),
+        imbalance=mean(loads),
+        token_imbalance=mean(step_loads(tokens, rows, g)),
+        time_lost=lost(loads),
+        random_imbalance=mean(random_loads),
+        random_time_lost=lost(random_loads),
+        histogram=hist(loads),
+        random_histogram=hist(random_loads),
+    )
+
+
 @dataclass(frozen=True)
 class DatasetStats:
     """Statistics of a packed output (:func:`dataset_stats`).
@@ -262,6 +363,7 @@ class DatasetStats:
     seconds: float = 0.0
     learned_tokens: int | None = None  # instruction data: tokens with a label (manifest)
     units: dict[str, Any] | None = None  # packed in work units: the cost against one global FFD
+    balance: BalanceStats | None = None  # steps across data-parallel ranks (--world-size)
 
     @property
     def learned_share_of_slots(self) -> float | None:
@@ -279,6 +381,7 @@ class DatasetStats:
             "learned_tokens": self.learned_tokens,
             "learned_share_of_slots": None if share is None else round(share, 6),
             "units": self.units,
+            "balance": None if self.balance is None else self.balance.to_dict(),
             "path": str(self.path),
             "shards": self.shards,
             "tokenizer": self.tokenizer,
@@ -602,7 +705,12 @@ def _input_order(
 
 
 def dataset_stats(
-    path: str | os.PathLike[str], *, batch_size: int = 8, seed: int = 0
+    path: str | os.PathLike[str],
+    *,
+    batch_size: int = 8,
+    seed: int = 0,
+    world_size: int | None = None,
+    micro_batches: int | None = None,
 ) -> DatasetStats:
     """Statistics of the packed output at ``path``, read column by column.
 
@@ -612,6 +720,10 @@ def dataset_stats(
     ``seed`` define the padded baselines (see :func:`batch_slots`). Raises
     :class:`~packtool.errors.FormatError` for a directory that is not a packtool output, an
     unsupported format version, or rows that break the format's invariants.
+
+    ``world_size`` (default: the one the output records, if any) and ``micro_batches`` give
+    :attr:`DatasetStats.balance`, the step imbalance across data-parallel ranks
+    (:class:`BalanceStats`).
     """
     started = time.perf_counter()
     _check_batching(batch_size, seed)
@@ -631,6 +743,14 @@ def dataset_stats(
     doc_ids = _Columns._cat(cols.doc_ids, np.int64)
     chunk_ids = _Columns._cat(cols.chunk_ids, np.int32)
     del cols
+    balance = _balance_stats(
+        attention_costs(lengths, per_row),
+        fill,
+        manifest.get("balance"),
+        world_size,
+        micro_batches,
+        seed,
+    )
 
     pos, per_doc = _input_order(doc_ids, chunk_ids, str(reader.path))
     segments = np.empty_like(lengths)
@@ -673,6 +793,7 @@ def dataset_stats(
         seconds=time.perf_counter() - started,
         learned_tokens=manifest.get("tokens", {}).get("learned"),
         units=_units_summary(manifest),
+        balance=balance,
     )
 
 

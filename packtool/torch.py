@@ -26,6 +26,7 @@ and :func:`block_causal_mask` / :func:`flex_block_mask` build the attention mask
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -44,7 +45,13 @@ except ImportError as e:  # pragma: no cover - exercised in a subprocess by the 
 from packtool.errors import OptionError
 from packtool.format import IGNORE_INDEX, PackedReader, open_packed
 from packtool.masks import batch_block_causal_mask, document_ids
-from packtool.order import epoch_order, rank_share
+from packtool.order import (
+    balanced_epoch_order,
+    balanced_layout,
+    balanced_share,
+    epoch_order,
+    rank_share,
+)
 
 __all__ = [
     "IGNORE_INDEX",
@@ -92,6 +99,12 @@ class PackedDataset(Dataset):
     >>> [len(PackedDataset("out/", rank=r, world_size=5)) for r in range(5)]  # 1 left out
     [59, 59, 59, 59, 59]
 
+    **Balanced steps.** An output packed with ``--world-size W --micro-batches G`` is stored
+    step-major (docs/balance.md): opened with ``world_size=W``, rank ``r`` reads rows
+    ``s*W*G + r*G + g``, so the ``G`` rows every rank reads at step ``s`` have nearly the same
+    attention cost on all ranks; :attr:`micro_batches` is then ``G``. With another
+    ``world_size`` (> 1) it warns and reads the plain split above.
+
     **Epochs.** :meth:`set_epoch` reshuffles all the rows globally, the same way on every rank
     (from ``seed`` and the epoch), each rank taking its share; a rank then sees other rows every
     epoch. :meth:`state_dict` / :meth:`load_state_dict` make it resumable mid-epoch with
@@ -127,7 +140,21 @@ class PackedDataset(Dataset):
         self.max_len: int = reader.max_len
         self.has_labels: bool = reader.has_labels
         self.num_rows_total: int = reader.num_rows
+        self.micro_batches: int | None = None
+        """Rows per rank and step of a balanced layout read as stored (None: plain split)."""
+        balance = reader.manifest.get("balance")
         per_rank = reader.num_rows // world_size
+        if isinstance(balance, dict) and balance.get("world_size") == world_size:
+            self.micro_batches = int(balance["micro_batches"])
+            steps, short, _ = balanced_layout(reader.num_rows, world_size, self.micro_batches)
+            per_rank = steps * self.micro_batches + short
+        elif isinstance(balance, dict) and world_size > 1:
+            warnings.warn(
+                f"{path} is stored as balanced steps for world_size={balance.get('world_size')}"
+                f", not {world_size}: reading the plain split, whose steps are not balanced "
+                f"(pack again with --world-size {world_size})",
+                stacklevel=2,
+            )
         if per_rank == 0:
             raise OptionError(
                 f"{path} has {reader.num_rows} rows, fewer than world_size={world_size}: "
@@ -145,7 +172,10 @@ class PackedDataset(Dataset):
         (:func:`packtool.order.epoch_order`) and takes positions ``rank, rank + world_size, ...``
         of it (:func:`packtool.order.rank_share`): no row on two ranks, every rank the same
         number, the last ``num_rows % world_size`` positions left out (other rows each epoch).
-        Deterministic: the same ``(seed, epoch)`` gives the same rows in the same order. Call it
+        Deterministic: the same ``(seed, epoch)`` gives the same rows in the same order. On a
+        balanced output read with its world size, it permutes whole steps and, in each step,
+        the ranks' shares (:func:`packtool.order.balanced_epoch_order`): every step keeps its
+        balance, each rank reads other rows. Call it
         before each epoch's iteration (Hugging Face Trainer and accelerate do), and use
         ``shuffle=False`` in the DataLoader.
         """
@@ -159,7 +189,18 @@ class PackedDataset(Dataset):
     def rows(self) -> Sequence[int]:
         """The global row numbers this rank reads, in order: ``self[i]`` is row ``rows[i]``."""
         if self._rows is None:
-            if self.epoch is None:
+            g = self.micro_batches
+            if g is not None:
+                n, w = self.num_rows_total, self.world_size
+                order = (
+                    np.arange(n)
+                    if self.epoch is None
+                    else balanced_epoch_order(
+                        n, world_size=w, micro_batches=g, seed=self.seed, epoch=self.epoch
+                    )
+                )
+                self._rows = balanced_share(order, self.rank, w, g)
+            elif self.epoch is None:
                 n = self._per_rank
                 self._rows = range(self.rank * n, (self.rank + 1) * n)
             else:

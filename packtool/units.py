@@ -599,6 +599,8 @@ def run_unit(
         options.replace(
             tokenizer=tok,
             shuffle=False,
+            world_size=None,  # the merge balances the steps, over all units' rows
+            micro_batches=1,
             overwrite=overwrite,
             resume=False,
             num_proc=num_proc,

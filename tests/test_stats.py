@@ -191,6 +191,71 @@ def expected_dataset(out_dir: Path, batch_size: int = 8, seed: int = 0) -> dict[
         "bad_records": manifest["bad_records"],
         **expected_learned(rows, max_len),
         "units": expected_units(manifest, rows),
+        "balance": expected_balance(manifest, rows, seed),
+    }
+
+
+def expected_balance(
+    manifest: dict, rows: list[dict], seed: int, world_size: int | None = None, g: int | None = None
+) -> dict[str, Any] | None:
+    """The step balance by brute force: each row's cost summed segment by segment, each
+    rank's rows by the documented layouts, each step's slowest rank found by a loop."""
+    recorded = manifest.get("balance") or {}
+    w = world_size or recorded.get("world_size")
+    if w is None:
+        return None
+    n = len(rows)
+    cost = []
+    for r in rows:
+        cu = r["cu_seqlens"]
+        cost.append(sum((cu[k + 1] - cu[k]) ** 2 for k in range(len(r["doc_ids"]))))
+    tokens = [r["num_tokens"] for r in rows]
+    balanced = recorded.get("world_size") == w
+    stored_g = recorded.get("micro_batches", 1)
+    g = g or (stored_g if balanced else 1)
+    if balanced:  # step-major: rank r's rows of step s are s*W*G + r*G + (0..G-1)
+        steps, rem = divmod(n, w * stored_g)
+        short = rem // w
+        ranks = [
+            [s * w * stored_g + r * stored_g + k for s in range(steps) for k in range(stored_g)]
+            + [steps * w * stored_g + r * short + k for k in range(short)]
+            for r in range(w)
+        ]
+    else:  # contiguous blocks
+        per = n // w
+        ranks = [list(range(r * per, (r + 1) * per)) for r in range(w)]
+    perm = [int(x) for x in np.random.default_rng(seed).permutation(n)]
+    per = n // w
+    random_ranks = [[perm[i * w + r] for i in range(per)] for r in range(w)]
+
+    def loads(values: list[int], ranks: list[list[int]]) -> list[list[int]]:
+        m = len(ranks[0])
+        return [[sum(values[i] for i in rank[a : a + g]) for rank in ranks] for a in range(0, m, g)]
+
+    def ratios(steps: list[list[int]]) -> list[float]:
+        return [max(x) / (sum(x) / len(x)) if sum(x) else 1.0 for x in steps]
+
+    def lost(steps: list[list[int]]) -> float:
+        peak = sum(max(x) for x in steps)
+        return 1 - sum(sum(x) / len(x) for x in steps) / peak if peak else 0.0
+
+    def hist(steps: list[list[int]]) -> dict[str, Any]:
+        over = [round((r - 1) * 1000) for r in ratios(steps)]
+        return hist_of(over, [0, 10, 20, 30, 50, 100, 200, 500, 1000])
+
+    stored, random_ = loads(cost, ranks), loads(cost, random_ranks)
+    return {
+        "world_size": w,
+        "micro_batches": g,
+        "layout": "balanced" if balanced else "plain",
+        "steps": len(stored),
+        "imbalance": sum(ratios(stored)) / len(stored),
+        "token_imbalance": sum(ratios(loads(tokens, ranks))) / len(stored),
+        "time_lost": lost(stored),
+        "random_imbalance": sum(ratios(random_)) / len(random_),
+        "random_time_lost": lost(random_),
+        "histogram": hist(stored),
+        "random_histogram": hist(random_),
     }
 
 
@@ -846,3 +911,48 @@ def test_corpus_mode_names_instruction_data(tmp_path: Path) -> None:
         run("stats", pc, "--max-len", "2048"),
         r"prompt_completion\.jsonl holds prompt/completion records",
     )
+
+
+@pytest.fixture(scope="module")
+def balanced_out(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("stats-balance") / "out"
+    packtool.pack([str(SAMPLE)], out, max_len=512, world_size=4, micro_batches=2, seed=1)
+    return out
+
+
+@pytest.mark.parametrize(("world_size", "g"), [(None, None), (4, 1), (None, 3), (3, None), (5, 2)])
+def test_balance_by_brute_force(balanced_out: Path, world_size: int | None, g: int | None) -> None:
+    """The recorded layout (also read with other rows per step) and the plain split of
+    another world size, against loops over the rows."""
+    got = dataset_stats(balanced_out, seed=2, world_size=world_size, micro_batches=g).to_dict()
+    manifest, rows = read_rows(balanced_out)
+    want = expected_balance(manifest, rows, 2, world_size, g)
+    assert_figures_equal(got["balance"], want)
+    assert want is not None
+    if want["layout"] == "balanced" and want["micro_batches"] == 2:
+        assert want["imbalance"] < 1.01 < 1.1 < want["random_imbalance"]
+        assert got["balance"]["imbalance"] == pytest.approx(manifest["balance"]["imbalance"])
+
+
+def test_balance_of_an_unbalanced_output(packed: Path) -> None:
+    manifest, rows = read_rows(packed)
+    got = dataset_stats(packed, world_size=8).to_dict()["balance"]
+    assert_figures_equal(got, expected_balance(manifest, rows, 0, 8, None))
+    assert got["layout"] == "plain"
+    result = run("stats", packed, "--world-size", "8")
+    assert result.exit_code == 0, result.output
+    text = " ".join(result.stdout.split())  # rich wraps the line
+    assert "step imbalance at world size 8 x 1 row per step" in text
+    assert "plain split, not balanced" in text
+    assert "Steps by imbalance, random order" in text
+    data = json.loads(run("stats", packed, "--world-size", "8", "--json").stdout)
+    assert data["balance"]["imbalance"] == pytest.approx(got["imbalance"])
+    assert_one_line_error(run("stats", packed, "--micro-batches", "2"), r"needs --world-size W")
+    assert_one_line_error(run("stats", packed, "--world-size", "0"), r"--world-size must be")
+
+
+def test_balance_line_of_a_balanced_output(balanced_out: Path) -> None:
+    result = run("stats", balanced_out)
+    assert result.exit_code == 0, result.output
+    text = " ".join(result.stdout.split())
+    assert re.search(r"world size 4 x 2 rows per step \([\d,]+ steps, balanced layout\)", text)

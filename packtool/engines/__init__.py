@@ -177,6 +177,8 @@ def pack_units(
         "shuffle": options.shuffle,
         "seed": options.seed,
         "rows_per_shard": rows_per_shard,
+        "world_size": options.world_size,
+        "micro_batches": options.micro_batches,
     }
     out = Path(out_dir)
     # Absolute paths: every launcher (and every node) then plans and reads the same files.
