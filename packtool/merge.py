@@ -23,6 +23,7 @@ import os
 import shutil
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -213,13 +214,6 @@ def merge_units(
     manifests = [m for _, m in units]
     first = manifests[0]
     max_len = int(first["max_len"])
-    row_bytes = 2 * 4 * max_len + 64
-    if rows_per_shard is not None:
-        check_int("--rows-per-shard", rows_per_shard, 1, MAX_ROWS_PER_SHARD)
-    if seed is not None:
-        check_int("--seed", seed, 0, MAX_SEED)
-    if rows_per_shard is None and shard_size is not None:
-        rows_per_shard = max(1, parse_size(shard_size) // row_bytes)
     given = {
         "shuffle": shuffle,
         "seed": seed,
@@ -227,23 +221,8 @@ def merge_units(
         "world_size": world_size,
         "micro_batches": micro_batches,
     }
-    opts = _merge_options(manifests, given)
-    if opts["shuffle"] is None:
-        opts["shuffle"] = True
-    if opts["seed"] is None:
-        opts["seed"] = 0
-    if opts["micro_batches"] is None:
-        opts["micro_batches"] = 1
-    layout = PackOptions(  # checks them as pack does
-        shuffle=opts["shuffle"],
-        seed=opts["seed"],
-        world_size=opts["world_size"],
-        micro_batches=opts["micro_batches"],
-    )
-    if opts["rows_per_shard"] is None:
-        opts["rows_per_shard"] = max(1, parse_size(DEFAULT_SHARD_SIZE) // row_bytes)
+    opts, layout = _resolve_options(manifests, given, shard_size)
     plan = first["unit"]["plan"]
-
     previous = merged_manifest(out)
     if (
         previous is not None
@@ -252,19 +231,86 @@ def merge_units(
     ):
         return report_from_manifest(out, previous, time.perf_counter() - started)
 
-    readers = [open_packed(path) for path, _ in units]
-    tables: list[pa.Table] = []  # every shard of every unit, in order
+    src = _sources(out, units)
+    if progress:
+        progress("merge", 0, src.n_rows)
+    lengths = [segment_lengths(t) for t in src.tables]
+    all_lengths = np.concatenate(lengths) if lengths else np.zeros(0, np.int64)
+    global_rows = (
+        int(first_fit_decreasing(all_lengths, max_len).max()) + 1 if all_lengths.size else 0
+    )
+    balance = None
+    if layout.world_size is not None:
+        order, balance = _balanced_order(src.tables, lengths, layout)
+    elif layout.shuffle:
+        order = np.random.default_rng(layout.seed).permutation(src.n_rows)
+    else:
+        order = np.arange(src.n_rows)
+    record = _manifest(units, src.first_docs, opts, src.n_rows, global_rows, started, plan)
+    if balance is not None:
+        record["balance"] = balance
+    rows_per_shard = int(opts["rows_per_shard"])
+    manifest = _write(out, units, src, order, rows_per_shard, record, started, progress)
+    return report_from_manifest(out, manifest, time.perf_counter() - started)
+
+
+def _resolve_options(
+    manifests: list[dict[str, Any]], given: dict[str, Any], shard_size: str | int | None
+) -> tuple[dict[str, Any], PackOptions]:
+    """The merge's options: those given, else what the units recorded, else pack's defaults;
+    checked as ``pack`` checks them."""
+    row_bytes = 2 * 4 * int(manifests[0]["max_len"]) + 64
+    if given["rows_per_shard"] is not None:
+        check_int("--rows-per-shard", given["rows_per_shard"], 1, MAX_ROWS_PER_SHARD)
+    if given["seed"] is not None:
+        check_int("--seed", given["seed"], 0, MAX_SEED)
+    if given["rows_per_shard"] is None and shard_size is not None:
+        given = {**given, "rows_per_shard": max(1, parse_size(shard_size) // row_bytes)}
+    opts = _merge_options(manifests, given)
+    defaults = {"shuffle": True, "seed": 0, "micro_batches": 1}
+    for key, value in defaults.items():
+        if opts[key] is None:
+            opts[key] = value
+    layout = PackOptions(  # checks them as pack does
+        shuffle=opts["shuffle"],
+        seed=opts["seed"],
+        world_size=opts["world_size"],
+        micro_batches=opts["micro_batches"],
+    )
+    if opts["rows_per_shard"] is None:
+        opts["rows_per_shard"] = max(1, parse_size(DEFAULT_SHARD_SIZE) // row_bytes)
+    return opts, layout
+
+
+@dataclass(frozen=True)
+class _Sources:
+    """Every shard of every unit, in order, and where each unit's documents start."""
+
+    tables: list[pa.Table]
+    starts: np.ndarray  # global row number of each table's first row (and the total last)
+    first_docs: list[int]  # each unit's first document number
+    doc_offset: np.ndarray  # per table: its unit's first document number
+
+    @property
+    def n_rows(self) -> int:
+        return int(self.starts[-1])
+
+
+def _sources(out: Path, units: list[tuple[Path, dict[str, Any]]]) -> _Sources:
+    manifests = [m for _, m in units]
+    tables: list[pa.Table] = []
     table_unit: list[int] = []
-    for u, reader in enumerate(readers):
+    for u, (path, _) in enumerate(units):
+        reader = open_packed(path)
         for shard in range(len(reader.shard_paths)):
             tables.append(reader.shard_table(shard))
             table_unit.append(u)
     starts = np.concatenate([[0], np.cumsum([t.num_rows for t in tables])]).astype(np.int64)
-    n_rows = int(starts[-1])
     expected_rows = sum(int(m["rows"]) for m in manifests)
-    if n_rows != expected_rows:  # pragma: no cover - read_manifest/shard_table check this
-        raise FormatError(f"{out}: units hold {n_rows} rows, their manifests say {expected_rows}")
-
+    if int(starts[-1]) != expected_rows:  # pragma: no cover - read_manifest/shard_table check
+        raise FormatError(
+            f"{out}: units hold {int(starts[-1])} rows, their manifests say {expected_rows}"
+        )
     if not any(int(m["segments"]) for m in manifests):  # every unit is empty: so is the corpus
         counts = DocumentCounts()
         for m in manifests:
@@ -275,47 +321,46 @@ def merge_units(
     docs_read = [int(m["documents"]["read"]) for m in manifests]
     first_docs = [int(x) for x in np.concatenate([[0], np.cumsum(docs_read)[:-1]])]
     doc_offset = np.asarray(first_docs, dtype=np.int64)[np.asarray(table_unit, dtype=np.int64)]
+    return _Sources(tables, starts, first_docs, doc_offset)
 
-    if progress:
-        progress("merge", 0, n_rows)
-    lengths = [segment_lengths(t) for t in tables]
-    all_lengths = np.concatenate(lengths) if lengths else np.zeros(0, np.int64)
-    global_rows = (
-        int(first_fit_decreasing(all_lengths, max_len).max()) + 1 if all_lengths.size else 0
-    )
 
-    balance = None
-    if layout.world_size is not None:
-        order, balance = _balanced_order(tables, lengths, layout)
-    elif opts["shuffle"]:
-        order = np.random.default_rng(opts["seed"]).permutation(n_rows)
-    else:
-        order = np.arange(n_rows)
+def _write(
+    out: Path,
+    units: list[tuple[Path, dict[str, Any]]],
+    src: _Sources,
+    order: np.ndarray,
+    rows_per_shard: int,
+    record: dict[str, Any],
+    started: float,
+    progress: Callable[[str, int, int | None], None] | None,
+) -> dict[str, Any]:
+    """Write the rows in ``order`` to a staging directory, then install it into ``out``
+    (the manifest ``record`` last, its ``seconds`` counted from ``started``)."""
+    first = units[0][1]
+    max_len = int(first["max_len"])
+    n_rows = src.n_rows
     stage = out / _STAGE
-    with_labels = "labels" in first["columns"]
-    rows_per_shard = int(opts["rows_per_shard"])
     with ShardWriter(
         stage,
         max_len=max_len,
         num_rows=n_rows,
         rows_per_shard=rows_per_shard,
-        with_labels=with_labels,
+        with_labels="labels" in first["columns"],
         overwrite=True,
     ) as writer:
-        block = max(1, min(rows_per_shard, (64 << 20) // row_bytes))
+        block = max(1, min(rows_per_shard, (64 << 20) // (2 * 4 * max_len + 64)))
         for start in range(0, n_rows, block):
-            writer.write(_gather(tables, starts, doc_offset, order[start : start + block]))
+            rows = order[start : start + block]
+            writer.write(_gather(src.tables, src.starts, src.doc_offset, rows))
             if progress:
                 progress("merge", min(start + block, n_rows), n_rows)
         tokenizer_file = units[0][0] / first["tokenizer"].get("file", "tokenizer.json")
         if "file" in first["tokenizer"] and tokenizer_file.exists():
             shutil.copyfile(tokenizer_file, writer.staging / "tokenizer.json")
-        record = _manifest(units, first_docs, opts, n_rows, global_rows, started, plan)
-        if balance is not None:
-            record["balance"] = balance
+        record = {**record, "seconds": round(time.perf_counter() - started, 3)}
         manifest = writer.commit(record)
     _install(stage, out)
-    return report_from_manifest(out, manifest, time.perf_counter() - started)
+    return manifest
 
 
 def _balanced_order(

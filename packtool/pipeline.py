@@ -392,23 +392,7 @@ def _tokenize_stage(
         store.start()
     state = _ReadState.from_json(saved) if saved else _ReadState()
     if not state.done:
-        _read_and_tokenize(
-            run.files,
-            state,
-            store,
-            run.plan,
-            run.fingerprint,
-            read=read,
-            read_options={
-                "skip_bad_records": o.skip_bad_records,
-                "split": o.split,
-                "txt_unit": o.txt_unit,
-            },
-            max_len=o.max_len,  # type: ignore[arg-type]
-            overflow=run.plan.overflow,
-            total_bytes=sum(f.size_bytes for f in run.files),
-            progress=progress,
-        )
+        _read_and_tokenize(run, state, store, read, progress)
     state.counts.check()
     if state.counts.read and state.counts.bad_records_skipped == state.counts.read:
         first = state.bad_records[0] if state.bad_records else "?"
@@ -628,25 +612,25 @@ def _fingerprint(files: Sequence[InputFile], tok: Tokenizer, *options: Any) -> s
 
 
 def _read_and_tokenize(
-    files: Sequence[InputFile],
+    run: _Run,
     state: _ReadState,
     store: TokenStore,
-    plan: InputPlan,
-    fingerprint: str,
-    *,
-    read: Callable[..., Iterable[TextBatch]] | None = None,
-    read_options: dict[str, Any],
-    max_len: int,
-    overflow: Overflow,
-    total_bytes: int,
+    read: Callable[..., Iterable[TextBatch]] | None,
     progress: ProgressCallback | None,
 ) -> None:
     """Read every input from ``state`` on, tokenize, cut items, append to ``store``.
 
     Three stages overlap: reading (a thread), tokenizing (two threads; Rust, all cores,
     without the GIL), and, here, in order: flattening the ids, cutting items, appending to
-    the store. A checkpoint is saved every few seconds and at the end.
+    the store. A checkpoint is saved every few seconds and at the end. ``read`` (work units)
+    reads a piece of an input instead of the plan's reader.
     """
+    files, plan, fingerprint, o = run.files, run.plan, run.fingerprint, run.options
+    read_options = {
+        "skip_bad_records": o.skip_bad_records,
+        "split": o.split,
+        "txt_unit": o.txt_unit,
+    }
     start_input, skip = state.input_index, state.records_done
 
     def read_all() -> Iterator[tuple[int, TextBatch | RecordBatch | None]]:
@@ -682,17 +666,7 @@ def _read_and_tokenize(
     switch_interval = sys.getswitchinterval()
     sys.setswitchinterval(min(switch_interval, 0.0005))
     try:
-        _tokenize_loop(
-            encode_all(),
-            files,
-            state,
-            store,
-            fingerprint,
-            max_len,
-            overflow,
-            total_bytes,
-            progress,
-        )
+        _tokenize_loop(encode_all(), run, state, store, progress)
     finally:
         sys.setswitchinterval(switch_interval)
     state.done = True
@@ -701,16 +675,16 @@ def _read_and_tokenize(
 
 def _tokenize_loop(
     stream: Iterator[tuple[int, Any, EncodedBatch | None]],
-    files: Sequence[InputFile],
+    run: _Run,
     state: _ReadState,
     store: TokenStore,
-    fingerprint: str,
-    max_len: int,
-    overflow: Overflow,
-    total_bytes: int,
     progress: ProgressCallback | None,
 ) -> None:
     """The in-order stage of :func:`_read_and_tokenize`: cut items, store, checkpoint."""
+    files, fingerprint, overflow = run.files, run.fingerprint, run.plan.overflow
+    max_len = run.options.max_len
+    assert max_len is not None
+    total_bytes = sum(f.size_bytes for f in files)
     counts = state.counts
     last_checkpoint = time.monotonic()
     warming_up = False

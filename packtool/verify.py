@@ -932,8 +932,28 @@ def _check_coverage(
     n_docs = int(np.count_nonzero(new_doc))
     report.documents = n_docs
     chunks_per_doc = np.diff(np.append(np.flatnonzero(new_doc), doc.size))
-    multi = int(np.count_nonzero(chunks_per_doc > 1))
-    single_full = int(np.count_nonzero((chunks_per_doc == 1) & (length[new_doc] == L)))
+    _check_counts(
+        manifest,
+        report,
+        problems,
+        segments=int(doc.size),
+        documents=n_docs,
+        split=int(np.count_nonzero(chunks_per_doc > 1)),
+        single_full=int(np.count_nonzero((chunks_per_doc == 1) & (length[new_doc] == L))),
+    )
+
+
+def _check_counts(
+    manifest: dict[str, Any],
+    report: VerifyReport,
+    problems: _Problems,
+    *,
+    segments: int,
+    documents: int,
+    split: int,
+    single_full: int,
+) -> None:
+    """The manifest's counts against the rows: rows, segments, tokens, documents."""
 
     def mismatch(what: str) -> None:
         problems.add("counts", what)
@@ -941,31 +961,31 @@ def _check_coverage(
     rows = _int(_get(manifest, "rows"))
     if rows is not None and report.rows_checked != rows:
         mismatch(f"the shards hold {report.rows_checked} rows, the manifest says {rows}")
-    if _get(manifest, "segments") is not None and doc.size != manifest["segments"]:
+    if _get(manifest, "segments") is not None and segments != manifest["segments"]:
         mismatch(
-            f"the rows hold {doc.size} document segments, the manifest says {manifest['segments']}"
+            f"the rows hold {segments} document segments, the manifest says {manifest['segments']}"
         )
     packed_tokens = _get(manifest, "tokens", "packed")
     if packed_tokens is not None and report.tokens != packed_tokens:
         mismatch(f"the rows hold {report.tokens} tokens, the manifest says {packed_tokens}")
-    documents = _get(manifest, "documents")
-    if isinstance(documents, dict) and all(
-        _int(documents.get(k)) is not None for k in ("packed", "split", "truncated")
+    recorded = _get(manifest, "documents")
+    if isinstance(recorded, dict) and all(
+        _int(recorded.get(k)) is not None for k in ("packed", "split", "truncated")
     ):
-        in_rows = documents["packed"] + documents["split"] + documents["truncated"]
-        if n_docs != in_rows:
+        in_rows = recorded["packed"] + recorded["split"] + recorded["truncated"]
+        if documents != in_rows:
             mismatch(
-                f"the rows hold {n_docs} documents, the manifest's packed + split + "
+                f"the rows hold {documents} documents, the manifest's packed + split + "
                 f"truncated is {in_rows}"
             )
-        if multi != documents["split"]:
+        if split != recorded["split"]:
             mismatch(
-                f"{multi} documents are split into several chunks in the rows, the manifest "
-                f"says {documents['split']} were split"
+                f"{split} documents are split into several chunks in the rows, the manifest "
+                f"says {recorded['split']} were split"
             )
-        if documents["truncated"] > single_full:
+        if recorded["truncated"] > single_full:
             mismatch(
-                f"the manifest says {documents['truncated']} documents were truncated, but "
+                f"the manifest says {recorded['truncated']} documents were truncated, but "
                 f"only {single_full} documents fill exactly max_len"
             )
 
