@@ -721,10 +721,19 @@ def plan_input(files: Sequence[InputFile], tokenizer: Tokenizer, options: PackOp
     encoder: DocumentEncoder | InstructEncoder
     if shape is InputShape.TEXT:
         encoder = DocumentEncoder(
-            tokenizer, add_eos=add_eos, bos=o.bos, parse_special=o.parse_special
+            tokenizer,
+            add_eos=add_eos,
+            bos=o.bos,
+            parse_special=o.parse_special,
+            backend=o.tokenizer_backend,
         )
     else:
         assert resolved_loss is not None
+        if o.tokenizer_backend == "fastokens":
+            raise OptionError(
+                "--tokenizer-backend fastokens encodes text documents; instruction data is "
+                "encoded piece by piece with Hugging Face tokenizers: use auto or hf"
+            )
         encoder = InstructEncoder(
             tokenizer,
             shape=shape,

@@ -31,6 +31,7 @@ __all__ = [
     "LOSS_ON",
     "MAX_LEN_LIMIT",
     "OVERFLOWS",
+    "TOKENIZER_BACKENDS",
     "TXT_UNITS",
     "PackOptions",
     "parse_size",
@@ -41,6 +42,7 @@ TXT_UNITS = ("line", "paragraph", "document")
 INPUT_SHAPES = ("text", "prompt-completion", "chat", "auto")
 LOSS_ON = ("completion", "assistant", "all")
 ENGINES = ("local", "ray")
+TOKENIZER_BACKENDS = ("auto", "fastokens", "hf")
 MAX_LEN_LIMIT = (1 << 31) - 1
 """Rows are Arrow lists with 32-bit offsets: a row of more tokens cannot be written."""
 
@@ -147,6 +149,7 @@ class PackOptions:
     overwrite: bool = False
     resume: bool = False
     num_proc: int | None = None
+    tokenizer_backend: str = "auto"
     units: int | None = None
     unit: int | None = None
     engine: str = "local"
@@ -167,6 +170,11 @@ class PackOptions:
                 f"--txt-unit must be line, paragraph or document, got {self.txt_unit!r}"
             )
         _enum("--engine", self.engine, ENGINES)
+        object.__setattr__(
+            self,
+            "tokenizer_backend",
+            _enum("--tokenizer-backend", self.tokenizer_backend, TOKENIZER_BACKENDS),
+        )
         if self.pad_id is not None and (
             isinstance(self.pad_id, bool) or not isinstance(self.pad_id, int)
         ):  # its range is the tokenizer's vocabulary, checked when that is loaded

@@ -39,7 +39,14 @@ from .options import PackOptions
 from .packing import Overflow, first_fit_decreasing, lower_bound_rows, plan_rows, segment_items
 from .sources import InputFile, RecordBatch, TextBatch, resolve_inputs, skip_records
 from .store import TokenStore, lock_output
-from .tokenize import EncodedBatch, HFTokenizer, Tokenizer, load_tokenizer, set_tokenizer_threads
+from .tokenize import (
+    Backend,
+    EncodedBatch,
+    HFTokenizer,
+    Tokenizer,
+    load_tokenizer,
+    set_tokenizer_threads,
+)
 
 __all__ = ["DocumentCounts", "PackReport", "ProgressCallback", "pack"]
 
@@ -97,6 +104,7 @@ class PackReport:
     special_strings: int = 0  # documents whose data held special-token strings
     parse_special: bool = False  # whether those strings were parsed as control tokens
     notices: list[str] = field(default_factory=list)  # e.g. the tokenizer file's settings
+    backend: dict[str, Any] = field(default_factory=dict)  # the tokenizer backend, its version
 
     @property
     def efficiency(self) -> float:
@@ -366,7 +374,12 @@ def _prepare(
 def _tokenizer(options: PackOptions) -> Tokenizer:
     spec = options.tokenizer
     if spec is None or isinstance(spec, (str, os.PathLike)):
-        return load_tokenizer(spec, eos_token=options.eos_token, bos_token=options.bos_token)
+        return load_tokenizer(
+            spec,
+            eos_token=options.eos_token,
+            bos_token=options.bos_token,
+            backend=options.tokenizer_backend,
+        )
     return spec  # type: ignore[no-any-return]
 
 
@@ -543,7 +556,7 @@ def _manifest(
     manifest = {
         "packtool_version": __version__,
         "created_unix": int(time.time()),
-        "tokenizer": _describe_tokenizer(run.tok),
+        "tokenizer": {**_describe_tokenizer(run.tok), "backend": _backend(run.plan).describe()},
         "options": {**o.describe(), **run.plan.describe()},
         "inputs": state.input_records,
         "documents": asdict(state.counts),
@@ -591,8 +604,19 @@ def _report(
         tokens_learned=state.label_counts["learned"] if run.plan.labelled else None,
         special_strings=state.special_strings,
         parse_special=o.parse_special,
-        notices=[n for n in (getattr(run.tok, "notice", None),) if n],
+        notices=[n for n in (getattr(run.tok, "notice", None), _backend(run.plan).notice) if n],
+        backend=manifest["tokenizer"]["backend"],
     )
+
+
+def _backend(plan: InputPlan) -> Backend:
+    """Which engine encoded the documents (instruction data: `tokenizers`, piece by piece)."""
+    backend = getattr(plan.encoder, "backend", None)
+    if backend is None:
+        import tokenizers
+
+        return Backend("hf", tokenizers.__version__, "instruction data is encoded in pieces")
+    return backend  # type: ignore[no-any-return]
 
 
 @dataclass

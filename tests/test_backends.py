@@ -1,0 +1,169 @@
+"""The tokenizer backends: fastokens behind a parity gate, Hugging Face `tokenizers` otherwise.
+
+The conformance matrix over every tokenizer family, on both backends, is in test_fidelity.py;
+here: the gate's verdicts (and their cache), the fallback of a batch fastokens raises on, the
+options, the manifest, and that ``verify --against`` re-tokenizes with `tokenizers`.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from conftest import SAMPLE, write_jsonl
+from helpers import documents_from_rows, read_rows
+from test_cli import assert_one_line_error, run
+
+import packtool
+from packtool.errors import OptionError, TokenizerError
+from packtool.options import PackOptions
+from packtool.tokenize import DocumentEncoder, HFTokenizer, load_tokenizer
+
+pytest.importorskip("fastokens")
+
+TEXTS = [
+    "The first document, in plain English.",
+    "Второй документ. 第三个文件。 🙂",
+    "digits 1234567 and    spaces\n\nand a long word " + "z" * 300,
+]
+
+
+class _Wrapped:
+    """fastokens' real tokenizer, with one fault injected: ids changed, or an exception,
+    for texts that hold ``trigger``."""
+
+    def __init__(self, fast, trigger: str, fault: str) -> None:
+        self.fast, self.trigger, self.fault = fast, trigger, fault
+        self.calls = 0
+
+    def token_to_id(self, token):
+        return self.fast.token_to_id(token)
+
+    def encode_batch_flat(self, texts, add_special_tokens, split_special_tokens):
+        self.calls += 1
+        ids, offsets = self.fast.encode_batch_flat(
+            texts, add_special_tokens=add_special_tokens, split_special_tokens=split_special_tokens
+        )
+        if any(self.trigger in t for t in texts):
+            if self.fault == "raise":
+                raise ValueError("regex match limit exceeded")
+            flat = np.frombuffer(ids, np.uint32).copy()
+            ends = np.frombuffer(offsets, np.uint64)[1:]
+            hit = next(i for i, t in enumerate(texts) if self.trigger in t)
+            flat[int(ends[hit]) - 1] ^= 1  # the last id of the first text that holds it
+            ids = flat.tobytes()
+        return ids, offsets
+
+
+def _faulty(monkeypatch, trigger: str, fault: str) -> list[_Wrapped]:
+    made: list[_Wrapped] = []
+    real = HFTokenizer.fast
+
+    def fast(self):
+        tok, why = real(self)
+        made.append(_Wrapped(tok, trigger, fault))
+        return made[-1], why
+
+    monkeypatch.setattr(HFTokenizer, "fast", fast)
+    return made
+
+
+def test_auto_uses_fastokens_and_records_it(tmp_path) -> None:
+    src = write_jsonl(tmp_path / "d.jsonl", [{"text": t} for t in TEXTS])
+    report = packtool.pack([src], tmp_path / "out", max_len=32)
+    backend = json.loads((tmp_path / "out" / "manifest.json").read_text())["tokenizer"]["backend"]
+    assert backend["name"] == "fastokens" and backend["reason"] == "passed the parity gate"
+    assert backend["version"].count(".") >= 1 and backend["fallback_batches"] == 0
+    assert report.backend == backend and report.notices == []
+
+
+def test_a_difference_on_the_first_documents_falls_back_to_hf(tmp_path, monkeypatch) -> None:
+    _faulty(monkeypatch, "Второй", "ids")
+    src = write_jsonl(tmp_path / "d.jsonl", [{"text": t} for t in TEXTS])
+    report = packtool.pack([src], tmp_path / "out", max_len=32, tokenizer_backend="auto")
+    assert report.backend["name"] == "hf"
+    assert report.notices == [
+        "fastokens differs from tokenizers on document 2 of the first batch: tokenizing with "
+        "Hugging Face tokenizers"
+    ]
+    tok = load_tokenizer()
+    _, rows = read_rows(tmp_path / "out")
+    want = [[*ids, tok.special.eos_id] for ids in tok.encode_batch(TEXTS)]
+    got = documents_from_rows(rows)
+    assert [got[i] for i in range(3)] == want
+
+
+def test_a_difference_fails_when_fastokens_is_forced(tmp_path, monkeypatch) -> None:
+    _faulty(monkeypatch, "z" * 300, "ids")
+    src = write_jsonl(tmp_path / "d.jsonl", [{"text": t} for t in TEXTS])
+    with pytest.raises(TokenizerError, match="document 3 of the first batch; use --tokenizer"):
+        packtool.pack([src], tmp_path / "out", max_len=32, tokenizer_backend="fastokens")
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_difference_on_the_probes_is_cached_by_the_file(tmp_path, monkeypatch) -> None:
+    """The probe set (many scripts, whitespace, digits, long words, added tokens) is encoded
+    once per tokenizer file; the verdict is kept, keyed by the file's hash."""
+    monkeypatch.setenv("PACKTOOL_CACHE_DIR", str(tmp_path / "cache"))
+    made = _faulty(monkeypatch, "Привет, мир", "ids")  # in the probe set, not in the data
+    src = write_jsonl(tmp_path / "d.jsonl", [{"text": t} for t in TEXTS[:1]])
+    first = packtool.pack([src], tmp_path / "a", max_len=32)
+    assert first.backend["name"] == "hf"
+    assert "fastokens differs from tokenizers on 'Привет, мир!" in first.notices[0]
+    assert len(list((tmp_path / "cache" / "parity-gate").glob("*.json"))) == 1
+    monkeypatch.undo()  # a correct fastokens now: the cached verdict still stands
+    monkeypatch.setenv("PACKTOOL_CACHE_DIR", str(tmp_path / "cache"))
+    second = packtool.pack([src], tmp_path / "b", max_len=32)
+    assert second.notices == first.notices and made[0].calls >= 1
+    monkeypatch.setenv("PACKTOOL_CACHE_DIR", str(tmp_path / "fresh"))
+    assert packtool.pack([src], tmp_path / "c", max_len=32).backend["name"] == "fastokens"
+
+
+def test_a_batch_fastokens_raises_on_is_re_encoded_with_hf_and_counted(
+    tmp_path, monkeypatch
+) -> None:
+    _faulty(monkeypatch, "BOOM", "raise")
+    tok = load_tokenizer()
+    encoder = DocumentEncoder(tok, backend="fastokens")
+    good = encoder.encode(TEXTS)
+    bad = encoder.encode(["BOOM " + t for t in TEXTS])
+    assert encoder.backend.name == "fastokens" and encoder.backend.fallback_batches == 1
+    reference = DocumentEncoder(tok)
+    for got, texts in ((good, TEXTS), (bad, ["BOOM " + t for t in TEXTS])):
+        want = reference.encode(texts)
+        assert got.ids.tolist() == want.ids.tolist()
+        assert got.lengths.tolist() == want.lengths.tolist()
+
+
+def test_flat_ids_are_read_in_place(tmp_path) -> None:
+    encoder = DocumentEncoder(load_tokenizer(), add_eos=False, backend="fastokens")
+    flat = encoder.tokenize(TEXTS)
+    assert type(flat).__name__ == "_Flat"
+    assert flat.ids.base is not None and not flat.ids.flags.writeable  # a view of the buffer
+    assert encoder.finish(flat).ids is flat.ids  # no EOS to insert: not even one copy
+
+
+def test_verify_against_re_tokenizes_with_hf(tmp_path, monkeypatch) -> None:
+    """A fastokens that were wrong on everything after the pack would not fool the check."""
+    out = tmp_path / "out"
+    packtool.pack([SAMPLE], out, max_len=512, tokenizer_backend="fastokens")
+    made = _faulty(monkeypatch, "", "ids")
+    result = run("verify", out, "--against", SAMPLE)
+    assert result.exit_code == 0, result.output
+    assert made == []  # fastokens was never asked
+
+
+def test_the_option_is_checked(tmp_path) -> None:
+    with pytest.raises(OptionError, match="--tokenizer-backend must be one of auto, fastokens"):
+        PackOptions(tokenizer_backend="rust")
+    result = run("pack", SAMPLE, "-L", "64", "-o", tmp_path / "o", "--tokenizer-backend", "x")
+    assert_one_line_error(result, "--tokenizer-backend must be one of", 2)
+
+
+def test_instruction_data_keeps_hf_pieces(tmp_path) -> None:
+    src = write_jsonl(tmp_path / "pc.jsonl", [{"prompt": "Q: 2+2?", "completion": " 4"}])
+    report = packtool.pack([src], tmp_path / "out", max_len=32)
+    assert report.backend["name"] == "hf" and report.notices == []
+    with pytest.raises(OptionError, match="instruction data is encoded piece by piece"):
+        packtool.pack([src], tmp_path / "o2", max_len=32, tokenizer_backend="fastokens")
