@@ -502,7 +502,9 @@ def _start_fast_load(json_bytes: bytes) -> concurrent.futures.Future[tuple[Any, 
         except BaseException as e:  # pragma: no cover - _load_fast catches what it can
             future.set_exception(e)
 
-    threading.Thread(target=load, daemon=True, name="packtool-fastokens-load").start()
+    # Not a daemon: a process that ends (an error, Ctrl-C) while a daemon thread is inside
+    # the Rust loader aborts at exit ("FATAL: exception not rethrown"); this one is joined.
+    threading.Thread(target=load, daemon=False, name="packtool-fastokens-load").start()
     return future
 
 
