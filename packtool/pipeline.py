@@ -684,7 +684,8 @@ def _read_and_tokenize(
             if index == start_input and skip:
                 batches = skip_records(batches, skip)
             for batch in batches:
-                yield index, batch
+                for piece in _cut_by_size(batch, _BATCH_CHARS):
+                    yield index, piece
             yield index, None  # end of this input
 
     def encode_all() -> Iterator[tuple[int, TextBatch | RecordBatch | None, Any]]:
@@ -778,6 +779,34 @@ def _tokenize_loop(
             last_checkpoint = time.monotonic()
         if progress:
             progress("tokenize", state.bytes_before + batch.bytes_done, total_bytes)
+
+
+_BATCH_CHARS = 4 << 20
+"""Text in one tokenizer batch, at most (unless one document is longer): what is in flight
+(the batches queued and in the tokenizer, and what a tokenizer makes of them) is bounded by
+bytes, not by a count of documents, whatever their length."""
+
+
+def _cut_by_size(batch: Any, limit: int) -> Iterator[Any]:
+    """``batch`` (of texts) in consecutive pieces of at most ``limit`` characters each (a
+    longer document alone). Record batches (instruction data) pass as they are."""
+    if not isinstance(batch, TextBatch) or len(batch.texts) < 2:
+        yield batch
+        return
+    sizes = np.fromiter((len(t) if t else 0 for t in batch.texts), np.int64, len(batch.texts))
+    if int(sizes.sum()) <= limit:
+        yield batch
+        return
+    start, total = 0, 0
+    pieces: list[TextBatch] = []
+    for i, size in enumerate(sizes.tolist()):
+        if i > start and total + size > limit:
+            pieces.append(TextBatch(batch.texts[start:i], bytes_done=batch.bytes_done))
+            start, total = i, 0
+        total += size
+    pieces.append(TextBatch(batch.texts[start:], bytes_done=batch.bytes_done))
+    pieces[0].bad = batch.bad  # counted once, with the first piece
+    yield from pieces
 
 
 _WARM_UP_ITEMS = 500_000

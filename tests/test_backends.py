@@ -167,3 +167,39 @@ def test_instruction_data_keeps_hf_pieces(tmp_path) -> None:
     assert report.backend["name"] == "hf" and report.notices == []
     with pytest.raises(OptionError, match="instruction data is encoded piece by piece"):
         packtool.pack([src], tmp_path / "o2", max_len=32, tokenizer_backend="fastokens")
+
+
+@pytest.mark.parametrize("backend", ["hf", "fastokens"])
+def test_batches_are_cut_by_text_size_not_by_documents(tmp_path, monkeypatch, backend) -> None:
+    """What a tokenizer call gets is bounded by characters (one longer document alone), and
+    the rows do not depend on where batches are cut."""
+    import random
+
+    import packtool.pipeline as pipeline
+
+    rng = random.Random(5)
+    texts = [
+        " ".join(f"w{rng.randrange(500)}" for _ in range(rng.randrange(1, 400))) for _ in range(300)
+    ]
+    texts[17] = "a very long document " * 400  # 8,400 characters, over the limit alone
+    src = write_jsonl(tmp_path / "d.jsonl", [{"text": t} for t in texts])
+    packtool.pack([src], tmp_path / "whole", max_len=128, tokenizer_backend=backend)
+    seen: list[list[str]] = []
+    real = DocumentEncoder.tokenize
+
+    def tokenize(self, batch):
+        seen.append(list(batch))
+        return real(self, batch)
+
+    monkeypatch.setattr(DocumentEncoder, "tokenize", tokenize)
+    monkeypatch.setattr(pipeline, "_BATCH_CHARS", 3000)
+    packtool.pack([src], tmp_path / "cut", max_len=128, tokenizer_backend=backend)
+    assert len(seen) > 10 and [t for b in seen for t in b] == texts
+    assert all(sum(map(len, b)) <= 3000 or len(b) == 1 for b in seen)
+    assert [texts[17]] in seen
+    for a, b in zip(
+        sorted((tmp_path / "whole").glob("*.arrow")),
+        sorted((tmp_path / "cut").glob("*.arrow")),
+        strict=True,
+    ):
+        assert a.read_bytes() == b.read_bytes()
