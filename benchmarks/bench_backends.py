@@ -17,7 +17,10 @@ corpus (``sample_data/make_corpus.py``) with a 151k byte-level BPE trained local
   (batched) + ``trl.pack_dataset(strategy="bfd")``, as TRL's SFT recipe does.
 
 Corpora: ``long`` (documents of 50-120 KB: wiki, web and news prose), ``short`` (the sample
-corpus's mix, median ~1.2 KB), ``long x4`` (for the memory at four times the size), and
+corpus's mix, median ~1.2 KB), ``long code`` (Python sources of this machine joined into
+documents of 50-120 KB, read in the reverse order of the tokenizer's training files, so
+mostly files it was not trained on: a large vocabulary, where `tokenizers` is slower than
+on the generated prose), ``long x4`` (for the memory at four times the size), and
 ``one huge`` (a single document of about 100 MB). The runs of one corpus alternate in rounds;
 the table gives the median and the range of each.
 """
@@ -168,7 +171,22 @@ def write_corpus(path: Path, kind: str, megabytes: float, seed: int) -> tuple[in
 
     target, size, docs = int(megabytes * 1e6), 0, 0
     with open(path, "w", encoding="utf-8") as f:
-        if kind == "short":
+        if kind == "code":  # Python sources found here, joined into 50-120 KB documents
+            from bench_tokenizer import python_sources
+
+            builder, text = _Builder(seed), ""
+            for source in python_sources(reverse=True):
+                try:
+                    text += source.read_text(encoding="utf-8") + "\n"
+                except (OSError, UnicodeDecodeError):
+                    continue
+                if len(text) >= 50_000 + builder.u.randint(0, 70_000):
+                    line = json.dumps({"text": text}, ensure_ascii=False) + "\n"
+                    f.write(line)
+                    size, docs, text = size + len(line.encode()), docs + 1, ""
+                    if size >= target:
+                        break
+        elif kind == "short":
             while size < target:
                 for doc in generate_documents(2500, seed + docs):
                     line = json.dumps({"text": doc["text"]}, ensure_ascii=False) + "\n"
@@ -207,7 +225,7 @@ def main(argv: list[str] | None = None) -> None:
     rounds = 1 if args.quick else args.rounds
     mb = 3 if args.quick else 30
     tok = build()
-    corpora = [("long", "long", mb, 3), ("short", "short", mb, 1)]
+    corpora = [("long", "long", mb, 3), ("short", "short", mb, 1), ("long code", "code", mb, 9)]
     corpora += [
         ("long x4", "long", 4 * mb, 5),
         ("one huge", "huge", 100 if not args.quick else 10, 7),
@@ -240,7 +258,7 @@ def main(argv: list[str] | None = None) -> None:
             for _ in range(rounds):
                 for label, fn in measures:
                     runs.setdefault(label, []).append(fn())
-            if not args.quick and not args.no_trl and name in ("long", "short"):
+            if not args.quick and not args.no_trl and name in ("long", "short", "long code"):
                 runs["TRL map+pack"] = [trl(tok, corpus, tmpdir / "hf-cache")]
             tokens = runs[measures[0][0]][0]["tokens"]
             print(f"{name:<10} {nbytes / 1e6:.1f} MB, {ndocs:,} documents, {tokens:,} tokens")

@@ -30,14 +30,18 @@ _QWEN_SPLIT = (
 _TRAIN_BYTES = 120 << 20
 
 
-def _python_sources() -> Iterator[Path]:
+def python_sources(reverse: bool = False) -> Iterator[Path]:
+    """The Python files of this interpreter's standard library and site-packages, in a fixed
+    order (``reverse``: from the other end)."""
     seen: set[Path] = set()
+    files: list[Path] = []
     for key in ("stdlib", "purelib", "platlib"):
         root = Path(sysconfig.get_paths()[key])
         if root in seen or not root.exists():
             continue
         seen.add(root)
-        yield from sorted(root.rglob("*.py"))
+        files.extend(sorted(root.rglob("*.py")))
+    yield from reversed(files) if reverse else files
 
 
 def _training_texts(info: dict) -> Iterator[str]:
@@ -49,7 +53,7 @@ def _training_texts(info: dict) -> Iterator[str]:
         total += len(doc["text"])
         yield doc["text"]
     files = 0
-    for path in _python_sources():
+    for path in python_sources():
         try:
             text = path.read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError):

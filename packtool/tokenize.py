@@ -713,6 +713,82 @@ def _parity_gate(
     return fast, Backend("fastokens", _version("fastokens"), "passed the parity gate")
 
 
+HUGE_CHARS = 8 << 20
+"""A document of more characters is encoded in pieces of about :data:`PIECE_CHARS`, where
+the tokenizer allows it (:func:`pieces_are_exact`), so that what the tokenizer builds for it
+(words, offsets; ten bytes and more per character) stays bounded."""
+PIECE_CHARS = 4 << 20
+
+# The regex split pre-tokenizers of GPT-2 (ByteLevel's own), Llama 3 and Qwen 2: each cuts
+# after a single line break before a letter whatever comes before it: no alternative matches
+# across a line break into a letter ([^\r\n\p{L}\p{N}]?\p{L}+ cannot start at the break,
+# \s*[\r\n]+ and \s+ stop at the letter).
+_SAFE_SPLITS = frozenset(
+    {
+        r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}"
+        r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+",
+        r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}"
+        r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+",
+    }
+)
+# A single line break between a non-space and a letter. Not after a run of whitespace: GPT-2's
+# \s+(?!\S) groups a run that ends a text ("\n\n") but splits the same run before a letter.
+_LINE_START = re.compile(r"(?<=\S)\n(?=[^\W\d_])")
+
+
+def _byte_level(p: Any, use_regex: bool) -> bool:
+    return (
+        isinstance(p, dict)
+        and p.get("type") == "ByteLevel"
+        and not p.get("add_prefix_space", True)
+        and bool(p.get("use_regex", True)) == use_regex
+    )
+
+
+def pieces_are_exact(tok: HFTokenizer) -> bool:
+    """Whether cutting a text at a single line break before a letter (after a non-space)
+    leaves its ids unchanged:
+    a byte-level BPE (no dropout) with no normalizer or NFC, one of the known regex splits,
+    and no added token holding a line break (added tokens are matched before the split)."""
+    try:
+        spec = json.loads(tok.json_bytes)
+    except ValueError:  # pragma: no cover - tokenizers loaded it
+        return False
+    model, norm, pre = spec.get("model") or {}, spec.get("normalizer"), spec.get("pre_tokenizer")
+    if model.get("type") != "BPE" or model.get("dropout") not in (None, 0, 0.0):
+        return False
+    if norm is not None and norm.get("type") != "NFC":
+        return False
+    if any("\n" in a for a in tok.added_strings):
+        return False
+    if _byte_level(pre, True):
+        return True
+    steps = pre.get("pretokenizers") if isinstance(pre, dict) else None
+    if not steps or len(steps) != 2 or not _byte_level(steps[1], False):
+        return False
+    split = steps[0]
+    return (
+        split.get("type") == "Split"
+        and split.get("behavior") == "Isolated"
+        and not split.get("invert")
+        and (split.get("pattern") or {}).get("Regex") in _SAFE_SPLITS
+    )
+
+
+def cut_points(text: str, size: int) -> list[int]:
+    """Where to cut ``text`` into pieces of about ``size`` characters: after a single line
+    break before a letter (see :func:`pieces_are_exact`); ``[0, len(text)]`` if none."""
+    cuts, pos = [0], size
+    while pos < len(text):
+        m = _LINE_START.search(text, pos)
+        if m is None:
+            break
+        cuts.append(m.end())
+        pos = m.end() + size
+    cuts.append(len(text))
+    return cuts
+
+
 class _Flat:
     """A batch as fastokens returns it: every document's ids in one buffer, read in place."""
 
@@ -722,6 +798,13 @@ class _Flat:
         self.ids = np.frombuffer(ids, dtype="<i4")  # ids < 2**31: the same bits as uint32
         self.lengths = np.diff(np.frombuffer(offsets, dtype="<u8")).astype(np.int64)
         self.special_strings = 0
+
+    @classmethod
+    def of_document(cls, ids: np.ndarray) -> _Flat:
+        """One document's ids, encoded in pieces and joined."""
+        out = cls.__new__(cls)
+        out.ids, out.lengths, out.special_strings = ids, np.array([ids.size], np.int64), 0
+        return out
 
     def __len__(self) -> int:
         return int(self.lengths.size)
@@ -802,6 +885,7 @@ class DocumentEncoder:
         self._add_special = bos is None
         self._n_special = tokenizer.num_special_tokens_to_add() if bos is None else 0
         self._choice = backend
+        self._pieces = isinstance(tokenizer, HFTokenizer) and self._prefix_only(tokenizer)
         self._fast: Any = None
         self._gate_lock = threading.Lock()
         self._gated = backend == "hf" or not isinstance(tokenizer, HFTokenizer)
@@ -814,6 +898,47 @@ class DocumentEncoder:
             )
         else:
             self.backend = Backend("custom", None, type(tokenizer).__name__)
+
+    def _prefix_only(self, tok: HFTokenizer) -> bool:
+        """Whether a huge document may be encoded in pieces: the tokenizer allows it, and the
+        post-processor's tokens in this mode (if any) all go before the text (Llama 3's BOS),
+        so that only the first piece gets them."""
+        if not pieces_are_exact(tok):
+            return False
+        if not self._add_special or not self._n_special:
+            return True
+        bare = tok.encode_batch(["a"], add_special_tokens=False)[0]
+        full = tok.encode_batch(["a"], add_special_tokens=True)[0]
+        return full[len(full) - len(bare) :] == bare
+
+    def _encode_huge(self, text: str, fast: Any) -> _Flat:
+        """One document of more than :data:`HUGE_CHARS` characters, encoded a few pieces at
+        a time (as many as the tokenizer's threads can share) and joined."""
+        cuts = cut_points(text, PIECE_CHARS)
+        spans = list(itertools.pairwise(cuts))
+        out: list[np.ndarray] = []
+        for g in range(0, len(spans), 2):
+            group = [text[a:b] for a, b in spans[g : g + 2]]
+            if fast is not None:
+                first, rest = group[:1], group[1:]
+                for part, special in ((first, g == 0 and self._add_special), (rest, False)):
+                    if part:
+                        out.append(self._encode_flat(part, special, fast).ids.copy())
+            else:
+                assert isinstance(self.tokenizer, HFTokenizer)
+                for i, piece in enumerate(group):
+                    special = g == 0 and i == 0 and self._add_special
+                    enc = self.tokenizer.encodings([piece], special, self.parse_special)[0]
+                    out.append(np.asarray(enc.ids, dtype=np.int32))
+            del group
+        return _Flat.of_document(np.concatenate(out) if out else np.zeros(0, np.int32))
+
+    def _encode_flat(self, texts: list[str], add_special: bool, fast: Any) -> _Flat:
+        return _Flat(
+            *fast.encode_batch_flat(
+                texts, add_special_tokens=add_special, split_special_tokens=not self.parse_special
+            )
+        )
 
     def _gate(self, texts: Sequence[str]) -> None:
         with self._gate_lock:
@@ -836,15 +961,18 @@ class DocumentEncoder:
         if not self._gated:
             self._gate(texts)
         out: Any
-        if self._fast is not None:
+        if self._pieces and len(texts) == 1 and len(texts[0]) > HUGE_CHARS:
             try:
-                out = _Flat(
-                    *self._fast.encode_batch_flat(
-                        texts if isinstance(texts, list) else list(texts),
-                        add_special_tokens=self._add_special,
-                        split_special_tokens=not self.parse_special,
-                    )
-                )
+                out = self._encode_huge(texts[0], self._fast)
+            except Exception:  # as below: the whole document with tokenizers, counted
+                if self._fast is None:
+                    raise
+                with self._gate_lock:
+                    self.backend.fallback_batches += 1
+                out = self._encode_huge(texts[0], None)
+        elif self._fast is not None:
+            try:
+                out = self._encode_flat(list(texts), self._add_special, self._fast)
             except Exception:  # a regex limit, an unexpected input: never a silent divergence
                 with self._gate_lock:
                     self.backend.fallback_batches += 1

@@ -203,3 +203,73 @@ def test_batches_are_cut_by_text_size_not_by_documents(tmp_path, monkeypatch, ba
         strict=True,
     ):
         assert a.read_bytes() == b.read_bytes()
+
+
+@pytest.fixture(scope="module")
+def piece_dirs(tmp_path_factory):
+    from tokenizer_families import build_family
+
+    root = tmp_path_factory.mktemp("piece-families")
+    return {name: build_family(name, root / name) for name in ("gpt2", "llama3", "qwen", "llama2")}
+
+
+def _huge_text() -> str:
+    """Prose of the sample corpus (many lines) with the hard texts in between."""
+    from tokenizer_families import hard_texts
+
+    with open(SAMPLE, encoding="utf-8") as f:
+        prose = [json.loads(line)["text"] for _, line in zip(range(60), f, strict=False)]
+    hard = hard_texts()
+    mixed = [t for pair in zip(prose, hard * 10, strict=False) for t in pair]
+    return "\n".join(mixed) + "\nthe end"
+
+
+@pytest.mark.parametrize("backend", ["hf", "fastokens"])
+@pytest.mark.parametrize("family", ["default", "gpt2", "llama3", "qwen"])
+def test_a_huge_document_in_pieces_equals_it_whole(piece_dirs, monkeypatch, family, backend):
+    """A document over HUGE_CHARS is encoded in pieces cut at single line breaks before letters;
+    its ids are those of the whole text, BOS (Llama 3) and EOS included."""
+    import packtool.tokenize as tokenize
+
+    tok = load_tokenizer(None if family == "default" else piece_dirs[family])
+    text = _huge_text()
+    whole = DocumentEncoder(tok, backend=backend).encode([text])
+    monkeypatch.setattr(tokenize, "HUGE_CHARS", 1000)
+    monkeypatch.setattr(tokenize, "PIECE_CHARS", 700)
+    cuts = tokenize.cut_points(text, 700)
+    assert len(cuts) > 20 and all(text[c - 1] == "\n" for c in cuts[1:-1])
+    encoder = DocumentEncoder(tok, backend=backend)
+    assert encoder._pieces  # this tokenizer allows pieces
+    pieces = encoder.encode([text])
+    assert encoder.backend.name == backend and encoder.backend.fallback_batches == 0
+    assert pieces.ids.tolist() == whole.ids.tolist()
+    assert pieces.lengths.tolist() == whole.lengths.tolist()
+    # The cut matters: pieces cut elsewhere (mid-word) give other ids.
+    mid = [text[i : i + 701] for i in range(0, len(text), 701)]
+    assert [i for p in tok.encode_batch(mid, False) for i in p] != tok.encode_batch([text], False)[
+        0
+    ]
+
+
+@pytest.mark.parametrize("family", ["llama2"])
+def test_tokenizers_that_mark_word_starts_keep_huge_documents_whole(piece_dirs, family):
+    import packtool.tokenize as tokenize
+
+    assert not tokenize.pieces_are_exact(load_tokenizer(piece_dirs[family]))
+
+
+def test_pack_of_a_huge_document_is_the_same_in_pieces(tmp_path, monkeypatch) -> None:
+    import packtool.tokenize as tokenize
+
+    src = write_jsonl(tmp_path / "d.jsonl", [{"text": "short"}, {"text": _huge_text()}])
+    packtool.pack([src], tmp_path / "whole", max_len=64, tokenizer_backend="hf")
+    monkeypatch.setattr(tokenize, "HUGE_CHARS", 1000)
+    monkeypatch.setattr(tokenize, "PIECE_CHARS", 700)
+    for backend in ("hf", "fastokens"):
+        packtool.pack([src], tmp_path / backend, max_len=64, tokenizer_backend=backend)
+        for a, b in zip(
+            sorted((tmp_path / "whole").glob("*.arrow")),
+            sorted((tmp_path / backend).glob("*.arrow")),
+            strict=True,
+        ):
+            assert a.read_bytes() == b.read_bytes()
