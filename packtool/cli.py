@@ -376,6 +376,13 @@ def pack(
             "The ids are the same.",
         ),
     ] = "auto",
+    check_sample: Annotated[
+        int,
+        typer.Option(
+            help="Re-encode about N documents, spread over the inputs, with Hugging Face "
+            "tokenizers and stop (writing nothing) if fastokens gave other ids.",
+        ),
+    ] = 0,
     resume: Annotated[
         bool,
         typer.Option(

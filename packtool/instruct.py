@@ -681,6 +681,14 @@ class InputPlan:
         }
 
 
+def _check_every(files: Sequence[InputFile], sample: int) -> int:
+    """Characters between two documents checked against `tokenizers` (``--check-sample N``:
+    about N documents spread over the inputs; 0: none)."""
+    if not sample:
+        return 0
+    return max(1, sum(f.size_bytes for f in files) // sample)
+
+
 def plan_input(files: Sequence[InputFile], tokenizer: Tokenizer, options: PackOptions) -> InputPlan:
     """Decide the input shape (``auto``: from the fields of the first record of the first
     input), check the options against it, and build the encoder.
@@ -726,6 +734,7 @@ def plan_input(files: Sequence[InputFile], tokenizer: Tokenizer, options: PackOp
             bos=o.bos,
             parse_special=o.parse_special,
             backend=o.tokenizer_backend,
+            check_every=_check_every(files, o.check_sample),
         )
     else:
         assert resolved_loss is not None

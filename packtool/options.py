@@ -150,6 +150,7 @@ class PackOptions:
     resume: bool = False
     num_proc: int | None = None
     tokenizer_backend: str = "auto"
+    check_sample: int = 0
     units: int | None = None
     unit: int | None = None
     engine: str = "local"
@@ -184,6 +185,7 @@ class PackOptions:
         parse_size(self.shard_size)
         if self.num_proc is not None:
             _count("--num-proc", self.num_proc, 1)
+        _count("--check-sample", self.check_sample, 0)
         if not isinstance(self.seed, int) or isinstance(self.seed, bool):
             raise OptionError(f"--seed must be an integer, got {self.seed!r}")
         self._check_units()

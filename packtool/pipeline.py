@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 
 from ._version import __version__
 from .errors import InputError, OptionError
@@ -693,6 +694,10 @@ def _read_and_tokenize(
 
         def tokenize(item: tuple[int, Any]) -> tuple[int, Any, Any]:
             index, batch = item
+            if _holds_a_huge_document(batch):
+                # pyarrow's allocator keeps what parsing a huge line freed (2-3x the line)
+                # for itself: give it back before the tokenizer needs memory for the document.
+                pa.default_memory_pool().release_unused()
             # A record the chat template fails on becomes a bad record here (or stops the run).
             return index, batch, None if batch is None else plan.tokenize(batch, skip_bad)
 
@@ -785,6 +790,14 @@ _BATCH_CHARS = 4 << 20
 """Text in one tokenizer batch, at most (unless one document is longer): what is in flight
 (the batches queued and in the tokenizer, and what a tokenizer makes of them) is bounded by
 bytes, not by a count of documents, whatever their length."""
+
+
+def _holds_a_huge_document(batch: Any) -> bool:
+    return (
+        isinstance(batch, TextBatch)
+        and len(batch.texts) == 1
+        and len(batch.texts[0] or "") > _BATCH_CHARS
+    )
 
 
 def _cut_by_size(batch: Any, limit: int) -> Iterator[Any]:

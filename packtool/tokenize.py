@@ -550,6 +550,7 @@ class Backend:
     reason: str
     fallback_batches: int = 0
     notice: str | None = None
+    documents_checked: int = 0  # --check-sample: documents re-encoded with tokenizers, equal
 
     def describe(self) -> dict[str, Any]:
         return {
@@ -557,6 +558,7 @@ class Backend:
             "version": self.version,
             "reason": self.reason,
             "fallback_batches": self.fallback_batches,
+            "documents_checked": self.documents_checked,
         }
 
 
@@ -792,18 +794,21 @@ def cut_points(text: str, size: int) -> list[int]:
 class _Flat:
     """A batch as fastokens returns it: every document's ids in one buffer, read in place."""
 
-    __slots__ = ("ids", "lengths", "special_strings")
+    __slots__ = ("ids", "lengths", "room", "special_strings")
 
     def __init__(self, ids: bytes, offsets: bytes) -> None:
         self.ids = np.frombuffer(ids, dtype="<i4")  # ids < 2**31: the same bits as uint32
         self.lengths = np.diff(np.frombuffer(offsets, dtype="<u8")).astype(np.int64)
+        self.room: np.ndarray | None = None
         self.special_strings = 0
 
     @classmethod
-    def of_document(cls, ids: np.ndarray) -> _Flat:
-        """One document's ids, encoded in pieces and joined."""
+    def of_document(cls, room: np.ndarray, n: int) -> _Flat:
+        """One document's ``n`` ids, encoded in pieces into ``room`` (which has space after
+        them for an EOS)."""
         out = cls.__new__(cls)
-        out.ids, out.lengths, out.special_strings = ids, np.array([ids.size], np.int64), 0
+        out.ids, out.lengths, out.room = room[:n], np.array([n], np.int64), room
+        out.special_strings = 0
         return out
 
     def __len__(self) -> int:
@@ -875,6 +880,7 @@ class DocumentEncoder:
         bos: bool | None = None,
         parse_special: bool = False,
         backend: str = "hf",
+        check_every: int = 0,
     ):
         self.tokenizer = tokenizer
         self.add_eos = add_eos
@@ -887,6 +893,8 @@ class DocumentEncoder:
         self._choice = backend
         self._pieces = isinstance(tokenizer, HFTokenizer) and self._prefix_only(tokenizer)
         self._fast: Any = None
+        self._check_every = check_every
+        self._chars_seen = 0
         self._gate_lock = threading.Lock()
         self._gated = backend == "hf" or not isinstance(tokenizer, HFTokenizer)
         if isinstance(tokenizer, HFTokenizer):
@@ -916,22 +924,30 @@ class DocumentEncoder:
         a time (as many as the tokenizer's threads can share) and joined."""
         cuts = cut_points(text, PIECE_CHARS)
         spans = list(itertools.pairwise(cuts))
-        out: list[np.ndarray] = []
+        # Byte-level BPE: every id holds at least one byte, so a document of n characters
+        # (at most 4n bytes) has at most 4n ids, plus the post-processor's and an EOS. Pages
+        # of the array count in memory only once written.
+        room = np.empty(4 * len(text) + self._n_special + 2, np.int32)
+        n = 0
         for g in range(0, len(spans), 2):
             group = [text[a:b] for a, b in spans[g : g + 2]]
+            parts: list[Any] = []
             if fast is not None:
                 first, rest = group[:1], group[1:]
                 for part, special in ((first, g == 0 and self._add_special), (rest, False)):
                     if part:
-                        out.append(self._encode_flat(part, special, fast).ids.copy())
+                        parts.append(self._encode_flat(part, special, fast).ids)
             else:
                 assert isinstance(self.tokenizer, HFTokenizer)
                 for i, piece in enumerate(group):
                     special = g == 0 and i == 0 and self._add_special
                     enc = self.tokenizer.encodings([piece], special, self.parse_special)[0]
-                    out.append(np.asarray(enc.ids, dtype=np.int32))
-            del group
-        return _Flat.of_document(np.concatenate(out) if out else np.zeros(0, np.int32))
+                    parts.append(np.asarray(enc.ids, dtype=np.int32))
+            for ids in parts:
+                room[n : n + ids.size] = ids
+                n += ids.size
+            del group, parts
+        return _Flat.of_document(room, n)
 
     def _encode_flat(self, texts: list[str], add_special: bool, fast: Any) -> _Flat:
         return _Flat(
@@ -939,6 +955,34 @@ class DocumentEncoder:
                 texts, add_special_tokens=add_special, split_special_tokens=not self.parse_special
             )
         )
+
+    def _check(self, texts: Sequence[str], flat: _Flat) -> None:
+        """``--check-sample``: the documents of this batch at every ``check_every``-th
+        character of the run, re-encoded with `tokenizers`, must have the same ids."""
+        sizes = np.fromiter(map(len, texts), np.int64, len(texts))
+        ends = np.cumsum(sizes)
+        with self._gate_lock:
+            start = self._chars_seen
+            self._chars_seen += int(ends[-1]) if ends.size else 0
+        every = self._check_every
+        marks = np.arange((start // every + 1) * every, start + int(ends[-1]) + 1, every)
+        picks = np.unique(np.searchsorted(ends, marks - start, side="left"))
+        picks = picks[picks < len(texts)]
+        if not picks.size:
+            return
+        assert isinstance(self.tokenizer, HFTokenizer)
+        chosen = [texts[int(i)] for i in picks]
+        want = self.tokenizer.encodings(chosen, self._add_special, self.parse_special)
+        offsets = np.concatenate([[0], np.cumsum(flat.lengths)])
+        for i, text, enc in zip(picks.tolist(), chosen, want, strict=True):
+            if flat.ids[offsets[i] : offsets[i + 1]].tolist() != enc.ids:
+                raise TokenizerError(
+                    f"--check-sample: fastokens and tokenizers give different ids for a "
+                    f"document ({text[:40]!r}...): nothing was written; pack with "
+                    "--tokenizer-backend hf"
+                )
+        with self._gate_lock:
+            self.backend.documents_checked += int(picks.size)
 
     def _gate(self, texts: Sequence[str]) -> None:
         with self._gate_lock:
@@ -973,6 +1017,10 @@ class DocumentEncoder:
         elif self._fast is not None:
             try:
                 out = self._encode_flat(list(texts), self._add_special, self._fast)
+                if self._check_every:
+                    self._check(texts, out)
+            except TokenizerError:
+                raise
             except Exception:  # a regex limit, an unexpected input: never a silent divergence
                 with self._gate_lock:
                     self.backend.fallback_batches += 1
@@ -1026,7 +1074,13 @@ class DocumentEncoder:
             at.append((ends - raw_len)[full])
             kind.append(np.ones(at[-1].size, np.int8))
             lengths = lengths + full
-        if at and sum(a.size for a in at):
+        room = getattr(encoded, "room", None)
+        if room is not None and len(at) == 1 and at[0].size == 1 and at[0][0] == ids.size:
+            # One huge document and its EOS: written after its ids, in the room left for it
+            # (np.insert would copy the document's ids once more).
+            room[ids.size] = self.tokenizer.special.eos_id
+            ids = room[: ids.size + 1]
+        elif at and sum(a.size for a in at):
             where, what = np.concatenate(at), np.concatenate(kind)
             if len(at) > 1:
                 # A document's EOS and the next one's BOS go in at the same place: EOS first.

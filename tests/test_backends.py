@@ -273,3 +273,32 @@ def test_pack_of_a_huge_document_is_the_same_in_pieces(tmp_path, monkeypatch) ->
             strict=True,
         ):
             assert a.read_bytes() == b.read_bytes()
+
+
+def test_check_sample_catches_a_divergence_the_gate_did_not_see(tmp_path, monkeypatch) -> None:
+    """A document far into the input on which fastokens were wrong: the gate (first batch)
+    passes; --check-sample re-encodes documents spread over the run and stops before
+    anything is written."""
+    import packtool.pipeline as pipeline
+
+    texts = [f"document {i}: " + "some words here. " * 40 for i in range(60)]
+    texts[47] = "the TRIGGER document " + texts[47]
+    src = write_jsonl(tmp_path / "d.jsonl", [{"text": t} for t in texts])
+    monkeypatch.setattr(pipeline, "_BATCH_CHARS", 4000)  # document 47 is far from batch 1
+    _faulty(monkeypatch, "TRIGGER", "ids")
+    silent = packtool.pack([src], tmp_path / "silent", max_len=64, tokenizer_backend="fastokens")
+    assert silent.backend["name"] == "fastokens" and silent.backend["documents_checked"] == 0
+    with pytest.raises(TokenizerError, match="--check-sample: fastokens and tokenizers give"):
+        packtool.pack([src], tmp_path / "out", max_len=64, check_sample=60)
+    assert not (tmp_path / "out").exists()
+
+
+def test_check_sample_counts_the_documents_it_checked(tmp_path) -> None:
+    texts = [f"document {i}: " + "words. " * (10 + i) for i in range(200)]
+    src = write_jsonl(tmp_path / "d.jsonl", [{"text": t} for t in texts])
+    report = packtool.pack([src], tmp_path / "out", max_len=64, check_sample=20)
+    manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
+    checked = manifest["tokenizer"]["backend"]["documents_checked"]
+    assert report.backend["name"] == "fastokens" and 15 <= checked <= 25
+    with pytest.raises(OptionError, match="--check-sample must be an integer >= 0"):
+        PackOptions(check_sample=-1)
