@@ -684,9 +684,15 @@ def _read_and_tokenize(
                 batches = plan.read(files[index], **read_options)
             if index == start_input and skip:
                 batches = skip_records(batches, skip)
+            huge = False
             for batch in batches:
+                if huge:
+                    _give_back_arrow_memory()
                 for piece in _cut_by_size(batch, _BATCH_CHARS):
                     yield index, piece
+                huge = _holds_a_huge_document(batch)
+            if huge:
+                _give_back_arrow_memory()
             yield index, None  # end of this input
 
     def encode_all() -> Iterator[tuple[int, TextBatch | RecordBatch | None, Any]]:
@@ -694,10 +700,6 @@ def _read_and_tokenize(
 
         def tokenize(item: tuple[int, Any]) -> tuple[int, Any, Any]:
             index, batch = item
-            if _holds_a_huge_document(batch):
-                # pyarrow's allocator keeps what parsing a huge line freed (2-3x the line)
-                # for itself: give it back before the tokenizer needs memory for the document.
-                pa.default_memory_pool().release_unused()
             # A record the chat template fails on becomes a bad record here (or stops the run).
             return index, batch, None if batch is None else plan.tokenize(batch, skip_bad)
 
@@ -790,6 +792,13 @@ _BATCH_CHARS = 4 << 20
 """Text in one tokenizer batch, at most (unless one document is longer): what is in flight
 (the batches queued and in the tokenizer, and what a tokenizer makes of them) is bounded by
 bytes, not by a count of documents, whatever their length."""
+
+
+def _give_back_arrow_memory() -> None:
+    """pyarrow's allocator (mimalloc) keeps what parsing a huge line freed, 2-3x the line,
+    in the reading thread's heap: returned to the system from this thread, once the reader
+    has moved past the line, while the tokenizer works on the document."""
+    pa.default_memory_pool().release_unused()
 
 
 def _holds_a_huge_document(batch: Any) -> bool:
