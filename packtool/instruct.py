@@ -68,6 +68,7 @@ __all__ = [
     "check_chat",
     "check_prompt_completion",
     "detect_shape",
+    "input_shape",
     "plan_input",
 ]
 
@@ -681,6 +682,26 @@ class InputPlan:
         }
 
 
+def input_shape(files: Sequence[InputFile], options: PackOptions) -> tuple[InputShape, bool]:
+    """The input shape of a run, and whether ``auto`` chose it (from the fields of the first
+    record of the first input)."""
+    o = options
+    shape = parse_shape(o.input_shape)
+    if shape is not InputShape.AUTO:
+        return shape, False
+    fields = first_record_fields(files[0], split=o.split) if files else None
+    return (
+        detect_shape(
+            fields,
+            text_field=o.text_field,
+            prompt_field=o.prompt_field,
+            completion_field=o.completion_field,
+            messages_field=o.messages_field,
+        ),
+        True,
+    )
+
+
 def _check_every(files: Sequence[InputFile], sample: int) -> int:
     """Characters between two documents checked against `tokenizers` (``--check-sample N``:
     about N documents spread over the inputs; 0: none)."""
@@ -699,16 +720,7 @@ def plan_input(files: Sequence[InputFile], tokenizer: Tokenizer, options: PackOp
     :class:`~packtool.tokenize.DocumentEncoder`.
     """
     o = options
-    shape = parse_shape(o.input_shape)
-    shape_auto = shape is InputShape.AUTO
-    if shape_auto:
-        shape = detect_shape(
-            first_record_fields(files[0], split=o.split) if files else None,
-            text_field=o.text_field,
-            prompt_field=o.prompt_field,
-            completion_field=o.completion_field,
-            messages_field=o.messages_field,
-        )
+    shape, shape_auto = input_shape(files, o)
     resolved_loss = resolve_loss_on(o.loss_on, shape)
     if o.overflow is None:
         overflow = Overflow.SPLIT if shape is InputShape.TEXT else Overflow.DROP

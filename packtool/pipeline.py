@@ -35,7 +35,7 @@ from .format import (
     write_error,
 )
 from .gather import gather_rows, warm_up_gather
-from .instruct import InputPlan, InputShape, plan_input
+from .instruct import InputPlan, InputShape, input_shape, plan_input
 from .options import PackOptions
 from .packing import Overflow, first_fit_decreasing, lower_bound_rows, plan_rows, segment_items
 from .sources import InputFile, RecordBatch, TextBatch, resolve_inputs, skip_records
@@ -337,7 +337,9 @@ def _prepare(
     check_output_dir(out, options.overwrite)
     remove_stale_temporaries(out)
     files = resolve_inputs(inputs) if files is None else list(files)
-    tok = _tokenizer(options)
+    # Instruction data is encoded with tokenizers: fastokens' copy is not even loaded.
+    text = input_shape(files, options)[0] is InputShape.TEXT
+    tok = _tokenizer(options if text else options.replace(tokenizer_backend="hf"))
     plan = plan_input(files, tok, options)
     if units and plan.shape is not InputShape.TEXT:
         raise OptionError(

@@ -898,7 +898,9 @@ class DocumentEncoder:
         self._gate_lock = threading.Lock()
         self._gated = backend == "hf" or not isinstance(tokenizer, HFTokenizer)
         if isinstance(tokenizer, HFTokenizer):
-            self.backend = _hf_backend("--tokenizer-backend hf" if backend == "hf" else "")
+            self.backend = _hf_backend(
+                "--tokenizer-backend hf" if backend == "hf" else "no document to encode"
+            )
         elif backend == "fastokens":
             raise TokenizerError(
                 f"--tokenizer-backend fastokens needs a tokenizer.json; {tokenizer.name} is "
