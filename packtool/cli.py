@@ -455,6 +455,7 @@ def pack(
             "labels",
         )
         summary = {k: m[k] for k in keys if k in m}
+        summary["tokenizer_backend"] = report.backend
         print(json.dumps({"out_dir": str(report.out_dir), **summary}, indent=2))
         return
     _print_notices(report, quiet=quiet)
