@@ -8,9 +8,10 @@ What it measures, all in one run (ratios are taken within the run: shared machin
 1. ``first_fit_decreasing`` on 1M and 10M lognormal lengths (median 300) at max_len 4096:
    time (warm, median of 3, sort included), rows, rows over ceil(tokens / max_len), efficiency.
    With ``trl`` installed, TRL's ``pack_dataset(strategy="bfd")`` on the same 1M lengths.
-2. End to end on a generated corpus (``sample_data/make_corpus.py``): ``packtool pack`` against
-   the raw tokenizer ceiling, i.e. `tokenizers`' ``encode_batch_fast`` on the same texts with
-   all cores and nothing else (texts already in memory). Runs alternate raw / pack /
+2. End to end on a generated corpus (``sample_data/make_corpus.py``): ``packtool pack
+   --tokenizer-backend hf`` against the raw tokenizer ceiling, i.e. `tokenizers`'
+   ``encode_batch_fast`` on the same texts with all cores and nothing else (texts already in
+   memory). Runs alternate raw / pack /
    raw; the ratio is pack tokens/s over raw tokens/s, for the best run of each and, per
    round, against the mean of the raw runs around it (median and range of the rounds).
 3. Peak resident memory (``VmHWM`` of the ``packtool pack`` process) at two corpus sizes
@@ -111,6 +112,8 @@ def _write_corpus(path: Path, num_docs: int, seed: int) -> int:
 
 def _pack(corpus: Path, out: Path, max_len: int) -> tuple[dict[str, Any], float, int]:
     args = ["pack", str(corpus), "--max-len", str(max_len), "-o", str(out), "--overwrite"]
+    # Against `tokenizers` alone, so on `tokenizers`: bench_backends.py compares the backends.
+    args += ["--tokenizer-backend", "hf"]
     stdout, wall, rss = _run_rss([*args, "--json"])
     return json.loads(stdout), wall, rss
 

@@ -236,6 +236,14 @@ def _summary_table(report: Any) -> Table:
         f"({report.unpacked_slots:,} -> {report.rows * report.max_len:,} slots)",
     )
     table.add_row("time", f"{report.seconds:.1f} s ({report.tokens_per_second:,.0f} tokens/s)")
+    backend = report.backend
+    if backend:
+        fell_back = backend.get("fallback_batches", 0)
+        table.add_row(
+            "tokenizer backend",
+            f"{backend['name']} {backend['version']}"
+            + (f" ({fell_back:,} batches re-encoded with hf)" if fell_back else ""),
+        )
     return table
 
 
@@ -409,6 +417,21 @@ def pack(
         int | None,
         typer.Option(help="Tokenizer threads (default: all cores).", show_default=False),
     ] = None,
+    tokenizer_backend: Annotated[
+        str,
+        typer.Option(
+            help="Tokenizer engine: auto (fastokens where it loads the file and passes the "
+            "parity gate, else Hugging Face tokenizers), fastokens (fail if it cannot) or hf. "
+            "The ids are the same.",
+        ),
+    ] = "auto",
+    check_sample: Annotated[
+        int,
+        typer.Option(
+            help="Re-encode about N documents, spread over the inputs, with Hugging Face "
+            "tokenizers and stop (writing nothing) if fastokens gave other ids.",
+        ),
+    ] = 0,
     resume: Annotated[
         bool,
         typer.Option(
@@ -484,6 +507,7 @@ def pack(
         )
         summary = {k: m[k] for k in keys if k in m}
         summary["notices"] = report.notices
+        summary["tokenizer_backend"] = report.backend
         print(json.dumps({"out_dir": str(report.out_dir), **summary}, indent=2))
         return
     _say_skipped(report.skipped_files, quiet)

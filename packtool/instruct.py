@@ -75,6 +75,7 @@ __all__ = [
     "check_chat",
     "check_prompt_completion",
     "detect_shape",
+    "input_shape",
     "plan_input",
 ]
 
@@ -689,6 +690,34 @@ class InputPlan:
         }
 
 
+def input_shape(files: Sequence[InputFile], options: PackOptions) -> tuple[InputShape, bool]:
+    """The input shape of a run, and whether ``auto`` chose it (from the fields of the first
+    record of the first input)."""
+    o = options
+    shape = parse_shape(o.input_shape)
+    if shape is not InputShape.AUTO:
+        return shape, False
+    fields = first_record_fields(files[0], split=o.split) if files else None
+    return (
+        detect_shape(
+            fields,
+            text_field=o.text_field,
+            prompt_field=o.prompt_field,
+            completion_field=o.completion_field,
+            messages_field=o.messages_field,
+        ),
+        True,
+    )
+
+
+def _check_every(files: Sequence[InputFile], sample: int) -> int:
+    """Characters between two documents checked against `tokenizers` (``--check-sample N``:
+    about N documents spread over the inputs; 0: none)."""
+    if not sample:
+        return 0
+    return max(1, sum(f.size_bytes for f in files) // sample)
+
+
 def plan_input(files: Sequence[InputFile], tokenizer: Tokenizer, options: PackOptions) -> InputPlan:
     """Decide the input shape (``auto``: from the fields of the first record of the first
     input), check the options against it, and build the encoder.
@@ -699,16 +728,7 @@ def plan_input(files: Sequence[InputFile], tokenizer: Tokenizer, options: PackOp
     :class:`~packtool.tokenize.DocumentEncoder`.
     """
     o = options
-    shape = parse_shape(o.input_shape)
-    shape_auto = shape is InputShape.AUTO
-    if shape_auto:
-        shape = detect_shape(
-            first_record_fields(files[0], split=o.split) if files else None,
-            text_field=o.text_field,
-            prompt_field=o.prompt_field,
-            completion_field=o.completion_field,
-            messages_field=o.messages_field,
-        )
+    shape, shape_auto = input_shape(files, o)
     resolved_loss = resolve_loss_on(o.loss_on, shape)
     if o.overflow is None:
         overflow = Overflow.SPLIT if shape is InputShape.TEXT else Overflow.DROP
@@ -731,10 +751,20 @@ def plan_input(files: Sequence[InputFile], tokenizer: Tokenizer, options: PackOp
     encoder: DocumentEncoder | InstructEncoder
     if shape is InputShape.TEXT:
         encoder = DocumentEncoder(
-            tokenizer, add_eos=add_eos, bos=o.bos, parse_special=o.parse_special
+            tokenizer,
+            add_eos=add_eos,
+            bos=o.bos,
+            parse_special=o.parse_special,
+            backend=o.tokenizer_backend,
+            check_every=_check_every(files, o.check_sample),
         )
     else:
         assert resolved_loss is not None
+        if o.tokenizer_backend == "fastokens":
+            raise OptionError(
+                "--tokenizer-backend fastokens encodes text documents; instruction data is "
+                "encoded piece by piece with Hugging Face tokenizers: use auto or hf"
+            )
         encoder = InstructEncoder(
             tokenizer,
             shape=shape,

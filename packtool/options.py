@@ -39,6 +39,7 @@ __all__ = [
     "INPUT_SHAPES",
     "LOSS_ON",
     "OVERFLOWS",
+    "TOKENIZER_BACKENDS",
     "TXT_UNITS",
     "PackOptions",
     "parse_size",
@@ -52,6 +53,8 @@ ENGINES = ("local", "ray")
 MAX_TEMPLATE_TIMEOUT = 24 * 3600.0  # seconds
 MAX_WORLD_SIZE = 1 << 20  # data-parallel ranks
 MAX_MICRO_BATCHES = 1 << 16  # rows a rank reads per step
+TOKENIZER_BACKENDS = ("auto", "fastokens", "hf")
+MAX_CHECK_SAMPLE = 1 << 30  # documents re-encoded by --check-sample
 
 DEFAULT_SHARD_SIZE = "256MB"
 _NEEDS_UNITS = "--unit, --engine and --ray-address work on units: give --units N"
@@ -153,6 +156,8 @@ class PackOptions:
     overwrite: bool = False
     resume: bool = False
     num_proc: int | None = None
+    tokenizer_backend: str = "auto"
+    check_sample: int = 0
     units: int | None = None
     unit: int | None = None
     engine: str = "local"
@@ -173,6 +178,11 @@ class PackOptions:
                 f"--txt-unit must be line, paragraph or document, got {self.txt_unit!r}"
             )
         _enum("--engine", self.engine, ENGINES)
+        object.__setattr__(
+            self,
+            "tokenizer_backend",
+            _enum("--tokenizer-backend", self.tokenizer_backend, TOKENIZER_BACKENDS),
+        )
         if self.pad_id is not None and (
             isinstance(self.pad_id, bool) or not isinstance(self.pad_id, int)
         ):  # its range is the tokenizer's vocabulary, checked when that is loaded
@@ -189,6 +199,7 @@ class PackOptions:
                 f"--template-timeout must be more than 0 and at most {MAX_TEMPLATE_TIMEOUT:g} "
                 f"seconds, got {timeout:g}"
             )
+        check_int("--check-sample", self.check_sample, 0, MAX_CHECK_SAMPLE)
         self._check_balance()
         self._check_units()
         for name in ("tokenizer", "chat_template"):  # paths as text: they pickle and print

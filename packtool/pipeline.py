@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 
 from ._version import __version__
 from .errors import InputError, OptionError
@@ -35,7 +36,7 @@ from .format import (
     write_error,
 )
 from .gather import gather_rows, warm_up_gather
-from .instruct import InputPlan, InputShape, plan_input
+from .instruct import InputPlan, InputShape, input_shape, plan_input
 from .options import PackOptions
 from .order import attention_costs, balance_record, balanced_order, row_sums
 from .packing import (
@@ -48,7 +49,14 @@ from .packing import (
 )
 from .sources import InputFile, RecordBatch, TextBatch, resolve_inputs, skip_records
 from .store import TokenStore, lock_output
-from .tokenize import EncodedBatch, HFTokenizer, Tokenizer, load_tokenizer, set_tokenizer_threads
+from .tokenize import (
+    Backend,
+    EncodedBatch,
+    HFTokenizer,
+    Tokenizer,
+    load_tokenizer,
+    set_tokenizer_threads,
+)
 
 __all__ = ["DocumentCounts", "PackReport", "ProgressCallback", "pack"]
 
@@ -82,6 +90,7 @@ class PackReport:
     special_strings: int = 0  # documents whose data held special-token strings
     parse_special: bool = False  # whether those strings were parsed as control tokens
     notices: list[str] = field(default_factory=list)  # e.g. the tokenizer file's settings
+    backend: dict[str, Any] = field(default_factory=dict)  # the tokenizer backend, its version
 
     @property
     def efficiency(self) -> float:
@@ -328,7 +337,9 @@ def _prepare(
     remove_stale_temporaries(out)
     skipped: list[Path] = []
     files = resolve_inputs(inputs, skipped=skipped) if files is None else list(files)
-    tok = _tokenizer(options)
+    # Instruction data is encoded with tokenizers: fastokens' copy is not even loaded.
+    text = input_shape(files, options)[0] is InputShape.TEXT
+    tok = _tokenizer(options if text else options.replace(tokenizer_backend="hf"))
     plan = plan_input(files, tok, options)
     if units and plan.shape is not InputShape.TEXT:
         raise OptionError(
@@ -352,7 +363,12 @@ def _prepare(
 def _tokenizer(options: PackOptions) -> Tokenizer:
     spec = options.tokenizer
     if spec is None or isinstance(spec, (str, os.PathLike)):
-        return load_tokenizer(spec, eos_token=options.eos_token, bos_token=options.bos_token)
+        return load_tokenizer(
+            spec,
+            eos_token=options.eos_token,
+            bos_token=options.bos_token,
+            backend=options.tokenizer_backend,
+        )
     return spec  # type: ignore[no-any-return]
 
 
@@ -521,7 +537,10 @@ def _manifest(
     manifest = {
         "packtool_version": __version__,
         "created_unix": int(time.time()),
-        "tokenizer": _describe_tokenizer(run.tok, o.pad_id, run.pad_from),
+        "tokenizer": {
+            **_describe_tokenizer(run.tok, o.pad_id, run.pad_from),
+            "backend": _backend(run.plan).describe(),
+        },
         "options": {**o.describe(), **run.plan.describe()},
         "inputs": state.input_records,
         "documents": asdict(state.counts),
@@ -572,8 +591,19 @@ def _report(
         tokens_learned=state.label_counts["learned"] if run.plan.labelled else None,
         special_strings=state.special_strings,
         parse_special=o.parse_special,
-        notices=[n for n in (getattr(run.tok, "notice", None),) if n],
+        notices=[n for n in (getattr(run.tok, "notice", None), _backend(run.plan).notice) if n],
+        backend=manifest["tokenizer"]["backend"],
     )
+
+
+def _backend(plan: InputPlan) -> Backend:
+    """Which engine encoded the documents (instruction data: `tokenizers`, piece by piece)."""
+    backend = getattr(plan.encoder, "backend", None)
+    if backend is None:
+        import tokenizers
+
+        return Backend("hf", tokenizers.__version__, "instruction data is encoded in pieces")
+    return backend  # type: ignore[no-any-return]
 
 
 @dataclass
@@ -641,8 +671,15 @@ def _read_and_tokenize(
                 batches = plan.read(files[index], **read_options)
             if index == start_input and skip:
                 batches = skip_records(batches, skip)
+            huge = False
             for batch in batches:
-                yield index, batch
+                if huge:
+                    _give_back_arrow_memory()
+                for piece in _cut_by_size(batch, _BATCH_CHARS):
+                    yield index, piece
+                huge = _holds_a_huge_document(batch)
+            if huge:
+                _give_back_arrow_memory()
             yield index, None  # end of this input
 
     def encode_all() -> Iterator[tuple[int, TextBatch | RecordBatch | None, Any]]:
@@ -726,6 +763,49 @@ def _tokenize_loop(
             last_checkpoint = time.monotonic()
         if progress:
             progress("tokenize", state.bytes_before + batch.bytes_done, total_bytes)
+
+
+_BATCH_CHARS = 4 << 20
+"""Text in one tokenizer batch, at most (unless one document is longer): what is in flight
+(the batches queued and in the tokenizer, and what a tokenizer makes of them) is bounded by
+bytes, not by a count of documents, whatever their length."""
+
+
+def _give_back_arrow_memory() -> None:
+    """pyarrow's allocator (mimalloc) keeps what parsing a huge line freed, 2-3x the line,
+    in the reading thread's heap: returned to the system from this thread, once the reader
+    has moved past the line, while the tokenizer works on the document."""
+    pa.default_memory_pool().release_unused()
+
+
+def _holds_a_huge_document(batch: Any) -> bool:
+    return (
+        isinstance(batch, TextBatch)
+        and len(batch.texts) == 1
+        and len(batch.texts[0] or "") > _BATCH_CHARS
+    )
+
+
+def _cut_by_size(batch: Any, limit: int) -> Iterator[Any]:
+    """``batch`` (of texts) in consecutive pieces of at most ``limit`` characters each (a
+    longer document alone). Record batches (instruction data) pass as they are."""
+    if not isinstance(batch, TextBatch) or len(batch.texts) < 2:
+        yield batch
+        return
+    sizes = np.fromiter((len(t) if t else 0 for t in batch.texts), np.int64, len(batch.texts))
+    if int(sizes.sum()) <= limit:
+        yield batch
+        return
+    start, total = 0, 0
+    pieces: list[TextBatch] = []
+    for i, size in enumerate(sizes.tolist()):
+        if i > start and total + size > limit:
+            pieces.append(TextBatch(batch.texts[start:i], bytes_done=batch.bytes_done))
+            start, total = i, 0
+        total += size
+    pieces.append(TextBatch(batch.texts[start:], bytes_done=batch.bytes_done))
+    pieces[0].bad = batch.bad  # counted once, with the first piece
+    yield from pieces
 
 
 _WARM_UP_ITEMS = 500_000

@@ -30,6 +30,7 @@ Fidelity rules (docs/tokenization.md), all kept here and nowhere else:
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import hashlib
 import itertools
@@ -49,6 +50,7 @@ from .errors import TokenizerError
 
 __all__ = [
     "DEFAULT_TOKENIZER",
+    "Backend",
     "DocumentEncoder",
     "EncodedBatch",
     "HFTokenizer",
@@ -118,6 +120,7 @@ class HFTokenizer:
         bos_token: str | None = None,
         pad_token: str | None = None,
         directory: Path | None = None,
+        fast: concurrent.futures.Future[tuple[Any, str]] | None = None,
     ) -> None:
         padding = tokenizer.padding
         self._file_pad_id = int(padding["pad_id"]) if padding else None
@@ -148,6 +151,21 @@ class HFTokenizer:
             pad_id=self._resolve("pad", pad_token, _PAD_NAMES),
         )
         self._n_special = tokenizer.num_special_tokens_to_add(False)
+        self.added_strings: tuple[str, ...] = tuple(t.content for t in added.values() if t.content)
+        self._fast = fast
+
+    def fast(self) -> tuple[Any, str]:
+        """fastokens' copy of this tokenizer (truncation and padding off, :data:`ANCHOR`
+        added), or ``None`` and why not. Loaded once, in a thread started by
+        :func:`load_tokenizer` (``backend``) while `tokenizers` loads its own copy."""
+        with self._lock:
+            if self._fast is None:
+                self._fast = _start_fast_load(self.json_bytes)
+            future = self._fast
+        fast, why = future.result()
+        if fast is not None and fast.token_to_id(ANCHOR) != self.anchor_id:
+            return None, "fastokens gave packtool's anchor token another id than tokenizers"
+        return fast, why
 
     def _copy(self, parse_special: bool) -> Any:
         """The Rust tokenizer that parses special-token strings, or encodes them as text."""
@@ -368,17 +386,30 @@ def _read_config(directory: Path) -> dict[str, Any]:
 
 
 def _from_file(
-    path: Path, name: str, config: dict[str, Any], **overrides: str | None
+    path: Path,
+    name: str,
+    config: dict[str, Any],
+    backend: str = "hf",
+    **overrides: str | None,
 ) -> HFTokenizer:
     from tokenizers import Tokenizer as RustTokenizer
 
+    fast = None
     try:
         data = path.read_bytes()
+        if backend != "hf":  # both loads at once: each is seconds for a large vocabulary
+            fast = _start_fast_load(data)
         tok = RustTokenizer.from_str(data.decode("utf-8"))
     except Exception as e:  # tokenizers raises a bare Exception on malformed files
         raise TokenizerError(f"{path}: cannot load as a tokenizers tokenizer.json: {e}") from e
     return HFTokenizer(
-        tok, name=name, json_bytes=data, config=config, directory=path.parent, **overrides
+        tok,
+        name=name,
+        json_bytes=data,
+        config=config,
+        directory=path.parent,
+        fast=fast,
+        **overrides,
     )
 
 
@@ -386,7 +417,7 @@ def _offline() -> bool:
     return os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on")
 
 
-def _from_hub(name: str, **overrides: str | None) -> HFTokenizer:
+def _from_hub(name: str, backend: str, **overrides: str | None) -> HFTokenizer:
     if name.count("/") > 1 or name.startswith((".", "/", "~")) or name.endswith(".json"):
         raise TokenizerError(f"tokenizer {name!r}: no such file or directory")
     try:
@@ -410,7 +441,7 @@ def _from_hub(name: str, **overrides: str | None) -> HFTokenizer:
     config: dict[str, Any] = {}
     with contextlib.suppress(Exception):  # an optional file
         config = _read_config(Path(hf_hub_download(name, "tokenizer_config.json")).parent)
-    return _from_file(path, name, config, **overrides)
+    return _from_file(path, name, config, backend, **overrides)
 
 
 def set_tokenizer_threads(num_proc: int | None) -> None:
@@ -429,28 +460,359 @@ def load_tokenizer(
     eos_token: str | None = None,
     bos_token: str | None = None,
     pad_token: str | None = None,
+    backend: str = "hf",
 ) -> HFTokenizer:
     """Load a tokenizer from a ``tokenizer.json``, a model directory, a hub name, or the default.
 
     ``eos_token``/``bos_token``/``pad_token`` (a token string, or an id) override the special
-    tokens found in the tokenizer's files.
+    tokens found in the tokenizer's files. ``backend`` other than ``"hf"``: also load
+    fastokens' copy, in parallel (see :meth:`HFTokenizer.fast`).
     """
     overrides = {"eos_token": eos_token, "bos_token": bos_token, "pad_token": pad_token}
     if spec is None or str(spec) == DEFAULT_TOKENIZER:
         return _from_file(
-            _DATA / "tokenizer.json", DEFAULT_TOKENIZER, _read_config(_DATA), **overrides
+            _DATA / "tokenizer.json", DEFAULT_TOKENIZER, _read_config(_DATA), backend, **overrides
         )
     path = Path(spec).expanduser()
     if path.is_file():
-        return _from_file(path, str(spec), _read_config(path.parent), **overrides)
+        return _from_file(path, str(spec), _read_config(path.parent), backend, **overrides)
     if path.is_dir():
         if not (path / "tokenizer.json").exists():
             raise TokenizerError(
                 f"{path}: the directory has no tokenizer.json (packtool reads fast-tokenizer "
                 "files; save one with transformers' tokenizer.save_pretrained)"
             )
-        return _from_file(path / "tokenizer.json", str(spec), _read_config(path), **overrides)
-    return _from_hub(str(spec), **overrides)
+        return _from_file(
+            path / "tokenizer.json", str(spec), _read_config(path), backend, **overrides
+        )
+    return _from_hub(str(spec), backend, **overrides)
+
+
+# -- backends: Hugging Face `tokenizers`, or fastokens behind a parity gate ------------------
+
+
+def _start_fast_load(json_bytes: bytes) -> concurrent.futures.Future[tuple[Any, str]]:
+    """Load fastokens' copy of a ``tokenizer.json`` in a thread (its Rust loader runs while
+    `tokenizers` loads the other copy)."""
+    future: concurrent.futures.Future[tuple[Any, str]] = concurrent.futures.Future()
+
+    def load() -> None:
+        try:
+            future.set_result(_load_fast(json_bytes))
+        except BaseException as e:  # pragma: no cover - _load_fast catches what it can
+            future.set_exception(e)
+
+    # Not a daemon: a process that ends (an error, Ctrl-C) while a daemon thread is inside
+    # the Rust loader aborts at exit ("FATAL: exception not rethrown"); this one is joined.
+    threading.Thread(target=load, daemon=False, name="packtool-fastokens-load").start()
+    return future
+
+
+def _load_fast(json_bytes: bytes) -> tuple[Any, str]:
+    try:
+        import fastokens
+    except ImportError:
+        return None, "fastokens is not installed (pip install fastokens)"
+    try:
+        tok = fastokens.Tokenizer.from_json_str(json_bytes.decode("utf-8"))
+    except Exception as e:  # fastokens raises ValueError for the models it does not support
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        return None, f"fastokens cannot load this tokenizer.json ({first})"
+    tok.no_truncation()
+    tok.no_padding()
+    if tok.token_to_id(ANCHOR) is None:
+        from tokenizers import AddedToken
+
+        tok.add_tokens([AddedToken(ANCHOR, special=False, normalized=False)])
+    return tok, "loaded"
+
+
+def _version(package: str) -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(package)
+    except PackageNotFoundError:  # pragma: no cover - installed, or not imported at all
+        return "unknown"
+
+
+@dataclass
+class Backend:
+    """Which engine encodes a run's documents, and why (the manifest's ``tokenizer.backend``).
+
+    ``fallback_batches`` counts the batches the fast backend raised on, re-encoded with
+    Hugging Face `tokenizers`; ``notice`` is the one line a run prints when ``auto`` chose
+    `tokenizers` because fastokens could not be used.
+    """
+
+    name: str  # "fastokens", "hf", or "custom" (a tokenizer object of the library user)
+    version: str | None
+    reason: str
+    fallback_batches: int = 0
+    notice: str | None = None
+    documents_checked: int = 0  # --check-sample: documents re-encoded with tokenizers, equal
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "version": self.version,
+            "reason": self.reason,
+            "fallback_batches": self.fallback_batches,
+            "documents_checked": self.documents_checked,
+        }
+
+
+def _hf_backend(reason: str, notice: str | None = None) -> Backend:
+    import tokenizers
+
+    return Backend("hf", tokenizers.__version__, reason, notice=notice)
+
+
+_PROBES: tuple[str, ...] = (
+    "Hello, world! The quick brown fox jumps over the lazy dog. It's 5 o'clock; we'll see.",
+    "Ünïcödé façade naïve café — “double” ‘single’ «guillemets» … ½ ² ™ ©",
+    "Привет, мир! Съешь же ещё этих мягких французских булок.",
+    "Γειά σου Κόσμε. שלום עולם. مرحبا بالعالم. नमस्ते दुनिया. ภาษาไทย. ქართული.",
+    "こんにちは世界、カタカナ、ひらがな。你好，世界。中文文本测试。안녕하세요 세계",
+    "emoji 😀👍🏽🇫🇷👨‍👩‍👧‍👦 and 𝔘𝔫𝔦𝔠𝔬𝔡𝔢 and \U0001f9ea\U0001fae0",
+    "   leading spaces",
+    "trailing spaces   ",
+    "tabs\t\tand\nnewlines\n\n\r\n\r\nend",
+    " " * 257,
+    "\n" * 65 + "x",
+    "a  b   c    d     e\u00a0f\u2003g\u3000h\u200bi\ufeffj",
+    "digits 0 12 123 1234 12345 3.14159 1,000,000 2026-12-01 +44 (0)20 7946 0958",
+    "9" * 301,
+    "x" * 5003,
+    "supercalifragilisticexpialidocious" * 60,
+    "a" + "ą" * 1001 + "b",
+    "def f(x):\n    return x ** 2  # comment\n\tif (a && b) { y = [1, 2]; }\n",
+    '<html><body class="x">&amp; &#x27;</body></html>',
+    "'s 't 're 've 'm 'll 'd 'S 'T 'RE I'M you'LL",
+    "MiXeD CaSe ÀÉÎÕÜ ǅ ß ẞ ﬁ ﬂ ｆｕｌｌｗｉｄｔｈ ①②③",
+    "",
+    " ",
+)
+_PROBE_VERSION = 1  # bump when _PROBES change: cached verdicts are keyed by it
+_GATE_DOCS = 16  # first documents of the input in the gate, each cut to _GATE_DOC_CHARS
+_GATE_DOC_CHARS = 8 << 10
+_GATE_LONGEST_CHARS = 64 << 10  # the longest document of the first batch, cut to this
+# Cut, because `tokenizers` encodes the gate's texts at its own speed (1-2 MB/s on 2 cores)
+# before the first batch can go on: what the gate reads costs ~0.1 s, not a second.
+
+
+def _probe_texts(tok: HFTokenizer) -> list[str]:
+    """The fixed part of the parity gate: many scripts, whitespace runs, digits, long words,
+    and the tokenizer's own added-token strings alone, glued and inside text."""
+    out = list(_PROBES)
+    added = sorted(set(tok.added_strings))[:2000]
+    out.extend(added)
+    out.extend(f"x {a} y{a}z" for a in added)
+    out.append("".join(added[:200]))
+    return out
+
+
+def _cache_dir() -> Path:
+    root = os.environ.get("PACKTOOL_CACHE_DIR")
+    if root:
+        return Path(root)
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "packtool"
+
+
+def _gate_key(tok: HFTokenizer, add_special: bool, parse_special: bool) -> str:
+    import tokenizers
+
+    text = json.dumps(
+        [tok.sha256, _version("fastokens"), tokenizers.__version__, _PROBE_VERSION],
+    )
+    text += f"{add_special:d}{parse_special:d}"
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _cached_verdict(key: str) -> dict[str, Any] | None:
+    path = _cache_dir() / "parity-gate" / f"{key}.json"
+    try:
+        verdict = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return verdict if isinstance(verdict, dict) and "ok" in verdict else None
+
+
+def _save_verdict(key: str, ok: bool, why: str) -> None:
+    folder = _cache_dir() / "parity-gate"
+    with contextlib.suppress(OSError):  # a cache: a read-only home only costs the probes
+        folder.mkdir(parents=True, exist_ok=True)
+        tmp = folder / f".{key}.{os.getpid()}.{threading.get_ident()}.tmp"
+        tmp.write_text(json.dumps({"ok": ok, "why": why}), encoding="utf-8")
+        os.replace(tmp, folder / f"{key}.json")
+
+
+def _flat_lists(ids: bytes, offsets: bytes) -> list[list[int]]:
+    flat = np.frombuffer(ids, dtype="<u4")
+    off = np.frombuffer(offsets, dtype="<u8")
+    return [flat[off[i] : off[i + 1]].tolist() for i in range(off.size - 1)]
+
+
+def _first_difference(
+    tok: HFTokenizer, fast: Any, texts: Sequence[str], add_special: bool, parse_special: bool
+) -> int | None:
+    """The index of the first text whose ids differ between the two backends."""
+    if not texts:
+        return None
+    want = [e.ids for e in tok.encodings(texts, add_special, parse_special)]
+    try:
+        got = _flat_lists(
+            *fast.encode_batch_flat(
+                list(texts), add_special_tokens=add_special, split_special_tokens=not parse_special
+            )
+        )
+    except Exception:  # the fast backend failed on a probe: not a pass
+        return 0
+    if len(got) != len(want):
+        return 0
+    return next((i for i, (a, b) in enumerate(zip(want, got, strict=True)) if a != b), None)
+
+
+def _parity_gate(
+    tok: HFTokenizer,
+    choice: str,
+    first_batch: Sequence[str],
+    add_special: bool,
+    parse_special: bool,
+) -> tuple[Any, Backend]:
+    """fastokens' copy and its :class:`Backend` if it encodes the probes and the first
+    documents exactly as `tokenizers` does; else `tokenizers` (``auto``) or an error
+    (``fastokens``)."""
+
+    def refuse(why: str) -> tuple[Any, Backend]:
+        if choice == "fastokens":
+            raise TokenizerError(
+                f"--tokenizer-backend fastokens: {why}; use --tokenizer-backend auto or hf"
+            )
+        return None, _hf_backend(why, notice=f"{why}: tokenizing with Hugging Face tokenizers")
+
+    fast, why = tok.fast()
+    if fast is None:
+        return refuse(why)
+    key = _gate_key(tok, add_special, parse_special)
+    verdict = _cached_verdict(key)
+    if verdict is None:
+        probes = _probe_texts(tok)
+        at = _first_difference(tok, fast, probes, add_special, parse_special)
+        why = "" if at is None else f"fastokens differs from tokenizers on {probes[at][:40]!r}"
+        verdict = {"ok": at is None, "why": why}
+        _save_verdict(key, at is None, why)
+    if not verdict["ok"]:
+        return refuse(str(verdict["why"]))
+    data = [text[:_GATE_DOC_CHARS] for text in first_batch[:_GATE_DOCS]]
+    if first_batch:
+        data.append(max(first_batch, key=len)[:_GATE_LONGEST_CHARS])
+    at = _first_difference(tok, fast, data, add_special, parse_special)
+    if at is not None:
+        where = f"document {at + 1}" if at < len(data) - 1 else "the longest document"
+        return refuse(f"fastokens differs from tokenizers on {where} of the first batch")
+    return fast, Backend("fastokens", _version("fastokens"), "passed the parity gate")
+
+
+HUGE_CHARS = 8 << 20
+"""A document of more characters is encoded in pieces of about :data:`PIECE_CHARS`, where
+the tokenizer allows it (:func:`pieces_are_exact`), so that what the tokenizer builds for it
+(words, offsets; ten bytes and more per character) stays bounded."""
+PIECE_CHARS = 4 << 20
+
+# The regex split pre-tokenizers of GPT-2 (ByteLevel's own), Llama 3 and Qwen 2: each cuts
+# after a single line break before a letter whatever comes before it: no alternative matches
+# across a line break into a letter ([^\r\n\p{L}\p{N}]?\p{L}+ cannot start at the break,
+# \s*[\r\n]+ and \s+ stop at the letter).
+_SAFE_SPLITS = frozenset(
+    {
+        r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}"
+        r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+",
+        r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}"
+        r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+",
+    }
+)
+# A single line break between a non-space and a letter. Not after a run of whitespace: GPT-2's
+# \s+(?!\S) groups a run that ends a text ("\n\n") but splits the same run before a letter.
+_LINE_START = re.compile(r"(?<=\S)\n(?=[^\W\d_])")
+
+
+def _byte_level(p: Any, use_regex: bool) -> bool:
+    return (
+        isinstance(p, dict)
+        and p.get("type") == "ByteLevel"
+        and not p.get("add_prefix_space", True)
+        and bool(p.get("use_regex", True)) == use_regex
+    )
+
+
+def pieces_are_exact(tok: HFTokenizer) -> bool:
+    """Whether cutting a text at a single line break before a letter (after a non-space)
+    leaves its ids unchanged:
+    a byte-level BPE (no dropout) with no normalizer or NFC, one of the known regex splits,
+    and no added token holding a line break (added tokens are matched before the split)."""
+    try:
+        spec = json.loads(tok.json_bytes)
+    except ValueError:  # pragma: no cover - tokenizers loaded it
+        return False
+    model, norm, pre = spec.get("model") or {}, spec.get("normalizer"), spec.get("pre_tokenizer")
+    if model.get("type") != "BPE" or model.get("dropout") not in (None, 0, 0.0):
+        return False
+    if norm is not None and norm.get("type") != "NFC":
+        return False
+    if any("\n" in a for a in tok.added_strings):
+        return False
+    if _byte_level(pre, True):
+        return True
+    steps = pre.get("pretokenizers") if isinstance(pre, dict) else None
+    if not steps or len(steps) != 2 or not _byte_level(steps[1], False):
+        return False
+    split = steps[0]
+    return (
+        split.get("type") == "Split"
+        and split.get("behavior") == "Isolated"
+        and not split.get("invert")
+        and (split.get("pattern") or {}).get("Regex") in _SAFE_SPLITS
+    )
+
+
+def cut_points(text: str, size: int) -> list[int]:
+    """Where to cut ``text`` into pieces of about ``size`` characters: after a single line
+    break before a letter (see :func:`pieces_are_exact`); ``[0, len(text)]`` if none."""
+    cuts, pos = [0], size
+    while pos < len(text):
+        m = _LINE_START.search(text, pos)
+        if m is None:
+            break
+        cuts.append(m.end())
+        pos = m.end() + size
+    cuts.append(len(text))
+    return cuts
+
+
+class _Flat:
+    """A batch as fastokens returns it: every document's ids in one buffer, read in place."""
+
+    __slots__ = ("ids", "lengths", "room", "special_strings")
+
+    def __init__(self, ids: bytes, offsets: bytes) -> None:
+        self.ids = np.frombuffer(ids, dtype="<i4")  # ids < 2**31: the same bits as uint32
+        self.lengths = np.diff(np.frombuffer(offsets, dtype="<u8")).astype(np.int64)
+        self.room: np.ndarray | None = None
+        self.special_strings = 0
+
+    @classmethod
+    def of_document(cls, room: np.ndarray, n: int) -> _Flat:
+        """One document's ``n`` ids, encoded in pieces into ``room`` (which has space after
+        them for an EOS)."""
+        out = cls.__new__(cls)
+        out.ids, out.lengths, out.room = room[:n], np.array([n], np.int64), room
+        out.special_strings = 0
+        return out
+
+    def __len__(self) -> int:
+        return int(self.lengths.size)
 
 
 @dataclass(frozen=True)
@@ -500,6 +862,10 @@ class DocumentEncoder:
       the post-processor at all.
     - ``parse_special`` (default off): special-token strings in the text are text; on, they
       become the control tokens they spell (for data that holds markup on purpose).
+    - ``backend`` (default ``"hf"``): ``"auto"`` encodes with fastokens when it loads the file
+      and passes the parity gate on the first batch (:attr:`backend` says which and why),
+      ``"fastokens"`` fails when it cannot. A batch fastokens raises on is re-encoded with
+      `tokenizers` and counted (``Backend.fallback_batches``). The ids are the same.
 
     Encoding is two steps so that a pipeline can overlap them: :meth:`tokenize` runs the
     tokenizer (Rust, all cores, without the GIL) and :meth:`finish` turns its output into flat
@@ -513,6 +879,8 @@ class DocumentEncoder:
         add_eos: bool = True,
         bos: bool | None = None,
         parse_special: bool = False,
+        backend: str = "hf",
+        check_every: int = 0,
     ):
         self.tokenizer = tokenizer
         self.add_eos = add_eos
@@ -522,19 +890,148 @@ class DocumentEncoder:
         check_special_tokens(tokenizer, add_eos=add_eos, bos=bos)
         self._add_special = bos is None
         self._n_special = tokenizer.num_special_tokens_to_add() if bos is None else 0
+        self._choice = backend
+        self._pieces = isinstance(tokenizer, HFTokenizer) and self._prefix_only(tokenizer)
+        self._fast: Any = None
+        self._check_every = check_every
+        self._chars_seen = 0
+        self._gate_lock = threading.Lock()
+        self._gated = backend == "hf" or not isinstance(tokenizer, HFTokenizer)
+        if isinstance(tokenizer, HFTokenizer):
+            self.backend = _hf_backend(
+                "--tokenizer-backend hf" if backend == "hf" else "no document to encode"
+            )
+        elif backend == "fastokens":
+            raise TokenizerError(
+                f"--tokenizer-backend fastokens needs a tokenizer.json; {tokenizer.name} is "
+                "not a Hugging Face tokenizer"
+            )
+        else:
+            self.backend = Backend("custom", None, type(tokenizer).__name__)
+
+    def _prefix_only(self, tok: HFTokenizer) -> bool:
+        """Whether a huge document may be encoded in pieces: the tokenizer allows it, and the
+        post-processor's tokens in this mode (if any) all go before the text (Llama 3's BOS),
+        so that only the first piece gets them."""
+        if not pieces_are_exact(tok):
+            return False
+        if not self._add_special or not self._n_special:
+            return True
+        bare = tok.encode_batch(["a"], add_special_tokens=False)[0]
+        full = tok.encode_batch(["a"], add_special_tokens=True)[0]
+        return full[len(full) - len(bare) :] == bare
+
+    def _encode_huge(self, text: str, fast: Any) -> _Flat:
+        """One document of more than :data:`HUGE_CHARS` characters, encoded a few pieces at
+        a time (as many as the tokenizer's threads can share) and joined."""
+        cuts = cut_points(text, PIECE_CHARS)
+        spans = list(itertools.pairwise(cuts))
+        # Byte-level BPE: every id holds at least one byte, so a document of n characters
+        # (at most 4n bytes) has at most 4n ids, plus the post-processor's and an EOS. Pages
+        # of the array count in memory only once written.
+        room = np.empty(4 * len(text) + self._n_special + 2, np.int32)
+        n = 0
+        for g in range(0, len(spans), 2):
+            group = [text[a:b] for a, b in spans[g : g + 2]]
+            parts: list[Any] = []
+            if fast is not None:
+                first, rest = group[:1], group[1:]
+                for part, special in ((first, g == 0 and self._add_special), (rest, False)):
+                    if part:
+                        parts.append(self._encode_flat(part, special, fast).ids)
+            else:
+                assert isinstance(self.tokenizer, HFTokenizer)
+                for i, piece in enumerate(group):
+                    special = g == 0 and i == 0 and self._add_special
+                    enc = self.tokenizer.encodings([piece], special, self.parse_special)[0]
+                    parts.append(np.asarray(enc.ids, dtype=np.int32))
+            for ids in parts:
+                room[n : n + ids.size] = ids
+                n += ids.size
+            del group, parts
+        return _Flat.of_document(room, n)
+
+    def _encode_flat(self, texts: list[str], add_special: bool, fast: Any) -> _Flat:
+        return _Flat(
+            *fast.encode_batch_flat(
+                texts, add_special_tokens=add_special, split_special_tokens=not self.parse_special
+            )
+        )
+
+    def _check(self, texts: Sequence[str], flat: _Flat) -> None:
+        """``--check-sample``: the documents of this batch at every ``check_every``-th
+        character of the run, re-encoded with `tokenizers`, must have the same ids."""
+        sizes = np.fromiter(map(len, texts), np.int64, len(texts))
+        ends = np.cumsum(sizes)
+        with self._gate_lock:
+            start = self._chars_seen
+            self._chars_seen += int(ends[-1]) if ends.size else 0
+        every = self._check_every
+        marks = np.arange((start // every + 1) * every, start + int(ends[-1]) + 1, every)
+        picks = np.unique(np.searchsorted(ends, marks - start, side="left"))
+        picks = picks[picks < len(texts)]
+        if not picks.size:
+            return
+        assert isinstance(self.tokenizer, HFTokenizer)
+        chosen = [texts[int(i)] for i in picks]
+        want = self.tokenizer.encodings(chosen, self._add_special, self.parse_special)
+        offsets = np.concatenate([[0], np.cumsum(flat.lengths)])
+        for i, text, enc in zip(picks.tolist(), chosen, want, strict=True):
+            if flat.ids[offsets[i] : offsets[i + 1]].tolist() != enc.ids:
+                raise TokenizerError(
+                    f"--check-sample: fastokens and tokenizers give different ids for a "
+                    f"document ({text[:40]!r}...): nothing was written; pack with "
+                    "--tokenizer-backend hf"
+                )
+        with self._gate_lock:
+            self.backend.documents_checked += int(picks.size)
+
+    def _gate(self, texts: Sequence[str]) -> None:
+        with self._gate_lock:
+            if not self._gated:
+                assert isinstance(self.tokenizer, HFTokenizer)
+                self._fast, self.backend = _parity_gate(
+                    self.tokenizer, self._choice, texts, self._add_special, self.parse_special
+                )
+                self._gated = True
 
     def tokenize(self, texts: Sequence[str]) -> Sequence[Any]:
         """Run the tokenizer on ``texts`` (the heavy, parallel part).
 
-        With a Hugging Face tokenizer the result is its `Encoding` objects, whose ids
-        :meth:`finish` reads one document at a time; otherwise, lists of ids.
+        With fastokens the result is one flat buffer of ids for the whole batch; with
+        Hugging Face `tokenizers` its `Encoding` objects, whose ids :meth:`finish` reads one
+        document at a time; otherwise, lists of ids.
         """
         if not texts:
             return []
-        if isinstance(self.tokenizer, HFTokenizer):
-            out: list[Any] = _Encodings(
-                self.tokenizer.encodings(texts, self._add_special, self.parse_special)
-            )
+        if not self._gated:
+            self._gate(texts)
+        out: Any
+        if self._pieces and len(texts) == 1 and len(texts[0]) > HUGE_CHARS:
+            try:
+                out = self._encode_huge(texts[0], self._fast)
+            except Exception:  # as below: the whole document with tokenizers, counted
+                if self._fast is None:
+                    raise
+                with self._gate_lock:
+                    self.backend.fallback_batches += 1
+                out = self._encode_huge(texts[0], None)
+        elif self._fast is not None:
+            try:
+                out = self._encode_flat(list(texts), self._add_special, self._fast)
+                if self._check_every:
+                    self._check(texts, out)
+            except TokenizerError:
+                raise
+            except Exception:  # a regex limit, an unexpected input: never a silent divergence
+                with self._gate_lock:
+                    self.backend.fallback_batches += 1
+                assert isinstance(self.tokenizer, HFTokenizer)
+                out = _Encodings(
+                    self.tokenizer.encodings(texts, self._add_special, self.parse_special)
+                )
+        elif isinstance(self.tokenizer, HFTokenizer):
+            out = _Encodings(self.tokenizer.encodings(texts, self._add_special, self.parse_special))
         else:
             out = _Lists(
                 self.tokenizer.encode_batch(
@@ -546,15 +1043,19 @@ class DocumentEncoder:
 
     def finish(self, encoded: Sequence[Any]) -> EncodedBatch:
         """Flatten the tokenizer's output, adding BOS/EOS and marking empty documents."""
-        n = len(encoded)
-        raw_len = np.fromiter(map(len, encoded), dtype=np.int64, count=n)
-        # One pass of NumPy over the ids, read one document at a time: a document's Python
-        # list (and its ints) is freed before the next is built, so the memory is reused
-        # while it is still in the cache. Building every list first cost a quarter more.
-        pieces = map(_IDS, encoded) if isinstance(encoded, _Encodings) else encoded
-        ids = np.fromiter(
-            itertools.chain.from_iterable(pieces), dtype=np.int32, count=int(raw_len.sum())
-        )
+        if isinstance(encoded, _Flat):  # the ids are read in place, no object per document
+            raw_len, ids = encoded.lengths, encoded.ids
+        else:
+            n = len(encoded)
+            raw_len = np.fromiter(map(len, encoded), dtype=np.int64, count=n)
+            # One pass of NumPy over the ids, read one document at a time: a document's
+            # Python list (and its ints) is freed before the next is built, so the memory is
+            # reused while it is still in the cache. Building every list first cost a quarter
+            # more.
+            pieces = map(_IDS, encoded) if isinstance(encoded, _Encodings) else encoded
+            ids = np.fromiter(
+                itertools.chain.from_iterable(pieces), dtype=np.int32, count=int(raw_len.sum())
+            )
         empty = raw_len <= self._n_special
         if empty.any():  # special tokens alone: the document is dropped as empty
             if raw_len[empty].any():
@@ -575,7 +1076,13 @@ class DocumentEncoder:
             at.append((ends - raw_len)[full])
             kind.append(np.ones(at[-1].size, np.int8))
             lengths = lengths + full
-        if at and sum(a.size for a in at):
+        room = getattr(encoded, "room", None)
+        if room is not None and len(at) == 1 and at[0].size == 1 and at[0][0] == ids.size:
+            # One huge document and its EOS: written after its ids, in the room left for it
+            # (np.insert would copy the document's ids once more).
+            room[ids.size] = self.tokenizer.special.eos_id
+            ids = room[: ids.size + 1]
+        elif at and sum(a.size for a in at):
             where, what = np.concatenate(at), np.concatenate(kind)
             if len(at) > 1:
                 # A document's EOS and the next one's BOS go in at the same place: EOS first.

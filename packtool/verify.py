@@ -1070,6 +1070,7 @@ def _recorded_options(reader: PackedReader, parse_special: bool | None) -> PackO
     values.setdefault("parse_special", True)  # packed before the option existed: parsed
     if parse_special is not None:
         values["parse_special"] = parse_special
+    values["tokenizer_backend"] = "hf"  # the check stays independent of the fast path
     try:
         options = PackOptions.from_mapping(values)
     except OptionError as e:

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import os
+import tempfile
 
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["HF_DATASETS_OFFLINE"] = "1"
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "true")
+# The parity gate's verdicts are cached per tokenizer file: in a folder of this run's own.
+os.environ["PACKTOOL_CACHE_DIR"] = tempfile.mkdtemp(prefix="packtool-test-cache-")
 
 import json
 from collections.abc import Sequence

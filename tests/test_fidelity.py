@@ -93,15 +93,35 @@ def _add_eos(family: str) -> bool:
     return family != "bert"  # BERT has no EOS: [CLS] ... [SEP] is the post-processor's
 
 
+FAST_FAMILIES = ("gpt2", "llama3", "qwen", "llama2", "gemma")
+"""Families fastokens loads and encodes exactly; the others fall back to `tokenizers`."""
+FAST_REFUSES = {  # what fastokens 0.3 says of the others, in the notice of a run
+    "mistral_metaspace": "unsupported pre-tokenizer type: Metaspace",
+    "t5": "unsupported normalizer type: NFKC",
+    "bert": "unsupported normalizer type: BertNormalizer",
+    "nfkc_lower": "unsupported normalizer type: NFKC",
+}
+
+
+def test_every_family_is_fast_or_refused() -> None:
+    assert sorted(FAST_FAMILIES + tuple(FAST_REFUSES)) == sorted(FAMILIES)
+
+
+@pytest.mark.parametrize("backend", ["hf", "auto"])
 @pytest.mark.parametrize("trap", [False, True], ids=["plain", "truncates-and-pads"])
 @pytest.mark.parametrize("family", FAMILIES)
-def test_text_documents_match_auto_tokenizer(family_dirs, tmp_path, family, trap) -> None:
+def test_text_documents_match_auto_tokenizer(family_dirs, tmp_path, family, trap, backend) -> None:
     directory = family_dirs[family, trap]
     texts = _corpus(family)
     src = write_jsonl(tmp_path / "docs.jsonl", [{"text": t} for t in texts])
     add_eos = _add_eos(family)
     report = packtool.pack(
-        [src], tmp_path / "out", max_len=MAX_LEN, tokenizer=directory, add_eos=add_eos
+        [src],
+        tmp_path / "out",
+        max_len=MAX_LEN,
+        tokenizer=directory,
+        add_eos=add_eos,
+        tokenizer_backend=backend,
     )
     manifest, rows = read_rows(tmp_path / "out")
     for row in rows:
@@ -118,13 +138,63 @@ def test_text_documents_match_auto_tokenizer(family_dirs, tmp_path, family, trap
         any(s in t for s in SPECIAL_STRINGS[family]) for t in hard_texts()
     )
     turned_off = manifest["tokenizer"]["turned_off"]
+    notices = report.notices
+    used = manifest["tokenizer"]["backend"]
+    assert report.backend == used and used["fallback_batches"] == 0
+    if backend == "auto" and family in FAST_REFUSES:
+        assert used["name"] == "hf"
+        assert FAST_REFUSES[family] in notices[-1]
+        assert notices[-1].endswith(": tokenizing with Hugging Face tokenizers")
+        assert "\n" not in notices[-1]
+        notices = notices[:-1]
+    else:
+        fast = backend == "auto"
+        assert used["name"] == ("fastokens" if fast else "hf")
+        assert used["reason"] == ("passed the parity gate" if fast else "--tokenizer-backend hf")
     if trap:
         assert turned_off == (
             "tokenizer.json truncates to 16 and pads to 16; packtool turned both off"
         )
-        assert report.notices == [turned_off]
+        assert notices == [turned_off]
     else:
-        assert turned_off is None and report.notices == []
+        assert turned_off is None and notices == []
+
+
+@pytest.mark.parametrize("family", FAST_FAMILIES)
+def test_both_backends_write_the_same_bytes(family_dirs, tmp_path, family) -> None:
+    """Every column of every shard, and the rows' order, are the same on both backends."""
+    texts = _corpus(family) * 3
+    src = write_jsonl(tmp_path / "docs.jsonl", [{"text": t} for t in texts])
+    digests = {}
+    for backend in ("hf", "fastokens"):
+        out = tmp_path / backend
+        packtool.pack(
+            [src],
+            out,
+            max_len=MAX_LEN,
+            tokenizer=family_dirs[family, True],
+            tokenizer_backend=backend,
+        )
+        digests[backend] = [(p.name, p.read_bytes()) for p in sorted(out.glob("*.arrow"))]
+    assert digests["hf"] == digests["fastokens"]
+
+
+@pytest.mark.parametrize("family", sorted(FAST_REFUSES))
+def test_forcing_fastokens_on_a_family_it_cannot_load_fails_in_one_line(
+    family_dirs, tmp_path, family
+) -> None:
+    src = write_jsonl(tmp_path / "docs.jsonl", [{"text": "hello"}])
+    with pytest.raises(TokenizerError, match=FAST_REFUSES[family]) as caught:
+        packtool.pack(
+            [src],
+            tmp_path / "out",
+            max_len=MAX_LEN,
+            tokenizer=family_dirs[family, False],
+            add_eos=_add_eos(family),
+            tokenizer_backend="fastokens",
+        )
+    assert "use --tokenizer-backend auto or hf" in str(caught.value)
+    assert not (tmp_path / "out").exists()
 
 
 @pytest.mark.parametrize("family", ["llama2", "t5", "qwen", "gemma"])
@@ -199,9 +269,10 @@ def test_stats_and_verify_with_a_truncating_tokenizer(family_dirs, tmp_path, fam
         str(tmp_path / "json-out"), "--json", *eos
     )  # fmt: skip
     summary = json.loads(result.stdout)
-    assert summary["notices"] == [
+    assert (
         "tokenizer.json truncates to 16 and pads to 16; packtool turned both off"
-    ]
+        in (summary["notices"])
+    )
     assert summary["special_strings"]["parsed"] is False
     assert summary["tokens"]["packed"] == true_tokens
     result = run("verify", str(out), "--against", "--json")

@@ -1,0 +1,304 @@
+"""The tokenizer backends: fastokens behind a parity gate, Hugging Face `tokenizers` otherwise.
+
+The conformance matrix over every tokenizer family, on both backends, is in test_fidelity.py;
+here: the gate's verdicts (and their cache), the fallback of a batch fastokens raises on, the
+options, the manifest, and that ``verify --against`` re-tokenizes with `tokenizers`.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from conftest import SAMPLE, write_jsonl
+from helpers import documents_from_rows, read_rows
+from test_cli import assert_one_line_error, run
+
+import packtool
+from packtool.errors import OptionError, TokenizerError
+from packtool.options import PackOptions
+from packtool.tokenize import DocumentEncoder, HFTokenizer, load_tokenizer
+
+pytest.importorskip("fastokens")
+
+TEXTS = [
+    "The first document, in plain English.",
+    "Второй документ. 第三个文件。 🙂",
+    "digits 1234567 and    spaces\n\nand a long word " + "z" * 300,
+]
+
+
+class _Wrapped:
+    """fastokens' real tokenizer, with one fault injected: ids changed, or an exception,
+    for texts that hold ``trigger``."""
+
+    def __init__(self, fast, trigger: str, fault: str) -> None:
+        self.fast, self.trigger, self.fault = fast, trigger, fault
+        self.calls = 0
+
+    def token_to_id(self, token):
+        return self.fast.token_to_id(token)
+
+    def encode_batch_flat(self, texts, add_special_tokens, split_special_tokens):
+        self.calls += 1
+        ids, offsets = self.fast.encode_batch_flat(
+            texts, add_special_tokens=add_special_tokens, split_special_tokens=split_special_tokens
+        )
+        if any(self.trigger in t for t in texts):
+            if self.fault == "raise":
+                raise ValueError("regex match limit exceeded")
+            flat = np.frombuffer(ids, np.uint32).copy()
+            ends = np.frombuffer(offsets, np.uint64)[1:]
+            hit = next(i for i, t in enumerate(texts) if self.trigger in t)
+            flat[int(ends[hit]) - 1] ^= 1  # the last id of the first text that holds it
+            ids = flat.tobytes()
+        return ids, offsets
+
+
+def _faulty(monkeypatch, trigger: str, fault: str) -> list[_Wrapped]:
+    made: list[_Wrapped] = []
+    real = HFTokenizer.fast
+
+    def fast(self):
+        tok, why = real(self)
+        made.append(_Wrapped(tok, trigger, fault))
+        return made[-1], why
+
+    monkeypatch.setattr(HFTokenizer, "fast", fast)
+    return made
+
+
+def test_auto_uses_fastokens_and_records_it(tmp_path) -> None:
+    src = write_jsonl(tmp_path / "d.jsonl", [{"text": t} for t in TEXTS])
+    report = packtool.pack([src], tmp_path / "out", max_len=32)
+    backend = json.loads((tmp_path / "out" / "manifest.json").read_text())["tokenizer"]["backend"]
+    assert backend["name"] == "fastokens" and backend["reason"] == "passed the parity gate"
+    assert backend["version"].count(".") >= 1 and backend["fallback_batches"] == 0
+    assert report.backend == backend and report.notices == []
+
+
+def test_a_difference_on_the_first_documents_falls_back_to_hf(tmp_path, monkeypatch) -> None:
+    _faulty(monkeypatch, "Второй", "ids")
+    src = write_jsonl(tmp_path / "d.jsonl", [{"text": t} for t in TEXTS])
+    report = packtool.pack([src], tmp_path / "out", max_len=32, tokenizer_backend="auto")
+    assert report.backend["name"] == "hf"
+    assert report.notices == [
+        "fastokens differs from tokenizers on document 2 of the first batch: tokenizing with "
+        "Hugging Face tokenizers"
+    ]
+    tok = load_tokenizer()
+    _, rows = read_rows(tmp_path / "out")
+    want = [[*ids, tok.special.eos_id] for ids in tok.encode_batch(TEXTS)]
+    got = documents_from_rows(rows)
+    assert [got[i] for i in range(3)] == want
+
+
+def test_a_difference_fails_when_fastokens_is_forced(tmp_path, monkeypatch) -> None:
+    _faulty(monkeypatch, "z" * 300, "ids")
+    src = write_jsonl(tmp_path / "d.jsonl", [{"text": t} for t in TEXTS])
+    with pytest.raises(TokenizerError, match="document 3 of the first batch; use --tokenizer"):
+        packtool.pack([src], tmp_path / "out", max_len=32, tokenizer_backend="fastokens")
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_difference_on_the_probes_is_cached_by_the_file(tmp_path, monkeypatch) -> None:
+    """The probe set (many scripts, whitespace, digits, long words, added tokens) is encoded
+    once per tokenizer file; the verdict is kept, keyed by the file's hash."""
+    monkeypatch.setenv("PACKTOOL_CACHE_DIR", str(tmp_path / "cache"))
+    made = _faulty(monkeypatch, "Привет, мир", "ids")  # in the probe set, not in the data
+    src = write_jsonl(tmp_path / "d.jsonl", [{"text": t} for t in TEXTS[:1]])
+    first = packtool.pack([src], tmp_path / "a", max_len=32)
+    assert first.backend["name"] == "hf"
+    assert "fastokens differs from tokenizers on 'Привет, мир!" in first.notices[0]
+    assert len(list((tmp_path / "cache" / "parity-gate").glob("*.json"))) == 1
+    monkeypatch.undo()  # a correct fastokens now: the cached verdict still stands
+    monkeypatch.setenv("PACKTOOL_CACHE_DIR", str(tmp_path / "cache"))
+    second = packtool.pack([src], tmp_path / "b", max_len=32)
+    assert second.notices == first.notices and made[0].calls >= 1
+    monkeypatch.setenv("PACKTOOL_CACHE_DIR", str(tmp_path / "fresh"))
+    assert packtool.pack([src], tmp_path / "c", max_len=32).backend["name"] == "fastokens"
+
+
+def test_a_batch_fastokens_raises_on_is_re_encoded_with_hf_and_counted(
+    tmp_path, monkeypatch
+) -> None:
+    _faulty(monkeypatch, "BOOM", "raise")
+    tok = load_tokenizer()
+    encoder = DocumentEncoder(tok, backend="fastokens")
+    good = encoder.encode(TEXTS)
+    bad = encoder.encode(["BOOM " + t for t in TEXTS])
+    assert encoder.backend.name == "fastokens" and encoder.backend.fallback_batches == 1
+    reference = DocumentEncoder(tok)
+    for got, texts in ((good, TEXTS), (bad, ["BOOM " + t for t in TEXTS])):
+        want = reference.encode(texts)
+        assert got.ids.tolist() == want.ids.tolist()
+        assert got.lengths.tolist() == want.lengths.tolist()
+
+
+def test_flat_ids_are_read_in_place(tmp_path) -> None:
+    encoder = DocumentEncoder(load_tokenizer(), add_eos=False, backend="fastokens")
+    flat = encoder.tokenize(TEXTS)
+    assert type(flat).__name__ == "_Flat"
+    assert flat.ids.base is not None and not flat.ids.flags.writeable  # a view of the buffer
+    assert encoder.finish(flat).ids is flat.ids  # no EOS to insert: not even one copy
+
+
+def test_verify_against_re_tokenizes_with_hf(tmp_path, monkeypatch) -> None:
+    """A fastokens that were wrong on everything after the pack would not fool the check."""
+    out = tmp_path / "out"
+    packtool.pack([SAMPLE], out, max_len=512, tokenizer_backend="fastokens")
+    made = _faulty(monkeypatch, "", "ids")
+    result = run("verify", out, "--against", SAMPLE)
+    assert result.exit_code == 0, result.output
+    assert made == []  # fastokens was never asked
+
+
+def test_the_option_is_checked(tmp_path) -> None:
+    with pytest.raises(OptionError, match="--tokenizer-backend must be one of auto, fastokens"):
+        PackOptions(tokenizer_backend="rust")
+    result = run("pack", SAMPLE, "-L", "64", "-o", tmp_path / "o", "--tokenizer-backend", "x")
+    assert_one_line_error(result, "--tokenizer-backend must be one of", 2)
+
+
+def test_instruction_data_keeps_hf_pieces(tmp_path) -> None:
+    src = write_jsonl(tmp_path / "pc.jsonl", [{"prompt": "Q: 2+2?", "completion": " 4"}])
+    report = packtool.pack([src], tmp_path / "out", max_len=32)
+    assert report.backend["name"] == "hf" and report.notices == []
+    with pytest.raises(OptionError, match="instruction data is encoded piece by piece"):
+        packtool.pack([src], tmp_path / "o2", max_len=32, tokenizer_backend="fastokens")
+
+
+@pytest.mark.parametrize("backend", ["hf", "fastokens"])
+def test_batches_are_cut_by_text_size_not_by_documents(tmp_path, monkeypatch, backend) -> None:
+    """What a tokenizer call gets is bounded by characters (one longer document alone), and
+    the rows do not depend on where batches are cut."""
+    import random
+
+    import packtool.pipeline as pipeline
+
+    rng = random.Random(5)
+    texts = [
+        " ".join(f"w{rng.randrange(500)}" for _ in range(rng.randrange(1, 400))) for _ in range(300)
+    ]
+    texts[17] = "a very long document " * 400  # 8,400 characters, over the limit alone
+    src = write_jsonl(tmp_path / "d.jsonl", [{"text": t} for t in texts])
+    packtool.pack([src], tmp_path / "whole", max_len=128, tokenizer_backend=backend)
+    seen: list[list[str]] = []
+    real = DocumentEncoder.tokenize
+
+    def tokenize(self, batch):
+        seen.append(list(batch))
+        return real(self, batch)
+
+    monkeypatch.setattr(DocumentEncoder, "tokenize", tokenize)
+    monkeypatch.setattr(pipeline, "_BATCH_CHARS", 3000)
+    packtool.pack([src], tmp_path / "cut", max_len=128, tokenizer_backend=backend)
+    assert len(seen) > 10 and [t for b in seen for t in b] == texts
+    assert all(sum(map(len, b)) <= 3000 or len(b) == 1 for b in seen)
+    assert [texts[17]] in seen
+    for a, b in zip(
+        sorted((tmp_path / "whole").glob("*.arrow")),
+        sorted((tmp_path / "cut").glob("*.arrow")),
+        strict=True,
+    ):
+        assert a.read_bytes() == b.read_bytes()
+
+
+@pytest.fixture(scope="module")
+def piece_dirs(tmp_path_factory):
+    from tokenizer_families import build_family
+
+    root = tmp_path_factory.mktemp("piece-families")
+    return {name: build_family(name, root / name) for name in ("gpt2", "llama3", "qwen", "llama2")}
+
+
+def _huge_text() -> str:
+    """Prose of the sample corpus (many lines) with the hard texts in between."""
+    from tokenizer_families import hard_texts
+
+    with open(SAMPLE, encoding="utf-8") as f:
+        prose = [json.loads(line)["text"] for _, line in zip(range(60), f, strict=False)]
+    hard = hard_texts()
+    mixed = [t for pair in zip(prose, hard * 10, strict=False) for t in pair]
+    return "\n".join(mixed) + "\nthe end"
+
+
+@pytest.mark.parametrize("backend", ["hf", "fastokens"])
+@pytest.mark.parametrize("family", ["default", "gpt2", "llama3", "qwen"])
+def test_a_huge_document_in_pieces_equals_it_whole(piece_dirs, monkeypatch, family, backend):
+    """A document over HUGE_CHARS is encoded in pieces cut at single line breaks before letters;
+    its ids are those of the whole text, BOS (Llama 3) and EOS included."""
+    import packtool.tokenize as tokenize
+
+    tok = load_tokenizer(None if family == "default" else piece_dirs[family])
+    text = _huge_text()
+    whole = DocumentEncoder(tok, backend=backend).encode([text])
+    monkeypatch.setattr(tokenize, "HUGE_CHARS", 1000)
+    monkeypatch.setattr(tokenize, "PIECE_CHARS", 700)
+    cuts = tokenize.cut_points(text, 700)
+    assert len(cuts) > 20 and all(text[c - 1] == "\n" for c in cuts[1:-1])
+    encoder = DocumentEncoder(tok, backend=backend)
+    assert encoder._pieces  # this tokenizer allows pieces
+    pieces = encoder.encode([text])
+    assert encoder.backend.name == backend and encoder.backend.fallback_batches == 0
+    assert pieces.ids.tolist() == whole.ids.tolist()
+    assert pieces.lengths.tolist() == whole.lengths.tolist()
+    # The cut matters: pieces cut elsewhere (mid-word) give other ids.
+    mid = [text[i : i + 701] for i in range(0, len(text), 701)]
+    assert [i for p in tok.encode_batch(mid, False) for i in p] != tok.encode_batch([text], False)[
+        0
+    ]
+
+
+@pytest.mark.parametrize("family", ["llama2"])
+def test_tokenizers_that_mark_word_starts_keep_huge_documents_whole(piece_dirs, family):
+    import packtool.tokenize as tokenize
+
+    assert not tokenize.pieces_are_exact(load_tokenizer(piece_dirs[family]))
+
+
+def test_pack_of_a_huge_document_is_the_same_in_pieces(tmp_path, monkeypatch) -> None:
+    import packtool.tokenize as tokenize
+
+    src = write_jsonl(tmp_path / "d.jsonl", [{"text": "short"}, {"text": _huge_text()}])
+    packtool.pack([src], tmp_path / "whole", max_len=64, tokenizer_backend="hf")
+    monkeypatch.setattr(tokenize, "HUGE_CHARS", 1000)
+    monkeypatch.setattr(tokenize, "PIECE_CHARS", 700)
+    for backend in ("hf", "fastokens"):
+        packtool.pack([src], tmp_path / backend, max_len=64, tokenizer_backend=backend)
+        for a, b in zip(
+            sorted((tmp_path / "whole").glob("*.arrow")),
+            sorted((tmp_path / backend).glob("*.arrow")),
+            strict=True,
+        ):
+            assert a.read_bytes() == b.read_bytes()
+
+
+def test_check_sample_catches_a_divergence_the_gate_did_not_see(tmp_path, monkeypatch) -> None:
+    """A document far into the input on which fastokens were wrong: the gate (first batch)
+    passes; --check-sample re-encodes documents spread over the run and stops before
+    anything is written."""
+    import packtool.pipeline as pipeline
+
+    texts = [f"document {i}: " + "some words here. " * 40 for i in range(60)]
+    texts[47] = "the TRIGGER document " + texts[47]
+    src = write_jsonl(tmp_path / "d.jsonl", [{"text": t} for t in texts])
+    monkeypatch.setattr(pipeline, "_BATCH_CHARS", 4000)  # document 47 is far from batch 1
+    _faulty(monkeypatch, "TRIGGER", "ids")
+    silent = packtool.pack([src], tmp_path / "silent", max_len=64, tokenizer_backend="fastokens")
+    assert silent.backend["name"] == "fastokens" and silent.backend["documents_checked"] == 0
+    with pytest.raises(TokenizerError, match="--check-sample: fastokens and tokenizers give"):
+        packtool.pack([src], tmp_path / "out", max_len=64, check_sample=60)
+    assert not (tmp_path / "out").exists()
+
+
+def test_check_sample_counts_the_documents_it_checked(tmp_path) -> None:
+    texts = [f"document {i}: " + "words. " * (10 + i) for i in range(200)]
+    src = write_jsonl(tmp_path / "d.jsonl", [{"text": t} for t in texts])
+    report = packtool.pack([src], tmp_path / "out", max_len=64, check_sample=20)
+    manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
+    checked = manifest["tokenizer"]["backend"]["documents_checked"]
+    assert report.backend["name"] == "fastokens" and 15 <= checked <= 25
+    with pytest.raises(OptionError, match="--check-sample must be an integer from 0 to"):
+        PackOptions(check_sample=-1)
