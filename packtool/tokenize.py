@@ -735,7 +735,11 @@ _SAFE_SPLITS = frozenset(
 )
 # A single line break between a non-space and a letter. Not after a run of whitespace: GPT-2's
 # \s+(?!\S) groups a run that ends a text ("\n\n") but splits the same run before a letter.
+# A text without such a line break (one huge line) is cut before a single space between two
+# letters: every one of these splits ends a word at its last letter and starts the next
+# pre-token at the space (" word", [^\r\n\p{L}\p{N}]?\p{L}+), whatever follows.
 _LINE_START = re.compile(r"(?<=\S)\n(?=[^\W\d_])")
+_WORD_START = re.compile(r"(?<=[^\W\d_]) (?=[^\W\d_])")
 
 
 def _byte_level(p: Any, use_regex: bool) -> bool:
@@ -761,7 +765,7 @@ def pieces_are_exact(tok: HFTokenizer) -> bool:
         return False
     if norm is not None and norm.get("type") != "NFC":
         return False
-    if any("\n" in a for a in tok.added_strings):
+    if any("\n" in a or " " in a for a in tok.added_strings):
         return False
     if _byte_level(pre, True):
         return True
@@ -779,14 +783,20 @@ def pieces_are_exact(tok: HFTokenizer) -> bool:
 
 def cut_points(text: str, size: int) -> list[int]:
     """Where to cut ``text`` into pieces of about ``size`` characters: after a single line
-    break before a letter (see :func:`pieces_are_exact`); ``[0, len(text)]`` if none."""
+    break before a letter, else (a line longer than ``size``) before a single space between
+    two letters (see :func:`pieces_are_exact`); ``[0, len(text)]`` if neither is found."""
     cuts, pos = [0], size
     while pos < len(text):
-        m = _LINE_START.search(text, pos)
-        if m is None:
-            break
-        cuts.append(m.end())
-        pos = m.end() + size
+        line = _LINE_START.search(text, pos, pos + size)
+        if line is not None:
+            cut = line.end()
+        else:
+            word = _WORD_START.search(text, pos)
+            if word is None:
+                break
+            cut = word.start()
+        cuts.append(cut)
+        pos = cut + size
     cuts.append(len(text))
     return cuts
 

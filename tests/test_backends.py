@@ -227,8 +227,9 @@ def _huge_text() -> str:
 @pytest.mark.parametrize("backend", ["hf", "fastokens"])
 @pytest.mark.parametrize("family", ["default", "gpt2", "llama3", "qwen"])
 def test_a_huge_document_in_pieces_equals_it_whole(piece_dirs, monkeypatch, family, backend):
-    """A document over HUGE_CHARS is encoded in pieces cut at single line breaks before letters;
-    its ids are those of the whole text, BOS (Llama 3) and EOS included."""
+    """A document over HUGE_CHARS is encoded in pieces cut at single line breaks before letters
+    (in a longer line, before a space between letters); its ids are those of the whole text,
+    BOS (Llama 3) and EOS included."""
     import packtool.tokenize as tokenize
 
     tok = load_tokenizer(None if family == "default" else piece_dirs[family])
@@ -237,7 +238,10 @@ def test_a_huge_document_in_pieces_equals_it_whole(piece_dirs, monkeypatch, fami
     monkeypatch.setattr(tokenize, "HUGE_CHARS", 1000)
     monkeypatch.setattr(tokenize, "PIECE_CHARS", 700)
     cuts = tokenize.cut_points(text, 700)
-    assert len(cuts) > 20 and all(text[c - 1] == "\n" for c in cuts[1:-1])
+    assert len(cuts) > 20
+    at_lines = [c for c in cuts[1:-1] if text[c - 1] == "\n"]
+    assert len(at_lines) > 10  # line breaks first; a line longer than a piece at a space
+    assert all(c in at_lines or (text[c] == " " and text[c - 1].isalpha()) for c in cuts[1:-1])
     encoder = DocumentEncoder(tok, backend=backend)
     assert encoder._pieces  # this tokenizer allows pieces
     pieces = encoder.encode([text])
@@ -249,6 +253,30 @@ def test_a_huge_document_in_pieces_equals_it_whole(piece_dirs, monkeypatch, fami
     assert [i for p in tok.encode_batch(mid, False) for i in p] != tok.encode_batch([text], False)[
         0
     ]
+
+
+@pytest.mark.parametrize("backend", ["hf", "fastokens"])
+@pytest.mark.parametrize("family", ["default", "gpt2", "llama3", "qwen"])
+def test_a_huge_one_line_document_in_pieces_equals_it_whole(
+    piece_dirs, monkeypatch, family, backend
+):
+    """A huge document without line breaks is cut before single spaces between letters; its
+    ids are those of the whole text (every script, digits, punctuation and space runs)."""
+    import packtool.tokenize as tokenize
+
+    tok = load_tokenizer(None if family == "default" else piece_dirs[family])
+    text = " ".join(_huge_text().split("\n")).replace("\n", " ")
+    assert "\n" not in text
+    whole = DocumentEncoder(tok, backend=backend).encode([text])
+    monkeypatch.setattr(tokenize, "HUGE_CHARS", 1000)
+    monkeypatch.setattr(tokenize, "PIECE_CHARS", 700)
+    cuts = tokenize.cut_points(text, 700)
+    assert len(cuts) > 20 and all(text[c] == " " and text[c - 1].isalpha() for c in cuts[1:-1])
+    encoder = DocumentEncoder(tok, backend=backend)
+    assert encoder._pieces
+    pieces = encoder.encode([text])
+    assert encoder.backend.fallback_batches == 0
+    assert pieces.ids.tolist() == whole.ids.tolist()
 
 
 @pytest.mark.parametrize("family", ["llama2"])
