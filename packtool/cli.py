@@ -12,6 +12,7 @@ import re
 import signal
 import sys
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, TypeVar
@@ -60,6 +61,7 @@ def handle_errors(func: F) -> F:
         previous: dict[int, Any] = {}
         if threading.current_thread() is threading.main_thread():
             previous = install_stop_handlers()
+        started = time.time()
         try:
             return func(*args, **kwargs)
         except PacktoolError as e:
@@ -70,10 +72,17 @@ def handle_errors(func: F) -> F:
         except EOFError as e:  # e.g. from a decompressor; named by the readers where they can
             raise fail(f"an input ends early: {e}") from None
         except KeyboardInterrupt as e:
+            code = 143 if isinstance(e, Terminated) else 130
+            written = _written_by_this_run(kwargs, started)
+            if written is not None:  # the signal came after the manifest: nothing was lost
+                raise fail(
+                    f"interrupted after {written} was complete: the output is kept "
+                    f"(packtool verify {written} checks it)",
+                    code,
+                ) from None
             hint = " (rerun with --resume to continue)" if kwargs.get("resume") else ""
             if kwargs.get("units") is not None:
                 hint = " (finished units are kept: run the same command again to go on)"
-            code = 143 if isinstance(e, Terminated) else 130
             raise fail(f"interrupted; no output was written{hint}", code) from None
         finally:
             for signum, handler in previous.items():
@@ -81,6 +90,21 @@ def handle_errors(func: F) -> F:
             STOP.clear()
 
     return wrapper  # type: ignore[return-value]
+
+
+def _written_by_this_run(kwargs: dict[str, Any], started: float) -> Path | None:
+    """The output directory of the command, if this run wrote its manifest (the last file of
+    an output, so the output is complete)."""
+    for key in ("output", "out_dir", "dest"):
+        path = kwargs.get(key)
+        if isinstance(path, Path):
+            manifest = path / "manifest.json"
+            try:
+                if manifest.stat().st_mtime >= started - 1:
+                    return path
+            except OSError:
+                continue
+    return None
 
 
 def _version(value: bool) -> None:

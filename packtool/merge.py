@@ -36,7 +36,7 @@ from .errors import FormatError, OptionError
 from .format import MANIFEST_FILE, DocumentCounts, ShardWriter, open_packed, read_manifest
 from .limits import MAX_ROWS_PER_SHARD, MAX_SEED, check_int
 from .options import DEFAULT_SHARD_SIZE, PackOptions, parse_size
-from .order import attention_costs, balance_record, balanced_order
+from .order import attention_costs, balance_record, balanced_order, check_world_size
 from .packing import first_fit_decreasing, lower_bound_rows
 from .pipeline import PackReport
 from .units import UNITS_DIR, unit_dirs
@@ -380,6 +380,8 @@ def _balanced_order(
         [np.asarray(t.column("num_tokens").to_numpy(), dtype=np.int64) for t in tables]
         or [np.zeros(0, np.int64)]
     )
+    assert layout.world_size is not None
+    check_world_size(int(costs.size), layout.world_size, "the merge")
     kw = {"world_size": layout.world_size, "micro_batches": layout.micro_batches}
     order = balanced_order(costs, tokens, seed=layout.seed, **kw)
     return order, balance_record(costs[order], tokens[order], seed=layout.seed, **kw)

@@ -30,6 +30,7 @@ __all__ = [
     "balanced_layout",
     "balanced_order",
     "balanced_share",
+    "check_world_size",
     "epoch_order",
     "rank_share",
     "row_sums",
@@ -183,6 +184,16 @@ def _mix(shares: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     steps, w, _ = shares.shape
     to_rank = rng.permuted(np.tile(np.arange(w), (steps, 1)), axis=1)
     return rng.permuted(shares[np.arange(steps)[:, None], to_rank], axis=2)
+
+
+def check_world_size(num_rows: int, world_size: int, where: str) -> None:
+    """Refuse to balance fewer rows than ranks: every rank could not read a row, and
+    ``PackedDataset`` would refuse the output on every rank."""
+    if num_rows < world_size:
+        raise OptionError(
+            f"--world-size {world_size:,}: {where} has only {num_rows:,} rows, fewer than the "
+            "ranks (each needs at least one row): give a smaller --world-size, or more data"
+        )
 
 
 def balanced_order(

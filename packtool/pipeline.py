@@ -38,7 +38,7 @@ from .format import (
 from .gather import gather_rows, warm_up_gather
 from .instruct import InputPlan, InputShape, input_shape, plan_input
 from .options import PackOptions
-from .order import attention_costs, balance_record, balanced_order, row_sums
+from .order import attention_costs, balance_record, balanced_order, check_world_size, row_sums
 from .packing import (
     Overflow,
     RowPlan,
@@ -462,6 +462,7 @@ def _balanced(
 ) -> tuple[np.ndarray, dict[str, Any]]:
     """The balanced row order (``--world-size``) of FFD rows and its manifest record."""
     assert o.world_size is not None
+    check_world_size(int(segments_per_row.size), o.world_size, "the pack")
     costs = attention_costs(segment_lengths, segments_per_row)
     tokens = row_sums(segment_lengths, segments_per_row)
     kw = {"world_size": o.world_size, "micro_batches": o.micro_batches, "seed": o.seed}

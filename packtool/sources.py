@@ -127,15 +127,21 @@ def _file_input(path: Path) -> InputFile:
 
 
 def resolve_inputs(
-    specs: Sequence[str | os.PathLike[str]], *, skipped: list[Path] | None = None
+    specs: Sequence[str | os.PathLike[str]] | str | os.PathLike[str],
+    *,
+    skipped: list[Path] | None = None,
 ) -> list[InputFile]:
     """Expand paths, directories and globs into a list of inputs, in a stable order.
+
+    ``specs`` is a list of them, or one (a string is one path, never its characters).
 
     A directory is a `datasets` dataset if it holds ``state.json`` or ``dataset_dict.json``;
     otherwise its supported files are taken, recursively, sorted by path (hidden files and
     directories are skipped). Its other files are skipped too, and added to ``skipped`` (to
     say so); a file named itself, or matched by a glob, of an unknown type is an error.
     """
+    if isinstance(specs, (str, os.PathLike)):
+        specs = [specs]
     if not specs:
         raise InputError("no input given")
     out: list[InputFile] = []

@@ -396,6 +396,7 @@ class _Rules:
     eos_id: int | None  # set when every document got an EOS
     bos_id: int | None  # set when every document got a BOS (--bos)
     has_labels: bool
+    dropped_chunks: int = 0  # chunks with nothing to learn, dropped (labels only)
 
 
 @dataclass
@@ -906,7 +907,12 @@ def _check_coverage(
     gap = (new_doc & (chunk != 0)) | (
         np.concatenate([[False], same_doc & (chunk[1:] > chunk[:-1] + 1)])[: doc.size]
     )
-    name("coverage", gap, describe_gap)
+    # Missing chunks: each gap's chunks (chunk 0 counts when a document starts later).
+    before = np.where(new_doc, -1, np.concatenate([[0], chunk[:-1]])[: doc.size])
+    missing = np.where(gap, chunk - before - 1, 0)
+    dropped = rules.dropped_chunks
+    if not dropped:
+        name("coverage", gap, describe_gap)
     short = ~last_of_doc & (length >= 0) & (length != L)
     name(
         "coverage",
@@ -916,10 +922,24 @@ def _check_coverage(
             f"last chunk of a split document may be shorter than max_len {L}"
         ),
     )
+    split_end = np.zeros(doc.size, bool)
     if rules.eos_id is not None:
         # The last chunk of a split document ends with the document's EOS, also when it
         # is max_len long; a lost last chunk shows as a chunk that does not.
-        split_end = last_of_doc & ~new_doc & (last >= 0) & (last != rules.eos_id)
+        no_eos = last_of_doc & (last >= 0) & (last != rules.eos_id)
+        # With chunks dropped, a split document may keep one (full) chunk, not its last.
+        split_end = no_eos & (length == L) if dropped else no_eos & ~new_doc
+    if dropped:
+        # Chunks with nothing to learn were dropped (and counted): gaps, and split documents
+        # whose last chunks are gone, up to that count.
+        lost = int(missing.sum()) + int(np.count_nonzero(split_end))
+        if lost > dropped:
+            problems.add(
+                "coverage",
+                f"{lost} chunks are missing from the rows, the manifest says {dropped} chunks "
+                "without labels were dropped",
+            )
+    elif rules.eos_id is not None:
         name(
             "coverage",
             split_end,
@@ -939,6 +959,7 @@ def _check_coverage(
         segments=int(doc.size),
         documents=n_docs,
         split=int(np.count_nonzero(chunks_per_doc > 1)),
+        dropped_chunks=rules.dropped_chunks,
         single_full=int(np.count_nonzero((chunks_per_doc == 1) & (length[new_doc] == L))),
     )
 
@@ -952,6 +973,7 @@ def _check_counts(
     documents: int,
     split: int,
     single_full: int,
+    dropped_chunks: int = 0,
 ) -> None:
     """The manifest's counts against the rows: rows, segments, tokens, documents."""
 
@@ -978,7 +1000,8 @@ def _check_counts(
                 f"the rows hold {documents} documents, the manifest's packed + split + "
                 f"truncated is {in_rows}"
             )
-        if split != recorded["split"]:
+        # A split document whose other chunks had nothing to learn holds one chunk in the rows.
+        if not split <= recorded["split"] <= split + dropped_chunks:
             mismatch(
                 f"{split} documents are split into several chunks in the rows, the manifest "
                 f"says {recorded['split']} were split"
@@ -1389,6 +1412,7 @@ def verify(
         eos_id=_int(special.get("eos_id")) if add_eos else None,
         bos_id=_int(special.get("bos_id")) if options.get("bos") is True else None,
         has_labels=reader.has_labels,
+        dropped_chunks=_int(_get(manifest, "labels", "chunks_without_labels_dropped")) or 0,
     )
     digests = plan = None
     if against is not None:

@@ -492,3 +492,29 @@ def test_pack_and_stats_account_for_the_same_documents(tmp_path: Path) -> None:
     assert stats.exit_code == 0, stats.stderr
     assert re.search(r"documents in rows\s+3 of 6 read \(2 empty, 1 dropped\)", stats.stdout)
     assert re.search(r"documents read\s+6\b", stats.stdout)  # its outcome table, as pack's
+
+
+def test_a_signal_after_the_manifest_says_the_output_is_complete(tmp_path, monkeypatch) -> None:
+    """Ctrl-C that lands after the output was committed (while the report is built) must not
+    claim that no output was written: the output is complete and kept."""
+    from typer.testing import CliRunner
+
+    import packtool.pipeline as pipeline
+    from packtool.cli import app
+
+    real_report = pipeline._report
+
+    def interrupted(*args, **kwargs):
+        real_report(*args, **kwargs)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(pipeline, "_report", interrupted)
+    out = tmp_path / "out"
+    src = Path(__file__).resolve().parent.parent / "sample_data" / "corpus.jsonl"
+    result = CliRunner().invoke(app, ["pack", str(src), "-L", "4096", "-o", str(out)])
+    assert result.exit_code == 130
+    assert f"interrupted after {out} was complete: the output is kept" in result.stderr
+    assert "no output was written" not in result.stderr
+    from packtool import verify
+
+    assert verify(out).ok

@@ -712,3 +712,31 @@ def test_against_names_instruction_data_as_unsupported(tmp_path: Path) -> None:
     assert len(lines) == 1 and "Traceback" not in result.output
     assert "--against re-tokenizes text inputs only" in lines[0]
     assert "holds chat records" in lines[0]
+
+
+def test_split_examples_whose_chunks_had_nothing_to_learn_verify(tmp_path: Path) -> None:
+    """Chunks with nothing to learn are dropped and counted: a split chat may keep one chunk,
+    and verify accounts for them instead of calling the pack damaged."""
+    repo = Path(__file__).resolve().parent.parent
+    chat, template = repo / "sample_data" / "chat.jsonl", repo / "sample_data" / "chatml.jinja"
+    out = tmp_path / "out"
+    packtool.pack([chat], out, max_len=512, chat_template=template, overflow="split")
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["labels"]["chunks_without_labels_dropped"] >= 1
+    report = verify(out)
+    assert report.ok, report.problems
+    # The allowance is the manifest's count: without it, the same rows are a problem.
+    manifest["labels"]["chunks_without_labels_dropped"] = 0
+    (out / "manifest.json").write_text(json.dumps(manifest))
+    assert not verify(out).ok
+
+
+def test_text_with_labels_whose_last_chunk_is_only_eos_verifies(tmp_path: Path) -> None:
+    """--loss-on all: a last chunk of one token (the EOS) has no label (the first token of a
+    segment is never learned), so it is dropped; the document keeps one full chunk."""
+    src = write_jsonl(tmp_path / "d.jsonl", [{"text": "a" * 16}, {"text": "bb"}])
+    out = tmp_path / "out"
+    packtool.pack([src], out, max_len=16, tokenizer=CharTokenizer(), loss_on="all")
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["labels"]["chunks_without_labels_dropped"] == 1
+    assert verify(out).ok
