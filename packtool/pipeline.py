@@ -46,6 +46,7 @@ from .packing import (
     plan_rows,
     segment_items,
 )
+from .pretokenized import IdsTokenizer
 from .sources import InputFile, RecordBatch, TextBatch, resolve_inputs, skip_records
 from .store import TokenStore, lock_output
 from .tokenize import EncodedBatch, HFTokenizer, Tokenizer, load_tokenizer, set_tokenizer_threads
@@ -351,6 +352,12 @@ def _prepare(
 
 def _tokenizer(options: PackOptions) -> Tokenizer:
     spec = options.tokenizer
+    if spec is None and options.ids_field is not None:  # pre-tokenized: no tokenizer needed
+        return IdsTokenizer(  # type: ignore[return-value]
+            eos_token=options.eos_token,
+            bos_token=options.bos_token,
+            vocab_size=options.vocab_size,
+        )
     if spec is None or isinstance(spec, (str, os.PathLike)):
         return load_tokenizer(spec, eos_token=options.eos_token, bos_token=options.bos_token)
     return spec  # type: ignore[no-any-return]
@@ -364,6 +371,11 @@ def _pad_id(pad_id: int | None, tok: Tokenizer) -> tuple[int, str]:
         pad_id = tok.special.pad_id
     if pad_id is None:
         pad_id, pad_from = tok.special.eos_id, "eos"
+    if pad_id is None and isinstance(tok, IdsTokenizer):
+        raise OptionError(
+            "pre-tokenized data without --tokenizer: give the padding's id with --pad-id "
+            "(or --eos-token ID, whose id pads)"
+        )
     if pad_id is None:
         raise OptionError(
             f"tokenizer {tok.name} has neither a pad nor an EOS token: choose one with --pad-id"
@@ -728,7 +740,9 @@ def _tokenize_loop(
         counts.bad_records_skipped += len(batch.bad)
         room = max(0, _BAD_RECORDS_KEPT - len(state.bad_records))
         state.bad_records.extend(str(e) for e in batch.bad[:room])
-        good = np.flatnonzero(np.fromiter((r is not None for r in batch.records), bool))
+        good = getattr(batch, "good", None)  # pre-tokenized batches know theirs
+        if good is None:
+            good = np.flatnonzero(np.fromiter((r is not None for r in batch.records), bool))
         doc, chunk, item_len, c, labels = _cut(encoded, max_len, overflow)
         for key in ("packed", "split", "truncated", "dropped", "empty"):
             setattr(counts, key, getattr(counts, key) + c[key])

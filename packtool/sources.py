@@ -40,6 +40,7 @@ __all__ = [
     "read_texts",
     "resolve_inputs",
     "skip_records",
+    "table_batches",
 ]
 
 _KINDS = {
@@ -778,9 +779,80 @@ def _bigger_blocks(inp: InputFile, read_pass: Callable[[int, int], Iterator[Any]
             block = min(block * 8, _CSV_MAX_BLOCK)
 
 
+def table_batches(
+    inp: InputFile, columns: Sequence[str], *, split: str | None = None, batch_rows: int = 8192
+) -> Iterator[tuple[pa.RecordBatch, int]]:
+    """The Arrow record batches of ``columns`` of a Parquet, Arrow, JSON Lines or saved
+    `datasets` input, each with how far into the input (bytes) it ends. Columns are not
+    converted to Python: a list column stays one flat buffer (for pre-tokenized data)."""
+    where = str(inp.path)
+
+    def check(names: Sequence[str]) -> None:
+        for name in columns:
+            if name not in names:
+                found = ", ".join(repr(n) for n in list(names)[:20]) or "none"
+                raise InputError(f"{where}: no column {name!r} (columns found: {found})")
+
+    if inp.kind == "parquet":
+        import pyarrow.parquet as pq
+
+        try:
+            pf = pq.ParquetFile(where)
+        except (pa.ArrowInvalid, OSError) as e:
+            raise InputError(f"{where}: not a readable Parquet file: {e}") from e
+        check(pf.schema_arrow.names)
+        total, done = max(1, pf.metadata.num_rows), 0
+        try:
+            for b in pf.iter_batches(batch_size=batch_rows, columns=list(columns)):
+                done += b.num_rows
+                yield b, inp.size_bytes * done // total
+        except (pa.ArrowInvalid, OSError) as e:
+            raise InputError(f"{where}: cannot read Parquet data: {e}") from e
+        return
+    if inp.kind == "jsonl" and inp.compression is None:
+        import pyarrow.json as pj
+
+        try:
+            reader = pj.open_json(where, read_options=pj.ReadOptions(block_size=16 << 20))
+            check(reader.schema.names)
+            for b in reader:
+                yield b.select(list(columns)), 0
+        except pa.ArrowInvalid as e:
+            raise InputError(f"{where}: cannot read the JSON Lines as Arrow: {e}") from None
+        return
+    if inp.kind in ("arrow", "hf_dataset"):
+        files = [where] if inp.kind == "arrow" else _saved_dataset_files(where, split)
+        if files is None:
+            raise InputError(f"{where}: a saved dataset of a layout packtool cannot stream")
+        arrow = _ArrowFiles(files).as_input()
+        try:
+            check(arrow.schema.names)
+            for b in arrow.batches:
+                yield b.select(list(columns)), arrow.tell()
+        except (pa.ArrowInvalid, OSError) as e:
+            raise InputError(f"{where}: cannot read Arrow data: {e}") from e
+        finally:
+            arrow.source.close()
+        return
+    kind = inp.kind + (f" ({inp.compression})" if inp.compression else "")
+    raise InputError(
+        f"{where}: pre-tokenized ids are read from Parquet, Arrow, JSON Lines (uncompressed) "
+        f"or saved datasets, not {kind}"
+    )
+
+
 def skip_records(batches: Iterable[Any], n: int) -> Iterator[Any]:
     """Drop the first ``n`` records of a stream of text or record batches (to resume)."""
     for batch in batches:
+        drop_first = getattr(batch, "drop_first", None)
+        if drop_first is not None:  # pre-tokenized batches cut their own arrays
+            if n >= len(batch.records):
+                n -= len(batch.records)
+                continue
+            if n:
+                batch, n = drop_first(n), 0
+            yield batch
+            continue
         if n >= len(batch.records):
             n -= len(batch.records)
             continue
