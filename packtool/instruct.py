@@ -691,6 +691,8 @@ class InputPlan:
             "ids_field": ids.ids if ids else None,
             "labels_field": ids.labels if ids else None,
             "loss_mask_field": ids.loss_mask if ids else None,
+            "split_on_eos": ids.split_on_eos if ids else None,
+            "vocab_size": ids.vocab_size if ids else None,
             "input_shape": self.shape.value,
             "input_shape_auto": self.shape_auto,
             "prompt_field": self.prompt_field,
@@ -779,7 +781,7 @@ def _plan_ids(tokenizer: Tokenizer, o: PackOptions) -> InputPlan:
     """The plan of pre-tokenized records (``--ids-field``): no tokenizer runs; EOS and BOS are
     added only when asked (``--eos``, ``--bos``)."""
     assert o.ids_field is not None
-    fields = IdsFields(o.ids_field, o.labels_field, o.loss_mask_field)
+    fields = IdsFields(o.ids_field, o.labels_field, o.loss_mask_field, o.split_on_eos, o.vocab_size)
     loss_on: LossOn | None
     if fields.labels is not None or fields.loss_mask is not None:
         if o.loss_on is not None:

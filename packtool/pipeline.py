@@ -826,6 +826,8 @@ def _describe_tokenizer(tok: Tokenizer, pad_id: int | None, pad_from: str) -> di
             "sha256": tok.sha256,
             "special_tokens": {"eos_id": tok.special.eos_id, "bos_id": tok.special.bos_id},
         }
+        if getattr(tok, "vocab_size", None) is not None:  # pre-tokenized, --vocab-size
+            info["vocab_size"] = tok.vocab_size
     info["special_tokens"]["pad_id"] = pad_id
     info["pad_from"] = pad_from
     return info

@@ -203,6 +203,8 @@ class IdsFields:
     ids: str
     labels: str | None = None
     loss_mask: str | None = None
+    split_on_eos: int | None = None  # recorded in the manifest with the fields
+    vocab_size: int | None = None  # --vocab-size as given (the check uses the resolved one)
 
     @property
     def columns(self) -> list[str]:

@@ -248,3 +248,22 @@ def test_ids_checked_against_the_tokenizer_vocabulary(tmp_path: Path) -> None:
     with pytest.raises(BadRecordError, match=rf"row 1: 'ids'\[0\] is {vocab}, outside"):
         packtool.pack([tmp_path / "a.parquet"], tmp_path / "o", max_len=8, ids_field="ids",
                       tokenizer="packtool-default")  # fmt: skip
+
+
+def test_verify_against_compares_the_ids(tmp_path: Path) -> None:
+    docs, _ = _docs(3)
+    src = tmp_path / "a.parquet"
+    pq.write_table(pa.table({"ids": docs}), src)
+    args = ["--ids-field", "ids", "--split-on-eos", "7", "--eos-token", "7", "--eos"]
+    assert run("pack", src, "-L", "16", "-o", tmp_path / "o", "-q", *args).exit_code == 0
+    ok = run("verify", tmp_path / "o", "--against", src)
+    assert ok.exit_code == 0, ok.output
+    # One id changed in the input: --against finds the document.
+    changed = [list(d) for d in docs]
+    d = next(i for i, x in enumerate(changed) if len(x) > 3)
+    changed[d][2] = (changed[d][2] + 1) % 7  # never the EOS id: the documents stay the same
+    pq.write_table(pa.table({"ids": changed}), src)
+    bad = run("verify", tmp_path / "o", "--against", src)
+    assert bad.exit_code != 0
+    assert f"document {d} (a.parquet record {d}): token 2 is" in bad.output, bad.output
+    assert "not the same file" not in bad.output
