@@ -221,7 +221,7 @@ class PackOptions:
 
     def _check_ids(self) -> None:
         if self.ids_field is None:
-            for name in ("labels_field", "loss_mask_field", "split_on_eos"):
+            for name in ("labels_field", "loss_mask_field"):
                 if getattr(self, name) is not None:
                     raise OptionError(
                         f"{_flag(name)} is for pre-tokenized records: give --ids-field NAME"

@@ -329,6 +329,10 @@ def _prepare(
     remove_stale_temporaries(out)
     skipped: list[Path] = []
     files = resolve_inputs(inputs, skipped=skipped) if files is None else list(files)
+    if options.ids_field is None and files and all(f.kind == "megatron" for f in files):
+        options = options.replace(ids_field="tokens")  # Megatron data is ids; a name to show
+    if options.split_on_eos is not None and options.ids_field is None:
+        raise OptionError("--split-on-eos cuts pre-tokenized records: give --ids-field NAME")
     tok = _tokenizer(options)
     plan = plan_input(files, tok, options)
     if units and plan.shape is not InputShape.TEXT:

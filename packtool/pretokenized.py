@@ -297,6 +297,11 @@ def read_ids(
     split: str | None = None,
 ) -> Iterator[IdsBatch]:
     """The documents of ``inp``, checked, batch by batch (Arrow record batches)."""
+    if inp.kind == "megatron":
+        yield from _read_megatron(
+            inp, fields, vocab_size=vocab_size, split_on_eos=split_on_eos, skip_bad=skip_bad_records
+        )
+        return
     row = 0
     where = str(inp.path)
     for batch, bytes_done in table_batches(inp, fields.columns, split=split):
@@ -311,6 +316,83 @@ def read_ids(
         )
         out.bytes_done = bytes_done or inp.size_bytes
         row += batch.num_rows
+        yield out
+
+
+# The dtype codes of megatron-core's indexed datasets (``DType``), and its index header.
+MEGATRON_DTYPES = {
+    1: np.uint8,
+    2: np.int8,
+    3: np.int16,
+    4: np.int32,
+    5: np.int64,
+    6: np.float64,
+    7: np.float32,
+    8: np.uint16,
+}
+_MEGATRON_HEADER = b"MMIDIDX\x00\x00"
+
+
+def _read_megatron(
+    inp: InputFile,
+    fields: IdsFields,
+    *,
+    vocab_size: int | None,
+    split_on_eos: int | None,
+    skip_bad: bool,
+    batch_tokens: int = 1 << 22,
+) -> Iterator[IdsBatch]:
+    """The sequences of a Megatron-LM indexed dataset (``PREFIX.idx`` + ``PREFIX.bin``), one
+    document each, read memory-mapped: a batch is a slice of the data file's map."""
+    where = str(inp.path.with_suffix(""))
+    if fields.labels or fields.loss_mask:
+        raise OptionError(
+            f"{where}: a Megatron indexed dataset holds ids only: leave out --labels-field "
+            "and --loss-mask-field"
+        )
+    index = np.memmap(inp.path, np.uint8, mode="r")
+    if index.size < 34 or bytes(index[:9]) != _MEGATRON_HEADER:
+        raise InputError(f"{inp.path}: not a Megatron-LM index (no MMIDIDX header)")
+    version, code, count = (
+        int(np.frombuffer(index[9:17], "<u8")[0]),
+        int(index[17]),
+        int(np.frombuffer(index[18:26], "<u8")[0]),
+    )
+    if version != 1 or code not in MEGATRON_DTYPES:
+        raise InputError(f"{inp.path}: Megatron index version {version}, dtype code {code}")
+    dtype = np.dtype(MEGATRON_DTYPES[code])
+    if index.size < 34 + 12 * count:
+        raise InputError(f"{inp.path}: the index ends early ({count:,} sequences announced)")
+    lengths = np.frombuffer(index, "<i4", count, 34).astype(np.int64)
+    pointers = np.frombuffer(index, "<i8", count, 34 + 4 * count)
+    data_path = inp.path.with_suffix(".bin")
+    data_bytes = data_path.stat().st_size
+    if count and (
+        pointers[0] != 0 or (pointers[1:] != pointers[:-1] + lengths[:-1] * dtype.itemsize).any()
+    ):
+        raise InputError(f"{inp.path}: sequences not stored one after another in {data_path}")
+    need = int(lengths.sum()) * dtype.itemsize
+    if need > data_bytes:
+        raise InputError(
+            f"{data_path}: {data_bytes:,} bytes, the index needs {need:,}: the file ends early"
+        )
+    tokens = np.memmap(data_path, dtype, mode="r") if data_bytes else np.zeros(0, dtype)
+    ends = np.cumsum(lengths)
+    starts = ends - lengths
+    i = 0
+    while i < count:
+        j = max(i + 1, int(np.searchsorted(ends, starts[i] + batch_tokens, "right")))
+        j = min(j, count)
+        values = pa.array(np.asarray(tokens[starts[i] : ends[j - 1]]))
+        offsets = pa.array(np.concatenate([[0], ends[i:j] - starts[i]]).astype(np.int64))
+        column = pa.LargeListArray.from_arrays(offsets, values)
+        batch = pa.RecordBatch.from_arrays([column], names=[fields.ids])
+        out = ids_of_batch(
+            batch, IdsFields(fields.ids), where, i, vocab_size=vocab_size,
+            split_on_eos=split_on_eos, skip_bad=skip_bad,
+        )  # fmt: skip
+        out.bytes_done = inp.size_bytes * j // count
+        i = j
         yield out
 
 

@@ -51,6 +51,7 @@ _KINDS = {
     ".arrow": "arrow",
     ".csv": "csv",
     ".txt": "txt",
+    ".idx": "megatron",  # a Megatron-LM indexed dataset: PREFIX.idx beside PREFIX.bin
 }
 _COMPRESSED = {".gz": "gzip", ".zst": "zstd"}
 SUPPORTED = ", ".join(
@@ -121,7 +122,14 @@ def _tree_size(path: Path) -> int:
 
 
 def _file_input(path: Path) -> InputFile:
+    if path.suffix == ".bin" and path.with_suffix(".idx").is_file():
+        path = path.with_suffix(".idx")  # the data file of a Megatron indexed dataset
     kind = _kind_of(path)
+    if kind == ("megatron", None):
+        data = path.with_suffix(".bin")
+        if not data.is_file():
+            raise InputError(f"{path}: a Megatron index without its data file {data.name}")
+        return InputFile(path, "megatron", None, path.stat().st_size + data.stat().st_size)
     if kind is None:
         raise InputError(f"{path}: unsupported file type (supported: {SUPPORTED})")
     return InputFile(path, kind[0], kind[1], path.stat().st_size)
@@ -165,6 +173,8 @@ def resolve_inputs(
             out.extend(_file_input(p) for p in files)
         elif path.is_file():
             out.append(_file_input(path))
+        elif Path(f"{spec}.idx").is_file():  # a Megatron prefix
+            out.append(_file_input(Path(f"{spec}.idx")))
         elif globlib.has_magic(str(spec)):
             matches = sorted(Path(p) for p in globlib.glob(str(spec), recursive=True))
             files = [p for p in matches if p.is_file()]
@@ -1077,6 +1087,8 @@ def read_texts(
         batches = _read_txt(inp, txt_unit, skip_bad_records, batch_docs)
     elif inp.kind == "hf_dataset":
         batches = _read_hf_dataset(inp, text_field, split, skip_bad_records, batch_docs)
+    elif inp.kind == "megatron":
+        raise InputError(f"{inp.path}: a Megatron indexed dataset holds token ids, not text")
     else:
         raise ValueError(f"unknown input kind {inp.kind!r}")
     return _guarded(inp, batches)

@@ -267,3 +267,46 @@ def test_verify_against_compares_the_ids(tmp_path: Path) -> None:
     assert bad.exit_code != 0
     assert f"document {d} (a.parquet record {d}): token 2 is" in bad.output, bad.output
     assert "not the same file" not in bad.output
+
+
+@pytest.mark.parametrize("dtype", [np.uint16, np.int32, np.int64, np.uint8, np.int16])
+def test_megatron_input_written_by_megatron_core_round_trips(tmp_path: Path, dtype) -> None:
+    import torch
+    from megatron.core.datasets.indexed_dataset import IndexedDatasetBuilder
+
+    rng = np.random.default_rng(5)
+    high = min(np.iinfo(dtype).max, 30000)
+    docs = [rng.integers(0, high, int(rng.integers(1, 60))).tolist() for _ in range(30)]
+    prefix = tmp_path / "corpus_text_document"
+    builder = IndexedDatasetBuilder(f"{prefix}.bin", dtype=dtype)
+    for d in docs:
+        builder.add_document(torch.tensor(d, dtype=torch.int64), [len(d)])
+    builder.finalize(f"{prefix}.idx")
+    for spec in (prefix, f"{prefix}.bin", f"{prefix}.idx"):
+        out = tmp_path / "o"
+        report = packtool.pack([spec], out, max_len=32, pad_id=0, overwrite=True)
+        _, rows = read_rows(out)
+        assert _pieces(rows) == _expected(docs, None, 32)
+        assert report.documents.read == 30
+    # A stream of documents in one Megatron sequence, cut at the EOS.
+    builder = IndexedDatasetBuilder(f"{prefix}2.bin", dtype=dtype)
+    builder.add_document(torch.tensor([5, 6, 2, 7, 2, 8]), [6])
+    builder.finalize(f"{prefix}2.idx")
+    packtool.pack([f"{prefix}2"], tmp_path / "s", max_len=8, pad_id=0, split_on_eos=2)
+    _, rows = read_rows(tmp_path / "s")
+    assert sorted(ids for ids, _ in _pieces(rows).values()) == [[5, 6, 2], [7, 2], [8]]
+
+
+def test_megatron_ids_outside_the_vocabulary_name_the_sequence(tmp_path: Path) -> None:
+    import torch
+    from megatron.core.datasets.indexed_dataset import IndexedDatasetBuilder
+
+    prefix = tmp_path / "m"
+    builder = IndexedDatasetBuilder(f"{prefix}.bin", dtype=np.int32)
+    for d in ([1, 2], [3, 4], [5, 900]):
+        builder.add_document(torch.tensor(d), [len(d)])
+    builder.finalize(f"{prefix}.idx")
+    args = ["pack", prefix, "-L", "8", "--pad-id", "0", "--vocab-size", "100", "-o", tmp_path / "o"]
+    assert_one_line_error(run(*args), r"m: row 2: 'tokens'\[1\] is 900, outside the vocabulary")
+    (tmp_path / "m.bin").write_bytes((tmp_path / "m.bin").read_bytes()[:-4])
+    assert_one_line_error(run(*args[:-2], "-o", tmp_path / "p"), r"m\.bin: .* the file ends early")
