@@ -137,20 +137,34 @@ def _segment_labelled_items(
     first = (np.cumsum(n_starts) - n_starts).astype(np.int64)
     k = np.arange(int(n_starts.sum()), dtype=np.int64) - np.repeat(first, n_starts)
     labels[np.repeat(offsets, n_starts) + k * max_len] = IGNORE_INDEX
-    learned = np.concatenate([[0], np.cumsum(labels != IGNORE_INDEX, dtype=np.int64)])
+    # One byte per token and per-range sums: a prefix sum of int64 over every token cost
+    # 8 bytes and ~35 ns a token (a third of a pre-tokenized run's time).
+    learned = np.concatenate([labels != IGNORE_INDEX, [False]]).view(np.uint8)
     kept = np.minimum(lengths, max_len) if overflow is Overflow.TRUNCATE else lengths
-    no_labels = ~encoded.empty & (learned[offsets + kept] == learned[offsets])
+    no_labels = ~encoded.empty & (_count_in(learned, offsets, kept) == 0)
     doc, chunk, item_len, counts = segment_items(
         lengths, encoded.empty | no_labels, max_len, overflow
     )
     item_off = offsets[doc] + chunk.astype(np.int64) * max_len
-    item_learned = learned[item_off + item_len] - learned[item_off]
+    item_learned = _count_in(learned, item_off, item_len)
     keep = item_learned > 0
     counts["learned"] = int(item_learned[keep].sum())
     counts["documents_without_labels"] = int(no_labels.sum())
     counts["chunks_without_labels_dropped"] = int((~keep).sum())
     counts["tokens_in_chunks_without_labels"] = int(item_len[~keep].sum())
     return doc[keep], chunk[keep], item_len[keep], counts, labels
+
+
+def _count_in(flags: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """The sum of ``flags`` (uint8, with one 0 past the end) over each range
+    ``[starts[k], starts[k] + lengths[k])``."""
+    out = np.zeros(starts.size, np.int64)
+    full = lengths > 0
+    if full.any():
+        s = starts[full]
+        bounds = np.column_stack([s, s + lengths[full]]).ravel()
+        out[full] = np.add.reduceat(flags, bounds, dtype=np.int64)[::2]
+    return out
 
 
 def _cut(
