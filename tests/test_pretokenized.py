@@ -310,3 +310,37 @@ def test_megatron_ids_outside_the_vocabulary_name_the_sequence(tmp_path: Path) -
     assert_one_line_error(run(*args), r"m: row 2: 'tokens'\[1\] is 900, outside the vocabulary")
     (tmp_path / "m.bin").write_bytes((tmp_path / "m.bin").read_bytes()[:-4])
     assert_one_line_error(run(*args[:-2], "-o", tmp_path / "p"), r"m\.bin: .* the file ends early")
+
+
+def test_resuming_skips_whole_documents_of_pre_tokenized_batches(tmp_path: Path) -> None:
+    from packtool.pretokenized import IdsFields, read_ids
+    from packtool.sources import resolve_inputs, skip_records
+
+    docs, labels = _docs(7, n=60)
+    src = _write("arrow", tmp_path, pa.table({"ids": docs, "y": labels}))
+    (inp,) = resolve_inputs([src])
+    fields = IdsFields("ids", "y")
+
+    def flat(batches) -> tuple[list[int], list[int], list[int]]:
+        ids, lab, lengths = [], [], []
+        for b in batches:
+            ids += b.ids.tolist()
+            lab += b.labels.tolist()
+            lengths += b.lengths.tolist()
+        return ids, lab, lengths
+
+    for n in (0, 3, 5, 17, 60):
+        ids, lab, lengths = flat(skip_records(read_ids(inp, fields, vocab_size=None), n))
+        rest = docs[n:]
+        assert lengths == [len(d) for d in rest]
+        assert ids == [t for d in rest for t in d]
+        assert lab == [t for d in labels[n:] for t in d]
+
+
+def test_units_say_they_take_text_only(tmp_path: Path) -> None:
+    pq.write_table(pa.table({"ids": [[1, 2]]}), tmp_path / "a.parquet")
+    assert_one_line_error(
+        run("pack", tmp_path / "a.parquet", "-L", "8", "--ids-field", "ids", "--pad-id", "0",
+            "--units", "2", "-o", tmp_path / "o"),
+        r"--units packs text inputs only for now; these inputs are ids records",
+    )  # fmt: skip
