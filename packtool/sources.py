@@ -790,7 +790,7 @@ def _bigger_blocks(inp: InputFile, read_pass: Callable[[int, int], Iterator[Any]
 
 
 def table_batches(
-    inp: InputFile, columns: Sequence[str], *, split: str | None = None, batch_rows: int = 8192
+    inp: InputFile, columns: Sequence[str], *, split: str | None = None, batch_rows: int = 2048
 ) -> Iterator[tuple[pa.RecordBatch, int]]:
     """The Arrow record batches of ``columns`` of a Parquet, Arrow, JSON Lines or saved
     `datasets` input, each with how far into the input (bytes) it ends. Columns are not
