@@ -161,7 +161,8 @@ def resolve_inputs(
                 and not any(part.startswith(".") for part in p.relative_to(path).parts)
             )
             files = [p for p in members if _kind_of(p) is not None]
-            unknown = [p for p in members if _kind_of(p) is None]
+            pairs = {p.with_suffix(".bin") for p in files if p.suffix == ".idx"}  # Megatron
+            unknown = [p for p in members if _kind_of(p) is None and p not in pairs]
             if not files:
                 s = "s" if len(unknown) != 1 else ""
                 others = f" (only {len(unknown):,} file{s} of an unknown type)" if unknown else ""

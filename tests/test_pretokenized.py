@@ -344,3 +344,37 @@ def test_units_say_they_take_text_only(tmp_path: Path) -> None:
             "--units", "2", "-o", tmp_path / "o"),
         r"--units packs text inputs only for now; these inputs are ids records",
     )  # fmt: skip
+
+
+def test_split_on_eos_cuts_the_labels_with_their_ids(tmp_path: Path) -> None:
+    ids = [[5, 6, 2, 7, 8, 2, 9, 9]]
+    labels = [[IGNORE, 6, 2, IGNORE, 8, 2, 9, 9]]
+    pq.write_table(pa.table({"ids": ids, "y": labels}), tmp_path / "s.parquet")
+    packtool.pack(
+        [tmp_path / "s.parquet"], tmp_path / "o", max_len=8, ids_field="ids", labels_field="y",
+        split_on_eos=2, pad_id=0,
+    )  # fmt: skip
+    _, rows = read_rows(tmp_path / "o")
+    assert _pieces(rows) == {
+        (0, 0): ([5, 6, 2], [IGNORE, 6, 2]),
+        (1, 0): ([7, 8, 2], [IGNORE, 8, 2]),  # its first token: nothing before it in the segment
+        (2, 0): ([9, 9], [IGNORE, 9]),
+    }
+
+
+def test_a_directory_of_megatron_pairs_reads_each_once(tmp_path: Path) -> None:
+    import torch
+    from megatron.core.datasets.indexed_dataset import IndexedDatasetBuilder
+
+    d = tmp_path / "d"
+    d.mkdir()
+    for name, docs in (("a", [[1, 2, 3]]), ("b", [[4, 5], [6]])):
+        builder = IndexedDatasetBuilder(str(d / f"{name}.bin"), dtype=np.uint16)
+        for doc in docs:
+            builder.add_document(torch.tensor(doc), [len(doc)])
+        builder.finalize(str(d / f"{name}.idx"))
+    result = run("pack", d, "-L", "8", "--pad-id", "0", "-o", tmp_path / "o", "-q")
+    assert result.exit_code == 0, result.stderr
+    assert "skipped" not in result.stderr
+    _, rows = read_rows(tmp_path / "o")
+    assert sorted(ids for ids, _ in _pieces(rows).values()) == [[1, 2, 3], [4, 5], [6]]
