@@ -376,6 +376,8 @@ def _check_files(
                 f"{tok_path.name} does not match the sha256 recorded in the manifest: "
                 "it is not the tokenizer the data was packed with",
             )
+    elif isinstance(info, dict) and info.get("name") == IdsTokenizer.name:
+        pass  # pre-tokenized without a tokenizer: there is none to copy
     elif isinstance(info, dict):
         report.notes.append(
             "no tokenizer copy in the output (packed with a tokenizer object): "

@@ -258,6 +258,7 @@ def test_verify_against_compares_the_ids(tmp_path: Path) -> None:
     assert run("pack", src, "-L", "16", "-o", tmp_path / "o", "-q", *args).exit_code == 0
     ok = run("verify", tmp_path / "o", "--against", src)
     assert ok.exit_code == 0, ok.output
+    assert "no tokenizer copy" not in ok.output  # there was no tokenizer
     # One id changed in the input: --against finds the document.
     changed = [list(d) for d in docs]
     d = next(i for i, x in enumerate(changed) if len(x) > 3)
