@@ -276,8 +276,9 @@ def pack(
     input_shape: Annotated[
         str,
         typer.Option(
-            help="Records are text, prompt-completion or chat; auto decides by the fields of "
-            "the first record (messages -> chat, prompt + completion -> prompt-completion).",
+            help="Records are text, prompt-completion, chat or ids (pre-tokenized, with "
+            "--ids-field); auto decides by the fields of the first record (messages -> chat, "
+            "prompt + completion -> prompt-completion), or ids when --ids-field is given.",
         ),
     ] = "auto",
     prompt_field: Annotated[
