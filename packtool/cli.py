@@ -308,8 +308,9 @@ def pack(
     input_shape: Annotated[
         str,
         typer.Option(
-            help="Records are text, prompt-completion or chat; auto decides by the fields of "
-            "the first record (messages -> chat, prompt + completion -> prompt-completion).",
+            help="Records are text, prompt-completion, chat or ids (pre-tokenized, with "
+            "--ids-field); auto decides by the fields of the first record (messages -> chat, "
+            "prompt + completion -> prompt-completion), or ids when --ids-field is given.",
         ),
     ] = "auto",
     prompt_field: Annotated[
@@ -437,6 +438,47 @@ def pack(
     txt_unit: Annotated[
         str, typer.Option(help="A document in .txt inputs: line, paragraph or document.")
     ] = "line",
+    ids_field: Annotated[
+        str | None,
+        typer.Option(
+            help="Pre-tokenized records: the field (a list of ints) holding each document's "
+            "token ids, packed as they are (Parquet, Arrow, JSON Lines, saved datasets); no "
+            "tokenizer is loaded unless --tokenizer is given.",
+            show_default=False,
+        ),
+    ] = None,
+    labels_field: Annotated[
+        str | None,
+        typer.Option(
+            help="With --ids-field: the field of labels (ints, -100 where not learned), one "
+            "per id, carried into the labels column.",
+            show_default=False,
+        ),
+    ] = None,
+    loss_mask_field: Annotated[
+        str | None,
+        typer.Option(
+            help="With --ids-field: the field of a 0/1 mask per id (1: learned), instead of "
+            "--labels-field.",
+            show_default=False,
+        ),
+    ] = None,
+    vocab_size: Annotated[
+        int | None,
+        typer.Option(
+            help="With --ids-field: ids must be below this \\[default: the tokenizer's "
+            "vocabulary size].",
+            show_default=False,
+        ),
+    ] = None,
+    split_on_eos: Annotated[
+        int | None,
+        typer.Option(
+            help="With --ids-field: cut each record into documents after every occurrence of "
+            "this id (an EOS-separated stream; the EOS stays with the document before it).",
+            show_default=False,
+        ),
+    ] = None,
     num_proc: Annotated[
         int | None,
         typer.Option(help="Tokenizer threads (default: all cores).", show_default=False),

@@ -48,6 +48,7 @@ from .errors import BadRecordError, OptionError, TokenizerError
 from .format import IGNORE_INDEX
 from .options import PackOptions
 from .packing import Overflow
+from .pretokenized import IdsBatch, IdsEncoder, IdsFields, ids_reader
 from .sources import (
     InputFile,
     RecordBatch,
@@ -86,6 +87,7 @@ class InputShape(str, enum.Enum):
     TEXT = "text"
     PROMPT_COMPLETION = "prompt-completion"
     CHAT = "chat"
+    IDS = "ids"  # pre-tokenized: a list of token ids per record (packtool.pretokenized)
     AUTO = "auto"
 
 
@@ -95,6 +97,7 @@ class LossOn(str, enum.Enum):
     COMPLETION = "completion"  # prompt/completion: the completion (+ EOS)
     ASSISTANT = "assistant"  # chat: assistant contents (+ end-of-turn)
     ALL = "all"  # every token of the example
+    LABELS = "labels"  # pre-tokenized: the record's own labels (or loss mask)
 
 
 def parse_shape(value: str | InputShape) -> InputShape:
@@ -102,7 +105,7 @@ def parse_shape(value: str | InputShape) -> InputShape:
         return InputShape(value)
     except ValueError:
         raise OptionError(
-            f"--input-shape must be one of text, prompt-completion, chat, auto; got {value!r}"
+            f"--input-shape must be one of text, prompt-completion, chat, ids, auto; got {value!r}"
         ) from None
 
 
@@ -628,7 +631,7 @@ class InputPlan:
     shape_auto: bool  # chosen by --input-shape auto
     loss_on: LossOn | None
     template: ChatTemplate | None
-    encoder: DocumentEncoder | InstructEncoder
+    encoder: DocumentEncoder | InstructEncoder | IdsEncoder
     add_eos: bool
     overflow: Overflow
     text_field: str
@@ -636,6 +639,8 @@ class InputPlan:
     completion_field: str
     messages_field: str
     parse_special: bool = False
+    read_ids: Callable[..., Iterator[IdsBatch]] | None = None  # pre-tokenized inputs
+    ids_fields: IdsFields | None = None
 
     @property
     def labelled(self) -> bool:
@@ -645,7 +650,9 @@ class InputPlan:
 
     def read(
         self, inp: InputFile, *, skip_bad_records: bool, split: str | None, txt_unit: str
-    ) -> Iterator[TextBatch | RecordBatch]:
+    ) -> Iterator[TextBatch | RecordBatch | IdsBatch]:
+        if self.read_ids is not None:
+            return self.read_ids(inp, skip_bad_records=skip_bad_records, split=split)
         if self.shape is InputShape.TEXT:
             return read_texts(
                 inp,
@@ -663,8 +670,10 @@ class InputPlan:
             inp, fields=fields, check=check, skip_bad_records=skip_bad_records, split=split
         )
 
-    def tokenize(self, batch: TextBatch | RecordBatch, skip_bad_records: bool) -> Any:
+    def tokenize(self, batch: TextBatch | RecordBatch | IdsBatch, skip_bad_records: bool) -> Any:
         """Run the tokenizer on a batch (rendering chats first); ``encoder.finish`` follows."""
+        if isinstance(batch, IdsBatch):
+            return batch  # already ids, checked as they were read
         if isinstance(self.encoder, InstructEncoder):
             return self.encoder.tokenize(batch, skip_bad_records)  # type: ignore[arg-type]
         return self.encoder.tokenize([t for t in batch.records if t is not None])
@@ -678,7 +687,13 @@ class InputPlan:
 
     def describe(self) -> dict[str, Any]:
         """The manifest's options about the input shape and the labels."""
+        ids = self.ids_fields
         return {
+            "ids_field": ids.ids if ids else None,
+            "labels_field": ids.labels if ids else None,
+            "loss_mask_field": ids.loss_mask if ids else None,
+            "split_on_eos": ids.split_on_eos if ids else None,
+            "vocab_size": ids.vocab_size if ids else None,
             "input_shape": self.shape.value,
             "input_shape_auto": self.shape_auto,
             "prompt_field": self.prompt_field,
@@ -728,6 +743,8 @@ def plan_input(files: Sequence[InputFile], tokenizer: Tokenizer, options: PackOp
     :class:`~packtool.tokenize.DocumentEncoder`.
     """
     o = options
+    if o.ids_field is not None:
+        return _plan_ids(tokenizer, o)
     shape, shape_auto = input_shape(files, o)
     resolved_loss = resolve_loss_on(o.loss_on, shape)
     if o.overflow is None:
@@ -787,4 +804,39 @@ def plan_input(files: Sequence[InputFile], tokenizer: Tokenizer, options: PackOp
         completion_field=o.completion_field,
         messages_field=o.messages_field,
         parse_special=o.parse_special,
+    )
+
+
+def _plan_ids(tokenizer: Tokenizer, o: PackOptions) -> InputPlan:
+    """The plan of pre-tokenized records (``--ids-field``): no tokenizer runs; EOS and BOS are
+    added only when asked (``--eos``, ``--bos``)."""
+    assert o.ids_field is not None
+    fields = IdsFields(o.ids_field, o.labels_field, o.loss_mask_field, o.split_on_eos, o.vocab_size)
+    loss_on: LossOn | None
+    if fields.labels is not None or fields.loss_mask is not None:
+        if o.loss_on is not None:
+            given = "--labels-field" if fields.labels else "--loss-mask-field"
+            raise OptionError(f"--loss-on does not apply: the labels come from {given}")
+        loss_on = LossOn.LABELS
+    else:
+        loss_on = resolve_loss_on(o.loss_on, InputShape.TEXT)
+    add_eos = bool(o.add_eos)
+    check_special_tokens(tokenizer, add_eos=add_eos, bos=o.bos)
+    vocab = o.vocab_size if o.vocab_size is not None else getattr(tokenizer, "vocab_size", None)
+    special = tokenizer.special
+    encoder = IdsEncoder(eos_id=special.eos_id, bos_id=special.bos_id, add_eos=add_eos, bos=o.bos)
+    return InputPlan(
+        shape=InputShape.IDS,
+        shape_auto=o.input_shape == "auto",
+        loss_on=loss_on,
+        template=None,
+        encoder=encoder,
+        add_eos=add_eos,
+        overflow=Overflow(o.overflow) if o.overflow is not None else Overflow.SPLIT,
+        text_field=o.text_field,
+        prompt_field=o.prompt_field,
+        completion_field=o.completion_field,
+        messages_field=o.messages_field,
+        read_ids=ids_reader(fields, vocab_size=vocab, split_on_eos=o.split_on_eos),
+        ids_fields=fields,
     )

@@ -47,7 +47,7 @@ __all__ = [
 
 OVERFLOWS = ("split", "truncate", "drop")
 TXT_UNITS = ("line", "paragraph", "document")
-INPUT_SHAPES = ("text", "prompt-completion", "chat", "auto")
+INPUT_SHAPES = ("text", "prompt-completion", "chat", "ids", "auto")
 LOSS_ON = ("completion", "assistant", "all")
 ENGINES = ("local", "ray")
 MAX_TEMPLATE_TIMEOUT = 24 * 3600.0  # seconds
@@ -78,6 +78,11 @@ _ROWS_KEY = (
     "split",
     "txt_unit",
     "template_timeout",
+    "ids_field",
+    "labels_field",
+    "loss_mask_field",
+    "vocab_size",
+    "split_on_eos",
 )
 
 
@@ -145,6 +150,11 @@ class PackOptions:
     skip_bad_records: bool = False
     split: str | None = None
     txt_unit: str = "line"
+    ids_field: str | None = None  # pre-tokenized records: the list of token ids
+    labels_field: str | None = None  # ... and their labels (-100: not learned)
+    loss_mask_field: str | None = None  # ... or a 0/1 mask of the learned tokens
+    vocab_size: int | None = None  # ids must be below it (default: the tokenizer's)
+    split_on_eos: int | None = None  # cut pre-tokenized records after each of this id
     # How rows are laid out
     shuffle: bool = True
     seed: int = 0
@@ -202,6 +212,7 @@ class PackOptions:
         check_int("--check-sample", self.check_sample, 0, MAX_CHECK_SAMPLE)
         self._check_balance()
         self._check_units()
+        self._check_ids()
         for name in ("tokenizer", "chat_template"):  # paths as text: they pickle and print
             value = getattr(self, name)
             if isinstance(value, os.PathLike):
@@ -218,6 +229,27 @@ class PackOptions:
         check_int("--micro-batches", self.micro_batches, 1, MAX_MICRO_BATCHES)
         if self.micro_batches != 1 and self.world_size is None:
             raise OptionError("--micro-batches balances steps across ranks: give --world-size W")
+
+    def _check_ids(self) -> None:
+        if self.ids_field is None:
+            for name in ("labels_field", "loss_mask_field"):
+                if getattr(self, name) is not None:
+                    raise OptionError(
+                        f"{_flag(name)} is for pre-tokenized records: give --ids-field NAME"
+                    )
+            if self.input_shape == "ids":
+                raise OptionError("--input-shape ids needs --ids-field NAME")
+        elif self.input_shape not in ("auto", "ids"):
+            raise OptionError(
+                f"--ids-field reads pre-tokenized records, but --input-shape is "
+                f"{self.input_shape}: leave out one of them"
+            )
+        if self.labels_field is not None and self.loss_mask_field is not None:
+            raise OptionError("give --labels-field or --loss-mask-field, not both")
+        if self.vocab_size is not None:
+            check_int("--vocab-size", self.vocab_size, 1, 1 << 31)
+        if self.split_on_eos is not None:
+            check_int("--split-on-eos", self.split_on_eos, 0, (1 << 31) - 1)
 
     def _check_units(self) -> None:
         if self.units is not None:

@@ -42,7 +42,7 @@ import json
 import os
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -55,6 +55,7 @@ from .format import IGNORE_INDEX, MANIFEST_FILE, PackedReader, open_packed, pack
 from .instruct import plan_input
 from .options import PackOptions
 from .packing import Overflow
+from .pretokenized import IdsEncoder, IdsTokenizer
 from .sources import read_texts, resolve_inputs
 from .tokenize import DocumentEncoder, Tokenizer, load_tokenizer
 
@@ -375,6 +376,8 @@ def _check_files(
                 f"{tok_path.name} does not match the sha256 recorded in the manifest: "
                 "it is not the tokenizer the data was packed with",
             )
+    elif isinstance(info, dict) and info.get("name") == IdsTokenizer.name:
+        pass  # pre-tokenized without a tokenizer: there is none to copy
     elif isinstance(info, dict):
         report.notes.append(
             "no tokenizer copy in the output (packed with a tokenizer object): "
@@ -1078,7 +1081,8 @@ class _AgainstPlan:
     files: list[Any]
     options: PackOptions  # as recorded in the manifest
     overflow: Overflow
-    encoder: DocumentEncoder
+    encoder: DocumentEncoder | IdsEncoder
+    read: Callable[..., Iterator[Any]] | None = None  # pre-tokenized inputs: the plan's reader
 
 
 def _recorded_options(reader: PackedReader, parse_special: bool | None) -> PackOptions:
@@ -1090,6 +1094,8 @@ def _recorded_options(reader: PackedReader, parse_special: bool | None) -> PackO
     if not isinstance(recorded, dict) or any(k not in recorded for k in needed):
         raise FormatError(f"{where}: 'options' does not record how the data was packed")
     values = {k: v for k, v in recorded.items() if k != "chat_template"}  # a record, not a path
+    if values.get("loss_on") == "labels":  # pre-tokenized labels: read from a field
+        values.pop("loss_on")
     values.setdefault("parse_special", True)  # packed before the option existed: parsed
     if parse_special is not None:
         values["parse_special"] = parse_special
@@ -1098,7 +1104,12 @@ def _recorded_options(reader: PackedReader, parse_special: bool | None) -> PackO
         options = PackOptions.from_mapping(values)
     except OptionError as e:
         raise FormatError(f"{where}: 'options' are not options of pack: {e}") from None
-    if options.input_shape != "text" or options.overflow is None:
+    if options.ids_field is not None and (options.labels_field or options.loss_mask_field):
+        raise OptionError(
+            f"--against compares pre-tokenized ids without labels only; {reader.path} has "
+            "labels (its rows, counts and checksums are checked without --against)"
+        )
+    if options.input_shape not in ("text", "ids") or options.overflow is None:
         shape = options.input_shape
         raise OptionError(
             f"--against re-tokenizes text inputs only; {reader.path} holds {shape} records "
@@ -1122,10 +1133,25 @@ def _prepare_against(
         if not inputs:
             raise OptionError("--against: no inputs given and none recorded in the manifest")
     files = resolve_inputs(inputs)
-    tok = _resolve_tokenizer(reader, tokenizer)
+    info = _get(manifest, "tokenizer") or {}
+    if (
+        options.ids_field is not None
+        and tokenizer is None
+        and info.get("name") == IdsTokenizer.name
+    ):
+        special = info.get("special_tokens") or {}
+        eos, bos = special.get("eos_id"), special.get("bos_id")
+        tok: Tokenizer = IdsTokenizer(  # type: ignore[assignment]
+            eos_token=None if eos is None else str(eos),
+            bos_token=None if bos is None else str(bos),
+            vocab_size=options.vocab_size,
+        )
+    else:
+        tok = _resolve_tokenizer(reader, tokenizer)
     _check_tokenizer(tok, manifest, problems)
-    encoder = plan_input(files, tok, options).encoder  # as pack built it
-    assert isinstance(encoder, DocumentEncoder)
+    input_plan = plan_input(files, tok, options)  # as pack built it
+    encoder = input_plan.encoder
+    assert isinstance(encoder, (DocumentEncoder, IdsEncoder))
     recorded = _get(manifest, "inputs") or []
     if len(files) != len(recorded):
         problems.add(
@@ -1138,7 +1164,8 @@ def _prepare_against(
                 f"input {i} ({inp.path}) has {inp.size_bytes} bytes; the manifest recorded "
                 f"{rec.get('size_bytes')} bytes for {rec.get('path')}: not the same file",
             )
-    return _AgainstPlan(files, options, overflow, encoder)
+    read = input_plan.read if options.ids_field is not None else None
+    return _AgainstPlan(files, options, overflow, encoder, read)
 
 
 def _check_against(
@@ -1164,15 +1191,15 @@ def _check_against(
     total_bytes = sum(f.size_bytes for f in files)
     bytes_before = 0
     for inp in files:
-        for batch in read_texts(
+        read = plan.read or functools.partial(read_texts, text_field=options.text_field)
+        for batch in read(
             inp,
-            text_field=options.text_field,
             skip_bad_records=options.skip_bad_records,
             split=options.split,
             txt_unit=options.txt_unit,
         ):
             expected = _expect_batch(batch, counts, tokens, encoder, overflow, max_len)
-            lo, hi = expected.first, min(expected.first + len(batch.texts), known)
+            lo, hi = expected.first, min(expected.first + len(batch.records), known)
             if hi > lo:
                 w = hi - lo
                 wrong = (
@@ -1263,17 +1290,21 @@ def _expect_batch(
     batch: Any,
     counts: dict[str, int],
     tokens: dict[str, int],
-    encoder: DocumentEncoder,
+    encoder: DocumentEncoder | IdsEncoder,
     overflow: Overflow,
     max_len: int,
 ) -> _Expected:
     """Encode one batch as ``pack`` does, count outcomes, and digest what would be packed."""
     first = counts["read"]
-    n = len(batch.texts)
+    n = len(batch.records)
     counts["read"] += n
     counts["bad_records_skipped"] += len(batch.bad)
-    good = np.array([i for i, t in enumerate(batch.texts) if t is not None], np.int64)
-    encoded = encoder.encode([batch.texts[i] for i in good])
+    if isinstance(encoder, IdsEncoder):  # pre-tokenized: the ids as read, compared directly
+        good = batch.good
+        encoded = encoder.finish(batch)
+    else:
+        good = np.array([i for i, t in enumerate(batch.texts) if t is not None], np.int64)
+        encoded = encoder.encode([batch.texts[i] for i in good])
     lengths, empty = encoded.lengths, encoded.empty
     long = ~empty & (lengths > max_len)
     counts["empty"] += int(np.count_nonzero(empty))

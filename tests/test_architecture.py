@@ -30,6 +30,7 @@ LAYERS: dict[str, int] = {
     # 2: the options record; the on-disk format and manifest
     "options": 2,
     "format": 2,
+    "pretokenized": 2,
     # 3: the token store, the row gather, encoders of instruction data, row views
     "store": 3,
     "gather": 3,

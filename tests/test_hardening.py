@@ -368,7 +368,7 @@ def test_skipped_directory_members_are_named_in_one_line(tmp_path: Path) -> None
     assert skipped == [
         f"skipped: 2 files of an unknown type in the input directories, not read: {d / 'README'}"
         f", {d / 'c.bin'} (supported: .jsonl, .ndjson, .json, .parquet, .arrow, .csv, .txt, "
-        ".jsonl.gz, .jsonl.zst, .json.gz, .json.zst, .csv.gz, .csv.zst, .txt.gz, .txt.zst)"
+        ".idx, .jsonl.gz, .jsonl.zst, .json.gz, .json.zst, .csv.gz, .csv.zst, .txt.gz, .txt.zst)"
     ]
     stats = run("stats", d, "-L", "64", "--cache-dir", tmp_path / "cache")
     assert stats.exit_code == 0, stats.stderr

@@ -1,0 +1,458 @@
+"""Pre-tokenized inputs: records that already hold token ids (``--ids-field``).
+
+Each record's list of ints is a document as it is. The list column of an Arrow record batch
+(Parquet, Arrow, JSON Lines, a saved dataset) is read as one flat NumPy array with the
+record offsets: no Python per token or per document. Optional ``--labels-field`` (ints,
+-100 where not learned) or ``--loss-mask-field`` (0/1 per token) give the labels.
+``--split-on-eos ID`` cuts every record into documents after each occurrence of ``ID``.
+
+Every record is checked, vectorized: nulls, floats, negative ids, ids outside
+``[0, vocab_size)``, a labels list of another length than its ids. The first bad record is a
+one-line error naming it (``file: row n``); with ``--skip-bad-records`` each bad record is
+skipped and counted.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from .errors import BadRecordError, InputError, OptionError
+from .sources import InputFile, table_batches
+from .tokenize import EncodedBatch, SpecialTokens
+
+__all__ = ["IdsBatch", "IdsEncoder", "IdsTokenizer", "read_ids"]
+
+IGNORE = -100  # the label of a token that is not learned (packtool.format.IGNORE_INDEX)
+_INT32_MAX = (1 << 31) - 1
+
+
+class IdsTokenizer:
+    """The stand-in tokenizer of pre-tokenized data packed without ``--tokenizer``: it
+    encodes nothing, and knows only the ids it is told (``--eos-token``/``--bos-token`` as
+    ids, ``--vocab-size``)."""
+
+    name = "none (pre-tokenized)"
+    sha256 = hashlib.sha256(b"packtool: no tokenizer").hexdigest()
+
+    def __init__(
+        self, *, eos_token: str | None, bos_token: str | None, vocab_size: int | None
+    ) -> None:
+        self.special = SpecialTokens(
+            eos_id=_token_id("--eos-token", eos_token),
+            bos_id=_token_id("--bos-token", bos_token),
+            pad_id=None,
+        )
+        self.vocab_size = vocab_size
+
+    def num_special_tokens_to_add(self) -> int:
+        return 0
+
+    def encode_batch(self, texts: Any, **kwargs: Any) -> list[list[int]]:
+        raise OptionError("pre-tokenized data without --tokenizer: there is no text to encode")
+
+    def decode(self, ids: Any, skip_special_tokens: bool = False) -> str:
+        return " ".join(str(int(i)) for i in ids)
+
+    def token_to_id(self, token: str) -> int | None:
+        return int(token) if token.isdigit() else None
+
+
+def _token_id(flag: str, value: str | None) -> int | None:
+    if value is None:
+        return None
+    if not str(value).isdigit():
+        raise OptionError(
+            f"{flag} {value!r}: without --tokenizer, pre-tokenized data names special tokens "
+            "by id (e.g. --eos-token 2)"
+        )
+    return int(value)
+
+
+@dataclass
+class IdsBatch:
+    """Documents of consecutive records of one input, flat.
+
+    ``records`` has one slot per document (after ``--split-on-eos`` cuts) or skipped bad
+    record: true for a document, false for a bad record; document ``i`` of the good ones is
+    ``ids[offsets[i]:offsets[i] + lengths[i]]``.
+    """
+
+    ids: np.ndarray  # int32
+    lengths: np.ndarray  # int64, one per good document
+    labels: np.ndarray | None  # int32, like ids
+    records: np.ndarray  # bool, one per slot
+    bad: list[BadRecordError] = field(default_factory=list)
+    bytes_done: int = 0
+
+    @property
+    def good(self) -> np.ndarray:
+        """Indices of the slots that are documents."""
+        return np.flatnonzero(self.records)
+
+    def drop_first(self, n: int) -> IdsBatch:
+        """This batch without its first ``n`` slots (to resume)."""
+        g = int(self.records[:n].sum())
+        start = int(self.lengths[:g].sum())
+        return IdsBatch(
+            self.ids[start:],
+            self.lengths[g:],
+            None if self.labels is None else self.labels[start:],
+            self.records[n:],
+            self.bad[n - g :],
+            self.bytes_done,
+        )
+
+
+def _kind(t: pa.DataType) -> str:
+    if pa.types.is_floating(t):
+        return "floats"
+    if pa.types.is_string(t) or pa.types.is_large_string(t):
+        return "strings"
+    return str(t)
+
+
+def _list_parts(
+    column: pa.Array, name: str, where: str, problems: dict[int, str]
+) -> tuple[np.ndarray, np.ndarray]:
+    """The flat values (int64) and the offsets (from 0) of an Arrow list-of-ints column;
+    records that are null, or hold nulls, floats or non-integers, go into ``problems``."""
+    t = column.type
+    if not (pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t)):
+        raise InputError(f"{where}: column {name!r} is {t}, not a list of token ids")
+    if pa.types.is_fixed_size_list(t):
+        column = column.cast(pa.list_(t.value_type))
+    offsets = np.asarray(column.offsets, dtype=np.int64)
+    offsets = offsets - offsets[0]
+    lengths = np.diff(offsets)
+    flat = column.flatten()
+    vt = flat.type
+    if column.null_count:
+        for r in np.flatnonzero(np.asarray(column.is_null(), dtype=bool)):
+            problems.setdefault(int(r), f"{name!r} is null")
+        lengths = np.where(np.asarray(column.is_null(), dtype=bool), 0, lengths)
+    if pa.types.is_null(vt):  # only empty lists (JSON infers no type for them)
+        values = np.zeros(len(flat), np.int64)
+        if len(flat):
+            for r in np.unique(np.searchsorted(offsets, np.arange(len(flat)), "right") - 1):
+                problems.setdefault(int(r), f"{name!r} holds nulls")
+        return values, offsets
+    if not (pa.types.is_integer(vt) or pa.types.is_boolean(vt)):
+        for r in np.flatnonzero(lengths > 0):  # empty lists hold nothing wrong
+            problems.setdefault(int(r), f"{name!r} holds {_kind(vt)}, not integer token ids")
+        return np.zeros(len(flat), np.int64), offsets
+    if flat.null_count:
+        at = np.flatnonzero(np.asarray(flat.is_null(), dtype=bool))
+        for r in np.unique(np.searchsorted(offsets, at, "right") - 1):
+            problems.setdefault(int(r), f"{name!r} holds nulls")
+        flat = flat.fill_null(0)
+    values = flat.to_numpy(zero_copy_only=False)
+    if values.dtype == np.uint64 and values.size and values.max() > np.iinfo(np.int64).max:
+        values = np.minimum(values, np.iinfo(np.int64).max)
+    return values, offsets
+
+
+def _record_of(offsets: np.ndarray, at: np.ndarray) -> np.ndarray:
+    return np.unique(np.searchsorted(offsets, at, "right") - 1)
+
+
+def _check_range(
+    values: np.ndarray,
+    offsets: np.ndarray,
+    name: str,
+    vocab_size: int | None,
+    problems: dict[int, str],
+    allow_ignore: bool = False,
+) -> None:
+    if not values.size:
+        return
+    high = vocab_size if vocab_size is not None else _INT32_MAX + 1
+    lo, hi = values.min(), values.max()
+    if lo >= 0 and hi < high:
+        return
+    bad = (values < 0) | (values >= high)
+    if allow_ignore:
+        bad &= values != IGNORE
+    at = np.flatnonzero(bad)
+    for r in _record_of(offsets, at):
+        i = int(at[np.searchsorted(at, offsets[r])])
+        v = int(values[i])
+        if v < 0:
+            what = "-100 or " if allow_ignore else ""
+            problems.setdefault(
+                int(r), f"{name!r}[{i - offsets[r]}] is {v}: ids must be {what}>= 0"
+            )
+        elif vocab_size is not None:
+            problems.setdefault(
+                int(r),
+                f"{name!r}[{i - offsets[r]}] is {v}, outside the vocabulary [0, {vocab_size})",
+            )
+        else:
+            problems.setdefault(int(r), f"{name!r}[{i - offsets[r]}] is {v}, beyond int32")
+
+
+@dataclass(frozen=True)
+class IdsFields:
+    """What to read: the ids column, and the labels or loss mask column (or neither)."""
+
+    ids: str
+    labels: str | None = None
+    loss_mask: str | None = None
+    split_on_eos: int | None = None  # recorded in the manifest with the fields
+    vocab_size: int | None = None  # --vocab-size as given (the check uses the resolved one)
+
+    @property
+    def columns(self) -> list[str]:
+        return [c for c in (self.ids, self.labels, self.loss_mask) if c is not None]
+
+
+def ids_of_batch(
+    batch: pa.RecordBatch,
+    fields: IdsFields,
+    where: str,
+    row0: int,
+    *,
+    vocab_size: int | None,
+    split_on_eos: int | None,
+    skip_bad: bool,
+) -> IdsBatch:
+    """The checked documents of one Arrow record batch."""
+    problems: dict[int, str] = {}
+    n = batch.num_rows
+    values, offsets = _list_parts(batch.column(fields.ids), fields.ids, where, problems)
+    _check_range(values, offsets, fields.ids, vocab_size, problems)
+    lengths = np.diff(offsets)
+    labels: np.ndarray | None = None
+    other = fields.labels or fields.loss_mask
+    if other is not None:
+        lv, lo = _list_parts(batch.column(other), other, where, problems)
+        llen = np.diff(lo)
+        for r in np.flatnonzero(llen != lengths):
+            problems.setdefault(
+                int(r),
+                f"{other!r} has {int(llen[r])} values, {fields.ids!r} has {int(lengths[r])}",
+            )
+        same = llen == lengths
+        if not same.all():  # align the labels with the ids: bad records are dropped below
+            keep_l = np.repeat(same, llen)
+            lv = lv[keep_l]
+            values = values[np.repeat(same, lengths)]
+            offsets = np.concatenate([[0], np.cumsum(np.where(same, lengths, 0))])
+            lengths = np.where(same, lengths, 0)
+        if fields.labels is not None:
+            _check_range(lv, offsets, other, vocab_size, problems, allow_ignore=True)
+            labels = lv
+        else:
+            not01 = np.flatnonzero((lv != 0) & (lv != 1))
+            for r in _record_of(offsets, not01):
+                i = int(not01[np.searchsorted(not01, offsets[r])])
+                problems.setdefault(
+                    int(r), f"{other!r}[{i - offsets[r]}] is {int(lv[i])}, not 0 or 1"
+                )
+            labels = np.where(lv.astype(bool), values, IGNORE)
+    bad: list[BadRecordError] = []
+    keep = np.ones(n, bool)
+    if problems:
+        if not skip_bad:
+            r = min(problems)
+            raise BadRecordError(f"{where}: row {row0 + r}", problems[r]).with_skip_hint()
+        for r in sorted(problems):
+            bad.append(BadRecordError(f"{where}: row {row0 + r}", problems[r]))
+            keep[r] = False
+        tokens = np.repeat(keep, lengths)
+        values = values[tokens]
+        if labels is not None:
+            labels = labels[tokens]
+        lengths = lengths[keep]
+    ids = values.astype(np.int32, copy=False)
+    if labels is not None:
+        labels = labels.astype(np.int32, copy=False)
+    pieces = np.ones(lengths.size, np.int64)
+    if split_on_eos is not None and ids.size:
+        ends = np.cumsum(lengths)
+        cut = np.flatnonzero(ids == split_on_eos) + 1
+        k = np.searchsorted(ends, cut, "left")
+        inner = cut[cut != ends[np.minimum(k, ends.size - 1)]]
+        pieces += np.bincount(np.searchsorted(ends, inner, "left"), minlength=lengths.size)
+        all_ends = np.sort(np.concatenate([ends, inner]), kind="stable")
+        lengths = np.diff(np.concatenate([[0], all_ends]))
+    slots = np.ones(n, np.int64)
+    slots[keep] = pieces
+    records = np.repeat(keep, slots)
+    return IdsBatch(ids, lengths.astype(np.int64), labels, records, bad)
+
+
+def read_ids(
+    inp: InputFile,
+    fields: IdsFields,
+    *,
+    vocab_size: int | None,
+    split_on_eos: int | None = None,
+    skip_bad_records: bool = False,
+    split: str | None = None,
+) -> Iterator[IdsBatch]:
+    """The documents of ``inp``, checked, batch by batch (Arrow record batches)."""
+    if inp.kind == "megatron":
+        yield from _read_megatron(
+            inp, fields, vocab_size=vocab_size, split_on_eos=split_on_eos, skip_bad=skip_bad_records
+        )
+        return
+    row = 0
+    where = str(inp.path)
+    for batch, bytes_done in table_batches(inp, fields.columns, split=split):
+        out = ids_of_batch(
+            batch,
+            fields,
+            where,
+            row,
+            vocab_size=vocab_size,
+            split_on_eos=split_on_eos,
+            skip_bad=skip_bad_records,
+        )
+        out.bytes_done = bytes_done or inp.size_bytes
+        row += batch.num_rows
+        yield out
+
+
+# The dtype codes of megatron-core's indexed datasets (``DType``), and its index header.
+MEGATRON_DTYPES = {
+    1: np.uint8,
+    2: np.int8,
+    3: np.int16,
+    4: np.int32,
+    5: np.int64,
+    6: np.float64,
+    7: np.float32,
+    8: np.uint16,
+}
+_MEGATRON_HEADER = b"MMIDIDX\x00\x00"
+
+
+def _read_megatron(
+    inp: InputFile,
+    fields: IdsFields,
+    *,
+    vocab_size: int | None,
+    split_on_eos: int | None,
+    skip_bad: bool,
+    batch_tokens: int = 1 << 22,
+) -> Iterator[IdsBatch]:
+    """The sequences of a Megatron-LM indexed dataset (``PREFIX.idx`` + ``PREFIX.bin``), one
+    document each, read memory-mapped: a batch is a slice of the data file's map."""
+    where = str(inp.path.with_suffix(""))
+    if fields.labels or fields.loss_mask:
+        raise OptionError(
+            f"{where}: a Megatron indexed dataset holds ids only: leave out --labels-field "
+            "and --loss-mask-field"
+        )
+    index = np.memmap(inp.path, np.uint8, mode="r")
+    if index.size < 34 or bytes(index[:9]) != _MEGATRON_HEADER:
+        raise InputError(f"{inp.path}: not a Megatron-LM index (no MMIDIDX header)")
+    version, code, count = (
+        int(np.frombuffer(index[9:17], "<u8")[0]),
+        int(index[17]),
+        int(np.frombuffer(index[18:26], "<u8")[0]),
+    )
+    if version != 1 or code not in MEGATRON_DTYPES:
+        raise InputError(f"{inp.path}: Megatron index version {version}, dtype code {code}")
+    dtype = np.dtype(MEGATRON_DTYPES[code])
+    if index.size < 34 + 12 * count:
+        raise InputError(f"{inp.path}: the index ends early ({count:,} sequences announced)")
+    lengths = np.frombuffer(index, "<i4", count, 34).astype(np.int64)
+    pointers = np.frombuffer(index, "<i8", count, 34 + 4 * count)
+    data_path = inp.path.with_suffix(".bin")
+    data_bytes = data_path.stat().st_size
+    if count and (
+        pointers[0] != 0 or (pointers[1:] != pointers[:-1] + lengths[:-1] * dtype.itemsize).any()
+    ):
+        raise InputError(f"{inp.path}: sequences not stored one after another in {data_path}")
+    need = int(lengths.sum()) * dtype.itemsize
+    if need > data_bytes:
+        raise InputError(
+            f"{data_path}: {data_bytes:,} bytes, the index needs {need:,}: the file ends early"
+        )
+    tokens = np.memmap(data_path, dtype, mode="r") if data_bytes else np.zeros(0, dtype)
+    ends = np.cumsum(lengths)
+    starts = ends - lengths
+    i = 0
+    while i < count:
+        j = max(i + 1, int(np.searchsorted(ends, starts[i] + batch_tokens, "right")))
+        j = min(j, count)
+        values = pa.array(np.asarray(tokens[starts[i] : ends[j - 1]]))
+        offsets = pa.array(np.concatenate([[0], ends[i:j] - starts[i]]).astype(np.int64))
+        column = pa.LargeListArray.from_arrays(offsets, values)
+        batch = pa.RecordBatch.from_arrays([column], names=[fields.ids])
+        out = ids_of_batch(
+            batch, IdsFields(fields.ids), where, i, vocab_size=vocab_size,
+            split_on_eos=split_on_eos, skip_bad=skip_bad,
+        )  # fmt: skip
+        out.bytes_done = inp.size_bytes * j // count
+        i = j
+        yield out
+
+
+class IdsEncoder:
+    """Pre-tokenized documents to :class:`~packtool.tokenize.EncodedBatch`, adding EOS (unless
+    a document ends with it) and BOS (first) when asked. An added EOS is learned when the
+    token before it is; an added BOS never is."""
+
+    def __init__(
+        self, *, eos_id: int | None, bos_id: int | None, add_eos: bool, bos: bool | None
+    ) -> None:
+        self.eos_id, self.bos_id = eos_id, bos_id
+        self.add_eos, self.bos = add_eos, bool(bos)
+
+    def finish(self, batch: IdsBatch) -> EncodedBatch:
+        ids, lengths, labels = batch.ids, batch.lengths, batch.labels
+        empty = lengths == 0
+        at: list[np.ndarray] = []
+        what: list[np.ndarray] = []
+        lab: list[np.ndarray] = []
+        ends = np.cumsum(lengths)
+        full = ~empty
+        new_lengths = lengths
+        if self.add_eos and self.eos_id is not None:
+            needs = full.copy()
+            needs[full] = ids[ends[full] - 1] != self.eos_id
+            at.append(ends[needs])
+            what.append(np.full(at[-1].size, self.eos_id, np.int32))
+            if labels is not None:
+                learned = labels[ends[needs] - 1] != IGNORE
+                lab.append(np.where(learned, np.int32(self.eos_id), np.int32(IGNORE)))
+            new_lengths = new_lengths + needs
+        if self.bos and self.bos_id is not None:
+            at.append((ends - lengths)[full])
+            what.append(np.full(at[-1].size, self.bos_id, np.int32))
+            lab.append(np.full(at[-1].size, IGNORE, np.int32))
+            new_lengths = new_lengths + full
+        if at and sum(a.size for a in at):
+            where = np.concatenate(at)
+            order = np.argsort(where, kind="stable")  # EOS before the next document's BOS
+            where = where[order]
+            ids = np.insert(ids, where, np.concatenate(what)[order])
+            if labels is not None:
+                labels = np.insert(labels, where, np.concatenate(lab)[order])
+        return EncodedBatch(ids, new_lengths.astype(np.int64), empty, labels)
+
+
+def ids_reader(
+    fields: IdsFields, *, vocab_size: int | None, split_on_eos: int | None
+) -> Callable[..., Iterator[IdsBatch]]:
+    """``read(inp, skip_bad_records=..., split=...)`` for pre-tokenized inputs."""
+
+    def read(inp: InputFile, *, skip_bad_records: bool, split: str | None) -> Iterator[IdsBatch]:
+        return read_ids(
+            inp,
+            fields,
+            vocab_size=vocab_size,
+            split_on_eos=split_on_eos,
+            skip_bad_records=skip_bad_records,
+            split=split,
+        )
+
+    return read

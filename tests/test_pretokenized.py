@@ -1,0 +1,381 @@
+"""Pre-tokenized inputs (--ids-field): every document's ids and labels come back from the rows,
+through splits, for each input kind; EOS-separated streams are cut; bad records are one line."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from helpers import assert_row_invariants, read_rows
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from test_cli import assert_one_line_error, run
+
+import packtool
+from packtool.errors import BadRecordError, InputError, OptionError
+from packtool.options import PackOptions
+
+IGNORE = -100
+
+
+def _pieces(rows: list[dict]) -> dict[tuple[int, int], tuple[list[int], list[int] | None]]:
+    """(doc, chunk) -> (ids, labels) of every segment in the rows."""
+    out = {}
+    for row in rows:
+        cu = row["cu_seqlens"]
+        for k, key in enumerate(zip(row["doc_ids"], row["chunk_ids"], strict=True)):
+            assert key not in out, f"{key} twice"
+            labels = row.get("labels")
+            out[key] = (
+                row["input_ids"][cu[k] : cu[k + 1]],
+                None if labels is None else labels[cu[k] : cu[k + 1]],
+            )
+    return out
+
+
+def _expected(
+    docs: list[list[int]], labels: list[list[int]] | None, max_len: int
+) -> dict[tuple[int, int], tuple[list[int], list[int] | None]]:
+    """What --overflow split must store: chunks of max_len; with labels, each chunk's first
+    label -100 and a chunk with nothing learned dropped."""
+    out = {}
+    for d, ids in enumerate(docs):
+        for c, start in enumerate(range(0, len(ids), max_len)):
+            piece = ids[start : start + max_len]
+            if labels is None:
+                out[d, c] = (piece, None)
+                continue
+            lab = [IGNORE, *labels[d][start + 1 : start + max_len]]
+            if any(x != IGNORE for x in lab):
+                out[d, c] = (piece, lab)
+    return out
+
+
+def _write(kind: str, path: Path, table: pa.Table) -> Path:
+    if kind == "parquet":
+        target = path / "in.parquet"
+        pq.write_table(table, target, row_group_size=7)
+    elif kind == "arrow":
+        target = path / "in.arrow"
+        with pa.ipc.new_file(str(target), table.schema) as w:
+            for b in table.to_batches(max_chunksize=5):
+                w.write_batch(b)
+    elif kind == "jsonl":
+        target = path / "in.jsonl"
+        target.write_text("".join(json.dumps(r) + "\n" for r in table.to_pylist()))
+    else:
+        import datasets
+
+        target = path / "ds"
+        datasets.Dataset(table).save_to_disk(str(target))
+    return target
+
+
+def _docs(seed: int, n: int = 40) -> tuple[list[list[int]], list[list[int]]]:
+    rng = np.random.default_rng(seed)
+    docs, labels = [], []
+    for _ in range(n):
+        ids = rng.integers(0, 1000, int(rng.integers(0, 40))).tolist()
+        learn = rng.random(len(ids)) < 0.6
+        docs.append(ids)
+        labels.append([t if m else IGNORE for t, m in zip(ids, learn, strict=True)])
+    return docs, labels
+
+
+@pytest.mark.parametrize("kind", ["parquet", "arrow", "jsonl", "hf_dataset"])
+def test_each_input_kind_round_trips_ids_and_labels(tmp_path: Path, kind: str) -> None:
+    docs, labels = _docs(1)
+    src = _write(kind, tmp_path, pa.table({"input_ids": docs, "labels": labels, "x": range(40)}))
+    out = tmp_path / "out"
+    report = packtool.pack(
+        [src], out, max_len=16, ids_field="input_ids", labels_field="labels", pad_id=0
+    )
+    manifest, rows = read_rows(out)
+    for row in rows:
+        assert_row_invariants(row, 16, 0)
+    assert _pieces(rows) == _expected(docs, labels, 16)
+    assert report.documents.read == 40
+    assert manifest["tokenizer"]["name"] == "none (pre-tokenized)"
+    assert manifest["options"]["ids_field"] == "input_ids"
+    # Without labels: every document whole (in chunks), no labels column.
+    plain = packtool.pack([src], tmp_path / "plain", max_len=16, ids_field="input_ids", pad_id=0)
+    _, rows = read_rows(tmp_path / "plain")
+    assert "labels" not in rows[0]
+    assert _pieces(rows) == _expected(docs, None, 16)
+    assert plain.tokens == sum(map(len, docs))
+
+
+@settings(
+    max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    data=st.lists(
+        st.lists(st.tuples(st.integers(0, 50), st.booleans()), max_size=30), min_size=1, max_size=25
+    ),
+    max_len=st.integers(2, 12),
+)
+def test_labels_survive_splitting(tmp_path_factory, data, max_len: int) -> None:
+    tmp = tmp_path_factory.mktemp("prop")
+    docs = [[t for t, _ in d] for d in data]
+    labels = [[t if m else IGNORE for t, m in d] for d in data]
+    pq.write_table(
+        pa.table({"ids": pa.array(docs, pa.list_(pa.int32())), "y": labels}), tmp / "a.parquet"
+    )
+    try:
+        packtool.pack(
+            [tmp / "a.parquet"], tmp / "o", max_len=max_len, ids_field="ids", labels_field="y",
+            pad_id=0, vocab_size=51,
+        )  # fmt: skip
+    except packtool.errors.NothingToPackError:
+        assert not _expected(docs, labels, max_len)
+        return
+    _, rows = read_rows(tmp / "o")
+    assert _pieces(rows) == _expected(docs, labels, max_len)
+
+
+def test_loss_mask_gives_the_labels(tmp_path: Path) -> None:
+    table = pa.table({"ids": [[7, 8, 9, 10]], "mask": [[0, 1, 1, 0]]})
+    pq.write_table(table, tmp_path / "a.parquet")
+    packtool.pack(
+        [tmp_path / "a.parquet"], tmp_path / "o", max_len=8, ids_field="ids",
+        loss_mask_field="mask", pad_id=0,
+    )  # fmt: skip
+    _, rows = read_rows(tmp_path / "o")
+    assert rows[0]["labels"][:4] == [IGNORE, 8, 9, IGNORE]
+
+
+def test_split_on_eos_cuts_a_stream_after_each_eos(tmp_path: Path) -> None:
+    # Record 0: three documents (the last without an EOS); record 1: an EOS alone, then one;
+    # record 2: empty; record 3: ends with EOS (no empty document after it).
+    stream = [[5, 6, 2, 7, 2, 8, 9], [2, 4, 4], [], [3, 2]]
+    pq.write_table(pa.table({"ids": stream}), tmp_path / "s.parquet")
+    report = packtool.pack(
+        [tmp_path / "s.parquet"], tmp_path / "o", max_len=8, ids_field="ids", split_on_eos=2,
+        pad_id=0, shuffle=False,
+    )  # fmt: skip
+    _, rows = read_rows(tmp_path / "o")
+    docs = {d: ids for (d, _c), (ids, _) in _pieces(rows).items()}
+    assert docs == {0: [5, 6, 2], 1: [7, 2], 2: [8, 9], 3: [2], 4: [4, 4], 6: [3, 2]}
+    assert report.documents.read == 7 and report.documents.empty == 1
+    for row in rows:  # positions restart at every document
+        assert_row_invariants(row, 8, 0)
+
+
+def test_eos_and_bos_added_when_asked(tmp_path: Path) -> None:
+    pq.write_table(pa.table({"ids": [[5, 6], [7, 1], []], "y": [[5, 6], [7, 1], []]}),
+                   tmp_path / "a.parquet")  # fmt: skip
+    packtool.pack(
+        [tmp_path / "a.parquet"], tmp_path / "o", max_len=16, ids_field="ids", labels_field="y",
+        eos_token="1", bos_token="0", add_eos=True, bos=True, shuffle=False,
+    )  # fmt: skip
+    _, rows = read_rows(tmp_path / "o")
+    pieces = _pieces(rows)
+    assert pieces[0, 0] == ([0, 5, 6, 1], [IGNORE, 5, 6, 1])
+    assert pieces[1, 0] == ([0, 7, 1], [IGNORE, 7, 1])  # already ends with EOS
+    assert (2, 0) not in pieces  # empty
+    # The default adds nothing (EOS id 1 known, the pad too).
+    packtool.pack([tmp_path / "a.parquet"], tmp_path / "p", max_len=16, ids_field="ids",
+                  eos_token="1")  # fmt: skip
+    _, rows = read_rows(tmp_path / "p")
+    assert _pieces(rows)[0, 0] == ([5, 6], None)
+
+
+@pytest.mark.parametrize(
+    ("ids", "labels", "pattern"),
+    [
+        (
+            [[1, 2], [3, 5000]],
+            None,
+            r"row 1: 'ids'\[1\] is 5000, outside the vocabulary \[0, 100\)",
+        ),
+        ([[1, 2], [3, -4]], None, r"row 1: 'ids'\[1\] is -4: ids must be >= 0"),
+        (pa.array([[1.0], [2.5]]), None, r"row 0: 'ids' holds floats, not integer token ids"),
+        ([[1, 2], None], None, r"row 1: 'ids' is null"),
+        ([[1, 2], [3, None]], None, r"row 1: 'ids' holds nulls"),
+        ([[1, 2], [3, 4]], [[1, 2], [3]], r"row 1: 'y' has 1 values, 'ids' has 2"),
+        ([[1, 2], [3, 4]], [[1, 2], [3, -5]], r"row 1: 'y'\[1\] is -5: ids must be -100 or >= 0"),
+    ],
+)
+def test_bad_records_are_one_line_naming_the_record(tmp_path, ids, labels, pattern) -> None:
+    columns = {"ids": ids} if labels is None else {"ids": ids, "y": labels}
+    pq.write_table(pa.table(columns), tmp_path / "a.parquet")
+    args = ["pack", tmp_path / "a.parquet", "-L", "8", "--ids-field", "ids", "--pad-id", "0"]
+    args += ["--vocab-size", "100", "-o", tmp_path / "o", "-q"]
+    if labels is not None:
+        args += ["--labels-field", "y"]
+    assert_one_line_error(run(*args), r"a\.parquet: " + pattern)
+    # Skipped and counted with --skip-bad-records: the good record is packed.
+    if isinstance(ids, pa.Array):  # a float column: every record is bad
+        with pytest.raises(InputError, match=r"all 2 records were bad"):
+            packtool.pack([tmp_path / "a.parquet"], tmp_path / "s", max_len=8, ids_field="ids",
+                          pad_id=0, skip_bad_records=True)  # fmt: skip
+        return
+    report = packtool.pack(
+        [tmp_path / "a.parquet"], tmp_path / "s", max_len=8, ids_field="ids", pad_id=0,
+        vocab_size=100, labels_field=None if labels is None else "y", skip_bad_records=True,
+    )  # fmt: skip
+    assert report.documents.bad_records_skipped == 1 and report.documents.read == 2
+    _, rows = read_rows(tmp_path / "s")
+    assert {d for row in rows for d in row["doc_ids"]} == {0}
+
+
+def test_bad_loss_mask_and_option_mistakes(tmp_path: Path) -> None:
+    pq.write_table(pa.table({"ids": [[1, 2]], "m": [[0, 3]]}), tmp_path / "a.parquet")
+    with pytest.raises(BadRecordError, match=r"row 0: 'm'\[1\] is 3, not 0 or 1"):
+        packtool.pack([tmp_path / "a.parquet"], tmp_path / "o", max_len=8, ids_field="ids",
+                      loss_mask_field="m", pad_id=0)  # fmt: skip
+    base = ["pack", tmp_path / "a.parquet", "-L", "8", "-o", tmp_path / "o", "-q"]
+    assert_one_line_error(run(*base, "--ids-field", "ids"), r"give the padding's id with --pad-id")
+    assert_one_line_error(run(*base, "--labels-field", "y"), r"--labels-field is for pre-tok")
+    assert_one_line_error(
+        run(*base, "--ids-field", "nope", "--pad-id", "0"), r"no column 'nope' \(columns found"
+    )
+    assert_one_line_error(
+        run(*base, "--ids-field", "ids", "--eos-token", "</s>", "--pad-id", "0"),
+        r"--eos-token '</s>': without --tokenizer",
+    )
+    with pytest.raises(OptionError, match="not both"):
+        PackOptions(ids_field="ids", labels_field="a", loss_mask_field="b")
+
+
+def test_ids_checked_against_the_tokenizer_vocabulary(tmp_path: Path) -> None:
+    vocab = packtool.load_tokenizer().vocab_size
+    pq.write_table(pa.table({"ids": [[1, 2], [vocab]]}), tmp_path / "a.parquet")
+    with pytest.raises(BadRecordError, match=rf"row 1: 'ids'\[0\] is {vocab}, outside"):
+        packtool.pack([tmp_path / "a.parquet"], tmp_path / "o", max_len=8, ids_field="ids",
+                      tokenizer="packtool-default")  # fmt: skip
+
+
+def test_verify_against_compares_the_ids(tmp_path: Path) -> None:
+    docs, _ = _docs(3)
+    src = tmp_path / "a.parquet"
+    pq.write_table(pa.table({"ids": docs}), src)
+    args = ["--ids-field", "ids", "--split-on-eos", "7", "--eos-token", "7", "--eos"]
+    assert run("pack", src, "-L", "16", "-o", tmp_path / "o", "-q", *args).exit_code == 0
+    ok = run("verify", tmp_path / "o", "--against", src)
+    assert ok.exit_code == 0, ok.output
+    assert "no tokenizer copy" not in ok.output  # there was no tokenizer
+    # One id changed in the input: --against finds the document.
+    changed = [list(d) for d in docs]
+    d = next(i for i, x in enumerate(changed) if len(x) > 3)
+    changed[d][2] = (changed[d][2] + 1) % 7  # never the EOS id: the documents stay the same
+    pq.write_table(pa.table({"ids": changed}), src)
+    bad = run("verify", tmp_path / "o", "--against", src)
+    assert bad.exit_code != 0
+    assert f"document {d} (a.parquet record {d}): token 2 is" in bad.output, bad.output
+    assert "not the same file" not in bad.output
+
+
+@pytest.mark.parametrize("dtype", [np.uint16, np.int32, np.int64, np.uint8, np.int16])
+def test_megatron_input_written_by_megatron_core_round_trips(tmp_path: Path, dtype) -> None:
+    import torch
+    from megatron.core.datasets.indexed_dataset import IndexedDatasetBuilder
+
+    rng = np.random.default_rng(5)
+    high = min(np.iinfo(dtype).max, 30000)
+    docs = [rng.integers(0, high, int(rng.integers(1, 60))).tolist() for _ in range(30)]
+    prefix = tmp_path / "corpus_text_document"
+    builder = IndexedDatasetBuilder(f"{prefix}.bin", dtype=dtype)
+    for d in docs:
+        builder.add_document(torch.tensor(d, dtype=torch.int64), [len(d)])
+    builder.finalize(f"{prefix}.idx")
+    for spec in (prefix, f"{prefix}.bin", f"{prefix}.idx"):
+        out = tmp_path / "o"
+        report = packtool.pack([spec], out, max_len=32, pad_id=0, overwrite=True)
+        _, rows = read_rows(out)
+        assert _pieces(rows) == _expected(docs, None, 32)
+        assert report.documents.read == 30
+    # A stream of documents in one Megatron sequence, cut at the EOS.
+    builder = IndexedDatasetBuilder(f"{prefix}2.bin", dtype=dtype)
+    builder.add_document(torch.tensor([5, 6, 2, 7, 2, 8]), [6])
+    builder.finalize(f"{prefix}2.idx")
+    packtool.pack([f"{prefix}2"], tmp_path / "s", max_len=8, pad_id=0, split_on_eos=2)
+    _, rows = read_rows(tmp_path / "s")
+    assert sorted(ids for ids, _ in _pieces(rows).values()) == [[5, 6, 2], [7, 2], [8]]
+
+
+def test_megatron_ids_outside_the_vocabulary_name_the_sequence(tmp_path: Path) -> None:
+    import torch
+    from megatron.core.datasets.indexed_dataset import IndexedDatasetBuilder
+
+    prefix = tmp_path / "m"
+    builder = IndexedDatasetBuilder(f"{prefix}.bin", dtype=np.int32)
+    for d in ([1, 2], [3, 4], [5, 900]):
+        builder.add_document(torch.tensor(d), [len(d)])
+    builder.finalize(f"{prefix}.idx")
+    args = ["pack", prefix, "-L", "8", "--pad-id", "0", "--vocab-size", "100", "-o", tmp_path / "o"]
+    assert_one_line_error(run(*args), r"m: row 2: 'tokens'\[1\] is 900, outside the vocabulary")
+    (tmp_path / "m.bin").write_bytes((tmp_path / "m.bin").read_bytes()[:-4])
+    assert_one_line_error(run(*args[:-2], "-o", tmp_path / "p"), r"m\.bin: .* the file ends early")
+
+
+def test_resuming_skips_whole_documents_of_pre_tokenized_batches(tmp_path: Path) -> None:
+    from packtool.pretokenized import IdsFields, read_ids
+    from packtool.sources import resolve_inputs, skip_records
+
+    docs, labels = _docs(7, n=60)
+    src = _write("arrow", tmp_path, pa.table({"ids": docs, "y": labels}))
+    (inp,) = resolve_inputs([src])
+    fields = IdsFields("ids", "y")
+
+    def flat(batches) -> tuple[list[int], list[int], list[int]]:
+        ids, lab, lengths = [], [], []
+        for b in batches:
+            ids += b.ids.tolist()
+            lab += b.labels.tolist()
+            lengths += b.lengths.tolist()
+        return ids, lab, lengths
+
+    for n in (0, 3, 5, 17, 60):
+        ids, lab, lengths = flat(skip_records(read_ids(inp, fields, vocab_size=None), n))
+        rest = docs[n:]
+        assert lengths == [len(d) for d in rest]
+        assert ids == [t for d in rest for t in d]
+        assert lab == [t for d in labels[n:] for t in d]
+
+
+def test_units_say_they_take_text_only(tmp_path: Path) -> None:
+    pq.write_table(pa.table({"ids": [[1, 2]]}), tmp_path / "a.parquet")
+    assert_one_line_error(
+        run("pack", tmp_path / "a.parquet", "-L", "8", "--ids-field", "ids", "--pad-id", "0",
+            "--units", "2", "-o", tmp_path / "o"),
+        r"--units packs text inputs only for now; these inputs are ids records",
+    )  # fmt: skip
+
+
+def test_split_on_eos_cuts_the_labels_with_their_ids(tmp_path: Path) -> None:
+    ids = [[5, 6, 2, 7, 8, 2, 9, 9]]
+    labels = [[IGNORE, 6, 2, IGNORE, 8, 2, 9, 9]]
+    pq.write_table(pa.table({"ids": ids, "y": labels}), tmp_path / "s.parquet")
+    packtool.pack(
+        [tmp_path / "s.parquet"], tmp_path / "o", max_len=8, ids_field="ids", labels_field="y",
+        split_on_eos=2, pad_id=0,
+    )  # fmt: skip
+    _, rows = read_rows(tmp_path / "o")
+    assert _pieces(rows) == {
+        (0, 0): ([5, 6, 2], [IGNORE, 6, 2]),
+        (1, 0): ([7, 8, 2], [IGNORE, 8, 2]),  # its first token: nothing before it in the segment
+        (2, 0): ([9, 9], [IGNORE, 9]),
+    }
+
+
+def test_a_directory_of_megatron_pairs_reads_each_once(tmp_path: Path) -> None:
+    import torch
+    from megatron.core.datasets.indexed_dataset import IndexedDatasetBuilder
+
+    d = tmp_path / "d"
+    d.mkdir()
+    for name, docs in (("a", [[1, 2, 3]]), ("b", [[4, 5], [6]])):
+        builder = IndexedDatasetBuilder(str(d / f"{name}.bin"), dtype=np.uint16)
+        for doc in docs:
+            builder.add_document(torch.tensor(doc), [len(doc)])
+        builder.finalize(str(d / f"{name}.idx"))
+    result = run("pack", d, "-L", "8", "--pad-id", "0", "-o", tmp_path / "o", "-q")
+    assert result.exit_code == 0, result.stderr
+    assert "skipped" not in result.stderr
+    _, rows = read_rows(tmp_path / "o")
+    assert sorted(ids for ids, _ in _pieces(rows).values()) == [[1, 2, 3], [4, 5], [6]]
