@@ -38,6 +38,7 @@ from packtool.verify import verify
 
 runner = CliRunner()
 PACK = [sys.executable, "-m", "packtool.cli", "pack"]
+HF = ["--tokenizer-backend", "hf"]
 FUZZ = settings(
     max_examples=40,
     deadline=None,
@@ -68,7 +69,8 @@ def _corpus(tmp_path: Path, lines: int = 1000) -> Path:
 def _start_pack(src: Path, out: Path) -> subprocess.Popen[str]:
     # Small shards, so that writing (the staging directory's life) lasts a while.
     return subprocess.Popen(
-        [*PACK, str(src), "-L", "256", "--rows-per-shard", "5", "-o", str(out), "-q"],
+        # The slower backend, so that the run lasts long enough to be interrupted.
+        [*PACK, str(src), "-L", "256", "--rows-per-shard", "5", "-o", str(out), "-q", *HF],
         cwd=REPO,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

@@ -275,6 +275,7 @@ def test_sigterm_stops_the_units_of_a_local_pool(tmp_path: Path) -> None:
         [
             *[sys.executable, "-m", "packtool.cli", "pack", str(src), "-L", "1024"],
             *["-o", str(out), "--units", "4", "--num-proc", "2", "-q"],
+            *["--tokenizer-backend", "hf"],  # the slower backend: units last long enough
         ],
         env={**os.environ, "PYTHONPATH": str(REPO)},
         stderr=subprocess.PIPE,

@@ -123,6 +123,8 @@ def test_resume_after_sigkill(tmp_path: Path) -> None:
         "--rows-per-shard",
         "2000",
         "-q",
+        "--tokenizer-backend",
+        "hf",  # the slower backend, so that the kill lands mid-run
     ]
     out = tmp_path / "out"
     proc = subprocess.Popen([*cmd, "-o", str(out), "--resume"], env=env)

@@ -125,6 +125,8 @@ def test_sigterm_cleans_up_and_exits_143(tmp_path: Path) -> None:
             "-o",
             str(tmp_path / "out"),
             "-q",
+            "--tokenizer-backend",
+            "hf",  # the slower backend, so that the signal lands mid-run
         ],
         env={**os.environ, "PYTHONPATH": str(REPO), "RAYON_NUM_THREADS": "1"},
         stderr=subprocess.PIPE,
