@@ -554,7 +554,9 @@ def _read_parquet(
     import pyarrow.parquet as pq
 
     try:
-        pf = pq.ParquetFile(str(inp.path))
+        # pre_buffer off: its read cache keeps the column chunks already read alive, so
+        # memory grew with the file (260 -> 413 MB for a 4x larger one; 219 -> 254 MB off).
+        pf = pq.ParquetFile(str(inp.path), pre_buffer=False)
     except (pa.ArrowInvalid, OSError) as e:
         raise InputError(f"{inp.path}: not a readable Parquet file: {e}") from e
     check_column(pf.schema_arrow, text_field, str(inp.path))
@@ -1212,7 +1214,7 @@ def _table_source(
         import pyarrow.parquet as pq
 
         try:
-            pf = pq.ParquetFile(where)
+            pf = pq.ParquetFile(where, pre_buffer=False)
         except (pa.ArrowInvalid, OSError) as e:
             raise InputError(f"{where}: not a readable Parquet file: {e}") from e
         total, done = max(1, pf.metadata.num_rows), [0]

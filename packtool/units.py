@@ -453,7 +453,7 @@ def _read_parquet_groups(
 
     where = str(piece.path)
     try:
-        pf = pq.ParquetFile(where)
+        pf = pq.ParquetFile(where, pre_buffer=False)
     except (pa.ArrowInvalid, OSError) as e:
         raise InputError(f"{where}: not a readable Parquet file: {e}") from e
     check_column(pf.schema_arrow, text_field, where)
