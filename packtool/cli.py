@@ -615,6 +615,12 @@ _CORPUS_OPTIONS = (
 
 def _not_a_packed_output(first: Path) -> typer.Exit:
     """Why `stats PATH` without --max-len cannot go on (printed; the exit to raise)."""
+    if (first / "units").is_dir():
+        return fail(
+            f"{first} holds work units but no merged output yet: join them with "
+            f"`packtool merge {first}`, then run stats on it",
+            2,
+        )
     if first.is_dir() and any(first.glob("data-*-of-*.arrow")):
         return fail(
             f"{first} is not a packtool output: it has no manifest.json (an interrupted "
@@ -1001,7 +1007,7 @@ def verify(
     inputs: Annotated[
         list[Path] | None,
         typer.Argument(
-            help="With --against: the inputs given to pack [default: the paths recorded in "
+            help="With --against: the inputs given to pack \\[default: the paths recorded in "
             "the manifest].",
             show_default=False,
         ),
@@ -1017,7 +1023,7 @@ def verify(
     tokenizer: Annotated[
         str | None,
         typer.Option(
-            help="With --against: the tokenizer to re-tokenize with [default: the copy of "
+            help="With --against: the tokenizer to re-tokenize with \\[default: the copy of "
             "tokenizer.json in the output].",
             show_default=False,
         ),

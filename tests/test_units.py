@@ -421,3 +421,16 @@ def test_cli_units_unit_and_merge(tmp_path: Path) -> None:
     assert_one_line_error(result, r"--unit must be in 0\.\.1", 2)
     result = run("merge", tmp_path / "nothing")
     assert_one_line_error(result, "no units to merge")
+
+
+def test_stats_of_unmerged_units_names_merge(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    assert (
+        run("pack", SAMPLE, "-L", "4096", "-o", out, "--units", "2", "--unit", "0", "-q").exit_code
+        == 0
+    )
+    assert_one_line_error(
+        run("stats", out),
+        r"holds work units but no merged output yet: join them with `packtool merge",
+        2,
+    )
