@@ -713,6 +713,7 @@ def input_shape(files: Sequence[InputFile], options: PackOptions) -> tuple[Input
     if shape is not InputShape.AUTO:
         return shape, False
     fields = first_record_fields(files[0], split=o.split) if files else None
+    _check_named_fields(files, fields, o)
     return (
         detect_shape(
             fields,
@@ -723,6 +724,32 @@ def input_shape(files: Sequence[InputFile], options: PackOptions) -> tuple[Input
         ),
         True,
     )
+
+
+def _check_named_fields(
+    files: Sequence[InputFile], fields: Sequence[str] | None, o: PackOptions
+) -> None:
+    """A field option given by name (not its default) that the first record does not have is
+    the error, not the shape that detection would then choose from the other fields."""
+    if not fields:
+        return
+    named = [
+        (flag, name)
+        for flag, name, default in (
+            ("--messages-field", o.messages_field, "messages"),
+            ("--prompt-field", o.prompt_field, "prompt"),
+            ("--completion-field", o.completion_field, "completion"),
+            ("--text-field", o.text_field, "text"),
+        )
+        if name != default and name not in fields
+    ]
+    if named:
+        flag, name = named[0]
+        found = ", ".join(repr(f) for f in list(fields)[:20])
+        raise OptionError(
+            f"{files[0].path}: the first record has no field {name!r} ({flag}); its fields "
+            f"are {found}"
+        )
 
 
 def _check_every(files: Sequence[InputFile], sample: int) -> int:

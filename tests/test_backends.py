@@ -194,7 +194,9 @@ def test_batches_are_cut_by_text_size_not_by_documents(tmp_path, monkeypatch, ba
     monkeypatch.setattr(DocumentEncoder, "tokenize", tokenize)
     monkeypatch.setattr(pipeline, "_BATCH_CHARS", 3000)
     packtool.pack([src], tmp_path / "cut", max_len=128, tokenizer_backend=backend)
-    assert len(seen) > 10 and [t for b in seen for t in b] == texts
+    # Two tokenizer calls run at once, so the calls may be seen out of order: every text
+    # once; the order of the rows is checked by the bytes below.
+    assert len(seen) > 10 and sorted(t for b in seen for t in b) == sorted(texts)
     assert all(sum(map(len, b)) <= 3000 or len(b) == 1 for b in seen)
     assert [texts[17]] in seen
     for a, b in zip(

@@ -142,3 +142,21 @@ def test_sigterm_cleans_up_and_exits_143(tmp_path: Path) -> None:
     assert proc.returncode == 143, stderr
     assert stderr.strip() == "Error: interrupted; no output was written"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["big.jsonl"]
+
+
+def test_a_field_named_by_option_that_the_data_lacks_is_the_error(tmp_path: Path) -> None:
+    repo = Path(__file__).resolve().parent.parent / "sample_data"
+    chat, template = repo / "chat.jsonl", repo / "chatml.jinja"
+    result = run(
+        "pack", chat, "-L", "512", "--chat-template", template, "--messages-field",
+        "conversations", "-o", tmp_path / "o",
+    )  # fmt: skip
+    assert_one_line_error(
+        result, r"chat.jsonl: the first record has no field 'conversations' \(--messages-field\)"
+    )
+    result = run(
+        "pack", repo / "prompt_completion.jsonl", "-L", "512", "--prompt-field", "question",
+        "-o", tmp_path / "o",
+    )  # fmt: skip
+    assert_one_line_error(result, r"no field 'question' \(--prompt-field\); its fields are 'id'")
+    assert not (tmp_path / "o").exists()
