@@ -15,23 +15,17 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any, ClassVar, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, TypeVar
 
 import typer
 from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    Progress,
-    TaskID,
-    TextColumn,
-    TimeElapsedColumn,
-    TimeRemainingColumn,
-)
-from rich.table import Table
+
+if TYPE_CHECKING:  # rich's progress and tables load when a command runs, not for --help
+    from rich.progress import TaskID
+    from rich.table import Table
 
 from ._stop import STOP, Terminated, install_stop_handlers
 from ._version import __version__
-from .chat import DEFAULT_TEMPLATE_TIMEOUT
 from .errors import PacktoolError
 
 app = typer.Typer(
@@ -133,6 +127,14 @@ class _RichProgress:
     }
 
     def __init__(self, enabled: bool) -> None:
+        from rich.progress import (
+            BarColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+            TimeRemainingColumn,
+        )
+
         self.progress = Progress(
             TextColumn("{task.description:<16}"),
             BarColumn(),
@@ -221,6 +223,8 @@ def _say_skipped(skipped: list[str], quiet: bool) -> None:
 
 def _summary_table(report: Any) -> Table:
     d = report.documents
+    from rich.table import Table
+
     table = Table(title=f"packed into {report.out_dir}", show_header=False, title_justify="left")
     table.add_column(style="bold")
     table.add_column(justify="right")
@@ -345,7 +349,7 @@ def pack(
             help="Seconds the chat template may run on one record; a record it runs longer "
             "on stops the run, naming the record (or is skipped with --skip-bad-records).",
         ),
-    ] = DEFAULT_TEMPLATE_TIMEOUT,
+    ] = 10.0,  # chat.DEFAULT_TEMPLATE_TIMEOUT (tests/test_imports.py checks they agree)
     overflow: Annotated[
         str | None,
         typer.Option(
@@ -972,6 +976,8 @@ class _VerifyProgress(_RichProgress):
 
 def _verify_table(report: Any) -> Table:
     title = f"{'verified' if report.ok else 'FAILED'}: {report.path}"
+    from rich.table import Table
+
     table = Table(title=title, show_header=False, title_justify="left")
     table.add_column(style="bold")
     table.add_column(justify="right")
@@ -1158,6 +1164,8 @@ def export(
         print(json.dumps(report.record, indent=2))
     elif not quiet:
         record = report.record
+        from rich.table import Table
+
         table = Table(title=f"exported ({to}): {output}", show_header=False, title_justify="left")
         table.add_column(style="bold")
         table.add_column(justify="right")
@@ -1181,6 +1189,8 @@ def export(
 
 def _units_table(report: Any) -> Table:
     """One line per unit: where it ran and what it packed."""
+    from rich.table import Table
+
     table = Table(title="units", title_justify="left")
     for name, justify in (
         ("unit", "left"),

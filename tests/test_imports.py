@@ -50,3 +50,15 @@ def test_the_verify_function_is_not_shadowed_by_its_module() -> None:
 
     assert callable(packtool.verify) and packtool.verify.__name__ == "verify"
     assert sys.modules["packtool.verify"].verify is packtool.verify
+
+
+def test_the_cli_template_timeout_default_is_the_library_default() -> None:
+    """The CLI spells the default (importing chat.py would cost --help its time)."""
+    import inspect as pyinspect
+
+    from packtool.chat import DEFAULT_TEMPLATE_TIMEOUT
+    from packtool.cli import pack
+
+    assert pyinspect.signature(pack).parameters["template_timeout"].default == (
+        DEFAULT_TEMPLATE_TIMEOUT
+    )
