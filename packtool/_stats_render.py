@@ -67,8 +67,12 @@ def histogram_table(
     if hist.above:
         counts.append(hist.above)
         labels.append(above or f"> {hist.edges[-1]:,}")
-    total = sum(counts)
-    top = max(counts, default=0)
+    return _counts_table(title, labels, counts)
+
+
+def _counts_table(title: str, labels: list[str], counts: list[int]) -> Table:
+    """Bins as a table: label, count, share, and a bar."""
+    total, top = sum(counts), max(counts, default=0)
     table = Table(title=title, title_justify="left", show_header=False, box=None, pad_edge=False)
     table.add_column(justify="right", style="bold")
     table.add_column(justify="right")
@@ -274,16 +278,7 @@ def _imbalance_table(title: str, hist: Histogram) -> Table:
     ]
     counts = [*hist.counts, hist.above]
     labels.append(f"> +{e[-1] / 10:g}%")
-    total, top = sum(counts), max(counts, default=0)
-    table = Table(title=title, title_justify="left", show_header=False, box=None, pad_edge=False)
-    table.add_column(justify="right", style="bold")
-    table.add_column(justify="right")
-    table.add_column(justify="right", style="dim")
-    table.add_column(style="cyan", no_wrap=True)
-    for label, count in zip(labels, counts, strict=True):
-        share = f"{count / total:.1%}" if total else ""
-        table.add_row(label, f"{count:,}", share, _bar(count, top))
-    return table
+    return _counts_table(title, labels, counts)
 
 
 def balance_parts(b: BalanceStats) -> list[RenderableType]:

@@ -243,10 +243,7 @@ def _special_ids(tokenizer: Tokenizer) -> frozenset[int]:
     ids = {t for t in (tokenizer.special.eos_id, tokenizer.special.bos_id) if t is not None}
     if tokenizer.special.pad_id is not None:
         ids.add(tokenizer.special.pad_id)
-    inner = getattr(tokenizer, "tokenizer", None)
-    decoder = getattr(inner, "get_added_tokens_decoder", None)
-    if decoder is not None:
-        ids.update(int(i) for i, t in decoder().items() if getattr(t, "special", False))
+    ids.update(getattr(tokenizer, "special_ids", ()))  # a Hugging Face tokenizer's added ones
     return frozenset(ids)
 
 

@@ -199,6 +199,11 @@ class HFTokenizer:
         truncation and padding off (plus packtool's :data:`ANCHOR`)."""
         return self._copy(True)
 
+    @property
+    def special_ids(self) -> frozenset[int]:
+        """Ids of the added tokens marked special."""
+        return self._special_ids
+
     def is_special_id(self, tid: int) -> bool:
         """Whether ``tid`` is an added token marked special."""
         return tid in self._special_ids
@@ -345,9 +350,6 @@ class SpecialStringFinder:
         if self._re is None:
             return []
         return [m.span() for m in self._re.finditer(text)]
-
-    def index(self, token: str) -> int:
-        return self.strings.index(token)
 
     @property
     def pattern(self) -> re.Pattern[str] | None:
