@@ -61,6 +61,7 @@ __all__ = [
     "ShardWriter",
     "open_packed",
     "packed_schema",
+    "row_bytes",
 ]
 
 FORMAT_NAME = "packtool.packed"
@@ -70,6 +71,12 @@ IGNORE_INDEX = -100
 """The label of a token that is not learned (padding, prompt): PyTorch's cross-entropy default."""
 
 _SHARD_NAME = "data-{index:05d}-of-{count:05d}.arrow"
+
+
+def row_bytes(max_len: int, with_labels: bool = False) -> int:
+    """About the bytes of one row in a shard (its int32 columns of ``max_len``, and a little
+    for the others): what ``--shard-size`` is divided by to get the rows per shard."""
+    return (3 if with_labels else 2) * 4 * max_len + 64
 
 
 def packed_schema(max_len: int, with_labels: bool = False) -> pa.Schema:
