@@ -38,8 +38,9 @@ import json
 import os
 import re
 import shutil
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -54,11 +55,14 @@ __all__ = [
     "IGNORE_INDEX",
     "MANIFEST_FILE",
     "DocumentCounts",
+    "Manifest",
     "PackedBatch",
     "PackedReader",
     "PackedRow",
     "Segment",
+    "ShardEntry",
     "ShardWriter",
+    "TokenCounts",
     "open_packed",
     "packed_schema",
 ]
@@ -449,7 +453,7 @@ class ShardWriter:
             if self._rows_in_shard == self.rows_per_shard:
                 self._close_shard()
 
-    def commit(self, manifest: dict[str, Any]) -> dict[str, Any]:
+    def commit(self, manifest: Mapping[str, Any]) -> Manifest:
         """Finish: metadata, the manifest last, then move into place. Returns the manifest."""
         if self._rows_written != self.num_rows:
             raise RuntimeError(
@@ -477,7 +481,7 @@ class ShardWriter:
                 "_split": None,
             },
         )
-        manifest = {
+        record = {
             "format": FORMAT_NAME,
             "format_version": FORMAT_VERSION,
             **manifest,
@@ -486,10 +490,10 @@ class ShardWriter:
             "num_rows": self.num_rows,
             "shards": self._shards,
         }
-        _write_json(self.staging / MANIFEST_FILE, manifest)
+        _write_json(self.staging / MANIFEST_FILE, record)
         _move_into_place(self.staging, self.out_dir, self.overwrite)
         self._committed = True
-        return manifest
+        return Manifest(record, self.out_dir / MANIFEST_FILE)
 
 
 def check_output_dir(out_dir: Path, overwrite: bool) -> None:
@@ -595,6 +599,272 @@ class Segment:
 
 
 @dataclass(frozen=True)
+class ShardEntry:
+    """One shard as the manifest lists it."""
+
+    file: str
+    rows: int
+    bytes: int | None = None
+    sha256: str | None = None
+
+
+@dataclass(frozen=True)
+class TokenCounts:
+    """Tokens of the documents read: packed into rows, cut away, dropped, learned (labels)."""
+
+    packed: int = 0
+    truncated_away: int = 0
+    dropped: int = 0
+    learned: int | None = None
+
+
+def _section(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+class Manifest(Mapping[str, Any]):
+    """The manifest of a packed dataset (``manifest.json``), with typed accessors.
+
+    This class is the only code that knows the manifest's key names: readers use its
+    properties, writers build one with :meth:`for_pack` (the writer adds the layout on
+    commit). It is also a read-only mapping of the JSON record, so ``manifest["num_rows"]``
+    keeps working for users who read it as a dict.
+    """
+
+    def __init__(self, data: Mapping[str, Any], path: Path | None = None) -> None:
+        self._data: dict[str, Any] = dict(data)
+        self.path = path
+
+    # -- the Mapping protocol (a read-only view of the JSON record)
+    def __getitem__(self, key: str) -> Any:
+        return self._data[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._data)
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+    def __repr__(self) -> str:
+        return f"Manifest({self.path or ''!s}, {self.num_rows} rows)"
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON record (a copy safe to change)."""
+        return json.loads(json.dumps(self._data))
+
+    @classmethod
+    def load(cls, directory: str | os.PathLike[str]) -> Manifest:
+        """The checked manifest of the packed dataset in ``directory`` (:func:`read_manifest`)."""
+        return read_manifest(directory)
+
+    @classmethod
+    def for_pack(
+        cls,
+        *,
+        version: str,
+        tokenizer: Mapping[str, Any],
+        options: Mapping[str, Any],
+        inputs: list[dict[str, Any]],
+        documents: DocumentCounts,
+        segments: int,
+        tokens: TokenCounts,
+        rows: int,
+        lower_bound_rows: int,
+        max_len: int,
+        bad_records: list[Any],
+        special_strings: int,
+        parse_special: bool,
+        seconds: float,
+        balance: Mapping[str, Any] | None = None,
+        labels: Mapping[str, Any] | None = None,
+        extra: Mapping[str, Any] | None = None,
+    ) -> Manifest:
+        """The body of a pack's manifest; :meth:`ShardWriter.commit` adds the layout."""
+        token_record: dict[str, Any] = {
+            "packed": tokens.packed,
+            "truncated_away": tokens.truncated_away,
+            "dropped": tokens.dropped,
+        }
+        if tokens.learned is not None:
+            token_record["learned"] = tokens.learned
+        data: dict[str, Any] = {
+            "packtool_version": version,
+            "created_unix": int(time.time()),
+            "tokenizer": dict(tokenizer),
+            "options": dict(options),
+            "inputs": inputs,
+            "documents": asdict(documents),
+            "segments": segments,
+            "tokens": token_record,
+            "rows": rows,
+            "lower_bound_rows": lower_bound_rows,
+            "rows_over_lower_bound": rows - lower_bound_rows,
+            "efficiency": tokens.packed / (rows * max_len) if rows else 0.0,
+            "bad_records": bad_records,
+            "special_strings": {"documents": special_strings, "parsed": parse_special},
+            "seconds": round(seconds, 3),
+            **(extra or {}),
+        }
+        if balance is not None:
+            data["balance"] = dict(balance)
+        if labels is not None:
+            data["labels"] = dict(labels)
+        return cls(data)
+
+    def with_fields(self, **fields: Any) -> Manifest:
+        """A copy with top-level records replaced or added (``unit=...``, ``units=...``)."""
+        return Manifest({**self._data, **fields}, self.path)
+
+    # -- the layout (written by ShardWriter.commit)
+    @property
+    def max_len(self) -> int:
+        return int(self._data["max_len"])
+
+    @property
+    def columns(self) -> list[str]:
+        return list(self._data.get("columns", []))
+
+    @property
+    def has_labels(self) -> bool:
+        return "labels" in self.columns
+
+    @property
+    def shards(self) -> list[ShardEntry]:
+        return [
+            ShardEntry(s["file"], int(s["rows"]), s.get("bytes"), s.get("sha256"))
+            for s in self._data.get("shards", [])
+        ]
+
+    @property
+    def num_rows(self) -> int:
+        return int(self._data.get("num_rows", self._data.get("rows", 0)))
+
+    # -- what was packed
+    @property
+    def version(self) -> str | None:
+        return self._data.get("packtool_version")
+
+    @property
+    def options(self) -> dict[str, Any]:
+        """The options of the run, as :meth:`PackOptions.describe` (options.py) wrote them."""
+        return dict(_section(self._data.get("options")))
+
+    @property
+    def inputs(self) -> list[dict[str, Any]]:
+        return list(self._data.get("inputs", []))
+
+    @property
+    def documents(self) -> DocumentCounts:
+        return DocumentCounts(**_section(self._data.get("documents")))
+
+    @property
+    def tokens(self) -> TokenCounts:
+        t = _section(self._data.get("tokens"))
+        return TokenCounts(
+            packed=int(t.get("packed", 0)),
+            truncated_away=int(t.get("truncated_away", 0)),
+            dropped=int(t.get("dropped", 0)),
+            learned=None if t.get("learned") is None else int(t["learned"]),
+        )
+
+    @property
+    def segments(self) -> int | None:
+        value = self._data.get("segments")
+        return None if value is None else int(value)
+
+    @property
+    def rows(self) -> int:
+        return int(self._data.get("rows", self.num_rows))
+
+    @property
+    def lower_bound_rows(self) -> int:
+        return int(self._data.get("lower_bound_rows", 0))
+
+    @property
+    def efficiency(self) -> float:
+        return float(self._data.get("efficiency", 0.0))
+
+    @property
+    def seconds(self) -> float | None:
+        return self._data.get("seconds")
+
+    @property
+    def bad_records(self) -> list[Any]:
+        return list(self._data.get("bad_records", []))
+
+    @property
+    def special_strings(self) -> int:
+        """Documents that held special-token strings (as text, unless ``parse_special``)."""
+        return int(_section(self._data.get("special_strings")).get("documents", 0))
+
+    @property
+    def parse_special(self) -> bool:
+        return bool(_section(self._data.get("special_strings")).get("parsed", False))
+
+    @property
+    def labels(self) -> dict[str, Any]:
+        """The ``labels`` record of instruction data (empty for plain text)."""
+        return dict(_section(self._data.get("labels")))
+
+    @property
+    def balance(self) -> dict[str, Any] | None:
+        value = self._data.get("balance")
+        return dict(value) if isinstance(value, dict) else None
+
+    # -- the tokenizer
+    @property
+    def tokenizer(self) -> dict[str, Any]:
+        return dict(_section(self._data.get("tokenizer")))
+
+    @property
+    def tokenizer_sha256(self) -> str | None:
+        return self.tokenizer.get("sha256")
+
+    @property
+    def tokenizer_file(self) -> str:
+        return str(self.tokenizer.get("file", "tokenizer.json"))
+
+    @property
+    def vocab_size(self) -> int | None:
+        value = self.tokenizer.get("vocab_size")
+        return None if value is None else int(value)
+
+    @property
+    def special_tokens(self) -> dict[str, Any]:
+        return dict(_section(self.tokenizer.get("special_tokens")))
+
+    @property
+    def pad_from(self) -> str:
+        return str(self.tokenizer.get("pad_from", "tokenizer"))
+
+    @property
+    def backend(self) -> Any:
+        return self.tokenizer.get("backend")
+
+    @property
+    def notices(self) -> list[str]:
+        """What packtool turned off in the tokenizer file (truncation, padding), if anything."""
+        return [n for n in (self.tokenizer.get("turned_off"),) if n]
+
+    # -- work units (a unit's own output, or a merged dataset)
+    @property
+    def unit(self) -> dict[str, Any] | None:
+        """A unit output's ``unit`` record (index, count, plan, pieces, merge_options)."""
+        value = self._data.get("unit")
+        return dict(value) if isinstance(value, dict) else None
+
+    @property
+    def units(self) -> dict[str, Any] | None:
+        """A merged dataset's ``units`` record (plan, per_unit, ...), else None."""
+        value = self._data.get("units")
+        return dict(value) if isinstance(value, dict) else None
+
+    @property
+    def global_ffd_rows(self) -> int | None:
+        return self._data.get("global_ffd_rows")
+
+
+@dataclass(frozen=True)
 class PackedRow:
     """One packed row, as NumPy arrays."""
 
@@ -631,12 +901,12 @@ class PackedRow:
 class PackedReader:
     """Read access to a packed dataset, memory-mapped; see :func:`open_packed`."""
 
-    def __init__(self, path: Path, manifest: dict[str, Any]) -> None:
+    def __init__(self, path: Path, manifest: Manifest) -> None:
         self.path = path
         self.manifest = manifest
-        self.max_len: int = int(manifest["max_len"])
-        self.shard_paths = [path / s["file"] for s in manifest["shards"]]
-        self.shard_rows = [int(s["rows"]) for s in manifest["shards"]]
+        self.max_len: int = manifest.max_len
+        self.shard_paths = [path / s.file for s in manifest.shards]
+        self.shard_rows = [s.rows for s in manifest.shards]
         self._starts = np.concatenate([[0], np.cumsum(self.shard_rows)]).astype(np.int64)
         self._tables: dict[int, pa.Table] = {}
 
@@ -649,17 +919,20 @@ class PackedReader:
 
     @property
     def has_labels(self) -> bool:
-        return "labels" in self.manifest.get("columns", [])
+        return self.manifest.has_labels
 
     @property
     def vocab_size(self) -> int:
         """The size of the tokenizer's vocabulary (every token id is below it)."""
         try:
-            return int(self.manifest["tokenizer"]["vocab_size"])
-        except (KeyError, TypeError, ValueError) as e:
+            value = self.manifest.vocab_size
+        except (TypeError, ValueError):
+            value = None
+        if value is None:
             raise FormatError(
                 f"{self.path / MANIFEST_FILE}: the manifest records no tokenizer vocab_size"
-            ) from e
+            )
+        return value
 
     def shard_table(self, shard: int) -> pa.Table:
         """The rows of one shard, memory-mapped (zero-copy)."""
@@ -731,20 +1004,20 @@ class PackedReader:
         kept in the output, with the special-token ids recorded in the manifest."""
         from .tokenize import SpecialTokens, load_tokenizer
 
-        info = self.manifest.get("tokenizer", {})
-        path = self.path / info.get("file", "tokenizer.json")
+        m = self.manifest
+        path = self.path / m.tokenizer_file
         if not path.exists():
             raise FormatError(f"{self.path}: the output holds no tokenizer.json to decode with")
         tokenizer = load_tokenizer(path)
-        tokenizer.name = info.get("name", tokenizer.name)
-        special = dict(info.get("special_tokens", {}))
-        if info.get("pad_from", "tokenizer") != "tokenizer":  # the padding is not its pad
+        tokenizer.name = m.tokenizer.get("name", tokenizer.name)
+        special = m.special_tokens
+        if m.pad_from != "tokenizer":  # the padding is not its pad
             special["pad_id"] = tokenizer.special.pad_id
         tokenizer.special = SpecialTokens(**special)
         return tokenizer
 
 
-def read_manifest(path: str | os.PathLike[str]) -> dict[str, Any]:
+def read_manifest(path: str | os.PathLike[str]) -> Manifest:
     """The manifest of the packed dataset at ``path``, checked for format and version."""
     path = Path(path)
     if not path.is_dir():
@@ -773,7 +1046,7 @@ def read_manifest(path: str | os.PathLike[str]) -> dict[str, Any]:
     problem = _manifest_problem(manifest)
     if problem:
         raise FormatError(f"{manifest_path}: {problem}")
-    return manifest
+    return Manifest(manifest, manifest_path)
 
 
 def _is_count(value: Any) -> bool:

@@ -42,7 +42,7 @@ import json
 import os
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -240,10 +240,10 @@ def _group_sums(values: np.ndarray, starts: np.ndarray) -> np.ndarray:
 # -- helpers --------------------------------------------------------------------------------
 
 
-def _get(manifest: dict[str, Any], *keys: str) -> Any:
+def _get(manifest: Mapping[str, Any], *keys: str) -> Any:
     value: Any = manifest
     for key in keys:
-        if not isinstance(value, dict) or key not in value:
+        if not isinstance(value, Mapping) or key not in value:
             return None
         value = value[key]
     return value
