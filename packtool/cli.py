@@ -240,7 +240,7 @@ def _summary_table(report: Any) -> Table:
     table.add_row("segments", f"{report.segments:,}")
     table.add_row("tokens in rows", f"{report.tokens:,}")
     if report.tokens_learned is not None:
-        labels = report.manifest.get("labels", {})
+        labels = report.manifest.labels
         table.add_row(
             f"  learned ({labels.get('loss_on')})",
             f"{report.tokens_learned:,} ({report.learned_share:.1%} of slots)",
@@ -1213,31 +1213,19 @@ def _units_table(report: Any) -> Table:
     return table
 
 
-def _units_line(manifest: dict[str, Any]) -> str:
-    units = manifest["units"]
+def _units_line(manifest: Any) -> str:
+    units = manifest.units
     return (
-        f"{units['count']} units: {manifest['rows']:,} rows; one global FFD would need "
-        f"{manifest['global_ffd_rows']:,} (+{units['rows_over_global_ffd']:,} rows, "
+        f"{units['count']} units: {manifest.rows:,} rows; one global FFD would need "
+        f"{manifest.global_ffd_rows:,} (+{units['rows_over_global_ffd']:,} rows, "
         f"{units['packing_loss']:.2%} packing loss)"
     )
 
 
 def _merged_json(report: Any) -> dict[str, Any]:
     m = report.manifest
-    keys = (
-        "documents",
-        "segments",
-        "tokens",
-        "rows",
-        "lower_bound_rows",
-        "rows_over_lower_bound",
-        "efficiency",
-        "global_ffd_rows",
-        "bad_records",
-        "seconds",
-    )
-    units = {k: v for k, v in m["units"].items() if k != "per_unit"}
-    return {"out_dir": str(report.out_dir), **{k: m[k] for k in keys}, "units": units}
+    units = {k: v for k, v in (m.units or {}).items() if k != "per_unit"}
+    return {"out_dir": str(report.out_dir), **m.summary(), "units": units}
 
 
 def _pack_units(

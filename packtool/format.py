@@ -63,6 +63,7 @@ __all__ = [
     "ShardEntry",
     "ShardWriter",
     "TokenCounts",
+    "layout_problems",
     "open_packed",
     "packed_schema",
 ]
@@ -622,6 +623,13 @@ def _section(value: Any) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
+def _count_or_none(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+_DOCUMENT_PARTS = ("packed", "split", "truncated", "dropped", "empty", "bad_records_skipped")
+
+
 class Manifest(Mapping[str, Any]):
     """The manifest of a packed dataset (``manifest.json``), with typed accessors.
 
@@ -711,9 +719,126 @@ class Manifest(Mapping[str, Any]):
             data["labels"] = dict(labels)
         return cls(data)
 
+    def summary(self) -> dict[str, Any]:
+        """The record's counts and figures (for ``--json`` output): documents, tokens, rows..."""
+        keys = (
+            "documents",
+            "segments",
+            "tokens",
+            "rows",
+            "lower_bound_rows",
+            "rows_over_lower_bound",
+            "efficiency",
+            "global_ffd_rows",
+            "bad_records",
+            "seconds",
+        )
+        return {k: self._data[k] for k in keys if k in self._data}
+
     def with_fields(self, **fields: Any) -> Manifest:
         """A copy with top-level records replaced or added (``unit=...``, ``units=...``)."""
         return Manifest({**self._data, **fields}, self.path)
+
+    def problems(self) -> list[str]:
+        """The record's own arithmetic: what in its counts does not agree with the rest."""
+        found: list[str] = []
+        max_len = self.max_len
+        documents = self.documents_recorded
+        if documents is None:
+            found.append("'documents' does not hold every count (read, packed, split, ...)")
+        else:
+            accounted = sum(getattr(documents, k) for k in _DOCUMENT_PARTS)
+            if accounted != documents.read:
+                found.append(
+                    f"documents.read is {documents.read}, but its parts add up to {accounted}"
+                )
+        rows = self.rows_recorded
+        shard_rows = sum(s.rows for s in self.shards)
+        if rows is None:
+            found.append("no 'rows' count")
+        elif rows != shard_rows:
+            found.append(f"rows is {rows}, but the shards listed hold {shard_rows}")
+        num_rows = self._data.get("num_rows")
+        if num_rows is not None and num_rows != rows:
+            found.append(f"num_rows is {num_rows!r}, rows is {rows!r}")
+        packed = self.tokens_recorded.get("packed")
+        if packed is None:
+            found.append("no 'tokens.packed' count")
+        else:
+            lower = -(-packed // max_len)
+            if self._data.get("lower_bound_rows") != lower:
+                found.append(
+                    f"lower_bound_rows is {self._data.get('lower_bound_rows')!r}, "
+                    f"but ceil(tokens.packed / max_len) is {lower}"
+                )
+            if rows is not None and packed > rows * max_len:
+                found.append(f"tokens.packed {packed} do not fit in {rows} rows of {max_len}")
+        if self.options.get("max_len") not in (None, max_len):
+            found.append(f"options.max_len is {self.options['max_len']!r}, max_len is {max_len}")
+        inputs = self._data.get("inputs")
+        if isinstance(inputs, list) and documents is not None:
+            expected_first = 0
+            for i, inp in enumerate(inputs):
+                first = _count_or_none(_section(inp).get("first_doc"))
+                count = _count_or_none(_section(inp).get("documents"))
+                if first != expected_first or count is None:
+                    found.append(f"inputs[{i}]: first_doc {first!r} should be {expected_first}")
+                    break
+                expected_first += count
+            else:
+                if expected_first != documents.read:
+                    found.append(
+                        f"the inputs hold {expected_first} documents, documents.read is "
+                        f"{documents.read}"
+                    )
+        return found
+
+    def locate_document(self, doc: int) -> str:
+        """Where document ``doc`` was read: ``FILE record N``, from the ``inputs`` record."""
+        for inp in self._data.get("inputs") or []:
+            inp = _section(inp)
+            first = _count_or_none(inp.get("first_doc"))
+            count = _count_or_none(inp.get("documents"))
+            if first is not None and count is not None and first <= doc < first + count:
+                return f"{Path(str(inp.get('path'))).name} record {doc - first}"
+        return "not in any input the manifest lists"
+
+    # -- what verify reads from a record that may be damaged: None where a count is missing
+    @property
+    def documents_recorded(self) -> DocumentCounts | None:
+        """The document counts, or None unless every count is recorded as an integer."""
+        docs = _section(self._data.get("documents"))
+        values = {k: _count_or_none(docs.get(k)) for k in ("read", *_DOCUMENT_PARTS)}
+        if any(v is None for v in values.values()):
+            return None
+        return DocumentCounts(**values)  # type: ignore[arg-type]
+
+    @property
+    def document_counts_recorded(self) -> dict[str, Any]:
+        """The ``documents`` record as written (any value; for comparisons)."""
+        return dict(_section(self._data.get("documents")))
+
+    @property
+    def tokens_recorded(self) -> dict[str, int]:
+        """The token counts recorded as integers (packed, truncated_away, dropped, learned)."""
+        toks = _section(self._data.get("tokens"))
+        return {k: v for k, v in toks.items() if _count_or_none(v) is not None}
+
+    @property
+    def rows_recorded(self) -> int | None:
+        return _count_or_none(self._data.get("rows"))
+
+    @property
+    def input_paths(self) -> list[str]:
+        return [str(_section(inp).get("path")) for inp in self._data.get("inputs") or []]
+
+    @property
+    def input_sizes(self) -> list[tuple[str, int | None]]:
+        """(path, size in bytes) of each input as recorded."""
+        return [
+            (str(_section(inp).get("path")), _section(inp).get("size_bytes"))
+            for inp in self._data.get("inputs") or []
+        ]
 
     # -- the layout (written by ShardWriter.commit)
     @property
@@ -769,8 +894,7 @@ class Manifest(Mapping[str, Any]):
 
     @property
     def segments(self) -> int | None:
-        value = self._data.get("segments")
-        return None if value is None else int(value)
+        return _count_or_none(self._data.get("segments"))
 
     @property
     def rows(self) -> int:
@@ -825,9 +949,18 @@ class Manifest(Mapping[str, Any]):
         return str(self.tokenizer.get("file", "tokenizer.json"))
 
     @property
+    def tokenizer_name(self) -> str | None:
+        return self.tokenizer.get("name")
+
+    @property
+    def tokenizer_copied(self) -> bool:
+        """Whether the output holds a copy of the tokenizer file (not so for a tokenizer
+        object without one, or pre-tokenized data packed without a tokenizer)."""
+        return isinstance(self.tokenizer.get("file"), str)
+
+    @property
     def vocab_size(self) -> int | None:
-        value = self.tokenizer.get("vocab_size")
-        return None if value is None else int(value)
+        return _count_or_none(self.tokenizer.get("vocab_size"))
 
     @property
     def special_tokens(self) -> dict[str, Any]:
@@ -1047,6 +1180,43 @@ def read_manifest(path: str | os.PathLike[str]) -> Manifest:
     if problem:
         raise FormatError(f"{manifest_path}: {problem}")
     return Manifest(manifest, manifest_path)
+
+
+def layout_problems(path: Path, manifest: Manifest) -> list[str]:
+    """The files of the dataset at ``path`` that disagree with its manifest: shards it does not
+    list, a ``state.json`` naming other shards, a tokenizer copy that is missing or altered."""
+    found: list[str] = []
+    listed = [s.file for s in manifest.shards]
+    for stray in sorted(p.name for p in path.glob("*.arrow")):
+        if stray not in listed:
+            found.append(
+                f"{stray} is not a shard of the manifest (load_dataset('arrow', "
+                "data_files='*.arrow') would read it too): remove it"
+            )
+    state_path = path / "state.json"
+    try:
+        state = json.loads(state_path.read_text(encoding="utf-8"))
+        state_files = [f["filename"] for f in state["_data_files"]]
+    except FileNotFoundError:
+        found.append("state.json is missing: datasets.load_from_disk cannot open this")
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        found.append(f"state.json is unreadable ({type(e).__name__}: {e})")
+    else:
+        if state_files != listed:
+            found.append(
+                "state.json lists other shards than the manifest: "
+                "datasets.load_from_disk would read other rows"
+            )
+    if manifest.tokenizer_copied:
+        tok_path = path / Path(manifest.tokenizer_file).name
+        if not tok_path.is_file():
+            found.append(f"{tok_path.name} (the tokenizer copy) is missing")
+        elif manifest.tokenizer_sha256 != hashlib.sha256(tok_path.read_bytes()).hexdigest():
+            found.append(
+                f"{tok_path.name} does not match the sha256 recorded in the manifest: "
+                "it is not the tokenizer the data was packed with"
+            )
+    return found
 
 
 def _is_count(value: Any) -> bool:
