@@ -27,6 +27,7 @@ if TYPE_CHECKING:  # rich's progress and tables load when a command runs, not fo
 from ._stop import STOP, Terminated, install_stop_handlers
 from ._version import __version__
 from .errors import PacktoolError
+from .limits import read_token_count
 
 app = typer.Typer(
     name="packtool",
@@ -40,6 +41,14 @@ err = Console(stderr=True)
 
 F = TypeVar("F", bound=Callable[..., Any])
 
+
+
+def _token_count(text: str) -> int:
+    """``--max-len 4096`` or ``4k``, read as ``stats --max-len`` reads its values."""
+    try:
+        return read_token_count("--max-len", text)
+    except PacktoolError as e:
+        raise typer.BadParameter(str(e).removeprefix("--max-len: ")) from None
 
 def fail(message: str, code: int = 1) -> typer.Exit:
     """Print a one-line error to stderr; return the Exit to raise."""
@@ -287,7 +296,15 @@ def pack(
         ),
     ],
     max_len: Annotated[
-        int, typer.Option("--max-len", "-L", help="Tokens per packed row.", show_default=False)
+        int,
+        typer.Option(
+            "--max-len",
+            "-L",
+            help="Tokens per packed row (4096, or 4k).",
+            show_default=False,
+            parser=_token_count,
+            metavar="INTEGER",
+        ),
     ],
     output: Annotated[
         Path | None,

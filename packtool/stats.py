@@ -48,7 +48,7 @@ import pyarrow as pa
 from ._version import __version__
 from .errors import FormatError, InputError, OptionError
 from .format import MANIFEST_FILE, DocumentCounts, Manifest, open_packed
-from .limits import MAX_BATCH_SIZE, MAX_LEN_LIMIT, MAX_SEED, check_int
+from .limits import MAX_BATCH_SIZE, MAX_LEN_LIMIT, MAX_SEED, check_int, read_token_count
 from .options import PackOptions
 from .order import attention_costs, balanced_share, rank_share, step_imbalance, step_loads
 from .packing import Overflow, first_fit_decreasing, lower_bound_rows, segment_items
@@ -821,14 +821,7 @@ def parse_max_lens(text: str | Sequence[int]) -> list[int]:
     for item in items:
         value: Any = item
         if isinstance(item, str):
-            s = item.strip().lower()
-            try:
-                value = int(s[:-1]) * 1024 if s.endswith("k") else int(s)
-            except ValueError:
-                raise OptionError(
-                    f"--max-len: cannot read {item.strip()!r} as an integer "
-                    "(give one or more, comma-separated: --max-len 2048,4096)"
-                ) from None
+            value = read_token_count("--max-len", item)
         value = check_int("--max-len", value, 2, MAX_LEN_LIMIT)
         if int(value) in out:
             raise OptionError(f"--max-len: {int(value)} is given twice")
