@@ -42,13 +42,13 @@ err = Console(stderr=True)
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-
 def _token_count(text: str) -> int:
     """``--max-len 4096`` or ``4k``, read as ``stats --max-len`` reads its values."""
     try:
         return read_token_count("--max-len", text)
     except PacktoolError as e:
         raise typer.BadParameter(str(e).removeprefix("--max-len: ")) from None
+
 
 def fail(message: str, code: int = 1) -> typer.Exit:
     """Print a one-line error to stderr; return the Exit to raise."""

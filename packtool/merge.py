@@ -36,6 +36,7 @@ from .errors import FormatError, OptionError
 from .format import (
     MANIFEST_FILE,
     DocumentCounts,
+    Manifest,
     ShardWriter,
     open_packed,
     read_manifest,
@@ -175,7 +176,7 @@ def _global_inputs(units: list[tuple[Path, dict[str, Any]]], first_docs: list[in
     return out
 
 
-def report_from_manifest(out: Path, manifest: dict[str, Any], seconds: float) -> PackReport:
+def report_from_manifest(out: Path, manifest: Manifest, seconds: float) -> PackReport:
     return PackReport(
         out_dir=out,
         max_len=int(manifest["max_len"]),
@@ -193,10 +194,8 @@ def report_from_manifest(out: Path, manifest: dict[str, Any], seconds: float) ->
         special_strings=int(manifest.get("special_strings", {}).get("documents", 0)),
         parse_special=bool(manifest.get("special_strings", {}).get("parsed", False)),
         notices=[n for n in (manifest.get("tokenizer", {}).get("turned_off"),) if n],
-        tokens_learned=(
-            int(manifest["tokens"]["learned"]) if "learned" in manifest["tokens"] else None
-        ),
-        backend=dict(manifest.get("tokenizer", {}).get("backend", {})),
+        tokens_learned=manifest.tokens.learned,
+        backend=manifest.backend or {},
     )
 
 
