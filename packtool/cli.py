@@ -42,13 +42,13 @@ err = Console(stderr=True)
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-
 def _token_count(text: str) -> int:
     """``--max-len 4096`` or ``4k``, read as ``stats --max-len`` reads its values."""
     try:
         return read_token_count("--max-len", text)
     except PacktoolError as e:
         raise typer.BadParameter(str(e).removeprefix("--max-len: ")) from None
+
 
 def fail(message: str, code: int = 1) -> typer.Exit:
     """Print a one-line error to stderr; return the Exit to raise."""
@@ -394,10 +394,12 @@ def pack(
         ),
     ] = None,
     eos_token: Annotated[
-        str | None, typer.Option(help="EOS token (or id), overriding the tokenizer's.")
+        str | None,
+        typer.Option(help="EOS token: its text, or a number for an id; overrides the tokenizer's."),
     ] = None,
     bos_token: Annotated[
-        str | None, typer.Option(help="BOS token (or id), overriding the tokenizer's.")
+        str | None,
+        typer.Option(help="BOS token: its text, or a number for an id; overrides the tokenizer's."),
     ] = None,
     pad_id: Annotated[
         int | None,
