@@ -83,7 +83,9 @@ def handle_errors(func: F) -> F:
                     f"(packtool verify {written} checks it)",
                     code,
                 ) from None
-            hint = " (rerun with --resume to continue)" if kwargs.get("resume") else ""
+            hint = ""
+            if kwargs.get("resume") and _checkpointed(kwargs):
+                hint = " (rerun with --resume to continue from its checkpoint)"
             if kwargs.get("units") is not None:
                 hint = " (finished units are kept: run the same command again to go on)"
             raise fail(f"interrupted; no output was written{hint}", code) from None
@@ -93,6 +95,15 @@ def handle_errors(func: F) -> F:
             STOP.clear()
 
     return wrapper  # type: ignore[return-value]
+
+
+def _checkpointed(kwargs: dict[str, Any]) -> bool:
+    """Whether the interrupted pack left a checkpoint (a run stopped before its first one
+    has nothing to resume from)."""
+    from .store import has_checkpoint
+
+    output = kwargs.get("output")
+    return isinstance(output, Path) and has_checkpoint(output)
 
 
 def _written_by_this_run(kwargs: dict[str, Any], started: float) -> Path | None:
