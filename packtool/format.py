@@ -509,11 +509,12 @@ def check_output_dir(out_dir: Path, overwrite: bool) -> None:
         raise OutputExistsError(
             f"output path {out_dir} exists and is not a directory: choose another --output"
         )
-    if not overwrite:
+    replaceable = (out_dir / MANIFEST_FILE).exists() or not any(out_dir.iterdir())
+    if replaceable and not overwrite:
         raise OutputExistsError(
             f"output directory {out_dir} already exists (pass --overwrite to replace it)"
         )
-    if (out_dir / MANIFEST_FILE).exists() or not any(out_dir.iterdir()):
+    if replaceable:
         return
     raise OutputExistsError(
         f"output directory {out_dir} is not a packtool output (no {MANIFEST_FILE}) and not "

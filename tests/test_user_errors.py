@@ -30,6 +30,10 @@ def test_overwrite_never_deletes_a_directory_that_is_not_an_output(tmp_path: Pat
         r"is not a packtool output \(no manifest\.json\) and not empty",
     )
     assert (precious / "notes.txt").read_text() == "mine"
+    # Without --overwrite, the error does not suggest the flag that would be refused too.
+    result = run("pack", SAMPLE, "-L", "512", "-o", precious)
+    assert_one_line_error(result, r"is not a packtool output \(no manifest\.json\) and not empty")
+    assert "pass --overwrite" not in result.output
     empty = tmp_path / "empty"
     empty.mkdir()
     assert run("pack", SAMPLE, "-L", "512", "-o", empty, "--overwrite", "-q").exit_code == 0
