@@ -241,7 +241,8 @@ def _say_skipped(skipped: list[str], quiet: bool) -> None:
         )
 
 
-def _summary_table(report: Any) -> Table:
+def _summary_table(report: Any, *, tokenized: bool = True) -> Table:
+    """The report of a pack (``tokenized=False``: of a merge, which tokenizes nothing)."""
     d = report.documents
     from rich.table import Table
 
@@ -283,7 +284,8 @@ def _summary_table(report: Any) -> Table:
         f"{report.padding_saved:.1%} of slots vs padding every segment to max-len "
         f"({report.unpacked_slots:,} -> {report.rows * report.max_len:,} slots)",
     )
-    table.add_row("time", f"{report.seconds:.1f} s ({report.tokens_per_second:,.0f} tokens/s)")
+    speed = f" ({report.tokens_per_second:,.0f} tokens/s)" if tokenized else ""
+    table.add_row("time", f"{report.seconds:.1f} s{speed}")
     backend = report.backend
     if backend:
         fell_back = backend.get("fallback_batches", 0)
@@ -1374,7 +1376,7 @@ def merge(
     if as_json:
         print(json.dumps(_merged_json(report), indent=2))
     elif not quiet:
-        out.print(_summary_table(report))
+        out.print(_summary_table(report, tokenized=False))
         out.print(_units_line(report.manifest), highlight=False)
 
 
