@@ -593,21 +593,7 @@ def pack(
         report = run_pack([str(p) for p in inputs], output, options, progress=progress)
     if as_json:
         _say_skipped(report.skipped_files, quiet)
-        m = report.manifest
-        keys = (
-            "documents",
-            "segments",
-            "tokens",
-            "rows",
-            "lower_bound_rows",
-            "rows_over_lower_bound",
-            "efficiency",
-            "bad_records",
-            "special_strings",
-            "seconds",
-            "labels",
-        )
-        summary = {k: m[k] for k in keys if k in m}
+        summary = report.manifest.summary()
         summary["notices"] = report.notices
         summary["tokenizer_backend"] = report.backend
         print(json.dumps({"out_dir": str(report.out_dir), **summary}, indent=2))

@@ -732,7 +732,9 @@ class Manifest(Mapping[str, Any]):
             "efficiency",
             "global_ffd_rows",
             "bad_records",
+            "special_strings",
             "seconds",
+            "labels",
         )
         return {k: self._data[k] for k in keys if k in self._data}
 
