@@ -541,9 +541,7 @@ def check_store_output(url: StorePath, overwrite: bool) -> None:
     check_writable(url)
     members = _store_members(url)
     if MANIFEST_FILE in members and not overwrite:
-        raise OutputExistsError(
-            f"output {url} already exists (pass --overwrite to replace it)"
-        )
+        raise OutputExistsError(f"output {url} already exists (pass --overwrite to replace it)")
     foreign = sorted(n for n in members if not _ours(n))
     if foreign:
         raise OutputExistsError(

@@ -60,7 +60,7 @@ def is_url(spec: str | os.PathLike[str] | StorePath) -> bool:
 
 
 def as_path(spec: str | os.PathLike[str] | StorePath) -> AnyPath:
-    """``spec`` as a :class:`~pathlib.Path` (local; ``file://`` URLs too) or a :class:`StorePath`."""
+    """``spec`` as a local :class:`~pathlib.Path` (``file://`` URLs too) or a :class:`StorePath`."""
     if isinstance(spec, (Path, StorePath)):
         return spec
     text = os.fspath(spec)
@@ -74,9 +74,7 @@ def _filesystem(protocol: str) -> Any:
     try:
         import fsspec
     except ImportError:  # pragma: no cover - fsspec comes with datasets
-        raise StoreError(
-            f"{protocol}:// URLs need fsspec: pip install 'packtool[s3]'"
-        ) from None
+        raise StoreError(f"{protocol}:// URLs need fsspec: pip install 'packtool[s3]'") from None
     try:
         return fsspec.filesystem(protocol)
     except ImportError:
@@ -271,9 +269,11 @@ class StorePath:
         for key in sorted(found):
             yield StorePath(f"{self.protocol}://{key}", found[key])
 
-    def glob(self) -> list[StorePath]:
-        """The files this URL matches as a glob pattern, sorted."""
-        found = self._call("list it", lambda: self.fs.glob(self._key, detail=True))
+    def glob(self, pattern: str | None = None) -> list[StorePath]:
+        """The files ``pattern`` matches below this prefix (without it, those this URL matches
+        as a pattern itself), sorted."""
+        key = self._key if pattern is None else f"{self._key}/{pattern}"
+        found = self._call("list it", lambda: self.fs.glob(key, detail=True))
         return sorted(StorePath(f"{self.protocol}://{k}", v) for k, v in found.items())
 
     def open(self, mode: str = "rb", **kwargs: Any) -> IO[Any]:
@@ -331,7 +331,7 @@ def open_input(path: AnyPath, buffering: int = 1 << 20) -> IO[bytes]:
             return path.open("rb")
         except FileNotFoundError:
             raise InputError(f"{path}: no such file") from None
-    return open(path, "rb", buffering=buffering)  # noqa: SIM115 - the caller closes it
+    return open(path, "rb", buffering=buffering)
 
 
 def arrow_input(path: AnyPath) -> Any:
@@ -347,8 +347,8 @@ def check_writable(url: StorePath) -> None:
     """Write and delete a small probe object under ``url``: a missing bucket, missing
     credentials or a denied write fail here, in one line, before any work is done."""
     probe = url / f".packtool-probe-{uuid.uuid4().hex[:12]}"
-    probe._call("write there", lambda: probe.fs.pipe_file(probe._key, b"packtool probe\n"))
-    probe._call("delete there", lambda: probe.fs.rm_file(probe._key))
+    url._call("write there", lambda: url.fs.pipe_file(probe._key, b"packtool probe\n"))
+    url._call("delete there", lambda: url.fs.rm_file(probe._key))
 
 
 def upload_file(local: Path, url: StorePath) -> None:

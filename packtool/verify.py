@@ -52,6 +52,7 @@ import pyarrow as pa
 
 from .errors import FormatError, OptionError, PacktoolError
 from .format import IGNORE_INDEX, MANIFEST_FILE, PackedReader, open_packed, packed_schema
+from .fs import AnyPath, as_path, open_input
 from .instruct import plan_input
 from .options import PackOptions
 from .packing import Overflow
@@ -103,7 +104,7 @@ class AgainstReport:
 class VerifyReport:
     """The outcome of :func:`verify`. ``ok`` when no problem was found."""
 
-    path: Path
+    path: AnyPath
     shards_checked: int = 0
     rows_checked: int = 0
     segments: int = 0
@@ -260,9 +261,9 @@ def _show(values: np.ndarray, limit: int = 12) -> str:
     return "[" + ", ".join(items) + "]"
 
 
-def _sha256_file(path: Path, on_bytes: Callable[[int], None]) -> str:
+def _sha256_file(path: AnyPath, on_bytes: Callable[[int], None]) -> str:
     digest = hashlib.sha256()
-    with open(path, "rb") as f:
+    with open_input(path) as f:
         while block := f.read(1 << 22):
             digest.update(block)
             on_bytes(len(block))
@@ -339,7 +340,7 @@ def _check_manifest(manifest: dict[str, Any], problems: _Problems) -> None:
 
 
 def _check_files(
-    path: Path, manifest: dict[str, Any], problems: _Problems, report: VerifyReport
+    path: AnyPath, manifest: dict[str, Any], problems: _Problems, report: VerifyReport
 ) -> None:
     """The tokenizer copy, state.json, and files that should not be there."""
     listed = {s["file"] for s in manifest["shards"]}
@@ -1409,7 +1410,7 @@ def verify(
     started = time.perf_counter()
     reader = open_packed(path)
     manifest = reader.manifest
-    report = VerifyReport(path=Path(path))
+    report = VerifyReport(path=as_path(path))
     problems = _Problems(report, max_problems)
 
     def shard_of(row: int) -> str | None:
