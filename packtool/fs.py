@@ -35,9 +35,11 @@ __all__ = [
     "arrow_source",
     "as_path",
     "check_writable",
+    "download_tree",
     "is_url",
     "local_copy",
     "open_input",
+    "remove_tree",
     "scratch_dir",
     "upload_file",
 ]
@@ -387,3 +389,20 @@ def arrow_source(where: str | AnyPath) -> Any:
     it), a readable Arrow file over the store otherwise."""
     path = as_path(where)
     return arrow_input(path) if isinstance(path, StorePath) else str(path)
+
+
+def remove_tree(path: AnyPath) -> None:
+    """Remove the directory (or prefix) ``path`` and everything below it; nothing if absent."""
+    if isinstance(path, StorePath):
+        with contextlib.suppress(FileNotFoundError):
+            path._call("delete it", lambda: path.fs.rm(path._key, recursive=True))
+        return
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def download_tree(url: StorePath, directory: Path) -> None:
+    """Copy every object below ``url`` into ``directory`` (same relative names)."""
+    for member in url.rglob("*"):
+        target = directory.joinpath(*member.relative_to(url).parts)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        url._call("read it", lambda m=member, t=target: m.fs.get_file(m._key, str(t)))
