@@ -51,8 +51,9 @@ LAYERS: dict[str, int] = {
     "_stats_render": 9,
     "_render_inspect": 9,
     "torch": 9,
-    # 10: the command line
+    # 10: the command line (11: ``python -m packtool``)
     "cli": 10,
+    "__main__": 11,
 }
 CLI_ONLY = ("typer", "rich")
 CLI_MODULES = {"cli", "_stats_render", "_render_inspect"}
