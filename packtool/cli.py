@@ -27,6 +27,7 @@ if TYPE_CHECKING:  # rich's progress and tables load when a command runs, not fo
 from ._stop import STOP, Terminated, install_stop_handlers
 from ._version import __version__
 from .errors import PacktoolError
+from .fs import as_path
 from .limits import read_token_count
 
 app = typer.Typer(
@@ -111,7 +112,7 @@ def _written_by_this_run(kwargs: dict[str, Any], started: float) -> Path | None:
     an output, so the output is complete)."""
     for key in ("output", "out_dir", "dest"):
         path = kwargs.get(key)
-        if isinstance(path, Path):
+        if isinstance(path, Path):  # a store's output is published manifest last, in one go
             manifest = path / "manifest.json"
             try:
                 if manifest.stat().st_mtime >= started - 1:
@@ -303,6 +304,7 @@ def pack(
     inputs: Annotated[
         list[Path],
         typer.Argument(
+            parser=as_path,
             help="Input files (.jsonl/.json[.gz|.zst], .parquet, .arrow, .csv, .txt), "
             "directories or globs of them, or a dataset saved with datasets.save_to_disk.",
             show_default=False,
@@ -324,6 +326,7 @@ def pack(
         typer.Option(
             "--output",
             "-o",
+            parser=as_path,
             help="Output directory (default: INPUT-packed-MAXLEN in the current directory).",
             show_default=False,
         ),
@@ -585,7 +588,7 @@ def pack(
 
     if output is None:
         stem = re.sub(r"[^\w-]", "", inputs[0].name.split(".")[0]) or "corpus"
-        output = Path(f"{stem}-packed-{max_len}")
+        output = Path(f"{stem}-packed-{max_len}")  # here, also for inputs on a store
     options = PackOptions.from_mapping(locals())
     if options.units is not None:
         return _pack_units(inputs, output, options, quiet=quiet, as_json=as_json)
@@ -643,7 +646,8 @@ def _not_a_packed_output(first: Path) -> typer.Exit:
             f"`packtool merge {first}`, then run stats on it",
             2,
         )
-    if first.is_dir() and any(first.glob("data-*-of-*.arrow")):
+    members = first.iterdir() if first.is_dir() else ()
+    if any(re.fullmatch(r"data-\d+-of-\d+\.arrow", p.name) for p in members):
         return fail(
             f"{first} is not a packtool output: it has no manifest.json (an interrupted "
             "`packtool pack` never writes one); for the stats of a corpus, pass --max-len",
@@ -664,6 +668,7 @@ def stats(
     paths: Annotated[
         list[Path],
         typer.Argument(
+            parser=as_path,
             help="A packed output directory (OUT_DIR), or, with --max-len, a corpus: input "
             "files, directories or globs as for `pack`.",
             show_default=False,
@@ -865,7 +870,10 @@ def stats(
 @handle_errors
 def inspect_command(
     out_dir: Annotated[
-        Path, typer.Argument(help="A directory written by `packtool pack`.", show_default=False)
+        Path,
+        typer.Argument(
+            parser=as_path, help="A directory written by `packtool pack`.", show_default=False
+        ),
     ],
     row: Annotated[
         int | None,
@@ -1026,11 +1034,15 @@ def _verify_table(report: Any) -> Table:
 @handle_errors
 def verify(
     out_dir: Annotated[
-        Path, typer.Argument(help="The output directory of `packtool pack`.", show_default=False)
+        Path,
+        typer.Argument(
+            parser=as_path, help="The output directory of `packtool pack`.", show_default=False
+        ),
     ],
     inputs: Annotated[
         list[Path] | None,
         typer.Argument(
+            parser=as_path,
             help="With --against: the inputs given to pack \\[default: the paths recorded in "
             "the manifest].",
             show_default=False,
@@ -1143,7 +1155,10 @@ def verify(
 @handle_errors
 def export(
     out_dir: Annotated[
-        Path, typer.Argument(help="The output directory of `packtool pack`.", show_default=False)
+        Path,
+        typer.Argument(
+            parser=as_path, help="The output directory of `packtool pack`.", show_default=False
+        ),
     ],
     to: Annotated[
         str,
@@ -1290,6 +1305,7 @@ def merge(
     out_dir: Annotated[
         Path,
         typer.Argument(
+            parser=as_path,
             help="Output directory of `pack --units N`, holding units/unit-I-of-N/.",
             show_default=False,
         ),
