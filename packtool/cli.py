@@ -27,6 +27,7 @@ if TYPE_CHECKING:  # rich's progress and tables load when a command runs, not fo
 from ._stop import STOP, Terminated, install_stop_handlers
 from ._version import __version__
 from .errors import PacktoolError
+from .fs import as_path
 from .limits import read_token_count
 
 app = typer.Typer(
@@ -83,7 +84,9 @@ def handle_errors(func: F) -> F:
                     f"(packtool verify {written} checks it)",
                     code,
                 ) from None
-            hint = " (rerun with --resume to continue)" if kwargs.get("resume") else ""
+            hint = ""
+            if kwargs.get("resume") and _checkpointed(kwargs):
+                hint = " (rerun with --resume to continue from its checkpoint)"
             if kwargs.get("units") is not None:
                 hint = " (finished units are kept: run the same command again to go on)"
             raise fail(f"interrupted; no output was written{hint}", code) from None
@@ -95,12 +98,21 @@ def handle_errors(func: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
+def _checkpointed(kwargs: dict[str, Any]) -> bool:
+    """Whether the interrupted pack left a checkpoint (a run stopped before its first one
+    has nothing to resume from)."""
+    from .store import has_checkpoint
+
+    output = kwargs.get("output")
+    return isinstance(output, Path) and has_checkpoint(output)
+
+
 def _written_by_this_run(kwargs: dict[str, Any], started: float) -> Path | None:
     """The output directory of the command, if this run wrote its manifest (the last file of
     an output, so the output is complete)."""
     for key in ("output", "out_dir", "dest"):
         path = kwargs.get(key)
-        if isinstance(path, Path):
+        if isinstance(path, Path):  # a store's output is published manifest last, in one go
             manifest = path / "manifest.json"
             try:
                 if manifest.stat().st_mtime >= started - 1:
@@ -230,7 +242,8 @@ def _say_skipped(skipped: list[str], quiet: bool) -> None:
         )
 
 
-def _summary_table(report: Any) -> Table:
+def _summary_table(report: Any, *, tokenized: bool = True) -> Table:
+    """The report of a pack (``tokenized=False``: of a merge, which tokenizes nothing)."""
     d = report.documents
     from rich.table import Table
 
@@ -272,7 +285,8 @@ def _summary_table(report: Any) -> Table:
         f"{report.padding_saved:.1%} of slots vs padding every segment to max-len "
         f"({report.unpacked_slots:,} -> {report.rows * report.max_len:,} slots)",
     )
-    table.add_row("time", f"{report.seconds:.1f} s ({report.tokens_per_second:,.0f} tokens/s)")
+    speed = f" ({report.tokens_per_second:,.0f} tokens/s)" if tokenized else ""
+    table.add_row("time", f"{report.seconds:.1f} s{speed}")
     backend = report.backend
     if backend:
         fell_back = backend.get("fallback_batches", 0)
@@ -290,6 +304,7 @@ def pack(
     inputs: Annotated[
         list[Path],
         typer.Argument(
+            parser=as_path,
             help="Input files (.jsonl/.json[.gz|.zst], .parquet, .arrow, .csv, .txt), "
             "directories or globs of them, or a dataset saved with datasets.save_to_disk.",
             show_default=False,
@@ -311,6 +326,7 @@ def pack(
         typer.Option(
             "--output",
             "-o",
+            parser=as_path,
             help="Output directory (default: INPUT-packed-MAXLEN in the current directory).",
             show_default=False,
         ),
@@ -394,10 +410,12 @@ def pack(
         ),
     ] = None,
     eos_token: Annotated[
-        str | None, typer.Option(help="EOS token (or id), overriding the tokenizer's.")
+        str | None,
+        typer.Option(help="EOS token: its text, or a number for an id; overrides the tokenizer's."),
     ] = None,
     bos_token: Annotated[
-        str | None, typer.Option(help="BOS token (or id), overriding the tokenizer's.")
+        str | None,
+        typer.Option(help="BOS token: its text, or a number for an id; overrides the tokenizer's."),
     ] = None,
     pad_id: Annotated[
         int | None,
@@ -570,7 +588,7 @@ def pack(
 
     if output is None:
         stem = re.sub(r"[^\w-]", "", inputs[0].name.split(".")[0]) or "corpus"
-        output = Path(f"{stem}-packed-{max_len}")
+        output = Path(f"{stem}-packed-{max_len}")  # here, also for inputs on a store
     options = PackOptions.from_mapping(locals())
     if options.units is not None:
         return _pack_units(inputs, output, options, quiet=quiet, as_json=as_json)
@@ -578,21 +596,7 @@ def pack(
         report = run_pack([str(p) for p in inputs], output, options, progress=progress)
     if as_json:
         _say_skipped(report.skipped_files, quiet)
-        m = report.manifest
-        keys = (
-            "documents",
-            "segments",
-            "tokens",
-            "rows",
-            "lower_bound_rows",
-            "rows_over_lower_bound",
-            "efficiency",
-            "bad_records",
-            "special_strings",
-            "seconds",
-            "labels",
-        )
-        summary = {k: m[k] for k in keys if k in m}
+        summary = report.manifest.summary()
         summary["notices"] = report.notices
         summary["tokenizer_backend"] = report.backend
         print(json.dumps({"out_dir": str(report.out_dir), **summary}, indent=2))
@@ -642,7 +646,8 @@ def _not_a_packed_output(first: Path) -> typer.Exit:
             f"`packtool merge {first}`, then run stats on it",
             2,
         )
-    if first.is_dir() and any(first.glob("data-*-of-*.arrow")):
+    members = first.iterdir() if first.is_dir() else ()
+    if any(re.fullmatch(r"data-\d+-of-\d+\.arrow", p.name) for p in members):
         return fail(
             f"{first} is not a packtool output: it has no manifest.json (an interrupted "
             "`packtool pack` never writes one); for the stats of a corpus, pass --max-len",
@@ -663,6 +668,7 @@ def stats(
     paths: Annotated[
         list[Path],
         typer.Argument(
+            parser=as_path,
             help="A packed output directory (OUT_DIR), or, with --max-len, a corpus: input "
             "files, directories or globs as for `pack`.",
             show_default=False,
@@ -864,7 +870,10 @@ def stats(
 @handle_errors
 def inspect_command(
     out_dir: Annotated[
-        Path, typer.Argument(help="A directory written by `packtool pack`.", show_default=False)
+        Path,
+        typer.Argument(
+            parser=as_path, help="A directory written by `packtool pack`.", show_default=False
+        ),
     ],
     row: Annotated[
         int | None,
@@ -1025,11 +1034,15 @@ def _verify_table(report: Any) -> Table:
 @handle_errors
 def verify(
     out_dir: Annotated[
-        Path, typer.Argument(help="The output directory of `packtool pack`.", show_default=False)
+        Path,
+        typer.Argument(
+            parser=as_path, help="The output directory of `packtool pack`.", show_default=False
+        ),
     ],
     inputs: Annotated[
         list[Path] | None,
         typer.Argument(
+            parser=as_path,
             help="With --against: the inputs given to pack \\[default: the paths recorded in "
             "the manifest].",
             show_default=False,
@@ -1142,7 +1155,10 @@ def verify(
 @handle_errors
 def export(
     out_dir: Annotated[
-        Path, typer.Argument(help="The output directory of `packtool pack`.", show_default=False)
+        Path,
+        typer.Argument(
+            parser=as_path, help="The output directory of `packtool pack`.", show_default=False
+        ),
     ],
     to: Annotated[
         str,
@@ -1289,6 +1305,7 @@ def merge(
     out_dir: Annotated[
         Path,
         typer.Argument(
+            parser=as_path,
             help="Output directory of `pack --units N`, holding units/unit-I-of-N/.",
             show_default=False,
         ),
@@ -1361,7 +1378,7 @@ def merge(
     if as_json:
         print(json.dumps(_merged_json(report), indent=2))
     elif not quiet:
-        out.print(_summary_table(report))
+        out.print(_summary_table(report, tokenized=False))
         out.print(_units_line(report.manifest), highlight=False)
 
 

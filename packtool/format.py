@@ -48,6 +48,7 @@ import numpy as np
 import pyarrow as pa
 
 from .errors import FormatError, NothingToPackError, OutputExistsError, RowIndexError
+from .fs import AnyPath, StorePath, arrow_input, as_path, check_writable, upload_file
 
 __all__ = [
     "FORMAT_NAME",
@@ -63,9 +64,11 @@ __all__ = [
     "ShardEntry",
     "ShardWriter",
     "TokenCounts",
+    "check_store_output",
     "layout_problems",
     "open_packed",
     "packed_schema",
+    "publish",
     "row_bytes",
 ]
 
@@ -76,6 +79,11 @@ IGNORE_INDEX = -100
 """The label of a token that is not learned (padding, prompt): PyTorch's cross-entropy default."""
 
 _SHARD_NAME = "data-{index:05d}-of-{count:05d}.arrow"
+_SHARD_RE = re.compile(r"data-\d{5}-of-\d{5}\.arrow")
+# What a packtool output holds besides its shards (the manifest last), and the folder of work
+# units: on a store, the names a rerun or --overwrite may replace.
+_OUTPUT_FILES = ("dataset_info.json", "state.json", "tokenizer.json", MANIFEST_FILE)
+_UNITS_DIR = "units"
 
 
 def row_bytes(max_len: int, with_labels: bool = False) -> int:
@@ -516,16 +524,69 @@ def check_output_dir(out_dir: Path, overwrite: bool) -> None:
         raise OutputExistsError(
             f"output path {out_dir} exists and is not a directory: choose another --output"
         )
-    if not overwrite:
+    replaceable = (out_dir / MANIFEST_FILE).exists() or not any(out_dir.iterdir())
+    if replaceable and not overwrite:
         raise OutputExistsError(
             f"output directory {out_dir} already exists (pass --overwrite to replace it)"
         )
-    if (out_dir / MANIFEST_FILE).exists() or not any(out_dir.iterdir()):
+    if replaceable:
         return
     raise OutputExistsError(
         f"output directory {out_dir} is not a packtool output (no {MANIFEST_FILE}) and not "
         "empty: --overwrite replaces only packtool outputs; choose another --output"
     )
+
+
+def _store_members(url: StorePath) -> dict[str, StorePath]:
+    if not url.is_dir():
+        return {}
+    return {p.name: p for p in url.iterdir()}
+
+
+def check_store_output(url: StorePath, overwrite: bool) -> None:
+    """Check an output prefix on a store before any work (the store's :func:`check_output_dir`).
+
+    A probe object is written and deleted first: a missing bucket, missing credentials or a
+    denied write fail here. A finished output (it has a manifest) is replaced only with
+    ``overwrite``; a prefix holding what a failed or killed run left (shards, no manifest) is
+    written over; a prefix holding other objects is refused, with or without ``overwrite``.
+    """
+    check_writable(url)
+    members = _store_members(url)
+    if MANIFEST_FILE in members and not overwrite:
+        raise OutputExistsError(f"output {url} already exists (pass --overwrite to replace it)")
+    foreign = sorted(n for n in members if not _ours(n))
+    if foreign:
+        raise OutputExistsError(
+            f"output {url} holds objects that are not a packtool output ({', '.join(foreign[:3])}"
+            f"{', ...' if len(foreign) > 3 else ''}): choose another --output"
+        )
+
+
+def _ours(name: str) -> bool:
+    return bool(_SHARD_RE.fullmatch(name)) or name in (*_OUTPUT_FILES, _UNITS_DIR)
+
+
+def publish(local: Path, url: StorePath) -> None:
+    """Copy the finished output ``local`` to the prefix ``url``: shards first, manifest last.
+
+    Object stores have no atomic rename, so the order is the commit: an old manifest is
+    deleted before anything else (the prefix no longer reads as finished), then the shards
+    and metadata are uploaded, then objects of an older output that this one does not hold
+    are deleted, and the manifest is uploaded last. A run killed at any point leaves a
+    prefix without a manifest, which readers refuse and a rerun writes over.
+    """
+    names = sorted(p.name for p in local.iterdir() if p.is_file())
+    members = _store_members(url)
+    if MANIFEST_FILE in members:
+        members.pop(MANIFEST_FILE).unlink(missing_ok=True)
+    for name in names:
+        if name != MANIFEST_FILE:
+            upload_file(local / name, url / name)
+    for name, member in members.items():
+        if name not in names and name != _UNITS_DIR and _ours(name):
+            member.unlink(missing_ok=True)
+    upload_file(local / MANIFEST_FILE, url / MANIFEST_FILE)
 
 
 _TEMPORARY = re.compile(r"\.(?P<name>.+)\.packtool-(?:tmp|store|old)-(?P<pid>\d+)")
@@ -738,7 +799,9 @@ class Manifest(Mapping[str, Any]):
             "efficiency",
             "global_ffd_rows",
             "bad_records",
+            "special_strings",
             "seconds",
+            "labels",
         )
         return {k: self._data[k] for k in keys if k in self._data}
 
@@ -1041,7 +1104,7 @@ class PackedRow:
 class PackedReader:
     """Read access to a packed dataset, memory-mapped; see :func:`open_packed`."""
 
-    def __init__(self, path: Path, manifest: Manifest) -> None:
+    def __init__(self, path: AnyPath, manifest: Manifest) -> None:
         self.path = path
         self.manifest = manifest
         self.max_len: int = manifest.max_len
@@ -1080,8 +1143,7 @@ class PackedReader:
         if table is None:
             path = self.shard_paths[shard]
             try:
-                with pa.memory_map(str(path)) as source:
-                    table = pa.ipc.open_stream(source).read_all()
+                table = self._read_shard(path)
                 # A damaged shard can parse and still hold lengths or offsets that point
                 # outside its buffers; reading such rows would crash the process.
                 table.validate(full=True)
@@ -1095,8 +1157,18 @@ class PackedReader:
                     f"{path}: shard holds {table.num_rows} rows, the manifest says "
                     f"{self.shard_rows[shard]} (run `packtool verify`)"
                 )
+            if isinstance(path, StorePath):  # streamed: one shard in memory at a time
+                self._tables.clear()
             self._tables[shard] = table
         return table
+
+    @staticmethod
+    def _read_shard(path: AnyPath) -> pa.Table:
+        if isinstance(path, StorePath):
+            with arrow_input(path) as source:
+                return pa.ipc.open_stream(source).read_all()
+        with pa.memory_map(str(path)) as source:
+            return pa.ipc.open_stream(source).read_all()
 
     def iter_tables(self, columns: Sequence[str] | None = None) -> Iterator[pa.Table]:
         """Each shard in order, restricted to ``columns``."""
@@ -1157,9 +1229,9 @@ class PackedReader:
         return tokenizer
 
 
-def read_manifest(path: str | os.PathLike[str]) -> Manifest:
+def read_manifest(path: str | os.PathLike[str] | StorePath) -> Manifest:
     """The manifest of the packed dataset at ``path``, checked for format and version."""
-    path = Path(path)
+    path = as_path(path)
     if not path.is_dir():
         raise FormatError(f"{path}: no such directory")
     manifest_path = path / MANIFEST_FILE
@@ -1189,7 +1261,7 @@ def read_manifest(path: str | os.PathLike[str]) -> Manifest:
     return Manifest(manifest, manifest_path)
 
 
-def layout_problems(path: Path, manifest: Manifest) -> list[str]:
+def layout_problems(path: AnyPath, manifest: Manifest) -> list[str]:
     """The files of the dataset at ``path`` that disagree with its manifest: shards it does not
     list, a ``state.json`` naming other shards, a tokenizer copy that is missing or altered."""
     found: list[str] = []
@@ -1262,10 +1334,10 @@ def _manifest_problem(manifest: dict[str, Any]) -> str | None:
     return None
 
 
-def open_packed(path: str | os.PathLike[str]) -> PackedReader:
+def open_packed(path: str | os.PathLike[str] | StorePath) -> PackedReader:
     """Open the packed dataset written by ``packtool pack`` at ``path``.
 
     Raises :class:`~packtool.errors.FormatError` if the directory is not a complete packtool
     output or has a format version this packtool does not read.
     """
-    return PackedReader(Path(path), read_manifest(path))
+    return PackedReader(as_path(path), read_manifest(path))

@@ -42,7 +42,6 @@ import socket
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -52,6 +51,7 @@ from ._version import __version__
 from .chat import ChatTemplate, load_chat_template
 from .errors import FormatError, InputError, OutputExistsError
 from .format import MANIFEST_FILE, read_manifest
+from .fs import AnyPath, arrow_source, as_path, open_input
 from .instruct import InputShape, input_shape, megatron_ids
 from .limits import MAX_UNITS, check_int
 from .options import PackOptions
@@ -163,8 +163,8 @@ class Unit:
     def size_bytes(self) -> int:
         return sum(p.size_bytes for p in self.pieces)
 
-    def directory(self, out_dir: str | os.PathLike[str]) -> Path:
-        return Path(out_dir) / UNITS_DIR / self.name
+    def directory(self, out_dir: str | os.PathLike[str]) -> AnyPath:
+        return as_path(out_dir) / UNITS_DIR / self.name
 
     def describe(self) -> dict[str, Any]:
         """The manifest's ``unit`` record (with the merge options added by :func:`run_unit`)."""
@@ -214,7 +214,7 @@ class _LineSplitter(_Splitter):
         size = self.inp.size_bytes
         if offset <= 0 or offset >= size:
             return min(max(offset, 0), size)
-        with open(self.inp.path, "rb") as f:
+        with open_input(self.inp.path) as f:
             position = offset - 1  # a line starts at `offset` if the byte before is "\n"
             f.seek(position)
             while True:
@@ -274,7 +274,7 @@ def _splitter(inp: InputFile) -> _Splitter:
         import pyarrow.parquet as pq
 
         try:
-            meta = pq.ParquetFile(str(inp.path)).metadata
+            meta = pq.ParquetFile(arrow_source(inp.path)).metadata
         except (pa.ArrowInvalid, OSError) as e:
             raise InputError(f"{inp.path}: not a readable Parquet file: {e}") from e
         starts, position = [0], 4
@@ -381,10 +381,10 @@ class UnitResult:
         return asdict(self)
 
 
-def unit_dirs(out_dir: str | os.PathLike[str]) -> dict[int, list[tuple[int, Path]]]:
+def unit_dirs(out_dir: str | os.PathLike[str]) -> dict[int, list[tuple[int, AnyPath]]]:
     """Unit directories under ``OUT_DIR/units``, by unit count: ``{count: [(index, path)]}``."""
-    root = Path(out_dir) / UNITS_DIR
-    found: dict[int, list[tuple[int, Path]]] = {}
+    root = as_path(out_dir) / UNITS_DIR
+    found: dict[int, list[tuple[int, AnyPath]]] = {}
     if not root.is_dir():
         return found
     for entry in sorted(root.iterdir()):
@@ -454,7 +454,7 @@ def run_unit(
             return result_from_manifest(
                 unit, done, skipped=True, seconds=time.perf_counter() - started
             )
-    (Path(out_dir) / UNITS_DIR).mkdir(parents=True, exist_ok=True)
+    (as_path(out_dir) / UNITS_DIR).mkdir(parents=True, exist_ok=True)  # on a store: nothing
     tok, loaded = unit_tokenizer(options)
     record = unit.describe()
     if merge_options is not None:

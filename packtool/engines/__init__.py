@@ -15,7 +15,6 @@ afterwards. Whatever ran the units, the merged rows are the same.
 from __future__ import annotations
 
 import os
-import shutil
 import socket
 import time
 from collections.abc import Callable, Sequence
@@ -25,6 +24,7 @@ from typing import Any
 
 from ..errors import NothingToPackError, OptionError, OutputExistsError, PacktoolError
 from ..format import row_bytes
+from ..fs import AnyPath, StorePath, as_path, check_writable, remove_tree
 from ..instruct import has_labels
 from ..merge import merge_units
 from ..options import ENGINES, PackOptions
@@ -114,7 +114,7 @@ def unwrap(outcome: tuple[str, Any]) -> UnitResult:
     return value  # type: ignore[no-any-return]
 
 
-def _prepare(out: Path, count: int, single: bool, overwrite: bool) -> None:
+def _prepare(out: AnyPath, count: int, single: bool, overwrite: bool) -> None:
     """Check ``out`` before any work: a fresh directory, or the units of the same count.
 
     ``overwrite`` with all units removes ``out``; with one unit (``single``), only that unit
@@ -125,7 +125,7 @@ def _prepare(out: Path, count: int, single: bool, overwrite: bool) -> None:
     if not out.is_dir():
         raise OutputExistsError(f"output path {out} exists and is not a directory")
     if overwrite and not single:  # start over: units, merged output, all
-        shutil.rmtree(out)
+        remove_tree(out)
         return
     found = unit_dirs(out)
     holds_units = (out / UNITS_DIR).is_dir()
@@ -173,11 +173,17 @@ def pack_units(
     started = time.perf_counter()
     options = _check((options or PackOptions()).replace(**option_values))
     assert options.units is not None and options.max_len is not None
-    out = Path(out_dir)
-    # Absolute paths: every launcher (and every node) then plans and reads the same files.
-    skipped: list[Path] = []
+    out = as_path(out_dir)
+    if isinstance(out, StorePath):  # a missing bucket or a denied write: now, in one line
+        check_writable(out)
+    # Absolute paths: every launcher (and every node) then plans and reads the same files
+    # (URLs are absolute already).
+    skipped: list[AnyPath] = []
     resolved = resolve_inputs(inputs, skipped=skipped)
-    files = [replace(f, path=Path(os.path.abspath(f.path))) for f in resolved]
+    files = [
+        f if isinstance(f.path, StorePath) else replace(f, path=Path(os.path.abspath(f.path)))
+        for f in resolved
+    ]
     options, shape_auto = corpus_options(files, options)  # the shape: over all the inputs
     rows_per_shard = options.rows_per_shard or max(
         1, options.shard_bytes // row_bytes(options.max_len, has_labels(options))
@@ -214,7 +220,7 @@ def pack_units(
         merged = merge_units(out, **merge_options, progress=progress)  # type: ignore[arg-type]
     except NothingToPackError:  # every unit is empty: no output, as without --units
         if created:
-            shutil.rmtree(out, ignore_errors=True)
+            remove_tree(out)
         raise
     merged.seconds = time.perf_counter() - started  # the whole run (the manifest: the merge)
     ran = [results[i] for i in range(options.units)]
