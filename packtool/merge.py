@@ -348,7 +348,13 @@ def _reference(
             if not entry["rows"]:
                 continue  # an empty unit's empty shard
             file = f"{UNITS_DIR}/{path.name}/{entry['file']}"
-            size = (out / file).stat().st_size
+            try:
+                size = (out / file).stat().st_size
+            except OSError as e:
+                raise FormatError(
+                    f"{out / file}: cannot read the unit's shard ({e.strerror}): pack that "
+                    "unit again"
+                ) from e
             if size != entry.get("bytes"):
                 raise FormatError(
                     f"{out / file}: {size} bytes, its unit's manifest records "
