@@ -27,6 +27,7 @@ if TYPE_CHECKING:  # rich's progress and tables load when a command runs, not fo
 from ._stop import STOP, Terminated, install_stop_handlers
 from ._version import __version__
 from .errors import PacktoolError
+from .limits import read_token_count
 
 app = typer.Typer(
     name="packtool",
@@ -39,6 +40,14 @@ out = Console()
 err = Console(stderr=True)
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _token_count(text: str) -> int:
+    """``--max-len 4096`` or ``4k``, read as ``stats --max-len`` reads its values."""
+    try:
+        return read_token_count("--max-len", text)
+    except PacktoolError as e:
+        raise typer.BadParameter(str(e).removeprefix("--max-len: ")) from None
 
 
 def fail(message: str, code: int = 1) -> typer.Exit:
@@ -240,7 +249,7 @@ def _summary_table(report: Any) -> Table:
     table.add_row("segments", f"{report.segments:,}")
     table.add_row("tokens in rows", f"{report.tokens:,}")
     if report.tokens_learned is not None:
-        labels = report.manifest.get("labels", {})
+        labels = report.manifest.labels
         table.add_row(
             f"  learned ({labels.get('loss_on')})",
             f"{report.tokens_learned:,} ({report.learned_share:.1%} of slots)",
@@ -287,7 +296,15 @@ def pack(
         ),
     ],
     max_len: Annotated[
-        int, typer.Option("--max-len", "-L", help="Tokens per packed row.", show_default=False)
+        int,
+        typer.Option(
+            "--max-len",
+            "-L",
+            help="Tokens per packed row (4096, or 4k).",
+            show_default=False,
+            parser=_token_count,
+            metavar="INTEGER",
+        ),
     ],
     output: Annotated[
         Path | None,
@@ -1223,8 +1240,8 @@ def _units_table(report: Any) -> Table:
     return table
 
 
-def _units_line(manifest: dict[str, Any]) -> str:
-    units = manifest["units"]
+def _units_line(manifest: Any) -> str:
+    units = manifest.units
     if units.get("copied") is False:
         how = "; the rows stay in the units' shards (merged without copying)"
     elif units.get("copy_reason"):
@@ -1232,28 +1249,16 @@ def _units_line(manifest: dict[str, Any]) -> str:
     else:
         how = ""
     return (
-        f"{units['count']} units: {manifest['rows']:,} rows; one global FFD would need "
-        f"{manifest['global_ffd_rows']:,} (+{units['rows_over_global_ffd']:,} rows, "
+        f"{units['count']} units: {manifest.rows:,} rows; one global FFD would need "
+        f"{manifest.global_ffd_rows:,} (+{units['rows_over_global_ffd']:,} rows, "
         f"{units['packing_loss']:.2%} packing loss){how}"
     )
 
 
 def _merged_json(report: Any) -> dict[str, Any]:
     m = report.manifest
-    keys = (
-        "documents",
-        "segments",
-        "tokens",
-        "rows",
-        "lower_bound_rows",
-        "rows_over_lower_bound",
-        "efficiency",
-        "global_ffd_rows",
-        "bad_records",
-        "seconds",
-    )
-    units = {k: v for k, v in m["units"].items() if k != "per_unit"}
-    return {"out_dir": str(report.out_dir), **{k: m[k] for k in keys}, "units": units}
+    units = {k: v for k, v in (m.units or {}).items() if k != "per_unit"}
+    return {"out_dir": str(report.out_dir), **m.summary(), "units": units}
 
 
 def _pack_units(

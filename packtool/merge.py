@@ -43,6 +43,7 @@ from .errors import FormatError, OptionError
 from .format import (
     MANIFEST_FILE,
     DocumentCounts,
+    Manifest,
     ShardWriter,
     commit_in_place,
     open_packed,
@@ -190,24 +191,25 @@ def _global_inputs(units: list[tuple[Path, dict[str, Any]]], first_docs: list[in
     return out
 
 
-def report_from_manifest(out: Path, manifest: dict[str, Any], seconds: float) -> PackReport:
+def report_from_manifest(out: Path, manifest: Manifest, seconds: float) -> PackReport:
+    tokens = manifest.tokens
     return PackReport(
         out_dir=out,
-        max_len=int(manifest["max_len"]),
-        documents=DocumentCounts(**manifest["documents"]),
-        segments=int(manifest["segments"]),
-        tokens=int(manifest["tokens"]["packed"]),
-        tokens_truncated=int(manifest["tokens"]["truncated_away"]),
-        tokens_dropped=int(manifest["tokens"]["dropped"]),
-        rows=int(manifest["rows"]),
-        lower_bound_rows=int(manifest["lower_bound_rows"]),
-        shards=len(manifest["shards"]),
+        max_len=manifest.max_len,
+        documents=manifest.documents,
+        segments=int(manifest.segments or 0),
+        tokens=tokens.packed,
+        tokens_truncated=tokens.truncated_away,
+        tokens_dropped=tokens.dropped,
+        rows=manifest.rows,
+        lower_bound_rows=manifest.lower_bound_rows,
+        shards=len(manifest.shards),
         seconds=seconds,
-        bad_records=list(manifest.get("bad_records", [])),
+        bad_records=list(manifest.bad_records),
         manifest=manifest,
-        special_strings=int(manifest.get("special_strings", {}).get("documents", 0)),
-        parse_special=bool(manifest.get("special_strings", {}).get("parsed", False)),
-        notices=[n for n in (manifest.get("tokenizer", {}).get("turned_off"),) if n],
+        special_strings=manifest.special_strings,
+        parse_special=manifest.parse_special,
+        notices=manifest.notices,
     )
 
 
@@ -293,13 +295,13 @@ def merge_units(
     return report_from_manifest(out, manifest, time.perf_counter() - started)
 
 
-def _copy_reason(manifests: list[dict[str, Any]], opts: dict[str, Any]) -> str | None:
+def _copy_reason(manifests: list[Manifest], opts: dict[str, Any]) -> str | None:
     """Why the merged rows must be written again, or None: the units' shards, in a seeded
     order, are then exactly the dataset asked for."""
     if opts["world_size"] is not None:
         return "--world-size stores balanced steps over all the units' rows"
     for i, m in enumerate(manifests):
-        o = m["options"]
+        o = m.options
         if o.get("rows_per_shard") != opts["rows_per_shard"]:
             return (
                 f"unit {i} holds {o.get('rows_per_shard')} rows per shard, the merge asks for "
@@ -318,15 +320,15 @@ def _copy_reason(manifests: list[dict[str, Any]], opts: dict[str, Any]) -> str |
     return None
 
 
-def _ffd_rows(manifests: list[dict[str, Any]]) -> np.ndarray:
+def _ffd_rows(manifests: list[Manifest]) -> np.ndarray:
     """Where each unit's FFD rows are stored: entry ``k`` of the result is the stored row
     (over the units' shards laid end to end) of global FFD row ``k`` (unit 0's FFD rows,
     then unit 1's, ...). A unit stores FFD row ``perm[j]`` at row ``j``."""
     pieces, base = [], 0
     for m in manifests:
-        n = int(m["rows"])
-        if m["options"].get("shuffle"):
-            pieces.append(base + np.argsort(row_shuffle(n, int(m["options"]["seed"]))))
+        n = m.rows
+        if m.options.get("shuffle"):
+            pieces.append(base + np.argsort(row_shuffle(n, int(m.options["seed"]))))
         else:
             pieces.append(base + np.arange(n, dtype=np.int64))
         base += n
@@ -335,19 +337,19 @@ def _ffd_rows(manifests: list[dict[str, Any]]) -> np.ndarray:
 
 def _reference(
     out: Path,
-    units: list[tuple[Path, dict[str, Any]]],
+    units: list[tuple[Path, Manifest]],
     src: _Sources,
     opts: dict[str, Any],
     record: dict[str, Any],
     started: float,
-) -> dict[str, Any]:
+) -> Manifest:
     """Commit a manifest that lists the units' shards where they lie (no row is written)."""
     shards: list[dict[str, Any]] = []
     for (path, m), first_doc in zip(units, src.first_docs, strict=True):
-        for entry in m["shards"]:
-            if not entry["rows"]:
+        for entry in m.shards:
+            if not entry.rows:
                 continue  # an empty unit's empty shard
-            file = f"{UNITS_DIR}/{path.name}/{entry['file']}"
+            file = f"{UNITS_DIR}/{path.name}/{entry.file}"
             try:
                 size = (out / file).stat().st_size
             except OSError as e:
@@ -355,12 +357,20 @@ def _reference(
                     f"{out / file}: cannot read the unit's shard ({e.strerror}): pack that "
                     "unit again"
                 ) from e
-            if size != entry.get("bytes"):
+            if size != entry.bytes:
                 raise FormatError(
                     f"{out / file}: {size} bytes, its unit's manifest records "
-                    f"{entry.get('bytes')}: the shard was altered; pack that unit again"
+                    f"{entry.bytes}: the shard was altered; pack that unit again"
                 )
-            shards.append({**entry, "file": file, "doc_offset": first_doc})
+            shards.append(
+                {
+                    "file": file,
+                    "rows": entry.rows,
+                    "bytes": entry.bytes,
+                    "sha256": entry.sha256,
+                    "doc_offset": first_doc,
+                }
+            )
     if opts["shuffle"]:
         shards = [shards[i] for i in shard_order(len(shards), int(opts["seed"]))]
     first = units[0][1]
@@ -369,17 +379,17 @@ def _reference(
     record = {**record, "seconds": round(time.perf_counter() - started, 3)}
     return commit_in_place(
         out,
-        max_len=int(first["max_len"]),
-        with_labels="labels" in first["columns"],
+        max_len=first.max_len,
+        with_labels=first.has_labels,
         shards=shards,
         manifest=record,
     )
 
 
-def _copy_tokenizer(units: list[tuple[Path, dict[str, Any]]], directory: Path) -> None:
+def _copy_tokenizer(units: list[tuple[Path, Manifest]], directory: Path) -> None:
     first = units[0][1]
-    tokenizer_file = units[0][0] / first["tokenizer"].get("file", "tokenizer.json")
-    if "file" in first["tokenizer"] and tokenizer_file.exists():
+    tokenizer_file = units[0][0] / first.tokenizer_file
+    if first.tokenizer_copied and tokenizer_file.exists():
         shutil.copyfile(tokenizer_file, directory / "tokenizer.json")
 
 
@@ -579,7 +589,7 @@ def _manifest(
             "lower_bound_rows": int(m["lower_bound_rows"]),
             "efficiency": m["efficiency"],
             "seconds": m.get("seconds"),
-            "row_seed": m["options"].get("seed") if m["options"].get("shuffle") else None,
+            "row_seed": m.options.get("seed") if m.options.get("shuffle") else None,
             "pieces": m["unit"]["pieces"],
         }
         for (path, m), base in zip(units, first_docs, strict=True)

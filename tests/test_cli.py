@@ -134,6 +134,18 @@ def test_error_max_len(tmp_path: Path, value: str) -> None:
     )
 
 
+def test_max_len_takes_k_as_stats_does(tmp_path: Path) -> None:
+    """`pack -L 4k` is `-L 4096` (as `stats --max-len 4k`); a bad value is one line."""
+    assert run("pack", SAMPLE, "-L", "4k", "-o", tmp_path / "k", "-q").exit_code == 0
+    assert run("pack", SAMPLE, "-L", "4096", "-o", tmp_path / "n", "-q").exit_code == 0
+    assert json.loads((tmp_path / "k" / "manifest.json").read_text())["max_len"] == 4096
+    k, n = sorted((tmp_path / "k").glob("*.arrow")), sorted((tmp_path / "n").glob("*.arrow"))
+    assert [p.read_bytes() for p in k] == [p.read_bytes() for p in n]
+    result = run("pack", SAMPLE, "-L", "4x", "-o", tmp_path / "x")
+    assert result.exit_code == 2 and "cannot read '4x' as a number of tokens" in result.output
+    assert not (tmp_path / "x").exists()
+
+
 def test_error_tokenizer_not_found(tmp_path: Path) -> None:
     assert_one_line_error(
         run(
