@@ -83,7 +83,9 @@ def handle_errors(func: F) -> F:
                     f"(packtool verify {written} checks it)",
                     code,
                 ) from None
-            hint = " (rerun with --resume to continue)" if kwargs.get("resume") else ""
+            hint = ""
+            if kwargs.get("resume") and _checkpointed(kwargs):
+                hint = " (rerun with --resume to continue from its checkpoint)"
             if kwargs.get("units") is not None:
                 hint = " (finished units are kept: run the same command again to go on)"
             raise fail(f"interrupted; no output was written{hint}", code) from None
@@ -93,6 +95,15 @@ def handle_errors(func: F) -> F:
             STOP.clear()
 
     return wrapper  # type: ignore[return-value]
+
+
+def _checkpointed(kwargs: dict[str, Any]) -> bool:
+    """Whether the interrupted pack left a checkpoint (a run stopped before its first one
+    has nothing to resume from)."""
+    from .store import has_checkpoint
+
+    output = kwargs.get("output")
+    return isinstance(output, Path) and has_checkpoint(output)
 
 
 def _written_by_this_run(kwargs: dict[str, Any], started: float) -> Path | None:
@@ -230,7 +241,8 @@ def _say_skipped(skipped: list[str], quiet: bool) -> None:
         )
 
 
-def _summary_table(report: Any) -> Table:
+def _summary_table(report: Any, *, tokenized: bool = True) -> Table:
+    """The report of a pack (``tokenized=False``: of a merge, which tokenizes nothing)."""
     d = report.documents
     from rich.table import Table
 
@@ -272,7 +284,8 @@ def _summary_table(report: Any) -> Table:
         f"{report.padding_saved:.1%} of slots vs padding every segment to max-len "
         f"({report.unpacked_slots:,} -> {report.rows * report.max_len:,} slots)",
     )
-    table.add_row("time", f"{report.seconds:.1f} s ({report.tokens_per_second:,.0f} tokens/s)")
+    speed = f" ({report.tokens_per_second:,.0f} tokens/s)" if tokenized else ""
+    table.add_row("time", f"{report.seconds:.1f} s{speed}")
     backend = report.backend
     if backend:
         fell_back = backend.get("fallback_batches", 0)
@@ -394,10 +407,12 @@ def pack(
         ),
     ] = None,
     eos_token: Annotated[
-        str | None, typer.Option(help="EOS token (or id), overriding the tokenizer's.")
+        str | None,
+        typer.Option(help="EOS token: its text, or a number for an id; overrides the tokenizer's."),
     ] = None,
     bos_token: Annotated[
-        str | None, typer.Option(help="BOS token (or id), overriding the tokenizer's.")
+        str | None,
+        typer.Option(help="BOS token: its text, or a number for an id; overrides the tokenizer's."),
     ] = None,
     pad_id: Annotated[
         int | None,
@@ -588,21 +603,7 @@ def pack(
         report = run_pack([str(p) for p in inputs], output, options, progress=progress)
     if as_json:
         _say_skipped(report.skipped_files, quiet)
-        m = report.manifest
-        keys = (
-            "documents",
-            "segments",
-            "tokens",
-            "rows",
-            "lower_bound_rows",
-            "rows_over_lower_bound",
-            "efficiency",
-            "bad_records",
-            "special_strings",
-            "seconds",
-            "labels",
-        )
-        summary = {k: m[k] for k in keys if k in m}
+        summary = report.manifest.summary()
         summary["notices"] = report.notices
         summary["tokenizer_backend"] = report.backend
         print(json.dumps({"out_dir": str(report.out_dir), **summary}, indent=2))
@@ -1390,7 +1391,7 @@ def merge(
     if as_json:
         print(json.dumps(_merged_json(report), indent=2))
     elif not quiet:
-        out.print(_summary_table(report))
+        out.print(_summary_table(report, tokenized=False))
         out.print(_units_line(report.manifest), highlight=False)
 
 

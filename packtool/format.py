@@ -555,11 +555,12 @@ def check_output_dir(out_dir: Path, overwrite: bool) -> None:
         raise OutputExistsError(
             f"output path {out_dir} exists and is not a directory: choose another --output"
         )
-    if not overwrite:
+    replaceable = (out_dir / MANIFEST_FILE).exists() or not any(out_dir.iterdir())
+    if replaceable and not overwrite:
         raise OutputExistsError(
             f"output directory {out_dir} already exists (pass --overwrite to replace it)"
         )
-    if (out_dir / MANIFEST_FILE).exists() or not any(out_dir.iterdir()):
+    if replaceable:
         return
     raise OutputExistsError(
         f"output directory {out_dir} is not a packtool output (no {MANIFEST_FILE}) and not "
@@ -778,7 +779,9 @@ class Manifest(Mapping[str, Any]):
             "efficiency",
             "global_ffd_rows",
             "bad_records",
+            "special_strings",
             "seconds",
+            "labels",
         )
         return {k: self._data[k] for k in keys if k in self._data}
 

@@ -248,3 +248,17 @@ def test_tokenizer_directory_with_config(tmp_path: Path) -> None:
     sep = json.loads((tmp_path / "o" / "manifest.json").read_text())["tokenizer"]
     assert sep["special_tokens"]["eos_id"] == 5
     assert rows[0]["input_ids"][rows[0]["num_tokens"] - 1] == 5
+
+
+def test_a_number_given_as_eos_token_is_an_id(tmp_path: Path) -> None:
+    """`--eos-token 7` is id 7, not the digit token "7" the bundled vocabulary also has."""
+    from packtool.tokenize import load_tokenizer
+
+    tok = load_tokenizer(None)
+    assert tok.token_to_id("7") not in (None, 7)  # the ambiguity is real in this vocabulary
+    assert load_tokenizer(None, eos_token="7").special.eos_id == 7
+    assert load_tokenizer(None, eos_token="<|im_end|>").special.eos_id == tok.token_to_id(
+        "<|im_end|>"
+    )
+    result = run("pack", SAMPLE, "-L", "512", "--eos-token", "8192", "-o", tmp_path / "o")
+    assert result.exit_code != 0 and "no token '8192'" in result.output
