@@ -179,6 +179,7 @@ def pack_units(
         "rows_per_shard": rows_per_shard,
         "world_size": options.world_size,
         "micro_batches": options.micro_batches,
+        "copy": options.merge_copy,  # None: the merge copies only what it must
     }
     out = as_path(out_dir)
     if isinstance(out, StorePath):  # a missing bucket or a denied write: now, in one line
