@@ -46,7 +46,14 @@ from .fs import AnyPath, StorePath, as_path
 from .gather import gather_rows, warm_up_gather
 from .instruct import InputPlan, InputShape, input_shape, megatron_ids, plan_input
 from .options import PackOptions
-from .order import attention_costs, balance_record, balanced_order, check_world_size, row_sums
+from .order import (
+    attention_costs,
+    balance_record,
+    balanced_order,
+    check_world_size,
+    row_shuffle,
+    row_sums,
+)
 from .packing import (
     Overflow,
     RowPlan,
@@ -524,9 +531,7 @@ def _plan_stage(store: TokenStore, o: PackOptions, progress: ProgressCallback | 
     if o.world_size is not None:
         output_order, balance = _balanced(item_len[order], np.diff(row_starts), o)
         return _Layout(plan, output_order, balance)
-    output_order = (
-        np.random.default_rng(o.seed).permutation(n_rows) if o.shuffle else np.arange(n_rows)
-    )
+    output_order = row_shuffle(n_rows, o.seed) if o.shuffle else np.arange(n_rows)
     return _Layout(plan, output_order)
 
 

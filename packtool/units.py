@@ -55,6 +55,7 @@ from .fs import AnyPath, arrow_source, as_path, open_input
 from .instruct import InputShape, input_shape, megatron_ids
 from .limits import MAX_UNITS, check_int
 from .options import PackOptions
+from .order import unit_row_seed
 from .pretokenized import IdsTokenizer, megatron_index
 from .sources import InputFile, Piece
 from .tokenize import Tokenizer, load_tokenizer
@@ -439,11 +440,14 @@ def run_unit(
     num_proc: int | None = None,
     progress: Any = None,
 ) -> UnitResult:
-    """Pack one unit into ``OUT_DIR/units/unit-I-of-N/`` (FFD inside the unit, no shuffle).
+    """Pack one unit into ``OUT_DIR/units/unit-I-of-N/``: FFD inside the unit, the rows
+    shuffled (unless ``options.shuffle`` is off) with :func:`~packtool.order.unit_row_seed`.
 
     Skips the unit when it is already finished under the same plan. The unit's manifest
     gets a ``unit`` record: index, count, plan hash, pieces, and ``merge_options`` (the
-    ``shuffle``/``seed``/``rows_per_shard`` given at pack time, the merge's defaults).
+    ``shuffle``/``seed``/``rows_per_shard``/``copy`` given at pack time, the merge's
+    defaults). A merge without copying lists these shards as they are, so their row order is
+    the merged dataset's order within each unit.
     """
     from .pipeline import pack
 
@@ -464,7 +468,7 @@ def run_unit(
         unit.directory(out_dir),
         options.replace(
             tokenizer=tok,
-            shuffle=False,
+            seed=unit_row_seed(options.seed, unit.index),  # rows shuffled within the unit
             world_size=None,  # the merge balances the steps, over all units' rows
             micro_batches=1,
             overwrite=overwrite,
@@ -472,6 +476,7 @@ def run_unit(
             num_proc=num_proc,
             units=None,
             unit=None,
+            merge_copy=None,
             engine="local",
             ray_address=None,
         ),

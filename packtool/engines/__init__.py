@@ -194,6 +194,7 @@ def pack_units(
         "rows_per_shard": rows_per_shard,
         "world_size": options.world_size,
         "micro_batches": options.micro_batches,
+        "copy": options.merge_copy,  # None: the merge copies only what it must
     }
     plan = [  # loads the tokenizer: a bad one fails here
         replace(u, input_shape_auto=shape_auto) for u in plan_units(files, options.units, options)
