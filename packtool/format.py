@@ -69,6 +69,7 @@ __all__ = [
     "open_packed",
     "packed_schema",
     "publish",
+    "row_bytes",
 ]
 
 FORMAT_NAME = "packtool.packed"
@@ -83,6 +84,12 @@ _SHARD_RE = re.compile(r"data-\d{5}-of-\d{5}\.arrow")
 # units: on a store, the names a rerun or --overwrite may replace.
 _OUTPUT_FILES = ("dataset_info.json", "state.json", "tokenizer.json", MANIFEST_FILE)
 _UNITS_DIR = "units"
+
+
+def row_bytes(max_len: int, with_labels: bool = False) -> int:
+    """About the bytes of one row in a shard (its int32 columns of ``max_len``, and a little
+    for the others): what ``--shard-size`` is divided by to get the rows per shard."""
+    return (3 if with_labels else 2) * 4 * max_len + 64
 
 
 def packed_schema(max_len: int, with_labels: bool = False) -> pa.Schema:

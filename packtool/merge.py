@@ -50,6 +50,7 @@ from .format import (
     open_packed,
     publish,
     read_manifest,
+    row_bytes,
 )
 from .fs import StorePath, as_path, check_writable, download_tree
 from .limits import MAX_ROWS_PER_SHARD, MAX_SEED, check_int
@@ -213,6 +214,8 @@ def report_from_manifest(out: Path, manifest: Manifest, seconds: float) -> PackR
         special_strings=manifest.special_strings,
         parse_special=manifest.parse_special,
         notices=manifest.notices,
+        tokens_learned=tokens.learned,
+        backend=manifest.backend or {},
     )
 
 
@@ -434,13 +437,13 @@ def _resolve_options(
 ) -> tuple[dict[str, Any], PackOptions]:
     """The merge's options: those given, else what the units recorded, else pack's defaults;
     checked as ``pack`` checks them."""
-    row_bytes = 2 * 4 * int(manifests[0]["max_len"]) + 64
+    size = row_bytes(int(manifests[0]["max_len"]), "labels" in manifests[0]["columns"])
     if given["rows_per_shard"] is not None:
         check_int("--rows-per-shard", given["rows_per_shard"], 1, MAX_ROWS_PER_SHARD)
     if given["seed"] is not None:
         check_int("--seed", given["seed"], 0, MAX_SEED)
     if given["rows_per_shard"] is None and shard_size is not None:
-        given = {**given, "rows_per_shard": max(1, parse_size(shard_size) // row_bytes)}
+        given = {**given, "rows_per_shard": max(1, parse_size(shard_size) // size)}
     opts = _merge_options(manifests, given)
     defaults = {"shuffle": True, "seed": 0, "micro_batches": 1}  # copy: None, as needed
     for key, value in defaults.items():
@@ -453,7 +456,7 @@ def _resolve_options(
         micro_batches=opts["micro_batches"],
     )
     if opts["rows_per_shard"] is None:
-        opts["rows_per_shard"] = max(1, parse_size(DEFAULT_SHARD_SIZE) // row_bytes)
+        opts["rows_per_shard"] = max(1, parse_size(DEFAULT_SHARD_SIZE) // size)
     if opts["copy"] is False and opts["world_size"] is not None:
         raise OptionError(NO_COPY_BALANCE)
     return opts, layout
@@ -525,7 +528,8 @@ def _write(
         with_labels="labels" in first["columns"],
         overwrite=True,
     ) as writer:
-        block = max(1, min(rows_per_shard, (64 << 20) // (2 * 4 * max_len + 64)))
+        with_labels = "labels" in first["columns"]
+        block = max(1, min(rows_per_shard, (64 << 20) // row_bytes(max_len, with_labels)))
         for start in range(0, n_rows, block):
             rows = order[start : start + block]
             writer.write(_gather(src.tables, src.starts, src.doc_offset, rows))
@@ -613,6 +617,8 @@ def _manifest(
         bad.extend(m.get("bad_records", [])[: _BAD_RECORDS_KEPT - len(bad)])
     lower = lower_bound_rows(tokens["packed"], max_len)
     options = {**first["options"], **opts}
+    if "input_shape_auto" in first["unit"]:  # the units were told the shape detected
+        options["input_shape_auto"] = first["unit"]["input_shape_auto"]
     per_unit = [
         {
             "index": m["unit"]["index"],
@@ -630,6 +636,7 @@ def _manifest(
         }
         for (path, m), base in zip(units, first_docs, strict=True)
     ]
+    labels = _labels(manifests)
     return {
         "packtool_version": __version__,
         "created_unix": int(time.time()),
@@ -660,7 +667,29 @@ def _manifest(
             "packing_loss": (n_rows - global_rows) / global_rows if global_rows else 0.0,
             "per_unit": per_unit,
         },
+        **({"labels": labels} if labels is not None else {}),
     }
+
+
+_LABEL_COUNTS = (
+    "learned_tokens",
+    "documents_without_labels",
+    "chunks_without_labels_dropped",
+    "tokens_in_chunks_without_labels",
+)
+
+
+def _labels(manifests: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The ``labels`` record of the units (instruction data, ids with labels): their counts
+    summed, the rest as unit 0 records it (the same options, so the same for every unit)."""
+    records = [m.get("labels") for m in manifests]
+    if records[0] is None:
+        return None
+    out = dict(records[0])
+    for key in _LABEL_COUNTS:
+        if key in out:
+            out[key] = sum(int((r or {}).get(key, 0)) for r in records)
+    return out
 
 
 def merged_manifest(out: Path) -> dict[str, Any] | None:

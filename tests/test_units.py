@@ -28,7 +28,7 @@ from packtool.errors import BadRecordError, FormatError, OptionError, OutputExis
 from packtool.merge import merge_units, segment_lengths
 from packtool.options import PackOptions
 from packtool.sources import InputFile, read_texts, resolve_inputs
-from packtool.units import plan_units, read_piece
+from packtool.units import plan_units
 
 PROPS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -52,7 +52,7 @@ def all_texts(inp: InputFile, **kw) -> tuple[list, list[str]]:
 def piece_texts(pieces, **kw) -> tuple[list, list[str]]:
     texts, bad = [], []
     for piece in pieces:
-        for batch in read_piece(piece, **kw):
+        for batch in read_texts(piece, **kw):  # a piece is read by the file's reader
             texts.extend(batch.texts)
             bad.extend(str(e) for e in batch.bad)
     return texts, bad
