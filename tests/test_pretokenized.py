@@ -379,3 +379,176 @@ def test_a_directory_of_megatron_pairs_reads_each_once(tmp_path: Path) -> None:
     assert "skipped" not in result.stderr
     _, rows = read_rows(tmp_path / "o")
     assert sorted(ids for ids, _ in _pieces(rows).values()) == [[1, 2, 3], [4, 5], [6]]
+
+
+# -- JSON Lines (plain, gzip, zstd), JSON arrays and CSV as ids inputs -------------------------
+
+
+def _write_text_kind(kind: str, path: Path, docs: list[list[int]], labels: list[list[int]]) -> Path:
+    """``docs`` (and ``labels``) in a JSON or CSV input of ``kind`` (e.g. ``jsonl.gz``)."""
+    import gzip
+
+    import zstandard
+
+    records = [{"ids": d, "y": y, "text": "x"} for d, y in zip(docs, labels, strict=True)]
+    base = kind.split(".")[0]
+    if base == "jsonl":
+        data = "".join(json.dumps(r) + "\n" for r in records).encode()
+    elif base == "json":
+        data = json.dumps(records, indent=1).encode()
+    else:  # three spellings of a list in a cell: JSON's, space-separated, NumPy's
+        spell = [
+            lambda v: json.dumps(v),
+            lambda v: " ".join(map(str, v)),
+            lambda v: str(np.array(v, dtype=np.int64)).replace("\n", " "),
+        ]
+        lines = ["ids,text,y"] + [
+            f'"{spell[i % 3](d)}",x,"{spell[(i + 1) % 3](y)}"'
+            for i, (d, y) in enumerate(zip(docs, labels, strict=True))
+        ]
+        data = ("\n".join(lines) + "\n").encode()
+    if kind.endswith(".gz"):
+        data = gzip.compress(data)
+    elif kind.endswith(".zst"):
+        data = zstandard.ZstdCompressor().compress(data)
+    target = path / f"in.{kind}"
+    target.write_bytes(data)
+    return target
+
+
+@pytest.mark.parametrize("kind", ["jsonl", "jsonl.gz", "jsonl.zst", "json", "json.gz", "csv",
+                                  "csv.zst"])  # fmt: skip
+def test_json_and_csv_inputs_round_trip_ids_and_labels(tmp_path: Path, kind: str) -> None:
+    docs, labels = _docs(11)
+    src = _write_text_kind(kind, tmp_path, docs, labels)
+    report = packtool.pack(
+        [src], tmp_path / "o", max_len=16, ids_field="ids", labels_field="y", pad_id=0
+    )
+    _, rows = read_rows(tmp_path / "o")
+    assert _pieces(rows) == _expected(docs, labels, 16)
+    assert report.documents.read == 40
+    packtool.pack([src], tmp_path / "p", max_len=16, ids_field="ids", pad_id=0)
+    _, rows = read_rows(tmp_path / "p")
+    assert _pieces(rows) == _expected(docs, None, 16)
+
+
+def test_jsonl_ids_across_pieces_long_lines_and_blank_lines(tmp_path: Path, monkeypatch) -> None:
+    # Many pieces (64 KB here, 8 MB by default), a line longer than pyarrow's 1 MB block,
+    # and blank lines: every document comes back, and a bad record is named by its line.
+    from packtool import sources
+
+    monkeypatch.setattr(sources, "_JSONL_CHUNK", 64 << 10)
+    rng = np.random.default_rng(3)
+    docs = [rng.integers(0, 50000, int(n)).tolist() for n in rng.integers(1, 300, 600)]
+    docs[7] = rng.integers(0, 50000, 200_000).tolist()  # ~1.2 MB on one line
+    lines = [json.dumps({"ids": d}) for d in docs]
+    text = "\n".join(lines[:300]) + "\n\n  \n" + "\n".join(lines[300:]) + "\n"
+    src = tmp_path / "big.jsonl"
+    src.write_text(text)
+    packtool.pack([src], tmp_path / "o", max_len=4096, ids_field="ids", pad_id=0)
+    _, rows = read_rows(tmp_path / "o")
+    assert _pieces(rows) == _expected(docs, None, 4096)
+    with src.open("a") as f:
+        f.write('{"ids": [1, "2"]}\n')
+    with pytest.raises(BadRecordError, match=rf"big\.jsonl:{len(docs) + 3}: 'ids'\[1\] is \"2\""):
+        packtool.pack([src], tmp_path / "p", max_len=4096, ids_field="ids", pad_id=0)
+
+
+_J = '{"ids": [1]}\n'  # a good first line
+
+
+@pytest.mark.parametrize(
+    ("name", "content", "pattern"),
+    [
+        ("a.jsonl", _J + '\n{"ids": "abc"}\n', r"a\.jsonl:3: 'ids' is string, not a list"),
+        ("a.jsonl", _J + '{"ids": [1, 2.5]}\n', r"a\.jsonl:2: 'ids'\[1\] is 2\.5, not an"),
+        ("a.jsonl", _J + "null\n", r"a\.jsonl:2: expected a JSON object, found null"),
+        ("a.jsonl", _J + '{"x": [1]}\n', r"a\.jsonl:2: no field 'ids' \(fields found: 'x'\)"),
+        ("a.jsonl", _J + '{"ids": [1]\n', r"a\.jsonl:2: malformed JSON"),
+        ("a.jsonl", '{"ids": [1]}{"ids": [2]}\n', r"a\.jsonl:1: malformed JSON: Extra data"),
+        ("a.jsonl", _J + '{"ids": [1, null]}\n', r"a\.jsonl:2: 'ids' holds nulls"),
+        ("a.jsonl", _J + '{"ids": [3000000000]}\n', r"a\.jsonl:2: 'ids'\[0\] is 3000000000"),
+        ("a.jsonl", '{"ids": [1], "y": [1]}\n{"ids": [1], "y": [1, 2]}\n', r":2: 'y' has 2"),
+        ("a.json", '[{"ids": [1]}, {"ids": [true]}]', r"a\.json: element 1: 'ids'\[0\] is true"),
+        ("a.json", '[{"ids": [1]}, 5]', r"a\.json: element 1: expected a JSON object, found int"),
+        ("a.csv", 'ids\n"[1,2]"\n"[1, 2.5]"\n', r"a\.csv: row 1: 'ids' is '\[1, 2\.5\]', not"),
+        ("a.csv", 'ids,y\n"[1,2]","[1,2]"\n"[1]","[1]",3\n', r"a\.csv:3: malformed CSV row"),
+        ("a.csv", "ids\n1 2\n" + "9" * 30 + "\n", r"a\.csv: row 1: 'ids' holds an integer too"),
+        ("a.txt", "1 2 3\n", r"a\.txt: a \.txt input holds text, not token ids"),
+    ],
+)
+def test_bad_json_and_csv_ids_records_are_one_line(tmp_path, name, content, pattern) -> None:
+    src = tmp_path / name
+    src.write_text(content)
+    args = ["pack", src, "-L", "8", "--ids-field", "ids", "--pad-id", "0", "-o", tmp_path / "o"]
+    if '"y"' in content or ",y" in content:
+        args += ["--labels-field", "y"]
+    assert_one_line_error(run(*args, "-q"), pattern)
+
+
+def test_bad_json_records_are_skipped_and_counted(tmp_path: Path) -> None:
+    src = tmp_path / "a.jsonl"
+    src.write_text('{"ids": [1, 2]}\n{"ids": "x"}\nnull\n{"ids": [3]}\n{"ids": [4]}{"ids": [5]}\n')
+    report = packtool.pack([src], tmp_path / "o", max_len=8, ids_field="ids", pad_id=0,
+                           skip_bad_records=True, shuffle=False)  # fmt: skip
+    assert report.documents.read == 5 and report.documents.bad_records_skipped == 3
+    _, rows = read_rows(tmp_path / "o")
+    assert {d: ids for (d, _), (ids, _) in _pieces(rows).items()} == {0: [1, 2], 3: [3]}
+    csv = tmp_path / "a.csv"
+    csv.write_text('ids,t\n"[1, 2]",a\n"[3]",b,c\nword,d\n"[4]",e\n')
+    report = packtool.pack([csv], tmp_path / "c", max_len=8, ids_field="ids", pad_id=0,
+                           skip_bad_records=True)  # fmt: skip
+    assert report.documents.read == 4 and report.documents.bad_records_skipped == 2
+    _, rows = read_rows(tmp_path / "c")
+    assert sorted(ids for ids, _ in _pieces(rows).values()) == [[1, 2], [4]]
+
+
+def test_a_truncated_compressed_ids_input_is_one_line(tmp_path: Path) -> None:
+    import gzip
+
+    data = gzip.compress(b"".join(b'{"ids": [%d, 2, 3]}\n' % i for i in range(5000)))
+    (tmp_path / "a.jsonl.gz").write_bytes(data[: len(data) // 2])
+    assert_one_line_error(
+        run("pack", tmp_path / "a.jsonl.gz", "-L", "8", "--ids-field", "ids", "--pad-id", "0",
+            "-o", tmp_path / "o"),
+        r"a\.jsonl\.gz: cannot read",
+    )  # fmt: skip
+    assert not (tmp_path / "o" / "manifest.json").exists()
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    cells=st.lists(
+        st.one_of(
+            st.lists(st.integers(-(10**18) + 1, 10**18 - 1), max_size=6).map(
+                lambda v: (v, st.sampled_from(["json", "spaces", "numpy", "commas"]))
+            ),
+            st.sampled_from(["1.5", "abc", "[1, x]", "--1", "1-2", "[1,,2]x"]).map(
+                lambda t: (t, None)
+            ),
+        ),
+        max_size=12,
+    ),
+    style=st.data(),
+)
+def test_csv_cells_parse_exactly_as_python_does(cells, style) -> None:
+    from packtool import sources
+
+    texts, expected = [], []
+    for value, spelling in cells:
+        if spelling is None:
+            texts.append(value)
+            expected.append(None)
+            continue
+        how = style.draw(spelling)
+        texts.append(
+            json.dumps(value) if how == "json"
+            else " ".join(map(str, value)) if how == "spaces"
+            else "[" + " ".join(map(str, value)) + "]" if how == "numpy"
+            else ",".join(map(str, value))
+        )  # fmt: skip
+        expected.append(value)
+    problems: dict[int, str] = {}
+    parsed = sources._int_list_cells(pa.array(texts, pa.string()), "ids", problems)
+    assert parsed.to_pylist() == expected
+    assert sorted(problems) == [i for i, e in enumerate(expected) if e is None]
