@@ -270,6 +270,93 @@ def test_verify_against_compares_the_ids(tmp_path: Path) -> None:
     assert "not the same file" not in bad.output
 
 
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    data=st.lists(
+        st.lists(st.tuples(st.integers(0, 20), st.booleans()), max_size=30), min_size=1, max_size=12
+    ),
+    max_len=st.integers(2, 12),
+    overflow=st.sampled_from(["split", "truncate", "drop"]),
+    mask=st.booleans(),
+    cut=st.sampled_from([None, 3]),
+)
+def test_verify_against_recovers_every_id_and_label(
+    tmp_path_factory, data, max_len: int, overflow: str, mask: bool, cut: int | None
+) -> None:
+    """Packed with labels (or a loss mask), through splits and EOS cuts: verify --against
+    re-reads the inputs and finds every document's ids and labels in the rows."""
+    from packtool.verify import verify
+
+    tmp = tmp_path_factory.mktemp("against")
+    docs = [[t for t, _ in d] for d in data]
+    columns = {"ids": pa.array(docs, pa.list_(pa.int32()))}
+    if mask:
+        columns["m"] = [[int(m) for _, m in d] for d in data]
+    else:
+        columns["y"] = [[t if m else IGNORE for t, m in d] for d in data]
+    pq.write_table(pa.table(columns), tmp / "a.parquet")
+    field = {"loss_mask_field": "m"} if mask else {"labels_field": "y"}
+    try:
+        report = packtool.pack(
+            [tmp / "a.parquet"], tmp / "o", max_len=max_len, ids_field="ids", pad_id=0,
+            overflow=overflow, split_on_eos=cut, vocab_size=21, **field,
+        )  # fmt: skip
+    except packtool.errors.NothingToPackError:
+        return
+    checked = verify(tmp / "o", against=[tmp / "a.parquet"])
+    assert checked.ok, checked.problems
+    assert checked.against is not None
+    _, rows = read_rows(tmp / "o")
+    assert checked.against.documents_compared == len({d for r in rows for d in r["doc_ids"]})
+    assert checked.against.tokens["learned"] == report.tokens_learned
+
+
+def test_a_changed_label_is_one_line_from_verify_against(tmp_path: Path) -> None:
+    from test_verify import rewrite_shard
+
+    docs, labels = _docs(5)
+    src = tmp_path / "a.parquet"
+    pq.write_table(pa.table({"ids": docs, "y": labels}), src)
+    out = tmp_path / "o"
+    args = ["--ids-field", "ids", "--labels-field", "y", "--pad-id", "0", "--overflow", "split"]
+    assert run("pack", src, "-L", "16", "-o", out, "-q", *args).exit_code == 0
+    ok = run("verify", out, "--against", src)
+    assert ok.exit_code == 0, ok.output
+    changed: list = []
+
+    def unlearn(rows: list[dict]) -> None:  # one learned label of a later chunk becomes -100
+        for row in rows:
+            for k, (doc, chunk) in enumerate(zip(row["doc_ids"], row["chunk_ids"], strict=True)):
+                start, end = row["cu_seqlens"][k], row["cu_seqlens"][k + 1]
+                learned = [j for j in range(start + 1, end) if row["labels"][j] != IGNORE]
+                if chunk > 0 and learned:
+                    row["labels"][learned[0]] = IGNORE
+                    changed.append((doc, chunk * 16 + learned[0] - start))
+                    return
+
+    rewrite_shard(out, unlearn)  # bytes and sha256 recorded anew: only --against can tell
+    assert run("verify", out).exit_code == 0
+    bad = run("verify", out, "--against", src)
+    assert bad.exit_code != 0
+    ((doc, j),) = changed
+    lines = [line for line in bad.output.splitlines() if line.startswith("problem")]
+    assert len(lines) == 1, bad.output
+    assert f"document {doc} (a.parquet record {doc}): label {j} is -100 in the rows" in lines[0]
+    # A label changed in the input instead: found the same way.
+    assert run("pack", src, "-L", "16", "-o", tmp_path / "o2", "-q", *args).exit_code == 0
+    moved = [list(y) for y in labels]
+    d = next(i for i, y in enumerate(moved) if len(y) > 3 and y[2] != IGNORE)
+    moved[d][2] = IGNORE
+    pq.write_table(pa.table({"ids": docs, "y": moved}), src)
+    bad = run("verify", tmp_path / "o2", "--against", src)
+    assert bad.exit_code != 0
+    assert f"document {d} (a.parquet record {d}): label 2 is {labels[d][2]} in the rows" in (
+        bad.output
+    )
+
+
 @pytest.mark.parametrize("dtype", [np.uint16, np.int32, np.int64, np.uint8, np.int16])
 def test_megatron_input_written_by_megatron_core_round_trips(tmp_path: Path, dtype) -> None:
     import torch
