@@ -639,3 +639,47 @@ def test_csv_cells_parse_exactly_as_python_does(cells, style) -> None:
     parsed = sources._int_list_cells(pa.array(texts, pa.string()), "ids", problems)
     assert parsed.to_pylist() == expected
     assert sorted(problems) == [i for i, e in enumerate(expected) if e is None]
+
+
+@settings(
+    max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    records=st.lists(st.lists(st.integers(0, 9), max_size=25), min_size=1, max_size=10),
+    kind=st.sampled_from(["jsonl", "jsonl.zst", "json", "csv", "parquet"]),
+    max_len=st.integers(2, 9),
+    blank=st.booleans(),
+)
+def test_every_document_of_an_eos_stream_comes_back(
+    tmp_path_factory, records, kind: str, max_len: int, blank: bool
+) -> None:
+    """Records of any input kind, cut at every EOS (id 0): each document, as a Python cut
+    makes it, is in the rows exactly once (in chunks of max_len), numbered in order."""
+    tmp = tmp_path_factory.mktemp("eos")
+    labels = [[t if t % 2 else IGNORE for t in r] for r in records]
+    if kind == "parquet":
+        src = tmp / "in.parquet"
+        pq.write_table(pa.table({"ids": pa.array(records, pa.list_(pa.int64())), "y": labels}), src)
+    else:
+        src = _write_text_kind(kind, tmp, records, labels)
+        if blank and kind == "jsonl":  # blank lines between records: not records
+            src.write_text(src.read_text().replace("\n", "\n\n  \n"))
+    docs: list[list[int]] = []
+    for r in records:  # the oracle: after every 0; a record's tail without a 0 is one more
+        start = 0
+        for i, t in enumerate(r):
+            if t == 0:
+                docs.append(r[start : i + 1])
+                start = i + 1
+        if start < len(r) or not r:
+            docs.append(r[start:])
+    try:
+        packtool.pack([src], tmp / "o", max_len=max_len, ids_field="ids", split_on_eos=0,
+                      pad_id=0, vocab_size=10)  # fmt: skip
+    except packtool.errors.NothingToPackError:
+        assert not any(docs)
+        return
+    _, rows = read_rows(tmp / "o")
+    for row in rows:
+        assert_row_invariants(row, max_len, 0)
+    assert _pieces(rows) == _expected(docs, None, max_len)
