@@ -30,7 +30,9 @@ from .errors import InputError, OptionError
 from .format import (
     IGNORE_INDEX,
     DocumentCounts,
+    Manifest,
     ShardWriter,
+    TokenCounts,
     check_output_dir,
     remove_stale_temporaries,
     write_error,
@@ -85,7 +87,7 @@ class PackReport:
     shards: int
     seconds: float
     bad_records: list[str] = field(default_factory=list)
-    manifest: dict[str, Any] = field(default_factory=dict)
+    manifest: Manifest = field(default_factory=lambda: Manifest({}))
     resumed: bool = False  # continued from a checkpoint (``resume=True``)
     skipped_files: list[str] = field(default_factory=list)  # directory members not read
     tokens_learned: int | None = None  # tokens with a label (instruction data), else None
@@ -512,46 +514,36 @@ def _manifest(
     layout: _Layout,
     seconds: float,
     extra: Mapping[str, Any] | None,
-) -> dict[str, Any]:
+) -> Manifest:
     o = run.options
     assert o.max_len is not None
-    n_rows, n_tokens = layout.n_rows, layout.n_tokens
-    lower = lower_bound_rows(n_tokens, o.max_len)
-    manifest = {
-        "packtool_version": __version__,
-        "created_unix": int(time.time()),
-        "tokenizer": {
+    learned = state.label_counts["learned"] if run.plan.labelled else None
+    return Manifest.for_pack(
+        version=__version__,
+        tokenizer={
             **_describe_tokenizer(run.tok, o.pad_id, run.pad_from),
             "backend": _backend(run.plan).describe(),
         },
-        "options": {**o.describe(), **run.plan.describe()},
-        "inputs": state.input_records,
-        "documents": asdict(state.counts),
-        "segments": int(layout.plan.length.size),
-        "tokens": {
-            "packed": n_tokens,
-            "truncated_away": state.tokens_truncated,
-            "dropped": state.tokens_dropped,
-        },
-        "rows": n_rows,
-        "lower_bound_rows": lower,
-        "rows_over_lower_bound": n_rows - lower,
-        "efficiency": n_tokens / (n_rows * o.max_len) if n_rows else 0.0,
-        "bad_records": state.bad_records,
-        "special_strings": {"documents": state.special_strings, "parsed": o.parse_special},
-        "seconds": round(seconds, 3),
-        **(extra or {}),
-    }
-    if layout.balance is not None:
-        manifest["balance"] = layout.balance
-    if run.plan.labelled:
-        manifest["tokens"]["learned"] = state.label_counts["learned"]
-        manifest["labels"] = _describe_labels(run.plan, state.label_counts)
-    return manifest
+        options={**o.describe(), **run.plan.describe()},
+        inputs=state.input_records,
+        documents=state.counts,
+        segments=int(layout.plan.length.size),
+        tokens=TokenCounts(layout.n_tokens, state.tokens_truncated, state.tokens_dropped, learned),
+        rows=layout.n_rows,
+        lower_bound_rows=lower_bound_rows(layout.n_tokens, o.max_len),
+        max_len=o.max_len,
+        bad_records=state.bad_records,
+        special_strings=state.special_strings,
+        parse_special=o.parse_special,
+        seconds=seconds,
+        balance=layout.balance,
+        labels=_describe_labels(run.plan, state.label_counts) if run.plan.labelled else None,
+        extra=extra,
+    )
 
 
 def _report(
-    run: _Run, state: _ReadState, manifest: dict[str, Any], resumed: bool, seconds: float
+    run: _Run, state: _ReadState, manifest: Manifest, resumed: bool, seconds: float
 ) -> PackReport:
     o = run.options
     assert o.max_len is not None
@@ -559,13 +551,13 @@ def _report(
         out_dir=run.out,
         max_len=o.max_len,
         documents=state.counts,
-        segments=int(manifest["segments"]),
-        tokens=int(manifest["tokens"]["packed"]),
+        segments=manifest.segments or 0,
+        tokens=manifest.tokens.packed,
         tokens_truncated=state.tokens_truncated,
         tokens_dropped=state.tokens_dropped,
-        rows=int(manifest["rows"]),
-        lower_bound_rows=int(manifest["lower_bound_rows"]),
-        shards=len(manifest["shards"]),
+        rows=manifest.rows,
+        lower_bound_rows=manifest.lower_bound_rows,
+        shards=len(manifest.shards),
         seconds=seconds,
         bad_records=state.bad_records,
         manifest=manifest,
@@ -575,7 +567,7 @@ def _report(
         special_strings=state.special_strings,
         parse_special=o.parse_special,
         notices=[n for n in (getattr(run.tok, "notice", None), _backend(run.plan).notice) if n],
-        backend=manifest["tokenizer"]["backend"],
+        backend=manifest.backend,
     )
 
 

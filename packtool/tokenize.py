@@ -248,12 +248,12 @@ class HFTokenizer:
         return None
 
     def _token_id_or_int(self, token: str) -> int | None:
+        """A number is an id (``--eos-token 2``: id 2, not the digit token ``2`` that most
+        vocabularies have); anything else is a token's text."""
+        if token.isascii() and token.isdigit():
+            return int(token) if int(token) < self.vocab_size else None
         tid = self._loaded.token_to_id(token)
-        if tid is not None:
-            return int(tid)
-        if token.isdigit() and int(token) < self.vocab_size:
-            return int(token)
-        return None
+        return None if tid is None else int(tid)
 
     def encode_batch(
         self, texts: Sequence[str], add_special_tokens: bool = True, parse_special: bool = False

@@ -49,8 +49,9 @@ LAYERS: dict[str, int] = {
     "_stats_render": 8,
     "_render_inspect": 8,
     "torch": 8,
-    # 9: the command line
+    # 9: the command line (10: ``python -m packtool``)
     "cli": 9,
+    "__main__": 10,
 }
 CLI_ONLY = ("typer", "rich")
 CLI_MODULES = {"cli", "_stats_render", "_render_inspect"}

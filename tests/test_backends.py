@@ -332,3 +332,33 @@ def test_check_sample_counts_the_documents_it_checked(tmp_path) -> None:
     assert report.backend["name"] == "fastokens" and 15 <= checked <= 25
     with pytest.raises(OptionError, match="--check-sample must be an integer from 0 to"):
         PackOptions(check_sample=-1)
+
+
+def test_check_sample_is_refused_where_there_is_nothing_to_compare(tmp_path) -> None:
+    """Instruction data is encoded with `tokenizers` only, and ids are not tokenized: a
+    --check-sample there would check nothing, so it is refused, not silently ignored."""
+    data = SAMPLE.parent
+    chat = ["--chat-template", str(data / "chatml.jinja"), "--check-sample", "10"]
+    assert_one_line_error(
+        run("pack", data / "chat.jsonl", "-L", "512", "-o", tmp_path / "c", *chat),
+        r"instruction data is encoded with Hugging Face tokenizers only",
+    )
+    ids = write_jsonl(tmp_path / "ids.jsonl", [{"ids": [1, 2, 3]}])
+    assert_one_line_error(
+        run(
+            "pack",
+            ids,
+            "--ids-field",
+            "ids",
+            "--vocab-size",
+            "10",
+            "-L",
+            "8",
+            "-o",
+            tmp_path / "i",
+            "--check-sample",
+            "5",
+        ),
+        r"pre-tokenized inputs \(--ids-field\) are not tokenized",
+    )
+    assert not (tmp_path / "c").exists() and not (tmp_path / "i").exists()

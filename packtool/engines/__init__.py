@@ -277,8 +277,8 @@ def _merged(out: Path, plan: str, merge_options: dict[str, Any]) -> PackReport |
     from ..merge import merged_manifest, report_from_manifest
 
     manifest = merged_manifest(out)
-    if manifest is None or manifest["units"].get("plan") != plan:
+    if manifest is None or (manifest.units or {}).get("plan") != plan:
         return None
-    if any(manifest["options"].get(k) != v for k, v in merge_options.items()):
+    if any(manifest.options.get(k) != v for k, v in merge_options.items()):
         return None
     return report_from_manifest(out, manifest, 0.0)
