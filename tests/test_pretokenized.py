@@ -376,6 +376,7 @@ def test_megatron_input_written_by_megatron_core_round_trips(tmp_path: Path, dty
         _, rows = read_rows(out)
         assert _pieces(rows) == _expected(docs, None, 32)
         assert report.documents.read == 30
+    assert packtool.verify(tmp_path / "o", against=[prefix]).ok  # read again, compared
     # A stream of documents in one Megatron sequence, cut at the EOS.
     builder = IndexedDatasetBuilder(f"{prefix}2.bin", dtype=dtype)
     builder.add_document(torch.tensor([5, 6, 2, 7, 2, 8]), [6])
@@ -514,6 +515,9 @@ def test_json_and_csv_inputs_round_trip_ids_and_labels(tmp_path: Path, kind: str
     _, rows = read_rows(tmp_path / "o")
     assert _pieces(rows) == _expected(docs, labels, 16)
     assert report.documents.read == 40
+    checked = packtool.verify(tmp_path / "o", against=[src])  # ids and labels read again
+    assert checked.ok and checked.against is not None, checked.problems
+    assert checked.against.documents_compared == len({d for d, _ in _expected(docs, labels, 16)})
     packtool.pack([src], tmp_path / "p", max_len=16, ids_field="ids", pad_id=0)
     _, rows = read_rows(tmp_path / "p")
     assert _pieces(rows) == _expected(docs, None, 16)
