@@ -359,19 +359,20 @@ _JSONL_CHUNK = 8 << 20  # bytes of whole lines parsed at a time by the fast JSON
 def _line_chunks(stream: pa.NativeFile, size: int = _JSONL_CHUNK) -> Iterator[memoryview]:
     """``stream`` in pieces of about ``size`` bytes, each ending at a line end (the last one
     at the end of the input), so that each piece holds whole lines."""
-    carry = b""
+    carry: list[bytes] = []  # the start of a line longer than a chunk, so far
     while True:
         chunk = stream.read(size)
         if not chunk:
             if carry:
-                yield memoryview(carry)
+                yield memoryview(b"".join(carry))
             return
-        data = carry + chunk if carry else chunk
-        cut = data.rfind(b"\n") + 1
-        if cut == 0:  # one line longer than a chunk, so far
-            carry = data
+        cut = chunk.rfind(b"\n") + 1
+        if cut == 0:  # kept in pieces: joining each time would copy a long line over and over
+            carry.append(chunk)
             continue
-        carry = data[cut:]
+        data = b"".join([*carry, chunk]) if carry else chunk
+        cut += len(data) - len(chunk)
+        carry = [data[cut:]] if cut < len(data) else []
         yield memoryview(data)[:cut]
 
 
