@@ -1027,16 +1027,208 @@ def _jsonl_arrow_piece(piece: memoryview, parse: Any, threaded: Any) -> pa.Recor
 def _json_array_columns(
     inp: InputFile, columns: Sequence[str], batch_rows: int
 ) -> Iterator[ColumnBatch]:
-    """A JSON array of objects: parsed whole (as for text), its elements checked in batches."""
+    """A JSON array of objects: streamed through pyarrow's parser (:class:`_ArrayScan`); if
+    anything is irregular, parsed whole with ``json.load`` from the element it stopped at,
+    to name the bad element exactly."""
+    done = 0
+    try:
+        for batch in _json_array_arrow(inp, columns):
+            done += batch.batch.num_rows
+            yield batch
+        return
+    except _ArrowFailed:
+        pass
     stream, _ = _open_binary(inp)
     with stream:
         data = _load_json_array(inp, stream)
     where = str(inp.path)
-    for first in range(0, len(data), batch_rows):
+    for first in range(done, len(data), batch_rows):
         problems: dict[int, str] = {}
         batch = _parsed_columns(data[first : first + batch_rows], columns, problems)
-        done = inp.size_bytes * min(len(data), first + batch_rows) // max(1, len(data))
-        yield ColumnBatch(batch, done, problems, lambda r, f=first: f"{where}: element {f + r}")
+        progress = inp.size_bytes * min(len(data), first + batch_rows) // max(1, len(data))
+        yield ColumnBatch(batch, progress, problems, lambda r, f=first: f"{where}: element {f + r}")
+
+
+_JSON_ARRAY_WINDOW = 8 << 20  # bytes of a JSON array scanned at a time
+
+
+class _ArrayScan:
+    """Turns a JSON array of objects into pieces of whole elements for pyarrow's JSON parser:
+    the array's brackets and the commas between its elements become line ends.
+
+    The structure is found with NumPy over each window of bytes, state carried across
+    windows, from the few bytes that can matter: quotes not escaped (an odd run of
+    backslashes before them) open and close strings; outside strings, brackets change the
+    depth; the comma that ends an element is the first byte not blank after a bracket that
+    closes at depth 1. It only has to be right for valid JSON: every byte but the marks goes
+    to pyarrow, which refuses what is not JSON (an element that is not an object too), and
+    anything irregular here (text outside the array, an empty element, a second array)
+    raises :class:`_ArrowFailed`.
+    """
+
+    def __init__(self) -> None:
+        self.in_string = False
+        self.backslashes = 0  # the run of backslashes ending the previous window
+        self.depth = 0
+        self.opened = self.closed = False
+        self.solid = False  # something not blank since the last mark
+        self.after_element = False  # an element closed, its comma not seen yet
+        self.last_kind = 0  # the last mark: 0 none, 1 '[', 2 ',', 3 ']'
+        self.carry = b""  # transformed bytes after the last mark
+
+    def _quotes(self, raw: bytes, w: np.ndarray) -> np.ndarray:
+        """Positions of the quotes that are not escaped."""
+        at = np.flatnonzero(w == 0x22)
+        after_backslash = (w[np.maximum(at - 1, 0)] == 0x5C) & (at > 0)
+        if at.size and at[0] == 0 and self.backslashes:
+            after_backslash[0] = True
+        escaped = np.zeros(at.size, bool)
+        for k in np.flatnonzero(after_backslash).tolist():  # rare: strings with escapes
+            i = j = int(at[k])
+            while j > 0 and raw[j - 1] == 0x5C:
+                j -= 1
+            escaped[k] = (i - j + (self.backslashes if j == 0 else 0)) % 2 == 1
+        return at[~escaped]
+
+    @staticmethod
+    def _next_solid(raw: bytes, at: int) -> int | None:
+        """Where the first byte not blank at or after ``at`` is (``None``: none in ``raw``)."""
+        for size in (64, len(raw)):  # a few blanks, as a rule: look at the start first
+            piece = raw[at : at + size]
+            rest = piece.lstrip()
+            if rest:
+                return at + len(piece) - len(rest)
+        return None
+
+    def feed(self, raw: bytes) -> tuple[bytes, int]:
+        """The transformed bytes up to the last mark in ``raw`` (with what was carried), and
+        how many elements end there."""
+        w = np.frombuffer(raw, np.uint8)
+        quotes = self._quotes(raw, w)
+        folded = w | 0x20  # [ and ] fold onto { and }
+        brackets = np.flatnonzero((folded == 0x7B) | (folded == 0x7D))
+        brackets = brackets[(np.searchsorted(quotes, brackets) + self.in_string) % 2 == 0]
+        step = np.where(folded[brackets] == 0x7B, 1, -1)
+        depth = self.depth + np.cumsum(step)  # after each bracket
+        start = brackets[(step == 1) & (depth == 1)]
+        end = brackets[(step == -1) & (depth == 0)]
+        if (
+            (depth < 0).any()
+            or (w[start] != 0x5B).any()
+            or (w[end] != 0x5D).any()
+            or start.size + self.opened > 1
+            or end.size + self.closed > 1
+            or (self.closed and raw.strip())
+            or (end.size and raw[int(end[0]) + 1 :].strip())
+            or (not self.opened and not start.size and raw.strip())
+        ):
+            raise _ArrowFailed("not one JSON array of objects")
+        after = [int(c) + 1 for c in brackets[(step == -1) & (depth == 1)]]
+        if self.after_element:
+            after.insert(0, 0)
+        self.after_element = False
+        commas = []
+        for i, at in enumerate(after):  # per element, not per token
+            solid = self._next_solid(raw, at)
+            if solid is None:
+                self.after_element = i == len(after) - 1  # its comma: in the next window
+            elif raw[solid] == 0x2C:
+                commas.append(solid)
+            elif raw[solid] != 0x5D:
+                raise _ArrowFailed("no comma after an element")
+        marks = np.sort(np.concatenate([start, np.array(commas, np.int64), end]))
+        elements = 0
+        previous = -1
+        for m in marks.tolist():  # per element
+            first = self._next_solid(raw, previous + 1)
+            solid_before = (first is not None and first < m) or (previous < 0 and self.solid)
+            kind = 1 if w[m] == 0x5B else 3 if w[m] == 0x5D else 2
+            if kind == 1 and solid_before:
+                raise _ArrowFailed("text before the array")
+            if kind > 1 and solid_before:
+                elements += 1
+            elif kind == 2 or (kind == 3 and self.last_kind != 1):
+                raise _ArrowFailed("an empty element")  # [1,,2], [1,], [,1]: json.load says
+            self.last_kind, previous = kind, m
+        tail_solid = self._next_solid(raw, previous + 1) is not None
+        self.solid = tail_solid or (previous < 0 and self.solid)
+        self.opened |= bool(start.size)
+        self.closed |= bool(end.size)
+        self.in_string = (quotes.size + self.in_string) % 2 == 1
+        self.depth = int(depth[-1]) if depth.size else self.depth
+        trailing = len(raw) - len(raw.rstrip(b"\\"))
+        self.backslashes = trailing + (self.backslashes if trailing == len(raw) else 0)
+        if not marks.size:
+            self.carry += raw
+            return b"", 0
+        out = bytearray(raw)
+        for m in marks.tolist():
+            out[m] = 0x0A
+        cut = len(self.carry) + int(marks[-1]) + 1
+        data = self.carry + bytes(out)
+        self.carry = data[cut:]
+        return data[:cut], elements
+
+
+def _json_array_arrow(inp: InputFile, columns: Sequence[str]) -> Iterator[ColumnBatch]:
+    """:func:`_json_array_columns`' fast path; raises :class:`_ArrowFailed` where the slow
+    one must go on."""
+    where = str(inp.path)
+    try:
+        stream, raw = _arrow_input(inp)
+    except _NoArrowCodec:
+        raise _ArrowFailed("no codec") from None
+    import pyarrow.json as pj
+
+    schema = pa.schema([(c, pa.list_(pa.int32())) for c in columns])
+    parse = pj.ParseOptions(
+        explicit_schema=schema, unexpected_field_behavior="ignore", newlines_in_values=True
+    )
+    options = pj.ReadOptions(block_size=1 << 20, use_threads=True)
+    scan = _ArrayScan()
+    element = 0
+    try:
+        while True:
+            raw_bytes = stream.read(_JSON_ARRAY_WINDOW)
+            if not raw_bytes:
+                break
+            piece, elements = scan.feed(raw_bytes)
+            if not elements:
+                continue
+            table = _array_piece(piece, parse, options)
+            if table is None or table.num_rows != elements:
+                raise _ArrowFailed("irregular")
+            batch = table.combine_chunks().to_batches()[0]
+            yield ColumnBatch(
+                batch, raw.tell(), {}, lambda r, f=element: f"{where}: element {f + r}"
+            )
+            element += elements
+    except (OSError, EOFError, zlib.error) as e:
+        raise InputError(f"{where}: cannot read: {e}") from None
+    finally:
+        stream.close()
+    if not scan.closed or scan.carry.strip():
+        raise _ArrowFailed("not one whole JSON array")
+
+
+def _array_piece(piece: bytes, parse: Any, options: Any) -> pa.Table | None:
+    import pyarrow.json as pj
+
+    if _NULL_FIRST.match(piece) or _NULL_LINE.search(piece):
+        return None
+    try:
+        try:
+            table = pj.read_json(pa.py_buffer(piece), read_options=options, parse_options=parse)
+        except pa.ArrowInvalid as e:
+            if not _is_straddling(e):
+                raise
+            big = pj.ReadOptions(block_size=len(piece) + 1, use_threads=False)
+            table = pj.read_json(pa.py_buffer(piece), read_options=big, parse_options=parse)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        return None
+    if any(column.null_count for column in table.columns):
+        return None
+    return table
 
 
 # A CSV cell holding a list of integers: "[1, 2, 3]" (pandas, json), "1 2 3", "[1 2 3]" (NumPy).

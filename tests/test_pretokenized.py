@@ -687,3 +687,46 @@ def test_every_document_of_an_eos_stream_comes_back(
     for row in rows:
         assert_row_invariants(row, max_len, 0)
     assert _pieces(rows) == _expected(docs, None, max_len)
+
+
+_WORDS = st.text(alphabet=st.sampled_from(list('ab[]{},:"\\ \n\t\u00e9\U0001f600')), max_size=8)
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    docs=st.lists(st.lists(st.integers(0, 2**31 - 1), max_size=8), max_size=8),
+    notes=st.lists(_WORDS, min_size=8, max_size=8),
+    indent=st.sampled_from([None, 0, 1, 4]),
+    window=st.integers(1, 64),
+)
+def test_json_arrays_stream_exactly(tmp_path_factory, docs, notes, indent, window) -> None:
+    """A JSON array of objects (strings holding brackets, commas, quotes and backslashes,
+    any layout) is cut into elements by the NumPy scan, in windows of any size, and read by
+    pyarrow: the ids json.load gives, never falling back to json.load."""
+    from packtool import sources
+
+    tmp = tmp_path_factory.mktemp("array")
+    records = [
+        {"note": notes[i], "ids": d, "meta": {"ids": [notes[i]], "x": [[1], {}]}}
+        for i, d in enumerate(docs)
+    ]
+    (tmp / "a.json").write_text(json.dumps(records, indent=indent))
+    (inp,) = sources.resolve_inputs([tmp / "a.json"])
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(sources, "_JSON_ARRAY_WINDOW", window)
+        mp.setattr(sources, "_load_json_array", lambda *a: pytest.fail("fell back"))
+        batches = list(sources.column_batches(inp, ["ids"]))
+    got = [ids for b in batches for ids in b.batch.column(0).to_pylist()]
+    assert got == docs
+
+
+@pytest.mark.parametrize(
+    "text",
+    ['[{"ids": [1]},, {"ids": [2]}]', '[{"ids": [1]},]', '[{"ids": [1]}] x', '[{"ids": [1]}][]',
+     '[{"ids": [1]}, {"ids": [2]}', '[{"ids": [1]}, 7]', '[{"ids": [1]}, null]'],
+)  # fmt: skip
+def test_irregular_json_arrays_are_named_by_json_load(tmp_path: Path, text: str) -> None:
+    (tmp_path / "a.json").write_text(text)
+    result = run("pack", tmp_path / "a.json", "-L", "8", "--ids-field", "ids", "--pad-id", "0",
+                 "-o", tmp_path / "o")  # fmt: skip
+    assert_one_line_error(result, r"a\.json(:\d+: malformed JSON|: element 1: expected a JSON)")
