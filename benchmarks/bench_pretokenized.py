@@ -13,7 +13,7 @@ two corpus sizes 4x apart (memory flat in corpus size). The text path is
 ``packtool pack`` on the sample corpus texts (``sample_data/make_corpus.py``), same machine,
 same run. The JSON Lines inputs (``--jsonl-tokens``, default 40M, and a quarter of it) hold
 the same documents, one ``{"input_ids": [...], "labels": [...]}`` a line, plain, gzip
-(level 1) and zstd (level 3).
+(level 1) and zstd (level 3), and as one JSON array.
 """
 
 from __future__ import annotations
@@ -158,6 +158,14 @@ def main() -> None:
                 packed = compress(src, codec)
                 measure(f"jsonl.{codec} ids", packed, n, [packed, *base])
                 packed.unlink()
+            array = src.with_suffix(".json")  # the same records as one JSON array
+            with src.open("rb") as f, array.open("wb") as g:
+                g.write(b"[\n")
+                for i, line in enumerate(f):
+                    g.write((b",\n" if i else b"") + line.rstrip(b"\n"))
+                g.write(b"\n]\n")
+            measure("json array ids", array, n, [array, *base])
+            array.unlink()
             src.unlink()
         for size in (big // 4, big) if a.only in (None, "parquet") else ():
             src = d / f"ids-{size}.parquet"
