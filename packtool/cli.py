@@ -27,6 +27,7 @@ if TYPE_CHECKING:  # rich's progress and tables load when a command runs, not fo
 from ._stop import STOP, Terminated, install_stop_handlers
 from ._version import __version__
 from .errors import PacktoolError
+from .fs import as_path
 from .limits import read_token_count
 
 app = typer.Typer(
@@ -111,7 +112,7 @@ def _written_by_this_run(kwargs: dict[str, Any], started: float) -> Path | None:
     an output, so the output is complete)."""
     for key in ("output", "out_dir", "dest"):
         path = kwargs.get(key)
-        if isinstance(path, Path):
+        if isinstance(path, Path):  # a store's output is published manifest last, in one go
             manifest = path / "manifest.json"
             try:
                 if manifest.stat().st_mtime >= started - 1:
@@ -303,6 +304,7 @@ def pack(
     inputs: Annotated[
         list[Path],
         typer.Argument(
+            parser=as_path,
             help="Input files (.jsonl/.json[.gz|.zst], .parquet, .arrow, .csv, .txt), "
             "directories or globs of them, or a dataset saved with datasets.save_to_disk.",
             show_default=False,
@@ -324,6 +326,7 @@ def pack(
         typer.Option(
             "--output",
             "-o",
+            parser=as_path,
             help="Output directory (default: INPUT-packed-MAXLEN in the current directory).",
             show_default=False,
         ),
@@ -574,6 +577,16 @@ def pack(
             show_default=False,
         ),
     ] = None,
+    merge_copy: Annotated[
+        bool | None,
+        typer.Option(
+            "--copy/--no-copy",
+            help="With --units: the merge writes the rows again into OUTPUT (--copy), or lists "
+            "the units' shards where they lie (--no-copy) [default: list them, copy only what "
+            "--world-size or a changed order needs].",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Tokenize INPUTS and pack them into rows of --max-len tokens, written as Arrow shards.
 
@@ -585,7 +598,7 @@ def pack(
 
     if output is None:
         stem = re.sub(r"[^\w-]", "", inputs[0].name.split(".")[0]) or "corpus"
-        output = Path(f"{stem}-packed-{max_len}")
+        output = Path(f"{stem}-packed-{max_len}")  # here, also for inputs on a store
     options = PackOptions.from_mapping(locals())
     if options.units is not None:
         return _pack_units(inputs, output, options, quiet=quiet, as_json=as_json)
@@ -646,7 +659,8 @@ def _not_a_packed_output(first: Path) -> typer.Exit:
             f"`packtool merge {first}`, then run stats on it",
             2,
         )
-    if first.is_dir() and any(first.glob("data-*-of-*.arrow")):
+    members = first.iterdir() if first.is_dir() else ()
+    if any(re.fullmatch(r"data-\d+-of-\d+\.arrow", p.name) for p in members):
         return fail(
             f"{first} is not a packtool output: it has no manifest.json (an interrupted "
             "`packtool pack` never writes one); for the stats of a corpus, pass --max-len",
@@ -667,6 +681,7 @@ def stats(
     paths: Annotated[
         list[Path],
         typer.Argument(
+            parser=as_path,
             help="A packed output directory (OUT_DIR), or, with --max-len, a corpus: input "
             "files, directories or globs as for `pack`.",
             show_default=False,
@@ -893,7 +908,10 @@ def stats(
 @handle_errors
 def inspect_command(
     out_dir: Annotated[
-        Path, typer.Argument(help="A directory written by `packtool pack`.", show_default=False)
+        Path,
+        typer.Argument(
+            parser=as_path, help="A directory written by `packtool pack`.", show_default=False
+        ),
     ],
     row: Annotated[
         int | None,
@@ -1054,11 +1072,15 @@ def _verify_table(report: Any) -> Table:
 @handle_errors
 def verify(
     out_dir: Annotated[
-        Path, typer.Argument(help="The output directory of `packtool pack`.", show_default=False)
+        Path,
+        typer.Argument(
+            parser=as_path, help="The output directory of `packtool pack`.", show_default=False
+        ),
     ],
     inputs: Annotated[
         list[Path] | None,
         typer.Argument(
+            parser=as_path,
             help="With --against: the inputs given to pack \\[default: the paths recorded in "
             "the manifest].",
             show_default=False,
@@ -1171,7 +1193,10 @@ def verify(
 @handle_errors
 def export(
     out_dir: Annotated[
-        Path, typer.Argument(help="The output directory of `packtool pack`.", show_default=False)
+        Path,
+        typer.Argument(
+            parser=as_path, help="The output directory of `packtool pack`.", show_default=False
+        ),
     ],
     to: Annotated[
         str,
@@ -1261,10 +1286,16 @@ def _units_table(report: Any) -> Table:
 
 def _units_line(manifest: Any) -> str:
     units = manifest.units
+    if units.get("copied") is False:
+        how = "; the rows stay in the units' shards (merged without copying)"
+    elif units.get("copy_reason"):
+        how = f"; rows copied ({units['copy_reason']})"
+    else:
+        how = ""
     return (
         f"{units['count']} units: {manifest.rows:,} rows; one global FFD would need "
         f"{manifest.global_ffd_rows:,} (+{units['rows_over_global_ffd']:,} rows, "
-        f"{units['packing_loss']:.2%} packing loss)"
+        f"{units['packing_loss']:.2%} packing loss){how}"
     )
 
 
@@ -1318,6 +1349,7 @@ def merge(
     out_dir: Annotated[
         Path,
         typer.Argument(
+            parser=as_path,
             help="Output directory of `pack --units N`, holding units/unit-I-of-N/.",
             show_default=False,
         ),
@@ -1362,6 +1394,16 @@ def merge(
             show_default=False,
         ),
     ] = None,
+    copy: Annotated[
+        bool | None,
+        typer.Option(
+            "--copy/--no-copy",
+            help="Write the rows again into OUT_DIR (--copy), or list the units' shards where "
+            "they lie, writing no row (--no-copy) [default: as given to pack, else list them "
+            "and copy only what --world-size or another order than the units' needs].",
+            show_default=False,
+        ),
+    ] = None,
     quiet: Annotated[
         bool, typer.Option("--quiet", "-q", help="No progress and no summary.")
     ] = False,
@@ -1369,10 +1411,12 @@ def merge(
 ) -> None:
     """Join the work units in OUT_DIR/units into one dataset in OUT_DIR, with one manifest.
 
-    Units are joined in order, doc_ids renumbered over the whole corpus and the rows shuffled
-    as `pack` does. The manifest records global_ffd_rows: the rows one global packing would
-    need, to measure what packing unit by unit costs. A second merge with the same options
-    does nothing.
+    By default no row is copied: the manifest lists the units' shards (rows shuffled within
+    each unit) in a seeded order, with doc_ids offsets over the whole corpus; the units then
+    hold the only copy of the rows. --copy (implied by --world-size, and by an order the
+    units do not hold) writes the rows again, shuffled as `pack` does. The manifest records
+    global_ffd_rows: the rows one global packing would need, to measure what packing unit
+    by unit costs. A second merge with the same options does nothing.
     """
     from .merge import merge_units
 
@@ -1385,6 +1429,7 @@ def merge(
             shard_size=shard_size,
             world_size=world_size,
             micro_batches=micro_batches,
+            copy=copy,
             progress=progress,
         )
     if as_json:

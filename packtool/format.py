@@ -48,6 +48,7 @@ import numpy as np
 import pyarrow as pa
 
 from .errors import FormatError, NothingToPackError, OutputExistsError, RowIndexError
+from .fs import AnyPath, StorePath, arrow_input, as_path, check_writable, upload_file
 
 __all__ = [
     "FORMAT_NAME",
@@ -63,9 +64,11 @@ __all__ = [
     "ShardEntry",
     "ShardWriter",
     "TokenCounts",
+    "check_store_output",
     "layout_problems",
     "open_packed",
     "packed_schema",
+    "publish",
 ]
 
 FORMAT_NAME = "packtool.packed"
@@ -75,6 +78,11 @@ IGNORE_INDEX = -100
 """The label of a token that is not learned (padding, prompt): PyTorch's cross-entropy default."""
 
 _SHARD_NAME = "data-{index:05d}-of-{count:05d}.arrow"
+_SHARD_RE = re.compile(r"data-\d{5}-of-\d{5}\.arrow")
+# What a packtool output holds besides its shards (the manifest last), and the folder of work
+# units: on a store, the names a rerun or --overwrite may replace.
+_OUTPUT_FILES = ("dataset_info.json", "state.json", "tokenizer.json", MANIFEST_FILE)
+_UNITS_DIR = "units"
 
 
 def packed_schema(max_len: int, with_labels: bool = False) -> pa.Schema:
@@ -463,38 +471,84 @@ class ShardWriter:
         if not self._shards:  # an empty dataset still gets one (empty) shard
             self._open_shard()
         self._close_shard()
-        features = hf_features(self.schema)
-        _write_json(
-            self.staging / "dataset_info.json",
-            {"citation": "", "description": "packed by packtool", "features": features},
-        )
-        _write_json(
-            self.staging / "state.json",
-            {
-                "_data_files": [{"filename": s["file"]} for s in self._shards],
-                "_fingerprint": hashlib.sha256(
-                    "".join(s["sha256"] for s in self._shards).encode()
-                ).hexdigest()[:16],
-                "_format_columns": None,
-                "_format_kwargs": {},
-                "_format_type": None,
-                "_output_all_columns": False,
-                "_split": None,
-            },
-        )
-        record = {
-            "format": FORMAT_NAME,
-            "format_version": FORMAT_VERSION,
-            **manifest,
-            "max_len": self.max_len,
-            "columns": self.schema.names,
-            "num_rows": self.num_rows,
-            "shards": self._shards,
-        }
+        _write_metadata(self.staging, self.schema, self._shards)
+        record = _full_manifest(manifest, self.schema, self.max_len, self._shards)
         _write_json(self.staging / MANIFEST_FILE, record)
         _move_into_place(self.staging, self.out_dir, self.overwrite)
         self._committed = True
         return Manifest(record, self.out_dir / MANIFEST_FILE)
+
+
+def _write_metadata(directory: Path, schema: pa.Schema, shards: list[dict[str, Any]]) -> None:
+    """``dataset_info.json`` and ``state.json``: what `datasets.load_from_disk` reads. Its
+    ``_data_files`` are the shards' paths relative to ``directory``, in row order."""
+    _write_json(
+        directory / "dataset_info.json",
+        {"citation": "", "description": "packed by packtool", "features": hf_features(schema)},
+    )
+    _write_json(
+        directory / "state.json",
+        {
+            "_data_files": [{"filename": s["file"]} for s in shards],
+            "_fingerprint": hashlib.sha256(
+                "".join(s["sha256"] for s in shards).encode()
+            ).hexdigest()[:16],
+            "_format_columns": None,
+            "_format_kwargs": {},
+            "_format_type": None,
+            "_output_all_columns": False,
+            "_split": None,
+        },
+    )
+
+
+def _full_manifest(
+    manifest: Mapping[str, Any], schema: pa.Schema, max_len: int, shards: list[dict[str, Any]]
+) -> dict[str, Any]:
+    return {
+        "format": FORMAT_NAME,
+        "format_version": FORMAT_VERSION,
+        **manifest,
+        "max_len": max_len,
+        "columns": schema.names,
+        "num_rows": sum(int(s["rows"]) for s in shards),
+        "shards": shards,
+    }
+
+
+def commit_in_place(
+    out_dir: str | os.PathLike[str],
+    *,
+    max_len: int,
+    with_labels: bool,
+    shards: list[dict[str, Any]],
+    manifest: Mapping[str, Any],
+) -> Manifest:
+    """Commit a dataset whose shards already lie under ``out_dir``: no row is written.
+
+    ``shards`` are manifest entries (``file`` relative to ``out_dir``, ``rows``, ``bytes``,
+    ``sha256``, optionally ``doc_offset``), in row order; a merge without copying lists the
+    units' shards this way. Any old manifest goes first, then the `datasets` metadata, then
+    the new manifest (written aside and renamed), so ``out_dir`` never looks complete with
+    metadata that does not match it. Returns the manifest.
+    """
+    out = Path(out_dir)
+    schema = packed_schema(max_len, with_labels)
+    for i, entry in enumerate(shards):
+        problem = _shard_entry_problem(i, entry)
+        if problem:
+            raise ValueError(problem)
+    (out / MANIFEST_FILE).unlink(missing_ok=True)
+    _write_metadata(out, schema, shards)
+    record = _full_manifest(manifest, schema, max_len, shards)
+    aside = out / f".{MANIFEST_FILE}.packtool-tmp-{os.getpid()}"
+    try:
+        _write_json(aside, record)
+        os.replace(aside, out / MANIFEST_FILE)
+    finally:
+        aside.unlink(missing_ok=True)
+    _fsync(out)
+    return Manifest(record, out / MANIFEST_FILE)
 
 
 def check_output_dir(out_dir: Path, overwrite: bool) -> None:
@@ -520,6 +574,58 @@ def check_output_dir(out_dir: Path, overwrite: bool) -> None:
         f"output directory {out_dir} is not a packtool output (no {MANIFEST_FILE}) and not "
         "empty: --overwrite replaces only packtool outputs; choose another --output"
     )
+
+
+def _store_members(url: StorePath) -> dict[str, StorePath]:
+    if not url.is_dir():
+        return {}
+    return {p.name: p for p in url.iterdir()}
+
+
+def check_store_output(url: StorePath, overwrite: bool) -> None:
+    """Check an output prefix on a store before any work (the store's :func:`check_output_dir`).
+
+    A probe object is written and deleted first: a missing bucket, missing credentials or a
+    denied write fail here. A finished output (it has a manifest) is replaced only with
+    ``overwrite``; a prefix holding what a failed or killed run left (shards, no manifest) is
+    written over; a prefix holding other objects is refused, with or without ``overwrite``.
+    """
+    check_writable(url)
+    members = _store_members(url)
+    if MANIFEST_FILE in members and not overwrite:
+        raise OutputExistsError(f"output {url} already exists (pass --overwrite to replace it)")
+    foreign = sorted(n for n in members if not _ours(n))
+    if foreign:
+        raise OutputExistsError(
+            f"output {url} holds objects that are not a packtool output ({', '.join(foreign[:3])}"
+            f"{', ...' if len(foreign) > 3 else ''}): choose another --output"
+        )
+
+
+def _ours(name: str) -> bool:
+    return bool(_SHARD_RE.fullmatch(name)) or name in (*_OUTPUT_FILES, _UNITS_DIR)
+
+
+def publish(local: Path, url: StorePath) -> None:
+    """Copy the finished output ``local`` to the prefix ``url``: shards first, manifest last.
+
+    Object stores have no atomic rename, so the order is the commit: an old manifest is
+    deleted before anything else (the prefix no longer reads as finished), then the shards
+    and metadata are uploaded, then objects of an older output that this one does not hold
+    are deleted, and the manifest is uploaded last. A run killed at any point leaves a
+    prefix without a manifest, which readers refuse and a rerun writes over.
+    """
+    names = sorted(p.name for p in local.iterdir() if p.is_file())
+    members = _store_members(url)
+    if MANIFEST_FILE in members:
+        members.pop(MANIFEST_FILE).unlink(missing_ok=True)
+    for name in names:
+        if name != MANIFEST_FILE:
+            upload_file(local / name, url / name)
+    for name, member in members.items():
+        if name not in names and name != _UNITS_DIR and _ours(name):
+            member.unlink(missing_ok=True)
+    upload_file(local / MANIFEST_FILE, url / MANIFEST_FILE)
 
 
 _TEMPORARY = re.compile(r"\.(?P<name>.+)\.packtool-(?:tmp|store|old)-(?P<pid>\d+)")
@@ -608,6 +714,7 @@ class ShardEntry:
     rows: int
     bytes: int | None = None
     sha256: str | None = None
+    doc_offset: int = 0  # added to the shard's doc_ids (a unit's shard, listed by a merge)
 
 
 @dataclass(frozen=True)
@@ -859,7 +966,9 @@ class Manifest(Mapping[str, Any]):
     @property
     def shards(self) -> list[ShardEntry]:
         return [
-            ShardEntry(s["file"], int(s["rows"]), s.get("bytes"), s.get("sha256"))
+            ShardEntry(
+                s["file"], int(s["rows"]), s.get("bytes"), s.get("sha256"), s.get("doc_offset", 0)
+            )
             for s in self._data.get("shards", [])
         ]
 
@@ -1037,14 +1146,18 @@ class PackedRow:
 class PackedReader:
     """Read access to a packed dataset, memory-mapped; see :func:`open_packed`."""
 
-    def __init__(self, path: Path, manifest: Manifest) -> None:
+    def __init__(self, path: AnyPath, manifest: Manifest) -> None:
         self.path = path
         self.manifest = manifest
         self.max_len: int = manifest.max_len
-        self.shard_paths = [path / s.file for s in manifest.shards]
+        self.shard_files: list[str] = [s.file for s in manifest.shards]
+        """The shards as the manifest lists them: paths relative to ``path``."""
+        self.shard_paths = [path / name for name in self.shard_files]
         self.shard_rows = [s.rows for s in manifest.shards]
+        self._doc_offsets = [s.doc_offset for s in manifest.shards]
         self._starts = np.concatenate([[0], np.cumsum(self.shard_rows)]).astype(np.int64)
         self._tables: dict[int, pa.Table] = {}
+        self._referenced: dict[str, dict[str, ShardEntry]] = {}
 
     @property
     def num_rows(self) -> int:
@@ -1070,14 +1183,80 @@ class PackedReader:
             )
         return value
 
+    @property
+    def references_units(self) -> bool:
+        """True for a merge without copying: the shards lie in the units' directories."""
+        return any("/" in name for name in self.shard_files)
+
+    def _check_shard_file(self, shard: int) -> None:
+        """Before mapping a shard: it exists, has the size the manifest records, and, when it
+        lies in a sub-directory (a unit's shard, referenced by a merge without copying), that
+        directory's own manifest still lists it with the same rows and sha256. Hashing the
+        bytes is left to ``packtool verify``."""
+        path, name = self.shard_paths[shard], self.shard_files[shard]
+        entry = self.manifest.shards[shard]
+        referenced = "/" in name
+        whose = (
+            f"a shard of {self.path}, referenced where the unit wrote it (merged without "
+            "copying): restore it, or pack that unit again and run `packtool merge`"
+            if referenced
+            else f"a shard of {self.path} (run `packtool verify`)"
+        )
+        try:
+            size = path.stat().st_size
+        except FileNotFoundError:
+            raise FormatError(
+                f"{path}: cannot read shard: the file is missing; it is {whose}"
+            ) from None
+        except OSError as e:
+            raise FormatError(f"{path}: cannot read shard: {e}") from e
+        if _is_count(entry.bytes) and size != entry.bytes:
+            raise FormatError(
+                f"{path}: cannot read shard: {size} bytes, the manifest records "
+                f"{entry.bytes} (altered or truncated); it is {whose}"
+            )
+        if referenced:
+            directory, _, file = name.rpartition("/")
+            listed = self._listed_in(directory).get(file)
+            if listed is None or (listed.rows, listed.bytes, listed.sha256) != (
+                entry.rows,
+                entry.bytes,
+                entry.sha256,
+            ):
+                raise FormatError(
+                    f"{path}: {self.path / directory} no longer holds the shard the merge "
+                    f"listed (it was packed again or altered); run `packtool merge {self.path}`"
+                )
+
+    def _listed_in(self, directory: str) -> dict[str, ShardEntry]:
+        """The shards that the packed dataset in ``directory`` (relative) lists, by file."""
+        listed = self._referenced.get(directory)
+        if listed is None:
+            where = self.path / directory
+            try:
+                manifest = read_manifest(where)
+            except FormatError as e:
+                raise FormatError(
+                    f"{where}: the unit that {self.path} references is not readable ({e}); "
+                    f"pack it again and run `packtool merge {self.path}`"
+                ) from e
+            listed = {s.file: s for s in manifest.shards}
+            self._referenced[directory] = listed
+        return listed
+
     def shard_table(self, shard: int) -> pa.Table:
-        """The rows of one shard, memory-mapped (zero-copy)."""
+        """The rows of one shard, memory-mapped (zero-copy).
+
+        In a merge without copying, a unit's shard numbers its documents within the unit;
+        ``doc_ids`` are returned numbered over the whole corpus (plus the shard's
+        ``doc_offset``), like every other column as stored.
+        """
         table = self._tables.get(shard)
         if table is None:
             path = self.shard_paths[shard]
+            self._check_shard_file(shard)
             try:
-                with pa.memory_map(str(path)) as source:
-                    table = pa.ipc.open_stream(source).read_all()
+                table = self._read_shard(path)
                 # A damaged shard can parse and still hold lengths or offsets that point
                 # outside its buffers; reading such rows would crash the process.
                 table.validate(full=True)
@@ -1091,8 +1270,20 @@ class PackedReader:
                     f"{path}: shard holds {table.num_rows} rows, the manifest says "
                     f"{self.shard_rows[shard]} (run `packtool verify`)"
                 )
+            if isinstance(path, StorePath):  # streamed: one shard in memory at a time
+                self._tables.clear()
+            if self._doc_offsets[shard]:
+                table = _offset_doc_ids(table, self._doc_offsets[shard])
             self._tables[shard] = table
         return table
+
+    @staticmethod
+    def _read_shard(path: AnyPath) -> pa.Table:
+        if isinstance(path, StorePath):
+            with arrow_input(path) as source:
+                return pa.ipc.open_stream(source).read_all()
+        with pa.memory_map(str(path)) as source:
+            return pa.ipc.open_stream(source).read_all()
 
     def iter_tables(self, columns: Sequence[str] | None = None) -> Iterator[pa.Table]:
         """Each shard in order, restricted to ``columns``."""
@@ -1153,9 +1344,19 @@ class PackedReader:
         return tokenizer
 
 
-def read_manifest(path: str | os.PathLike[str]) -> Manifest:
+def _offset_doc_ids(table: pa.Table, offset: int) -> pa.Table:
+    """``table`` with ``offset`` added to every ``doc_ids`` value (the other columns as they
+    are, still memory-mapped)."""
+    index = table.schema.get_field_index("doc_ids")
+    docs = table.column(index).combine_chunks()
+    values = np.asarray(docs.values.to_numpy(zero_copy_only=False), dtype=np.int64) + offset
+    shifted = pa.ListArray.from_arrays(docs.offsets, _int_array(values, np.int64))
+    return table.set_column(index, table.schema.field(index), shifted)
+
+
+def read_manifest(path: str | os.PathLike[str] | StorePath) -> Manifest:
     """The manifest of the packed dataset at ``path``, checked for format and version."""
-    path = Path(path)
+    path = as_path(path)
     if not path.is_dir():
         raise FormatError(f"{path}: no such directory")
     manifest_path = path / MANIFEST_FILE
@@ -1185,7 +1386,7 @@ def read_manifest(path: str | os.PathLike[str]) -> Manifest:
     return Manifest(manifest, manifest_path)
 
 
-def layout_problems(path: Path, manifest: Manifest) -> list[str]:
+def layout_problems(path: AnyPath, manifest: Manifest) -> list[str]:
     """The files of the dataset at ``path`` that disagree with its manifest: shards it does not
     list, a ``state.json`` naming other shards, a tokenizer copy that is missing or altered."""
     found: list[str] = []
@@ -1242,26 +1443,42 @@ def _manifest_problem(manifest: dict[str, Any]) -> str | None:
     if not isinstance(shards, list):
         return "'shards' is not a list"
     for i, shard in enumerate(shards):
-        if not isinstance(shard, dict):
-            return f"shards[{i}] is not an object"
-        name = shard.get("file")
-        if (
-            not isinstance(name, str)
-            or not name
-            or name != Path(name).name
-            or name.startswith(".")
-            or "\\" in name
-        ):
-            return f"shards[{i}].file is {name!r}, not a file name inside the dataset directory"
-        if not _is_count(shard.get("rows")):
-            return f"shards[{i}].rows is {shard.get('rows')!r}, not a row count"
+        problem = _shard_entry_problem(i, shard)
+        if problem:
+            return problem
     return None
 
 
-def open_packed(path: str | os.PathLike[str]) -> PackedReader:
+def _shard_entry_problem(i: int, shard: Any) -> str | None:
+    """What is wrong with ``shards[i]`` of a manifest, or None.
+
+    ``file`` is a path relative to the dataset directory, with ``/`` between its parts: a
+    plain name (``data-00000-of-00002.arrow``), or one inside a sub-directory (a merge without
+    copying lists ``units/unit-00003-of-00008/data-00000-of-00001.arrow``). No part is empty or
+    starts with ``.``, so a manifest cannot make a reader open ``../../somewhere`` or ``/etc``.
+    """
+    if not isinstance(shard, dict):
+        return f"shards[{i}] is not an object"
+    name = shard.get("file")
+    if (
+        not isinstance(name, str)
+        or not name
+        or "\\" in name
+        or ":" in name
+        or any(not part or part.startswith(".") for part in name.split("/"))
+    ):
+        return f"shards[{i}].file is {name!r}, not a path inside the dataset directory"
+    if not _is_count(shard.get("rows")):
+        return f"shards[{i}].rows is {shard.get('rows')!r}, not a row count"
+    if not _is_count(shard.get("doc_offset", 0)):
+        return f"shards[{i}].doc_offset is {shard.get('doc_offset')!r}, not a document count"
+    return None
+
+
+def open_packed(path: str | os.PathLike[str] | StorePath) -> PackedReader:
     """Open the packed dataset written by ``packtool pack`` at ``path``.
 
     Raises :class:`~packtool.errors.FormatError` if the directory is not a complete packtool
     output or has a format version this packtool does not read.
     """
-    return PackedReader(Path(path), read_manifest(path))
+    return PackedReader(as_path(path), read_manifest(path))

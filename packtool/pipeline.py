@@ -14,7 +14,9 @@ import hashlib
 import json
 import os
 import queue
+import shutil
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -34,13 +36,23 @@ from .format import (
     ShardWriter,
     TokenCounts,
     check_output_dir,
+    check_store_output,
+    publish,
     remove_stale_temporaries,
     write_error,
 )
+from .fs import AnyPath, StorePath, as_path
 from .gather import gather_rows, warm_up_gather
 from .instruct import InputPlan, InputShape, input_shape, plan_input
 from .options import PackOptions
-from .order import attention_costs, balance_record, balanced_order, check_world_size, row_sums
+from .order import (
+    attention_costs,
+    balance_record,
+    balanced_order,
+    check_world_size,
+    row_shuffle,
+    row_sums,
+)
 from .packing import (
     Overflow,
     RowPlan,
@@ -75,7 +87,7 @@ _BAD_RECORDS_KEPT = 20
 class PackReport:
     """What ``pack`` did: counts, the packing figures and where the output is."""
 
-    out_dir: Path
+    out_dir: AnyPath
     max_len: int
     documents: DocumentCounts
     segments: int
@@ -257,7 +269,23 @@ def pack(
     """
     started = time.perf_counter()
     options = (options or PackOptions()).replace(**option_values)
-    run = _prepare(inputs, Path(out_dir), options, files, read is not None)
+    out = as_path(out_dir)
+    if isinstance(out, StorePath):
+
+        def pack_locally(local: Path, local_options: PackOptions) -> PackReport:
+            return pack(
+                inputs,
+                local,
+                local_options,
+                progress=progress,
+                files=files,
+                read=read,
+                extra_manifest=extra_manifest,
+                allow_empty=allow_empty,
+            )
+
+        return _pack_to_store(out, options, pack_locally)
+    run = _prepare(inputs, out, options, files, read is not None)
     with (
         lock_output(run.out),
         TokenStore(run.out, with_labels=run.plan.labelled, keep_on_error=options.resume) as store,
@@ -270,6 +298,33 @@ def pack(
         layout = _plan_stage(store, run.options, progress)
         manifest = _write_stage(run, store, state, layout, started, progress, extra_manifest)
     return _report(run, state, manifest, resumed, time.perf_counter() - started)
+
+
+def _pack_to_store(
+    out: StorePath, options: PackOptions, pack_locally: Callable[[Path, PackOptions], PackReport]
+) -> PackReport:
+    """``pack`` to a prefix on an object store: checked first (a probe write), packed into a
+    local scratch directory (the token store and the shards stay on local disk), then
+    published, shards first and the manifest last (:func:`packtool.format.publish`).
+
+    The scratch directory is named after the URL, so a ``--resume`` run continues from the
+    checkpoint an interrupted one kept there; it is removed once the output is published.
+    """
+    check_store_output(out, options.overwrite)
+    digest = hashlib.sha256(str(out).encode()).hexdigest()[:16]
+    scratch = Path(tempfile.gettempdir()) / f"packtool-store-{digest}"
+    local = scratch / "out"
+    if local.exists():  # finished here by a run killed while it published
+        shutil.rmtree(local)
+    published = False
+    try:
+        report = pack_locally(local, options.replace(overwrite=False))
+        publish(local, out)
+        published = True
+    finally:
+        shutil.rmtree(scratch if published or not options.resume else local, ignore_errors=True)
+    report.out_dir = out
+    return report
 
 
 @dataclass(frozen=True)
@@ -435,9 +490,7 @@ def _plan_stage(store: TokenStore, o: PackOptions, progress: ProgressCallback | 
     if o.world_size is not None:
         output_order, balance = _balanced(item_len[order], np.diff(row_starts), o)
         return _Layout(plan, output_order, balance)
-    output_order = (
-        np.random.default_rng(o.seed).permutation(n_rows) if o.shuffle else np.arange(n_rows)
-    )
+    output_order = row_shuffle(n_rows, o.seed) if o.shuffle else np.arange(n_rows)
     return _Layout(plan, output_order)
 
 

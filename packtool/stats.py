@@ -48,6 +48,7 @@ import pyarrow as pa
 from ._version import __version__
 from .errors import FormatError, InputError, OptionError
 from .format import MANIFEST_FILE, DocumentCounts, Manifest, open_packed
+from .fs import StorePath, as_path
 from .instruct import plan_input
 from .limits import MAX_BATCH_SIZE, MAX_LEN_LIMIT, MAX_SEED, check_int, read_token_count
 from .options import PackOptions
@@ -584,10 +585,10 @@ def _check_batching(batch_size: int, seed: int) -> None:
 # -- packed outputs -----------------------------------------------------------------------
 
 
-def is_packed_output(path: str | os.PathLike[str]) -> bool:
+def is_packed_output(path: str | os.PathLike[str] | StorePath) -> bool:
     """True if ``path`` is a directory holding a ``manifest.json`` (a packed output, or
     something claiming to be one: :func:`dataset_stats` checks its format)."""
-    p = Path(path)
+    p = as_path(path)
     return p.is_dir() and (p / MANIFEST_FILE).exists()
 
 

@@ -60,6 +60,7 @@ from .format import (
     open_packed,
     packed_schema,
 )
+from .fs import AnyPath, as_path, open_input
 from .instruct import plan_input
 from .options import PackOptions
 from .packing import Overflow, segment_labelled_items
@@ -111,7 +112,7 @@ class AgainstReport:
 class VerifyReport:
     """The outcome of :func:`verify`. ``ok`` when no problem was found."""
 
-    path: Path
+    path: AnyPath
     shards_checked: int = 0
     rows_checked: int = 0
     segments: int = 0
@@ -259,9 +260,9 @@ def _show(values: np.ndarray, limit: int = 12) -> str:
     return "[" + ", ".join(items) + "]"
 
 
-def _sha256_file(path: Path, on_bytes: Callable[[int], None]) -> str:
+def _sha256_file(path: AnyPath, on_bytes: Callable[[int], None]) -> str:
     digest = hashlib.sha256()
-    with open(path, "rb") as f:
+    with open_input(path) as f:
         while block := f.read(1 << 22):
             digest.update(block)
             on_bytes(len(block))
@@ -284,7 +285,9 @@ def _check_manifest(manifest: Manifest, problems: _Problems) -> None:
         problems.add("manifest", f"{MANIFEST_FILE}: {problem}")
 
 
-def _check_files(path: Path, manifest: Manifest, problems: _Problems, report: VerifyReport) -> None:
+def _check_files(
+    path: AnyPath, manifest: Manifest, problems: _Problems, report: VerifyReport
+) -> None:
     """The tokenizer copy, state.json, and files that should not be there."""
     for problem in layout_problems(path, manifest):
         problems.add("files", problem)
@@ -1425,7 +1428,7 @@ def verify(
     started = time.perf_counter()
     reader = open_packed(path)
     manifest = reader.manifest
-    report = VerifyReport(path=Path(path))
+    report = VerifyReport(path=as_path(path))
     problems = _Problems(report, max_problems)
 
     def shard_of(row: int) -> str | None:

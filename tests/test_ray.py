@@ -125,6 +125,10 @@ def test_ray_engine_gives_the_rows_of_the_local_engine(short_tmp: Path) -> None:
     assert array_rows == local_rows
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["global_ffd_rows"] <= manifest["rows"] == len(ray_rows)
+    # The driver's merge is the local engine's: it lists the units' shards, copying no row.
+    assert manifest["units"]["copied"] is False
+    assert all(s["file"].startswith("units/unit-") for s in manifest["shards"])
+    assert not list(out.glob("*.arrow"))
 
 
 def test_ray_usage_statistics_are_off(short_tmp: Path) -> None:
