@@ -180,6 +180,44 @@ def test_bad_jsonl_names_the_line(tmp_path: Path, lines: list[str], message: str
     assert skipped[0] == "a" and None in skipped
 
 
+def test_bad_json_array_elements_are_named(tmp_path: Path) -> None:
+    """A JSON array's texts come from its records reader (each element checked to be its
+    text): a bad element is named by its index, the hint names the flag; skipped, it keeps its
+    place as None, its error in the batch; batches end where the records reader's do."""
+    elements = [
+        {"text": "a"},
+        {"body": "b", "id": 3},
+        {"text": 5},
+        "x",
+        {"text": "\ud800"},
+        {"text": "f"},
+        {"text": None},
+    ]
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps(elements))
+    with pytest.raises(
+        BadRecordError,
+        match=r"bad\.json: element 1: no field 'text' \(fields found: 'body', 'id'\).*"
+        r"--text-field.*--skip-bad-records",
+    ):
+        texts_of(path)
+    (inp,) = resolve_inputs([path])
+    batches = list(read_texts(inp, skip_bad_records=True, batch_docs=4))
+    assert [b.texts for b in batches] == [["a", None, None, None], [None, "f", None]]
+    assert [str(e) for b in batches for e in b.bad] == [
+        "bad.json: element 1: no field 'text' (fields found: 'body', 'id')".replace(
+            "bad.json", str(path)
+        )
+        + " (choose the field with --text-field)",
+        f"{path}: element 2: field 'text' is int, not a string",
+        f"{path}: element 3: expected a JSON object, found string",
+        f"{path}: element 4: field 'text' holds an unpaired surrogate \\ud800 at character 0: "
+        "not valid Unicode",
+        f"{path}: element 6: field 'text' is null, not a string",
+    ]
+    assert [b.bytes_done for b in batches] == [0, path.stat().st_size]
+
+
 def test_bad_record_deep_in_a_large_file(tmp_path: Path) -> None:
     """The fast reader's failure is traced back to the exact line, past many blocks."""
     path = tmp_path / "big.jsonl"

@@ -109,6 +109,26 @@ def check_record(obj: Any, text_field: str, location: str) -> str:
     return text
 
 
+def text_check(text_field: str) -> RecordCheck:
+    """The ``check`` of :class:`RecordCollector` that makes a record its text (see
+    :func:`check_record`)."""
+
+    def check(obj: dict[str, Any], location: str) -> str:
+        text = obj.get(text_field)
+        if type(text) is str and not _SURROGATE.search(text):
+            return text
+        return check_record(obj, text_field, location)  # raises, naming the problem
+
+    return check
+
+
+def texts_of(batches: Iterable[RecordBatch]) -> Iterator[TextBatch]:
+    """Record batches made by :func:`text_check` as text batches: the adapter that lets a
+    format's records reader be its text reader too."""
+    for batch in batches:
+        yield TextBatch(batch.records, batch.bad, batch.bytes_done)
+
+
 def check_column(schema: pa.Schema, text_field: str, where: str) -> None:
     if text_field not in schema.names:
         fields = ", ".join(repr(n) for n in schema.names[:20]) or "none"

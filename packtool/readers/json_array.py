@@ -13,15 +13,16 @@ from typing import IO, Any
 import numpy as np
 import pyarrow as pa
 
-from ..errors import BadRecordError, InputError
+from ..errors import InputError
 from . import jsonl
 from .batches import (
     ColumnBatch,
     RecordBatch,
     RecordCollector,
     TextBatch,
-    check_record,
     parsed_columns,
+    text_check,
+    texts_of,
 )
 from .files import (
     InputFile,
@@ -52,6 +53,8 @@ def _load_json_array(inp: InputFile, stream: IO[bytes]) -> list[Any]:
 def read_texts(
     inp: InputFile, text_field: str, skip_bad: bool, batch_docs: int
 ) -> Iterator[TextBatch]:
+    """The texts of a JSON array: its records reader, each element checked to be its text
+    (JSON Lines named .json: the JSON Lines text reader, whose fast path is pyarrow's)."""
     stream, _ = open_binary(inp)
     with stream:
         head = stream.peek(64)[:64] if hasattr(stream, "peek") else b""
@@ -59,21 +62,8 @@ def read_texts(
             yield from jsonl.read_texts(inp, text_field, skip_bad, batch_docs)
             return
         data = _load_json_array(inp, stream)
-    batch = TextBatch([])
-    for i, obj in enumerate(data):
-        try:
-            batch.texts.append(check_record(obj, text_field, f"{inp.path}: element {i}"))
-        except BadRecordError as e:
-            if not skip_bad:
-                raise e.with_skip_hint() from None
-            batch.texts.append(None)
-            batch.bad.append(e)
-        if len(batch.texts) >= batch_docs:
-            yield batch
-            batch = TextBatch([])
-    batch.bytes_done = inp.size_bytes
-    if batch.texts:
-        yield batch
+    collect = RecordCollector(text_check(text_field), skip_bad)
+    yield from texts_of(_elements(inp, data, collect, batch_docs))
 
 
 def _array_columns(
@@ -275,12 +265,19 @@ def read_records(
             yield from jsonl.read_records(inp, collect, batch_docs)
             return
         data = _load_json_array(inp, stream)
-        for i, obj in enumerate(data):
-            collect.add(obj, f"{inp.path}: element {i}")
-            if len(collect.batch.records) >= batch_docs:
-                yield collect.take(0)
-        if collect.batch.records:
-            yield collect.take(inp.size_bytes)
+    yield from _elements(inp, data, collect, batch_docs)
+
+
+def _elements(
+    inp: InputFile, data: list[Any], collect: RecordCollector, batch_docs: int
+) -> Iterator[RecordBatch]:
+    """The elements of the array ``data`` of ``inp`` made into records by ``collect``."""
+    for i, obj in enumerate(data):
+        collect.add(obj, f"{inp.path}: element {i}")
+        if len(collect.batch.records) >= batch_docs:
+            yield collect.take(0)
+    if collect.batch.records:
+        yield collect.take(inp.size_bytes)
 
 
 def read_columns(inp: InputFile, columns: Sequence[str], batch_rows: int) -> Iterator[ColumnBatch]:

@@ -123,6 +123,8 @@ def _parse_json_line(line: bytes, location: str) -> Any:
 def _jsonl_python(
     inp: InputFile, text_field: str, skip_bad: bool, batch_docs: int
 ) -> Iterator[TextBatch]:
+    """The texts line by line. (Not the records reader with :func:`text_check`: that was 3-10%
+    slower on short records.)"""
     stream, counter = open_binary(inp)
     locate = _line_locator(inp)
     with stream:
