@@ -19,6 +19,7 @@ LAYERS: dict[str, int] = {
     "errors": 0,
     "_version": 0,
     "masks": 0,
+    "tokenizer_file": 0,
     # 1: the stages' own building blocks
     "limits": 1,
     "_stop": 0,

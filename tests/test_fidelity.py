@@ -150,7 +150,8 @@ def test_text_documents_match_auto_tokenizer(family_dirs, tmp_path, family, trap
     else:
         fast = backend == "auto"
         assert used["name"] == ("fastokens" if fast else "hf")
-        assert used["reason"] == ("passed the parity gate" if fast else "--tokenizer-backend hf")
+        gate = used["reason"].startswith("passed the parity gate")
+        assert gate if fast else used["reason"] == "--tokenizer-backend hf"
     if trap:
         assert turned_off == (
             "tokenizer.json truncates to 16 and pads to 16; packtool turned both off"
