@@ -416,6 +416,8 @@ class CorpusStats:
     parse_special: bool = False  # whether those were parsed as control tokens
     notices: list[str] = field(default_factory=list)  # e.g. the tokenizer file's settings
     skipped_files: list[str] = field(default_factory=list)  # directory members not read
+    # The engine that tokenized (as in pack's manifest); None: the lengths came from the cache.
+    backend: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The ``packtool stats CORPUS --max-len ... --json`` object (docs/stats.md)."""
@@ -423,6 +425,7 @@ class CorpusStats:
             "kind": "corpus",
             "inputs": list(self.inputs),
             "tokenizer": self.tokenizer,
+            "tokenizer_backend": self.backend,
             "cache": {
                 "path": str(self.cache_path) if self.cache_path else None,
                 "hit": self.cache_hit,
@@ -1094,10 +1097,19 @@ def corpus_stats(
     set_tokenizer_threads(o.num_proc)
     tok: Tokenizer
     if o.tokenizer is None or isinstance(o.tokenizer, str):
-        tok = load_tokenizer(o.tokenizer, eos_token=o.eos_token, bos_token=o.bos_token)
+        # Nothing loaded until a document is encoded: cached lengths need no engine.
+        tok = load_tokenizer(
+            o.tokenizer, eos_token=o.eos_token, bos_token=o.bos_token, preload=False
+        )
     else:
         tok = o.tokenizer
-    encoder = DocumentEncoder(tok, add_eos=add_eos, bos=o.bos, parse_special=o.parse_special)
+    encoder = DocumentEncoder(
+        tok,
+        add_eos=add_eos,
+        bos=o.bos,
+        parse_special=o.parse_special,
+        backend=o.tokenizer_backend,
+    )
     directory = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
     data, hit, key = _cached_lengths(
         files, encoder, o, directory / "lengths" if use_cache else None, progress
@@ -1126,6 +1138,7 @@ def corpus_stats(
         seconds=time.perf_counter() - started,
         special_strings=data.special_strings,
         parse_special=o.parse_special,
-        notices=[n for n in (getattr(tok, "notice", None),) if n],
+        notices=[n for n in (getattr(tok, "notice", None), encoder.backend.notice) if n],
         skipped_files=[str(p) for p in skipped],
+        backend=None if hit else encoder.backend.describe(),
     )

@@ -373,7 +373,8 @@ def _from_file(
     **overrides: str | None,
 ) -> HFTokenizer:
     """The tokenizer of ``path``. With ``backend="hf"`` `tokenizers` loads it at once;
-    otherwise fastokens starts loading it in a thread, and `tokenizers` only when needed."""
+    ``auto``/``fastokens``: fastokens starts loading it in a thread; ``lazy``: neither. Any
+    other engine loads when first needed."""
     try:
         data = path.read_bytes()
     except OSError as e:
@@ -386,7 +387,7 @@ def _from_file(
         # serialization is then read instead).
         tok = tok if tok is not None else _load_hf(data, str(path))
         file = TokenizerFile.parse(tok.to_str().encode("utf-8"))
-    fast = _start_fast_load(data) if backend != "hf" else None
+    fast = _start_fast_load(data) if backend in ("auto", "fastokens") else None
     return HFTokenizer(
         tok,
         name=name,
@@ -447,13 +448,19 @@ def load_tokenizer(
     bos_token: str | None = None,
     pad_token: str | None = None,
     backend: str = "hf",
+    preload: bool = True,
 ) -> HFTokenizer:
     """Load a tokenizer from a ``tokenizer.json``, a model directory, a hub name, or the default.
 
     ``eos_token``/``bos_token``/``pad_token`` (a token string, or an id) override the special
-    tokens found in the tokenizer's files. ``backend`` other than ``"hf"``: also load
-    fastokens' copy, in parallel (see :meth:`HFTokenizer.fast`).
+    tokens found in the tokenizer's files (read from its JSON). The engine that will encode
+    starts loading at once: `tokenizers` for ``backend="hf"``, else fastokens, in a thread
+    (see :meth:`HFTokenizer.fast`); `tokenizers` is then loaded only if something needs it.
+    ``preload=False``: neither, until first needed (``stats`` whose lengths are cached needs
+    no engine at all).
     """
+    if not preload:
+        backend = "lazy"
     overrides = {"eos_token": eos_token, "bos_token": bos_token, "pad_token": pad_token}
     if spec is None or str(spec) == DEFAULT_TOKENIZER:
         return _from_file(

@@ -337,3 +337,38 @@ def test_check_sample_counts_the_documents_it_checked(tmp_path) -> None:
     assert report.backend["name"] == "fastokens" and 15 <= checked <= 25
     with pytest.raises(OptionError, match="--check-sample must be an integer from 0 to"):
         PackOptions(check_sample=-1)
+
+
+def test_stats_of_a_corpus_tokenizes_with_the_backend_layer(tmp_path, monkeypatch) -> None:
+    """`stats CORPUS` takes --tokenizer-backend like pack, behind the same gate: the same
+    figures on both engines, and the engine recorded."""
+    from packtool.stats import corpus_stats
+
+    got = {
+        b: corpus_stats([SAMPLE], [512, 4096], tokenizer_backend=b, use_cache=False).to_dict()
+        for b in ("hf", "fastokens", "auto")
+    }
+    assert got["hf"]["tokenizer_backend"]["name"] == "hf"
+    assert got["fastokens"]["tokenizer_backend"]["name"] == "fastokens"
+    assert got["auto"]["tokenizer_backend"]["name"] == "fastokens"
+    for key in ("document_lengths", "max_lens", "documents_read", "special_strings"):
+        assert got["hf"][key] == got["fastokens"][key] == got["auto"][key], key
+    # The same lengths as pack writes, on the fast engine.
+    report = packtool.pack([SAMPLE], tmp_path / "out", max_len=4096)
+    assert report.rows == got["fastokens"]["max_lens"][1]["rows"]
+    # The CLI: the flag, its check, and the line in the table.
+    cli = run("stats", SAMPLE, "-L", "512", "--tokenizer-backend", "fastokens", "--no-cache")
+    assert cli.exit_code == 0, cli.output
+    assert "tokenized with fastokens" in cli.stdout
+    bad = run("stats", SAMPLE, "-L", "512", "--tokenizer-backend", "rust")
+    assert_one_line_error(bad, "--tokenizer-backend must be one of", 2)
+    packed = run("stats", tmp_path / "out", "--tokenizer-backend", "hf")
+    assert_one_line_error(packed, "--tokenizer-backend applies to a corpus before packing", 2)
+    # A fastokens that differs (here on the probes too): auto says so and uses tokenizers.
+    _faulty(monkeypatch, "The", "ids")
+    fell = corpus_stats([SAMPLE], [512], use_cache=False)
+    assert fell.backend["name"] == "hf"
+    assert fell.to_dict()["max_lens"] == got["hf"]["max_lens"][:1]
+    assert fell.notices[-1].endswith(
+        "The quick brown fox jumps ': tokenizing with Hugging Face tokenizers"
+    )
