@@ -152,8 +152,9 @@ def build_metaspace(directory: Path = DATA / "metaspace32k") -> Path:
     one and turns spaces into them; no pre-tokenizer, so the BPE runs over whole documents),
     byte fallback (``<0x00>``..``<0xFF>`` in the vocabulary), ``<unk>``/``<s>``/``</s>``,
     a ``<s>`` post-processor; 32,000 tokens trained on 40M characters of the benchmark's
-    generated prose (another seed than its corpora) and the sample corpus. fastokens 0.3 loads this layout; it does
-    not load the ``Metaspace`` pre-tokenizer that newer conversions use."""
+    generated prose (another seed than its corpora) and the sample corpus. fastokens 0.3
+    loads this layout; it does not load the ``Metaspace`` pre-tokenizer that newer
+    conversions use."""
     if (directory / "tokenizer.json").exists():
         return directory
     from tokenizers import (

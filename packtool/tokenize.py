@@ -267,15 +267,17 @@ class HFTokenizer:
         }
 
 
-def _load_hf(json_bytes: bytes, name: str) -> Any:
-    """`tokenizers`' copy of a tokenizer.json, truncation and padding off."""
+def _load_hf(json_bytes: bytes, name: str, *, as_is: bool = False) -> Any:
+    """`tokenizers`' copy of a tokenizer.json, truncation and padding off (``as_is``: as
+    the file has them; :class:`HFTokenizer` turns them off)."""
     from tokenizers import Tokenizer as RustTokenizer
 
     try:
         tok = RustTokenizer.from_str(json_bytes.decode("utf-8"))
     except Exception as e:  # tokenizers raises a bare Exception on malformed files
         raise TokenizerError(f"{name}: cannot load as a tokenizers tokenizer.json: {e}") from e
-    _disable_truncation_and_padding(tok)
+    if not as_is:
+        _disable_truncation_and_padding(tok)
     return tok
 
 
@@ -379,13 +381,13 @@ def _from_file(
         data = path.read_bytes()
     except OSError as e:
         raise TokenizerError(f"{path}: cannot read: {e.strerror or e}") from e
-    tok = _load_hf(data, str(path)) if backend == "hf" else None
+    tok = _load_hf(data, str(path), as_is=True) if backend == "hf" else None
     try:
         file = TokenizerFile.parse(data)
     except (ValueError, KeyError, TypeError, IndexError):
         # Not JSON that packtool reads: `tokenizers` says why (or reads it, and its own
         # serialization is then read instead).
-        tok = tok if tok is not None else _load_hf(data, str(path))
+        tok = tok if tok is not None else _load_hf(data, str(path), as_is=True)
         file = TokenizerFile.parse(tok.to_str().encode("utf-8"))
     fast = _start_fast_load(data) if backend in ("auto", "fastokens") else None
     return HFTokenizer(
