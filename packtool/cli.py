@@ -27,6 +27,8 @@ if TYPE_CHECKING:  # rich's progress and tables load when a command runs, not fo
 from ._stop import STOP, Terminated, install_stop_handlers
 from ._version import __version__
 from .errors import PacktoolError
+from .fs import as_path
+from .limits import read_token_count
 
 app = typer.Typer(
     name="packtool",
@@ -39,6 +41,14 @@ out = Console()
 err = Console(stderr=True)
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _token_count(text: str) -> int:
+    """``--max-len 4096`` or ``4k``, read as ``stats --max-len`` reads its values."""
+    try:
+        return read_token_count("--max-len", text)
+    except PacktoolError as e:
+        raise typer.BadParameter(str(e).removeprefix("--max-len: ")) from None
 
 
 def fail(message: str, code: int = 1) -> typer.Exit:
@@ -74,7 +84,9 @@ def handle_errors(func: F) -> F:
                     f"(packtool verify {written} checks it)",
                     code,
                 ) from None
-            hint = " (rerun with --resume to continue)" if kwargs.get("resume") else ""
+            hint = ""
+            if kwargs.get("resume") and _checkpointed(kwargs):
+                hint = " (rerun with --resume to continue from its checkpoint)"
             if kwargs.get("units") is not None:
                 hint = " (finished units are kept: run the same command again to go on)"
             raise fail(f"interrupted; no output was written{hint}", code) from None
@@ -86,12 +98,21 @@ def handle_errors(func: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
+def _checkpointed(kwargs: dict[str, Any]) -> bool:
+    """Whether the interrupted pack left a checkpoint (a run stopped before its first one
+    has nothing to resume from)."""
+    from .store import has_checkpoint
+
+    output = kwargs.get("output")
+    return isinstance(output, Path) and has_checkpoint(output)
+
+
 def _written_by_this_run(kwargs: dict[str, Any], started: float) -> Path | None:
     """The output directory of the command, if this run wrote its manifest (the last file of
     an output, so the output is complete)."""
     for key in ("output", "out_dir", "dest"):
         path = kwargs.get(key)
-        if isinstance(path, Path):
+        if isinstance(path, Path):  # a store's output is published manifest last, in one go
             manifest = path / "manifest.json"
             try:
                 if manifest.stat().st_mtime >= started - 1:
@@ -221,7 +242,8 @@ def _say_skipped(skipped: list[str], quiet: bool) -> None:
         )
 
 
-def _summary_table(report: Any) -> Table:
+def _summary_table(report: Any, *, tokenized: bool = True) -> Table:
+    """The report of a pack (``tokenized=False``: of a merge, which tokenizes nothing)."""
     d = report.documents
     from rich.table import Table
 
@@ -240,7 +262,7 @@ def _summary_table(report: Any) -> Table:
     table.add_row("segments", f"{report.segments:,}")
     table.add_row("tokens in rows", f"{report.tokens:,}")
     if report.tokens_learned is not None:
-        labels = report.manifest.get("labels", {})
+        labels = report.manifest.labels
         table.add_row(
             f"  learned ({labels.get('loss_on')})",
             f"{report.tokens_learned:,} ({report.learned_share:.1%} of slots)",
@@ -263,7 +285,8 @@ def _summary_table(report: Any) -> Table:
         f"{report.padding_saved:.1%} of slots vs padding every segment to max-len "
         f"({report.unpacked_slots:,} -> {report.rows * report.max_len:,} slots)",
     )
-    table.add_row("time", f"{report.seconds:.1f} s ({report.tokens_per_second:,.0f} tokens/s)")
+    speed = f" ({report.tokens_per_second:,.0f} tokens/s)" if tokenized else ""
+    table.add_row("time", f"{report.seconds:.1f} s{speed}")
     backend = report.backend
     if backend:
         fell_back = backend.get("fallback_batches", 0)
@@ -281,19 +304,29 @@ def pack(
     inputs: Annotated[
         list[Path],
         typer.Argument(
+            parser=as_path,
             help="Input files (.jsonl/.json[.gz|.zst], .parquet, .arrow, .csv, .txt), "
             "directories or globs of them, or a dataset saved with datasets.save_to_disk.",
             show_default=False,
         ),
     ],
     max_len: Annotated[
-        int, typer.Option("--max-len", "-L", help="Tokens per packed row.", show_default=False)
+        int,
+        typer.Option(
+            "--max-len",
+            "-L",
+            help="Tokens per packed row (4096, or 4k).",
+            show_default=False,
+            parser=_token_count,
+            metavar="INTEGER",
+        ),
     ],
     output: Annotated[
         Path | None,
         typer.Option(
             "--output",
             "-o",
+            parser=as_path,
             help="Output directory (default: INPUT-packed-MAXLEN in the current directory).",
             show_default=False,
         ),
@@ -377,10 +410,12 @@ def pack(
         ),
     ] = None,
     eos_token: Annotated[
-        str | None, typer.Option(help="EOS token (or id), overriding the tokenizer's.")
+        str | None,
+        typer.Option(help="EOS token: its text, or a number for an id; overrides the tokenizer's."),
     ] = None,
     bos_token: Annotated[
-        str | None, typer.Option(help="BOS token (or id), overriding the tokenizer's.")
+        str | None,
+        typer.Option(help="BOS token: its text, or a number for an id; overrides the tokenizer's."),
     ] = None,
     pad_id: Annotated[
         int | None,
@@ -553,7 +588,7 @@ def pack(
 
     if output is None:
         stem = re.sub(r"[^\w-]", "", inputs[0].name.split(".")[0]) or "corpus"
-        output = Path(f"{stem}-packed-{max_len}")
+        output = Path(f"{stem}-packed-{max_len}")  # here, also for inputs on a store
     options = PackOptions.from_mapping(locals())
     if options.units is not None:
         return _pack_units(inputs, output, options, quiet=quiet, as_json=as_json)
@@ -561,21 +596,7 @@ def pack(
         report = run_pack([str(p) for p in inputs], output, options, progress=progress)
     if as_json:
         _say_skipped(report.skipped_files, quiet)
-        m = report.manifest
-        keys = (
-            "documents",
-            "segments",
-            "tokens",
-            "rows",
-            "lower_bound_rows",
-            "rows_over_lower_bound",
-            "efficiency",
-            "bad_records",
-            "special_strings",
-            "seconds",
-            "labels",
-        )
-        summary = {k: m[k] for k in keys if k in m}
+        summary = report.manifest.summary()
         summary["notices"] = report.notices
         summary["tokenizer_backend"] = report.backend
         print(json.dumps({"out_dir": str(report.out_dir), **summary}, indent=2))
@@ -626,7 +647,8 @@ def _not_a_packed_output(first: Path) -> typer.Exit:
             f"`packtool merge {first}`, then run stats on it",
             2,
         )
-    if first.is_dir() and any(first.glob("data-*-of-*.arrow")):
+    members = first.iterdir() if first.is_dir() else ()
+    if any(re.fullmatch(r"data-\d+-of-\d+\.arrow", p.name) for p in members):
         return fail(
             f"{first} is not a packtool output: it has no manifest.json (an interrupted "
             "`packtool pack` never writes one); for the stats of a corpus, pass --max-len",
@@ -647,6 +669,7 @@ def stats(
     paths: Annotated[
         list[Path],
         typer.Argument(
+            parser=as_path,
             help="A packed output directory (OUT_DIR), or, with --max-len, a corpus: input "
             "files, directories or globs as for `pack`.",
             show_default=False,
@@ -856,7 +879,10 @@ def stats(
 @handle_errors
 def inspect_command(
     out_dir: Annotated[
-        Path, typer.Argument(help="A directory written by `packtool pack`.", show_default=False)
+        Path,
+        typer.Argument(
+            parser=as_path, help="A directory written by `packtool pack`.", show_default=False
+        ),
     ],
     row: Annotated[
         int | None,
@@ -1017,11 +1043,15 @@ def _verify_table(report: Any) -> Table:
 @handle_errors
 def verify(
     out_dir: Annotated[
-        Path, typer.Argument(help="The output directory of `packtool pack`.", show_default=False)
+        Path,
+        typer.Argument(
+            parser=as_path, help="The output directory of `packtool pack`.", show_default=False
+        ),
     ],
     inputs: Annotated[
         list[Path] | None,
         typer.Argument(
+            parser=as_path,
             help="With --against: the inputs given to pack \\[default: the paths recorded in "
             "the manifest].",
             show_default=False,
@@ -1134,7 +1164,10 @@ def verify(
 @handle_errors
 def export(
     out_dir: Annotated[
-        Path, typer.Argument(help="The output directory of `packtool pack`.", show_default=False)
+        Path,
+        typer.Argument(
+            parser=as_path, help="The output directory of `packtool pack`.", show_default=False
+        ),
     ],
     to: Annotated[
         str,
@@ -1222,31 +1255,19 @@ def _units_table(report: Any) -> Table:
     return table
 
 
-def _units_line(manifest: dict[str, Any]) -> str:
-    units = manifest["units"]
+def _units_line(manifest: Any) -> str:
+    units = manifest.units
     return (
-        f"{units['count']} units: {manifest['rows']:,} rows; one global FFD would need "
-        f"{manifest['global_ffd_rows']:,} (+{units['rows_over_global_ffd']:,} rows, "
+        f"{units['count']} units: {manifest.rows:,} rows; one global FFD would need "
+        f"{manifest.global_ffd_rows:,} (+{units['rows_over_global_ffd']:,} rows, "
         f"{units['packing_loss']:.2%} packing loss)"
     )
 
 
 def _merged_json(report: Any) -> dict[str, Any]:
     m = report.manifest
-    keys = (
-        "documents",
-        "segments",
-        "tokens",
-        "rows",
-        "lower_bound_rows",
-        "rows_over_lower_bound",
-        "efficiency",
-        "global_ffd_rows",
-        "bad_records",
-        "seconds",
-    )
-    units = {k: v for k, v in m["units"].items() if k != "per_unit"}
-    return {"out_dir": str(report.out_dir), **{k: m[k] for k in keys}, "units": units}
+    units = {k: v for k, v in (m.units or {}).items() if k != "per_unit"}
+    return {"out_dir": str(report.out_dir), **m.summary(), "units": units}
 
 
 def _pack_units(
@@ -1293,6 +1314,7 @@ def merge(
     out_dir: Annotated[
         Path,
         typer.Argument(
+            parser=as_path,
             help="Output directory of `pack --units N`, holding units/unit-I-of-N/.",
             show_default=False,
         ),
@@ -1365,7 +1387,7 @@ def merge(
     if as_json:
         print(json.dumps(_merged_json(report), indent=2))
     elif not quiet:
-        out.print(_summary_table(report))
+        out.print(_summary_table(report, tokenized=False))
         out.print(_units_line(report.manifest), highlight=False)
 
 

@@ -17,6 +17,7 @@ __all__ = [
     "OutputExistsError",
     "PacktoolError",
     "RowIndexError",
+    "StoreError",
     "TokenizerError",
 ]
 
@@ -70,6 +71,11 @@ class TokenizerError(PacktoolError):
 
 class OutputExistsError(PacktoolError):
     """The output directory exists and ``overwrite`` was not given."""
+
+
+class StoreError(PacktoolError):
+    """An object store (an fsspec URL) cannot be used: unknown protocol or its package missing,
+    no such bucket, no credentials, access denied."""
 
 
 class RowIndexError(PacktoolError, IndexError):

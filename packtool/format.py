@@ -38,8 +38,9 @@ import json
 import os
 import re
 import shutil
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +48,7 @@ import numpy as np
 import pyarrow as pa
 
 from .errors import FormatError, NothingToPackError, OutputExistsError, RowIndexError
+from .fs import AnyPath, StorePath, arrow_input, as_path, check_writable, upload_file
 
 __all__ = [
     "FORMAT_NAME",
@@ -54,13 +56,19 @@ __all__ = [
     "IGNORE_INDEX",
     "MANIFEST_FILE",
     "DocumentCounts",
+    "Manifest",
     "PackedBatch",
     "PackedReader",
     "PackedRow",
     "Segment",
+    "ShardEntry",
     "ShardWriter",
+    "TokenCounts",
+    "check_store_output",
+    "layout_problems",
     "open_packed",
     "packed_schema",
+    "publish",
 ]
 
 FORMAT_NAME = "packtool.packed"
@@ -70,6 +78,11 @@ IGNORE_INDEX = -100
 """The label of a token that is not learned (padding, prompt): PyTorch's cross-entropy default."""
 
 _SHARD_NAME = "data-{index:05d}-of-{count:05d}.arrow"
+_SHARD_RE = re.compile(r"data-\d{5}-of-\d{5}\.arrow")
+# What a packtool output holds besides its shards (the manifest last), and the folder of work
+# units: on a store, the names a rerun or --overwrite may replace.
+_OUTPUT_FILES = ("dataset_info.json", "state.json", "tokenizer.json", MANIFEST_FILE)
+_UNITS_DIR = "units"
 
 
 def packed_schema(max_len: int, with_labels: bool = False) -> pa.Schema:
@@ -449,7 +462,7 @@ class ShardWriter:
             if self._rows_in_shard == self.rows_per_shard:
                 self._close_shard()
 
-    def commit(self, manifest: dict[str, Any]) -> dict[str, Any]:
+    def commit(self, manifest: Mapping[str, Any]) -> Manifest:
         """Finish: metadata, the manifest last, then move into place. Returns the manifest."""
         if self._rows_written != self.num_rows:
             raise RuntimeError(
@@ -477,7 +490,7 @@ class ShardWriter:
                 "_split": None,
             },
         )
-        manifest = {
+        record = {
             "format": FORMAT_NAME,
             "format_version": FORMAT_VERSION,
             **manifest,
@@ -486,10 +499,10 @@ class ShardWriter:
             "num_rows": self.num_rows,
             "shards": self._shards,
         }
-        _write_json(self.staging / MANIFEST_FILE, manifest)
+        _write_json(self.staging / MANIFEST_FILE, record)
         _move_into_place(self.staging, self.out_dir, self.overwrite)
         self._committed = True
-        return manifest
+        return Manifest(record, self.out_dir / MANIFEST_FILE)
 
 
 def check_output_dir(out_dir: Path, overwrite: bool) -> None:
@@ -504,16 +517,69 @@ def check_output_dir(out_dir: Path, overwrite: bool) -> None:
         raise OutputExistsError(
             f"output path {out_dir} exists and is not a directory: choose another --output"
         )
-    if not overwrite:
+    replaceable = (out_dir / MANIFEST_FILE).exists() or not any(out_dir.iterdir())
+    if replaceable and not overwrite:
         raise OutputExistsError(
             f"output directory {out_dir} already exists (pass --overwrite to replace it)"
         )
-    if (out_dir / MANIFEST_FILE).exists() or not any(out_dir.iterdir()):
+    if replaceable:
         return
     raise OutputExistsError(
         f"output directory {out_dir} is not a packtool output (no {MANIFEST_FILE}) and not "
         "empty: --overwrite replaces only packtool outputs; choose another --output"
     )
+
+
+def _store_members(url: StorePath) -> dict[str, StorePath]:
+    if not url.is_dir():
+        return {}
+    return {p.name: p for p in url.iterdir()}
+
+
+def check_store_output(url: StorePath, overwrite: bool) -> None:
+    """Check an output prefix on a store before any work (the store's :func:`check_output_dir`).
+
+    A probe object is written and deleted first: a missing bucket, missing credentials or a
+    denied write fail here. A finished output (it has a manifest) is replaced only with
+    ``overwrite``; a prefix holding what a failed or killed run left (shards, no manifest) is
+    written over; a prefix holding other objects is refused, with or without ``overwrite``.
+    """
+    check_writable(url)
+    members = _store_members(url)
+    if MANIFEST_FILE in members and not overwrite:
+        raise OutputExistsError(f"output {url} already exists (pass --overwrite to replace it)")
+    foreign = sorted(n for n in members if not _ours(n))
+    if foreign:
+        raise OutputExistsError(
+            f"output {url} holds objects that are not a packtool output ({', '.join(foreign[:3])}"
+            f"{', ...' if len(foreign) > 3 else ''}): choose another --output"
+        )
+
+
+def _ours(name: str) -> bool:
+    return bool(_SHARD_RE.fullmatch(name)) or name in (*_OUTPUT_FILES, _UNITS_DIR)
+
+
+def publish(local: Path, url: StorePath) -> None:
+    """Copy the finished output ``local`` to the prefix ``url``: shards first, manifest last.
+
+    Object stores have no atomic rename, so the order is the commit: an old manifest is
+    deleted before anything else (the prefix no longer reads as finished), then the shards
+    and metadata are uploaded, then objects of an older output that this one does not hold
+    are deleted, and the manifest is uploaded last. A run killed at any point leaves a
+    prefix without a manifest, which readers refuse and a rerun writes over.
+    """
+    names = sorted(p.name for p in local.iterdir() if p.is_file())
+    members = _store_members(url)
+    if MANIFEST_FILE in members:
+        members.pop(MANIFEST_FILE).unlink(missing_ok=True)
+    for name in names:
+        if name != MANIFEST_FILE:
+            upload_file(local / name, url / name)
+    for name, member in members.items():
+        if name not in names and name != _UNITS_DIR and _ours(name):
+            member.unlink(missing_ok=True)
+    upload_file(local / MANIFEST_FILE, url / MANIFEST_FILE)
 
 
 _TEMPORARY = re.compile(r"\.(?P<name>.+)\.packtool-(?:tmp|store|old)-(?P<pid>\d+)")
@@ -595,6 +661,406 @@ class Segment:
 
 
 @dataclass(frozen=True)
+class ShardEntry:
+    """One shard as the manifest lists it."""
+
+    file: str
+    rows: int
+    bytes: int | None = None
+    sha256: str | None = None
+
+
+@dataclass(frozen=True)
+class TokenCounts:
+    """Tokens of the documents read: packed into rows, cut away, dropped, learned (labels)."""
+
+    packed: int = 0
+    truncated_away: int = 0
+    dropped: int = 0
+    learned: int | None = None
+
+
+def _section(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _count_or_none(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+_DOCUMENT_PARTS = ("packed", "split", "truncated", "dropped", "empty", "bad_records_skipped")
+
+
+class Manifest(Mapping[str, Any]):
+    """The manifest of a packed dataset (``manifest.json``), with typed accessors.
+
+    This class is the only code that knows the manifest's key names: readers use its
+    properties, writers build one with :meth:`for_pack` (the writer adds the layout on
+    commit). It is also a read-only mapping of the JSON record, so ``manifest["num_rows"]``
+    keeps working for users who read it as a dict.
+    """
+
+    def __init__(self, data: Mapping[str, Any], path: Path | None = None) -> None:
+        self._data: dict[str, Any] = dict(data)
+        self.path = path
+
+    # -- the Mapping protocol (a read-only view of the JSON record)
+    def __getitem__(self, key: str) -> Any:
+        return self._data[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._data)
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+    def __repr__(self) -> str:
+        return f"Manifest({self.path or ''!s}, {self.num_rows} rows)"
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON record (a copy safe to change)."""
+        return json.loads(json.dumps(self._data))
+
+    @classmethod
+    def load(cls, directory: str | os.PathLike[str]) -> Manifest:
+        """The checked manifest of the packed dataset in ``directory`` (:func:`read_manifest`)."""
+        return read_manifest(directory)
+
+    @classmethod
+    def for_pack(
+        cls,
+        *,
+        version: str,
+        tokenizer: Mapping[str, Any],
+        options: Mapping[str, Any],
+        inputs: list[dict[str, Any]],
+        documents: DocumentCounts,
+        segments: int,
+        tokens: TokenCounts,
+        rows: int,
+        lower_bound_rows: int,
+        max_len: int,
+        bad_records: list[Any],
+        special_strings: int,
+        parse_special: bool,
+        seconds: float,
+        balance: Mapping[str, Any] | None = None,
+        labels: Mapping[str, Any] | None = None,
+        extra: Mapping[str, Any] | None = None,
+    ) -> Manifest:
+        """The body of a pack's manifest; :meth:`ShardWriter.commit` adds the layout."""
+        token_record: dict[str, Any] = {
+            "packed": tokens.packed,
+            "truncated_away": tokens.truncated_away,
+            "dropped": tokens.dropped,
+        }
+        if tokens.learned is not None:
+            token_record["learned"] = tokens.learned
+        data: dict[str, Any] = {
+            "packtool_version": version,
+            "created_unix": int(time.time()),
+            "tokenizer": dict(tokenizer),
+            "options": dict(options),
+            "inputs": inputs,
+            "documents": asdict(documents),
+            "segments": segments,
+            "tokens": token_record,
+            "rows": rows,
+            "lower_bound_rows": lower_bound_rows,
+            "rows_over_lower_bound": rows - lower_bound_rows,
+            "efficiency": tokens.packed / (rows * max_len) if rows else 0.0,
+            "bad_records": bad_records,
+            "special_strings": {"documents": special_strings, "parsed": parse_special},
+            "seconds": round(seconds, 3),
+            **(extra or {}),
+        }
+        if balance is not None:
+            data["balance"] = dict(balance)
+        if labels is not None:
+            data["labels"] = dict(labels)
+        return cls(data)
+
+    def summary(self) -> dict[str, Any]:
+        """The record's counts and figures (for ``--json`` output): documents, tokens, rows..."""
+        keys = (
+            "documents",
+            "segments",
+            "tokens",
+            "rows",
+            "lower_bound_rows",
+            "rows_over_lower_bound",
+            "efficiency",
+            "global_ffd_rows",
+            "bad_records",
+            "special_strings",
+            "seconds",
+            "labels",
+        )
+        return {k: self._data[k] for k in keys if k in self._data}
+
+    def with_fields(self, **fields: Any) -> Manifest:
+        """A copy with top-level records replaced or added (``unit=...``, ``units=...``)."""
+        return Manifest({**self._data, **fields}, self.path)
+
+    def problems(self) -> list[str]:
+        """The record's own arithmetic: what in its counts does not agree with the rest."""
+        found: list[str] = []
+        max_len = self.max_len
+        documents = self.documents_recorded
+        if documents is None:
+            found.append("'documents' does not hold every count (read, packed, split, ...)")
+        else:
+            accounted = sum(getattr(documents, k) for k in _DOCUMENT_PARTS)
+            if accounted != documents.read:
+                found.append(
+                    f"documents.read is {documents.read}, but its parts add up to {accounted}"
+                )
+        rows = self.rows_recorded
+        shard_rows = sum(s.rows for s in self.shards)
+        if rows is None:
+            found.append("no 'rows' count")
+        elif rows != shard_rows:
+            found.append(f"rows is {rows}, but the shards listed hold {shard_rows}")
+        num_rows = self._data.get("num_rows")
+        if num_rows is not None and num_rows != rows:
+            found.append(f"num_rows is {num_rows!r}, rows is {rows!r}")
+        packed = self.tokens_recorded.get("packed")
+        if packed is None:
+            found.append("no 'tokens.packed' count")
+        else:
+            lower = -(-packed // max_len)
+            if self._data.get("lower_bound_rows") != lower:
+                found.append(
+                    f"lower_bound_rows is {self._data.get('lower_bound_rows')!r}, "
+                    f"but ceil(tokens.packed / max_len) is {lower}"
+                )
+            if rows is not None and packed > rows * max_len:
+                found.append(f"tokens.packed {packed} do not fit in {rows} rows of {max_len}")
+        if self.options.get("max_len") not in (None, max_len):
+            found.append(f"options.max_len is {self.options['max_len']!r}, max_len is {max_len}")
+        inputs = self._data.get("inputs")
+        if isinstance(inputs, list) and documents is not None:
+            expected_first = 0
+            for i, inp in enumerate(inputs):
+                first = _count_or_none(_section(inp).get("first_doc"))
+                count = _count_or_none(_section(inp).get("documents"))
+                if first != expected_first or count is None:
+                    found.append(f"inputs[{i}]: first_doc {first!r} should be {expected_first}")
+                    break
+                expected_first += count
+            else:
+                if expected_first != documents.read:
+                    found.append(
+                        f"the inputs hold {expected_first} documents, documents.read is "
+                        f"{documents.read}"
+                    )
+        return found
+
+    def locate_document(self, doc: int) -> str:
+        """Where document ``doc`` was read: ``FILE record N``, from the ``inputs`` record."""
+        for inp in self._data.get("inputs") or []:
+            inp = _section(inp)
+            first = _count_or_none(inp.get("first_doc"))
+            count = _count_or_none(inp.get("documents"))
+            if first is not None and count is not None and first <= doc < first + count:
+                return f"{Path(str(inp.get('path'))).name} record {doc - first}"
+        return "not in any input the manifest lists"
+
+    # -- what verify reads from a record that may be damaged: None where a count is missing
+    @property
+    def documents_recorded(self) -> DocumentCounts | None:
+        """The document counts, or None unless every count is recorded as an integer."""
+        docs = _section(self._data.get("documents"))
+        values = {k: _count_or_none(docs.get(k)) for k in ("read", *_DOCUMENT_PARTS)}
+        if any(v is None for v in values.values()):
+            return None
+        return DocumentCounts(**values)  # type: ignore[arg-type]
+
+    @property
+    def document_counts_recorded(self) -> dict[str, Any]:
+        """The ``documents`` record as written (any value; for comparisons)."""
+        return dict(_section(self._data.get("documents")))
+
+    @property
+    def tokens_recorded(self) -> dict[str, int]:
+        """The token counts recorded as integers (packed, truncated_away, dropped, learned)."""
+        toks = _section(self._data.get("tokens"))
+        return {k: v for k, v in toks.items() if _count_or_none(v) is not None}
+
+    @property
+    def rows_recorded(self) -> int | None:
+        return _count_or_none(self._data.get("rows"))
+
+    @property
+    def input_paths(self) -> list[str]:
+        return [str(_section(inp).get("path")) for inp in self._data.get("inputs") or []]
+
+    @property
+    def input_sizes(self) -> list[tuple[str, int | None]]:
+        """(path, size in bytes) of each input as recorded."""
+        return [
+            (str(_section(inp).get("path")), _section(inp).get("size_bytes"))
+            for inp in self._data.get("inputs") or []
+        ]
+
+    # -- the layout (written by ShardWriter.commit)
+    @property
+    def max_len(self) -> int:
+        return int(self._data["max_len"])
+
+    @property
+    def columns(self) -> list[str]:
+        return list(self._data.get("columns", []))
+
+    @property
+    def has_labels(self) -> bool:
+        return "labels" in self.columns
+
+    @property
+    def shards(self) -> list[ShardEntry]:
+        return [
+            ShardEntry(s["file"], int(s["rows"]), s.get("bytes"), s.get("sha256"))
+            for s in self._data.get("shards", [])
+        ]
+
+    @property
+    def num_rows(self) -> int:
+        return int(self._data.get("num_rows", self._data.get("rows", 0)))
+
+    # -- what was packed
+    @property
+    def version(self) -> str | None:
+        return self._data.get("packtool_version")
+
+    @property
+    def options(self) -> dict[str, Any]:
+        """The options of the run, as :meth:`PackOptions.describe` (options.py) wrote them."""
+        return dict(_section(self._data.get("options")))
+
+    @property
+    def inputs(self) -> list[dict[str, Any]]:
+        return list(self._data.get("inputs", []))
+
+    @property
+    def documents(self) -> DocumentCounts:
+        return DocumentCounts(**_section(self._data.get("documents")))
+
+    @property
+    def tokens(self) -> TokenCounts:
+        t = _section(self._data.get("tokens"))
+        return TokenCounts(
+            packed=int(t.get("packed", 0)),
+            truncated_away=int(t.get("truncated_away", 0)),
+            dropped=int(t.get("dropped", 0)),
+            learned=None if t.get("learned") is None else int(t["learned"]),
+        )
+
+    @property
+    def segments(self) -> int | None:
+        return _count_or_none(self._data.get("segments"))
+
+    @property
+    def rows(self) -> int:
+        return int(self._data.get("rows", self.num_rows))
+
+    @property
+    def lower_bound_rows(self) -> int:
+        return int(self._data.get("lower_bound_rows", 0))
+
+    @property
+    def efficiency(self) -> float:
+        return float(self._data.get("efficiency", 0.0))
+
+    @property
+    def seconds(self) -> float | None:
+        return self._data.get("seconds")
+
+    @property
+    def bad_records(self) -> list[Any]:
+        return list(self._data.get("bad_records", []))
+
+    @property
+    def special_strings(self) -> int:
+        """Documents that held special-token strings (as text, unless ``parse_special``)."""
+        return int(_section(self._data.get("special_strings")).get("documents", 0))
+
+    @property
+    def parse_special(self) -> bool:
+        return bool(_section(self._data.get("special_strings")).get("parsed", False))
+
+    @property
+    def labels(self) -> dict[str, Any]:
+        """The ``labels`` record of instruction data (empty for plain text)."""
+        return dict(_section(self._data.get("labels")))
+
+    @property
+    def balance(self) -> dict[str, Any] | None:
+        value = self._data.get("balance")
+        return dict(value) if isinstance(value, dict) else None
+
+    # -- the tokenizer
+    @property
+    def tokenizer(self) -> dict[str, Any]:
+        return dict(_section(self._data.get("tokenizer")))
+
+    @property
+    def tokenizer_sha256(self) -> str | None:
+        return self.tokenizer.get("sha256")
+
+    @property
+    def tokenizer_file(self) -> str:
+        return str(self.tokenizer.get("file", "tokenizer.json"))
+
+    @property
+    def tokenizer_name(self) -> str | None:
+        return self.tokenizer.get("name")
+
+    @property
+    def tokenizer_copied(self) -> bool:
+        """Whether the output holds a copy of the tokenizer file (not so for a tokenizer
+        object without one, or pre-tokenized data packed without a tokenizer)."""
+        return isinstance(self.tokenizer.get("file"), str)
+
+    @property
+    def vocab_size(self) -> int | None:
+        return _count_or_none(self.tokenizer.get("vocab_size"))
+
+    @property
+    def special_tokens(self) -> dict[str, Any]:
+        return dict(_section(self.tokenizer.get("special_tokens")))
+
+    @property
+    def pad_from(self) -> str:
+        return str(self.tokenizer.get("pad_from", "tokenizer"))
+
+    @property
+    def backend(self) -> Any:
+        return self.tokenizer.get("backend")
+
+    @property
+    def notices(self) -> list[str]:
+        """What packtool turned off in the tokenizer file (truncation, padding), if anything."""
+        return [n for n in (self.tokenizer.get("turned_off"),) if n]
+
+    # -- work units (a unit's own output, or a merged dataset)
+    @property
+    def unit(self) -> dict[str, Any] | None:
+        """A unit output's ``unit`` record (index, count, plan, pieces, merge_options)."""
+        value = self._data.get("unit")
+        return dict(value) if isinstance(value, dict) else None
+
+    @property
+    def units(self) -> dict[str, Any] | None:
+        """A merged dataset's ``units`` record (plan, per_unit, ...), else None."""
+        value = self._data.get("units")
+        return dict(value) if isinstance(value, dict) else None
+
+    @property
+    def global_ffd_rows(self) -> int | None:
+        return self._data.get("global_ffd_rows")
+
+
+@dataclass(frozen=True)
 class PackedRow:
     """One packed row, as NumPy arrays."""
 
@@ -631,12 +1097,12 @@ class PackedRow:
 class PackedReader:
     """Read access to a packed dataset, memory-mapped; see :func:`open_packed`."""
 
-    def __init__(self, path: Path, manifest: dict[str, Any]) -> None:
+    def __init__(self, path: AnyPath, manifest: Manifest) -> None:
         self.path = path
         self.manifest = manifest
-        self.max_len: int = int(manifest["max_len"])
-        self.shard_paths = [path / s["file"] for s in manifest["shards"]]
-        self.shard_rows = [int(s["rows"]) for s in manifest["shards"]]
+        self.max_len: int = manifest.max_len
+        self.shard_paths = [path / s.file for s in manifest.shards]
+        self.shard_rows = [s.rows for s in manifest.shards]
         self._starts = np.concatenate([[0], np.cumsum(self.shard_rows)]).astype(np.int64)
         self._tables: dict[int, pa.Table] = {}
 
@@ -649,17 +1115,20 @@ class PackedReader:
 
     @property
     def has_labels(self) -> bool:
-        return "labels" in self.manifest.get("columns", [])
+        return self.manifest.has_labels
 
     @property
     def vocab_size(self) -> int:
         """The size of the tokenizer's vocabulary (every token id is below it)."""
         try:
-            return int(self.manifest["tokenizer"]["vocab_size"])
-        except (KeyError, TypeError, ValueError) as e:
+            value = self.manifest.vocab_size
+        except (TypeError, ValueError):
+            value = None
+        if value is None:
             raise FormatError(
                 f"{self.path / MANIFEST_FILE}: the manifest records no tokenizer vocab_size"
-            ) from e
+            )
+        return value
 
     def shard_table(self, shard: int) -> pa.Table:
         """The rows of one shard, memory-mapped (zero-copy)."""
@@ -667,8 +1136,7 @@ class PackedReader:
         if table is None:
             path = self.shard_paths[shard]
             try:
-                with pa.memory_map(str(path)) as source:
-                    table = pa.ipc.open_stream(source).read_all()
+                table = self._read_shard(path)
                 # A damaged shard can parse and still hold lengths or offsets that point
                 # outside its buffers; reading such rows would crash the process.
                 table.validate(full=True)
@@ -682,8 +1150,18 @@ class PackedReader:
                     f"{path}: shard holds {table.num_rows} rows, the manifest says "
                     f"{self.shard_rows[shard]} (run `packtool verify`)"
                 )
+            if isinstance(path, StorePath):  # streamed: one shard in memory at a time
+                self._tables.clear()
             self._tables[shard] = table
         return table
+
+    @staticmethod
+    def _read_shard(path: AnyPath) -> pa.Table:
+        if isinstance(path, StorePath):
+            with arrow_input(path) as source:
+                return pa.ipc.open_stream(source).read_all()
+        with pa.memory_map(str(path)) as source:
+            return pa.ipc.open_stream(source).read_all()
 
     def iter_tables(self, columns: Sequence[str] | None = None) -> Iterator[pa.Table]:
         """Each shard in order, restricted to ``columns``."""
@@ -731,22 +1209,22 @@ class PackedReader:
         kept in the output, with the special-token ids recorded in the manifest."""
         from .tokenize import SpecialTokens, load_tokenizer
 
-        info = self.manifest.get("tokenizer", {})
-        path = self.path / info.get("file", "tokenizer.json")
+        m = self.manifest
+        path = self.path / m.tokenizer_file
         if not path.exists():
             raise FormatError(f"{self.path}: the output holds no tokenizer.json to decode with")
         tokenizer = load_tokenizer(path)
-        tokenizer.name = info.get("name", tokenizer.name)
-        special = dict(info.get("special_tokens", {}))
-        if info.get("pad_from", "tokenizer") != "tokenizer":  # the padding is not its pad
+        tokenizer.name = m.tokenizer.get("name", tokenizer.name)
+        special = m.special_tokens
+        if m.pad_from != "tokenizer":  # the padding is not its pad
             special["pad_id"] = tokenizer.special.pad_id
         tokenizer.special = SpecialTokens(**special)
         return tokenizer
 
 
-def read_manifest(path: str | os.PathLike[str]) -> dict[str, Any]:
+def read_manifest(path: str | os.PathLike[str] | StorePath) -> Manifest:
     """The manifest of the packed dataset at ``path``, checked for format and version."""
-    path = Path(path)
+    path = as_path(path)
     if not path.is_dir():
         raise FormatError(f"{path}: no such directory")
     manifest_path = path / MANIFEST_FILE
@@ -773,7 +1251,44 @@ def read_manifest(path: str | os.PathLike[str]) -> dict[str, Any]:
     problem = _manifest_problem(manifest)
     if problem:
         raise FormatError(f"{manifest_path}: {problem}")
-    return manifest
+    return Manifest(manifest, manifest_path)
+
+
+def layout_problems(path: AnyPath, manifest: Manifest) -> list[str]:
+    """The files of the dataset at ``path`` that disagree with its manifest: shards it does not
+    list, a ``state.json`` naming other shards, a tokenizer copy that is missing or altered."""
+    found: list[str] = []
+    listed = [s.file for s in manifest.shards]
+    for stray in sorted(p.name for p in path.glob("*.arrow")):
+        if stray not in listed:
+            found.append(
+                f"{stray} is not a shard of the manifest (load_dataset('arrow', "
+                "data_files='*.arrow') would read it too): remove it"
+            )
+    state_path = path / "state.json"
+    try:
+        state = json.loads(state_path.read_text(encoding="utf-8"))
+        state_files = [f["filename"] for f in state["_data_files"]]
+    except FileNotFoundError:
+        found.append("state.json is missing: datasets.load_from_disk cannot open this")
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        found.append(f"state.json is unreadable ({type(e).__name__}: {e})")
+    else:
+        if state_files != listed:
+            found.append(
+                "state.json lists other shards than the manifest: "
+                "datasets.load_from_disk would read other rows"
+            )
+    if manifest.tokenizer_copied:
+        tok_path = path / Path(manifest.tokenizer_file).name
+        if not tok_path.is_file():
+            found.append(f"{tok_path.name} (the tokenizer copy) is missing")
+        elif manifest.tokenizer_sha256 != hashlib.sha256(tok_path.read_bytes()).hexdigest():
+            found.append(
+                f"{tok_path.name} does not match the sha256 recorded in the manifest: "
+                "it is not the tokenizer the data was packed with"
+            )
+    return found
 
 
 def _is_count(value: Any) -> bool:
@@ -812,10 +1327,10 @@ def _manifest_problem(manifest: dict[str, Any]) -> str | None:
     return None
 
 
-def open_packed(path: str | os.PathLike[str]) -> PackedReader:
+def open_packed(path: str | os.PathLike[str] | StorePath) -> PackedReader:
     """Open the packed dataset written by ``packtool pack`` at ``path``.
 
     Raises :class:`~packtool.errors.FormatError` if the directory is not a complete packtool
     output or has a format version this packtool does not read.
     """
-    return PackedReader(Path(path), read_manifest(path))
+    return PackedReader(as_path(path), read_manifest(path))

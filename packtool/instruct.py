@@ -768,6 +768,11 @@ def plan_input(files: Sequence[InputFile], tokenizer: Tokenizer, options: PackOp
     """
     o = options
     if o.ids_field is not None:
+        if o.check_sample:
+            raise OptionError(
+                "--check-sample compares the fast tokenizer backend with Hugging Face "
+                "tokenizers, but pre-tokenized inputs (--ids-field) are not tokenized: drop it"
+            )
         return _plan_ids(tokenizer, o)
     shape, shape_auto = input_shape(files, o)
     resolved_loss = resolve_loss_on(o.loss_on, shape)
@@ -805,6 +810,12 @@ def plan_input(files: Sequence[InputFile], tokenizer: Tokenizer, options: PackOp
             raise OptionError(
                 "--tokenizer-backend fastokens encodes text documents; instruction data is "
                 "encoded piece by piece with Hugging Face tokenizers: use auto or hf"
+            )
+        if o.check_sample:
+            raise OptionError(
+                "--check-sample compares the fast tokenizer backend with Hugging Face "
+                "tokenizers on text documents; instruction data is encoded with Hugging Face "
+                "tokenizers only, so there is nothing to compare: drop it"
             )
         encoder = InstructEncoder(
             tokenizer,

@@ -8,9 +8,8 @@ never meant and would exhaust the machine (a thread or a work unit each).
 
 from __future__ import annotations
 
+import numbers
 from typing import Any
-
-import numpy as np
 
 from .errors import OptionError
 
@@ -22,6 +21,7 @@ __all__ = [
     "MAX_SEED",
     "MAX_UNITS",
     "check_int",
+    "read_token_count",
 ]
 
 MAX_LEN_LIMIT = 1 << 24  # 16,777,216 tokens a row
@@ -35,7 +35,19 @@ MAX_SEED = (1 << 63) - 1  # NumPy seeds: non-negative
 def check_int(flag: str, value: Any, low: int, high: int) -> int:
     """``value`` as an int if it is an integer in ``[low, high]``, else an
     :class:`~packtool.errors.OptionError` naming ``flag`` and the bounds."""
-    ok = not isinstance(value, bool) and isinstance(value, (int, np.integer))
+    ok = not isinstance(value, bool) and isinstance(value, numbers.Integral)  # NumPy's too
     if not ok or not low <= value <= high:
         raise OptionError(f"{flag} must be an integer from {low:,} to {high:,}, got {value!r}")
     return int(value)
+
+
+def read_token_count(flag: str, text: str) -> int:
+    """A count of tokens as written on a command line: ``4096`` or ``4k`` (4,096); bounds are
+    checked where the option is (:func:`check_int`)."""
+    s = text.strip().lower()
+    try:
+        return int(s[:-1]) * 1024 if s.endswith("k") else int(s)
+    except ValueError:
+        raise OptionError(
+            f"{flag}: cannot read {text.strip()!r} as a number of tokens (e.g. 4096 or 4k)"
+        ) from None

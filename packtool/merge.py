@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -33,7 +34,15 @@ import pyarrow.compute as pc
 
 from ._version import __version__
 from .errors import FormatError, OptionError
-from .format import MANIFEST_FILE, DocumentCounts, ShardWriter, open_packed, read_manifest
+from .format import (
+    MANIFEST_FILE,
+    DocumentCounts,
+    ShardWriter,
+    open_packed,
+    publish,
+    read_manifest,
+)
+from .fs import StorePath, as_path, check_writable, download_tree
 from .limits import MAX_ROWS_PER_SHARD, MAX_SEED, check_int
 from .options import DEFAULT_SHARD_SIZE, PackOptions, parse_size
 from .order import attention_costs, balance_record, balanced_order, check_world_size
@@ -209,7 +218,20 @@ def merge_units(
     was packed under another plan.
     """
     started = time.perf_counter()
-    out = Path(out_dir)
+    out = as_path(out_dir)
+    if isinstance(out, StorePath):
+        return _merge_on_store(
+            out,
+            dict(
+                shuffle=shuffle,
+                seed=seed,
+                rows_per_shard=rows_per_shard,
+                shard_size=shard_size,
+                world_size=world_size,
+                micro_batches=micro_batches,
+            ),
+            progress,
+        )
     units = _load_units(out)
     manifests = [m for _, m in units]
     first = manifests[0]
@@ -252,6 +274,26 @@ def merge_units(
     rows_per_shard = int(opts["rows_per_shard"])
     manifest = _write(out, units, src, order, rows_per_shard, record, started, progress)
     return report_from_manifest(out, manifest, time.perf_counter() - started)
+
+
+def _merge_on_store(
+    out: StorePath, options: dict[str, Any], progress: Callable[..., None] | None
+) -> PackReport:
+    """Merge the units under a store's prefix: they are copied to a local scratch directory,
+    merged there, and the merged shards published to ``out`` (shards first, manifest last);
+    the units stay where they are."""
+    check_writable(out)
+    with tempfile.TemporaryDirectory(prefix="packtool-merge-") as scratch:
+        local = Path(scratch) / "out"
+        download_tree(out / UNITS_DIR, local / UNITS_DIR)
+        if (out / MANIFEST_FILE).is_file():  # an earlier merge: kept if it is the same one
+            (local / MANIFEST_FILE).write_bytes((out / MANIFEST_FILE).read_bytes())
+        previous = (local / MANIFEST_FILE).read_bytes() if (local / MANIFEST_FILE).exists() else b""
+        report = merge_units(local, **options, progress=progress)
+        if (local / MANIFEST_FILE).read_bytes() != previous:
+            publish(local, out)
+    report.out_dir = out
+    return report
 
 
 def _resolve_options(

@@ -14,7 +14,9 @@ import hashlib
 import json
 import os
 import queue
+import shutil
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -30,11 +32,16 @@ from .errors import InputError, OptionError
 from .format import (
     IGNORE_INDEX,
     DocumentCounts,
+    Manifest,
     ShardWriter,
+    TokenCounts,
     check_output_dir,
+    check_store_output,
+    publish,
     remove_stale_temporaries,
     write_error,
 )
+from .fs import AnyPath, StorePath, as_path
 from .gather import gather_rows, warm_up_gather
 from .instruct import InputPlan, InputShape, input_shape, plan_input
 from .options import PackOptions
@@ -72,7 +79,7 @@ _BAD_RECORDS_KEPT = 20
 class PackReport:
     """What ``pack`` did: counts, the packing figures and where the output is."""
 
-    out_dir: Path
+    out_dir: AnyPath
     max_len: int
     documents: DocumentCounts
     segments: int
@@ -84,7 +91,7 @@ class PackReport:
     shards: int
     seconds: float
     bad_records: list[str] = field(default_factory=list)
-    manifest: dict[str, Any] = field(default_factory=dict)
+    manifest: Manifest = field(default_factory=lambda: Manifest({}))
     resumed: bool = False  # continued from a checkpoint (``resume=True``)
     skipped_files: list[str] = field(default_factory=list)  # directory members not read
     tokens_learned: int | None = None  # tokens with a label (instruction data), else None
@@ -304,7 +311,23 @@ def pack(
     """
     started = time.perf_counter()
     options = (options or PackOptions()).replace(**option_values)
-    run = _prepare(inputs, Path(out_dir), options, files, read is not None)
+    out = as_path(out_dir)
+    if isinstance(out, StorePath):
+
+        def pack_locally(local: Path, local_options: PackOptions) -> PackReport:
+            return pack(
+                inputs,
+                local,
+                local_options,
+                progress=progress,
+                files=files,
+                read=read,
+                extra_manifest=extra_manifest,
+                allow_empty=allow_empty,
+            )
+
+        return _pack_to_store(out, options, pack_locally)
+    run = _prepare(inputs, out, options, files, read is not None)
     with (
         lock_output(run.out),
         TokenStore(run.out, with_labels=run.plan.labelled, keep_on_error=options.resume) as store,
@@ -317,6 +340,33 @@ def pack(
         layout = _plan_stage(store, run.options, progress)
         manifest = _write_stage(run, store, state, layout, started, progress, extra_manifest)
     return _report(run, state, manifest, resumed, time.perf_counter() - started)
+
+
+def _pack_to_store(
+    out: StorePath, options: PackOptions, pack_locally: Callable[[Path, PackOptions], PackReport]
+) -> PackReport:
+    """``pack`` to a prefix on an object store: checked first (a probe write), packed into a
+    local scratch directory (the token store and the shards stay on local disk), then
+    published, shards first and the manifest last (:func:`packtool.format.publish`).
+
+    The scratch directory is named after the URL, so a ``--resume`` run continues from the
+    checkpoint an interrupted one kept there; it is removed once the output is published.
+    """
+    check_store_output(out, options.overwrite)
+    digest = hashlib.sha256(str(out).encode()).hexdigest()[:16]
+    scratch = Path(tempfile.gettempdir()) / f"packtool-store-{digest}"
+    local = scratch / "out"
+    if local.exists():  # finished here by a run killed while it published
+        shutil.rmtree(local)
+    published = False
+    try:
+        report = pack_locally(local, options.replace(overwrite=False))
+        publish(local, out)
+        published = True
+    finally:
+        shutil.rmtree(scratch if published or not options.resume else local, ignore_errors=True)
+    report.out_dir = out
+    return report
 
 
 @dataclass(frozen=True)
@@ -561,46 +611,36 @@ def _manifest(
     layout: _Layout,
     seconds: float,
     extra: Mapping[str, Any] | None,
-) -> dict[str, Any]:
+) -> Manifest:
     o = run.options
     assert o.max_len is not None
-    n_rows, n_tokens = layout.n_rows, layout.n_tokens
-    lower = lower_bound_rows(n_tokens, o.max_len)
-    manifest = {
-        "packtool_version": __version__,
-        "created_unix": int(time.time()),
-        "tokenizer": {
+    learned = state.label_counts["learned"] if run.plan.labelled else None
+    return Manifest.for_pack(
+        version=__version__,
+        tokenizer={
             **_describe_tokenizer(run.tok, o.pad_id, run.pad_from),
             "backend": _backend(run.plan).describe(),
         },
-        "options": {**o.describe(), **run.plan.describe()},
-        "inputs": state.input_records,
-        "documents": asdict(state.counts),
-        "segments": int(layout.plan.length.size),
-        "tokens": {
-            "packed": n_tokens,
-            "truncated_away": state.tokens_truncated,
-            "dropped": state.tokens_dropped,
-        },
-        "rows": n_rows,
-        "lower_bound_rows": lower,
-        "rows_over_lower_bound": n_rows - lower,
-        "efficiency": n_tokens / (n_rows * o.max_len) if n_rows else 0.0,
-        "bad_records": state.bad_records,
-        "special_strings": {"documents": state.special_strings, "parsed": o.parse_special},
-        "seconds": round(seconds, 3),
-        **(extra or {}),
-    }
-    if layout.balance is not None:
-        manifest["balance"] = layout.balance
-    if run.plan.labelled:
-        manifest["tokens"]["learned"] = state.label_counts["learned"]
-        manifest["labels"] = _describe_labels(run.plan, state.label_counts)
-    return manifest
+        options={**o.describe(), **run.plan.describe()},
+        inputs=state.input_records,
+        documents=state.counts,
+        segments=int(layout.plan.length.size),
+        tokens=TokenCounts(layout.n_tokens, state.tokens_truncated, state.tokens_dropped, learned),
+        rows=layout.n_rows,
+        lower_bound_rows=lower_bound_rows(layout.n_tokens, o.max_len),
+        max_len=o.max_len,
+        bad_records=state.bad_records,
+        special_strings=state.special_strings,
+        parse_special=o.parse_special,
+        seconds=seconds,
+        balance=layout.balance,
+        labels=_describe_labels(run.plan, state.label_counts) if run.plan.labelled else None,
+        extra=extra,
+    )
 
 
 def _report(
-    run: _Run, state: _ReadState, manifest: dict[str, Any], resumed: bool, seconds: float
+    run: _Run, state: _ReadState, manifest: Manifest, resumed: bool, seconds: float
 ) -> PackReport:
     o = run.options
     assert o.max_len is not None
@@ -608,13 +648,13 @@ def _report(
         out_dir=run.out,
         max_len=o.max_len,
         documents=state.counts,
-        segments=int(manifest["segments"]),
-        tokens=int(manifest["tokens"]["packed"]),
+        segments=manifest.segments or 0,
+        tokens=manifest.tokens.packed,
         tokens_truncated=state.tokens_truncated,
         tokens_dropped=state.tokens_dropped,
-        rows=int(manifest["rows"]),
-        lower_bound_rows=int(manifest["lower_bound_rows"]),
-        shards=len(manifest["shards"]),
+        rows=manifest.rows,
+        lower_bound_rows=manifest.lower_bound_rows,
+        shards=len(manifest.shards),
         seconds=seconds,
         bad_records=state.bad_records,
         manifest=manifest,
@@ -624,7 +664,7 @@ def _report(
         special_strings=state.special_strings,
         parse_special=o.parse_special,
         notices=[n for n in (getattr(run.tok, "notice", None), _backend(run.plan).notice) if n],
-        backend=manifest["tokenizer"]["backend"],
+        backend=manifest.backend,
     )
 
 

@@ -29,6 +29,7 @@ from typing import IO, Any, NamedTuple
 import pyarrow as pa
 
 from .errors import BadRecordError, InputError, OptionError
+from .fs import AnyPath, StorePath, arrow_input, arrow_source, as_path, open_input
 
 __all__ = [
     "InputFile",
@@ -65,7 +66,7 @@ TXT_UNITS = ("line", "paragraph", "document")
 class InputFile:
     """One input: a file, or a directory holding a dataset saved with `datasets`."""
 
-    path: Path
+    path: AnyPath  # a local Path, or a StorePath (a file on an object store)
     kind: str  # jsonl, json, parquet, arrow, csv, txt, hf_dataset
     compression: str | None
     size_bytes: int
@@ -100,7 +101,7 @@ class RecordBatch:
     bytes_done: int = 0
 
 
-def _kind_of(path: Path) -> tuple[str, str | None] | None:
+def _kind_of(path: AnyPath) -> tuple[str, str | None] | None:
     suffixes = [s.lower() for s in path.suffixes]
     if not suffixes:
         return None
@@ -113,19 +114,24 @@ def _kind_of(path: Path) -> tuple[str, str | None] | None:
     return (kind, None) if kind else None
 
 
-def _is_hf_dataset(path: Path) -> bool:
+def _is_hf_dataset(path: AnyPath) -> bool:
     return (path / "state.json").exists() or (path / "dataset_dict.json").exists()
 
 
-def _tree_size(path: Path) -> int:
+def _tree_size(path: AnyPath) -> int:
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
 
 
-def _file_input(path: Path) -> InputFile:
+def _file_input(path: AnyPath) -> InputFile:
     if path.suffix == ".bin" and path.with_suffix(".idx").is_file():
         path = path.with_suffix(".idx")  # the data file of a Megatron indexed dataset
     kind = _kind_of(path)
     if kind == ("megatron", None):
+        if isinstance(path, StorePath):
+            raise InputError(
+                f"{path}: Megatron .bin/.idx inputs are read memory-mapped: copy them to a "
+                "local disk first"
+            )
         data = path.with_suffix(".bin")
         if not data.is_file():
             raise InputError(f"{path}: a Megatron index without its data file {data.name}")
@@ -138,7 +144,7 @@ def _file_input(path: Path) -> InputFile:
 def resolve_inputs(
     specs: Sequence[str | os.PathLike[str]] | str | os.PathLike[str],
     *,
-    skipped: list[Path] | None = None,
+    skipped: list[AnyPath] | None = None,
 ) -> list[InputFile]:
     """Expand paths, directories and globs into a list of inputs, in a stable order.
 
@@ -148,6 +154,9 @@ def resolve_inputs(
     otherwise its supported files are taken, recursively, sorted by path (hidden files and
     directories are skipped). Its other files are skipped too, and added to ``skipped`` (to
     say so); a file named itself, or matched by a glob, of an unknown type is an error.
+
+    A URL (``s3://bucket/prefix``, any fsspec protocol) is a file, a prefix read like a
+    directory, or a glob, on the store.
     """
     if isinstance(specs, (str, os.PathLike)):
         specs = [specs]
@@ -155,8 +164,14 @@ def resolve_inputs(
         raise InputError("no input given")
     out: list[InputFile] = []
     for spec in specs:
-        path = Path(spec)
-        if path.is_dir():
+        path = as_path(spec)
+        is_glob = globlib.has_magic(str(spec))
+        if isinstance(path, StorePath) and is_glob:
+            files = [p for p in path.glob() if _kind_of(p) is not None or p.is_file()]
+            if not files:
+                raise InputError(f"{spec}: the pattern matches no files")
+            out.extend(_file_input(p) for p in files)
+        elif path.is_dir():
             if _is_hf_dataset(path):
                 out.append(InputFile(path, "hf_dataset", None, _tree_size(path)))
                 continue
@@ -180,9 +195,9 @@ def resolve_inputs(
             out.extend(_file_input(p) for p in files)
         elif path.is_file():
             out.append(_file_input(path))
-        elif Path(f"{spec}.idx").is_file():  # a Megatron prefix
-            out.append(_file_input(Path(f"{spec}.idx")))
-        elif globlib.has_magic(str(spec)):
+        elif as_path(f"{spec}.idx").is_file():  # a Megatron prefix
+            out.append(_file_input(as_path(f"{spec}.idx")))
+        elif is_glob:
             matches = sorted(Path(p) for p in globlib.glob(str(spec), recursive=True))
             files = [p for p in matches if p.is_file()]
             if not files:
@@ -193,7 +208,7 @@ def resolve_inputs(
     return out
 
 
-def describe_skipped(skipped: Sequence[Path | str], shown: int = 3) -> str:
+def describe_skipped(skipped: Sequence[AnyPath | str], shown: int = 3) -> str:
     """One line on the directory members that :func:`resolve_inputs` skipped."""
     names = ", ".join(str(p) for p in skipped[:shown])
     more = f" and {len(skipped) - shown:,} more" if len(skipped) > shown else ""
@@ -227,7 +242,7 @@ class _CountingReader(io.RawIOBase):
 
 
 def _open_binary(inp: InputFile) -> tuple[IO[bytes], _CountingReader]:
-    counter = _CountingReader(open(inp.path, "rb"))  # noqa: SIM115 - closed by caller
+    counter = _CountingReader(open_input(inp.path))
     raw: IO[bytes] = io.BufferedReader(counter, 1 << 20)
     if inp.compression == "gzip":
         return gzip.GzipFile(fileobj=raw), counter  # type: ignore[return-value]
@@ -246,7 +261,7 @@ def _open_binary(inp: InputFile) -> tuple[IO[bytes], _CountingReader]:
 
 def _arrow_input(inp: InputFile) -> tuple[pa.NativeFile, pa.NativeFile]:
     """(stream to parse, raw file whose tell() gives progress)."""
-    raw = pa.OSFile(str(inp.path), "rb")
+    raw = arrow_input(inp.path)
     if inp.compression is None:
         return raw, raw
     if inp.compression == "zstd" and not pa.Codec.is_available("zstd"):
@@ -556,7 +571,7 @@ def _read_parquet(
     try:
         # pre_buffer off: its read cache keeps the column chunks already read alive, so
         # memory grew with the file (260 -> 413 MB for a 4x larger one; 219 -> 254 MB off).
-        pf = pq.ParquetFile(str(inp.path), pre_buffer=False)
+        pf = pq.ParquetFile(arrow_source(inp.path), pre_buffer=False)
     except (pa.ArrowInvalid, OSError) as e:
         raise InputError(f"{inp.path}: not a readable Parquet file: {e}") from e
     check_column(pf.schema_arrow, text_field, str(inp.path))
@@ -594,7 +609,7 @@ def _open_arrow(where: str) -> _ArrowInput:
     Plain reads, not a memory map: every page of a mapped input read once stays resident, so
     memory grew with the input (99 MB and 171 MB peak for 25 MB and 100 MB files).
     """
-    source = pa.OSFile(where, "rb")
+    source = arrow_input(as_path(where))
     try:
         reader: Any = pa.ipc.open_file(source)
     except pa.ArrowInvalid:
@@ -605,7 +620,7 @@ def _open_arrow(where: str) -> _ArrowInput:
             source.close()
             raise InputError(f"{where}: not an Arrow IPC file or stream: {e}") from e
         return _ArrowInput(source, stream.schema, iter(stream), source.tell)
-    count, size, done = reader.num_record_batches, os.path.getsize(where), [0]
+    count, size, done = reader.num_record_batches, as_path(where).stat().st_size, [0]
 
     def batches() -> Iterator[pa.RecordBatch]:
         for i in range(count):
@@ -634,7 +649,7 @@ def _saved_dataset_files(where: str, split: str | None) -> list[str] | None:
     Reading these files batch by batch keeps memory flat; ``datasets.load_from_disk`` maps
     them, and every page read stays resident (176 MB and 248 MB peak reading 25 MB and
     100 MB datasets)."""
-    root = Path(where)
+    root = as_path(where)
     try:
         if (root / "dataset_dict.json").is_file():
             splits = json.loads((root / "dataset_dict.json").read_text(encoding="utf-8"))
@@ -645,7 +660,7 @@ def _saved_dataset_files(where: str, split: str | None) -> list[str] | None:
             return None
     except (OSError, ValueError, KeyError, TypeError):
         return None
-    if not files or not all(os.path.isfile(f) for f in files):
+    if not files or not all(as_path(f).is_file() for f in files):
         return None
     return files
 
@@ -656,7 +671,7 @@ class _ArrowFiles:
 
     def __init__(self, files: list[str]) -> None:
         self.files = files
-        self.sizes = [os.path.getsize(f) for f in files]
+        self.sizes = [as_path(f).stat().st_size for f in files]
         self.current = _open_arrow(files[0])
         self.before = 0  # bytes of the files already read
 
@@ -818,7 +833,7 @@ def table_batches(
         try:
             # pre_buffer off: its read cache kept the column chunks already read alive, and
             # Arrow's memory grew with the file (248 MB reading a 400 MB file; 58 MB off).
-            pf = pq.ParquetFile(where, pre_buffer=False)
+            pf = pq.ParquetFile(arrow_source(where), pre_buffer=False)
         except (pa.ArrowInvalid, OSError) as e:
             raise InputError(f"{where}: not a readable Parquet file: {e}") from e
         check(pf.schema_arrow.names)
@@ -1214,7 +1229,7 @@ def _table_source(
         import pyarrow.parquet as pq
 
         try:
-            pf = pq.ParquetFile(where, pre_buffer=False)
+            pf = pq.ParquetFile(arrow_source(where), pre_buffer=False)
         except (pa.ArrowInvalid, OSError) as e:
             raise InputError(f"{where}: not a readable Parquet file: {e}") from e
         total, done = max(1, pf.metadata.num_rows), [0]

@@ -47,8 +47,9 @@ import pyarrow as pa
 
 from ._version import __version__
 from .errors import FormatError, InputError, OptionError
-from .format import MANIFEST_FILE, DocumentCounts, open_packed
-from .limits import MAX_BATCH_SIZE, MAX_LEN_LIMIT, MAX_SEED, check_int
+from .format import MANIFEST_FILE, DocumentCounts, Manifest, open_packed
+from .fs import StorePath, as_path
+from .limits import MAX_BATCH_SIZE, MAX_LEN_LIMIT, MAX_SEED, check_int, read_token_count
 from .options import PackOptions
 from .order import attention_costs, balanced_share, rank_share, step_imbalance, step_loads
 from .packing import Overflow, first_fit_decreasing, lower_bound_rows, segment_items
@@ -585,10 +586,10 @@ def _check_batching(batch_size: int, seed: int) -> None:
 # -- packed outputs -----------------------------------------------------------------------
 
 
-def is_packed_output(path: str | os.PathLike[str]) -> bool:
+def is_packed_output(path: str | os.PathLike[str] | StorePath) -> bool:
     """True if ``path`` is a directory holding a ``manifest.json`` (a packed output, or
     something claiming to be one: :func:`dataset_stats` checks its format)."""
-    p = Path(path)
+    p = as_path(path)
     return p.is_dir() and (p / MANIFEST_FILE).exists()
 
 
@@ -749,7 +750,7 @@ def dataset_stats(
     balance = _balance_stats(
         attention_costs(lengths, per_row),
         fill,
-        manifest.get("balance"),
+        manifest.balance,
         world_size,
         micro_batches,
         seed,
@@ -762,18 +763,17 @@ def dataset_stats(
     doc_lengths = doc_lengths.astype(np.int64)
     del doc_ids, chunk_ids, pos
 
-    docs = manifest.get("documents", {})
-    toks = manifest.get("tokens", {})
+    docs, toks = manifest.documents, manifest.tokens
     outcome = DocumentOutcome(
-        read=int(docs.get("read", 0)),
-        packed=int(docs.get("packed", 0)),
-        split=int(docs.get("split", 0)),
-        truncated=int(docs.get("truncated", 0)),
-        dropped=int(docs.get("dropped", 0)),
-        empty=int(docs.get("empty", 0)),
-        bad_records_skipped=int(docs.get("bad_records_skipped", 0)),
-        tokens_truncated_away=int(toks.get("truncated_away", 0)),
-        tokens_dropped=int(toks.get("dropped", 0)),
+        read=docs.read,
+        packed=docs.packed,
+        split=docs.split,
+        truncated=docs.truncated,
+        dropped=docs.dropped,
+        empty=docs.empty,
+        bad_records_skipped=docs.bad_records_skipped,
+        tokens_truncated_away=toks.truncated_away,
+        tokens_dropped=toks.dropped,
     )
     packing = _packing_stats(
         segments=segments,
@@ -785,29 +785,28 @@ def dataset_stats(
         seed=seed,
         outcome=outcome,
     )
-    tokenizer = manifest.get("tokenizer", {})
     return DatasetStats(
         path=reader.path,
         shards=len(reader.shard_paths),
-        tokenizer=tokenizer.get("name") if isinstance(tokenizer, dict) else None,
+        tokenizer=manifest.tokenizer.get("name"),
         packing=packing,
         document_lengths=_length_summary(doc_lengths, max_len),
-        bad_records=[str(b) for b in manifest.get("bad_records", [])],
+        bad_records=[str(b) for b in manifest.bad_records],
         seconds=time.perf_counter() - started,
-        learned_tokens=manifest.get("tokens", {}).get("learned"),
+        learned_tokens=toks.learned,
         units=_units_summary(manifest),
         balance=balance,
     )
 
 
-def _units_summary(manifest: dict[str, Any]) -> dict[str, Any] | None:
+def _units_summary(manifest: Manifest) -> dict[str, Any] | None:
     """What packing within units cost, from the manifest ``packtool merge`` wrote."""
-    units = manifest.get("units")
-    if not isinstance(units, dict) or "global_ffd_rows" not in manifest:
+    units = manifest.units
+    if units is None or manifest.global_ffd_rows is None:
         return None
     return {
         "count": units.get("count"),
-        "global_ffd_rows": manifest["global_ffd_rows"],
+        "global_ffd_rows": manifest.global_ffd_rows,
         "rows_over_global_ffd": units.get("rows_over_global_ffd"),
         "packing_loss": units.get("packing_loss"),
     }
@@ -826,14 +825,7 @@ def parse_max_lens(text: str | Sequence[int]) -> list[int]:
     for item in items:
         value: Any = item
         if isinstance(item, str):
-            s = item.strip().lower()
-            try:
-                value = int(s[:-1]) * 1024 if s.endswith("k") else int(s)
-            except ValueError:
-                raise OptionError(
-                    f"--max-len: cannot read {item.strip()!r} as an integer "
-                    "(give one or more, comma-separated: --max-len 2048,4096)"
-                ) from None
+            value = read_token_count("--max-len", item)
         value = check_int("--max-len", value, 2, MAX_LEN_LIMIT)
         if int(value) in out:
             raise OptionError(f"--max-len: {int(value)} is given twice")

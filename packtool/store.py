@@ -26,7 +26,7 @@ import numpy as np
 from .errors import OutputExistsError, PacktoolError
 from .format import write_error
 
-__all__ = ["ITEM_DTYPE", "TokenStore"]
+__all__ = ["ITEM_DTYPE", "TokenStore", "has_checkpoint", "work_dir_for"]
 
 ITEM_DTYPE = np.dtype(
     [("offset", "<i8"), ("length", "<i4"), ("doc_id", "<i8"), ("chunk_id", "<i4")]
@@ -38,6 +38,11 @@ _CHECKPOINT = "checkpoint.json"
 
 def work_dir_for(out_dir: Path) -> Path:
     return out_dir.parent / f".{out_dir.name}.packtool-work"
+
+
+def has_checkpoint(out_dir: Path) -> bool:
+    """Whether an interrupted ``--resume`` run left a checkpoint for ``out_dir`` to continue."""
+    return (work_dir_for(Path(out_dir)) / _CHECKPOINT).is_file()
 
 
 _COALESCE_GAP = 256  # tokens: ranges closer than this are read with one call

@@ -47,6 +47,7 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 
 from .errors import TokenizerError
+from .fs import AnyPath, as_path, is_url
 from .tokenizer_file import SpecialTokens, TokenizerFile, resolve_special_tokens, turned_off_notice
 
 __all__ = [
@@ -356,7 +357,7 @@ class _Lists(list):  # type: ignore[type-arg]
 _IDS = attrgetter("ids")
 
 
-def _read_config(directory: Path) -> dict[str, Any]:
+def _read_config(directory: AnyPath) -> dict[str, Any]:
     path = directory / "tokenizer_config.json"
     if not path.exists():
         return {}
@@ -368,7 +369,7 @@ def _read_config(directory: Path) -> dict[str, Any]:
 
 
 def _from_file(
-    path: Path,
+    path: AnyPath,
     name: str,
     config: dict[str, Any],
     backend: str = "hf",
@@ -379,8 +380,8 @@ def _from_file(
     other engine loads when first needed."""
     try:
         data = path.read_bytes()
-    except OSError as e:
-        raise TokenizerError(f"{path}: cannot read: {e.strerror or e}") from e
+    except Exception as e:  # a local OSError, or a store's own error types
+        raise TokenizerError(f"{path}: cannot read: {getattr(e, 'strerror', None) or e}") from e
     tok = _load_hf(data, str(path), as_is=True) if backend == "hf" else None
     try:
         file = TokenizerFile.parse(data)
@@ -468,7 +469,9 @@ def load_tokenizer(
         return _from_file(
             _DATA / "tokenizer.json", DEFAULT_TOKENIZER, _read_config(_DATA), backend, **overrides
         )
-    path = Path(spec).expanduser()
+    # A URL (s3://bucket/tok/tokenizer.json, or the prefix holding it) is read through the
+    # store: the tokenizer's files are small and read whole.
+    path = as_path(spec) if is_url(spec) else Path(spec).expanduser()
     if path.is_file():
         return _from_file(path, str(spec), _read_config(path.parent), backend, **overrides)
     if path.is_dir():

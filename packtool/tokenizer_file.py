@@ -296,8 +296,9 @@ def resolve_special_tokens(
 ) -> SpecialTokens:
     """EOS, BOS and PAD of a tokenizer (docs/tokenization.md, rule 3).
 
-    In this order: ``overrides`` (``eos``/``bos``/``pad``: a token string or an id below
-    ``vocab_size``; one not found is a ``LookupError`` naming the option); the token
+    In this order: ``overrides`` (``eos``/``bos``/``pad``: a token's text, or a number, which
+    is always an id below ``vocab_size``; one not found is a ``LookupError`` naming the
+    option); the token
     ``tokenizer_config.json`` names; for PAD, the pad id of the file's padding settings when
     it is a special token; a usual name (:data:`EOS_NAMES`...) that is an added token marked
     special. ``None`` where none of them gives one.
@@ -307,9 +308,12 @@ def resolve_special_tokens(
     def resolve(kind: str, names: Sequence[str]) -> int | None:
         override = overrides.get(kind)
         if override is not None:
-            tid = file.token_to_id(override)
-            if tid is None and override.isdigit() and int(override) < vocab_size:
-                tid = int(override)
+            # A number is an id (--eos-token 2: id 2, never the digit token "2" that most
+            # vocabularies have); anything else is a token's text.
+            if override.isascii() and override.isdigit():
+                tid = int(override) if int(override) < vocab_size else None
+            else:
+                tid = file.token_to_id(override)
             if tid is None:
                 raise LookupError(
                     f"tokenizer {name}: no token {override!r} in its vocabulary "

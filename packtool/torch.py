@@ -142,9 +142,9 @@ class PackedDataset(Dataset):
         self.num_rows_total: int = reader.num_rows
         self.micro_batches: int | None = None
         """Rows per rank and step of a balanced layout read as stored (None: plain split)."""
-        balance = reader.manifest.get("balance")
+        balance = reader.manifest.balance
         per_rank = reader.num_rows // world_size
-        if isinstance(balance, dict) and balance.get("world_size") == world_size:
+        if balance is not None and balance.get("world_size") == world_size:
             self.micro_batches = int(balance["micro_batches"])
             steps, short, _ = balanced_layout(reader.num_rows, world_size, self.micro_batches)
             per_rank = steps * self.micro_batches + short

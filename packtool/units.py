@@ -42,7 +42,6 @@ import socket
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -50,6 +49,7 @@ import pyarrow as pa
 from ._version import __version__
 from .errors import BadRecordError, FormatError, InputError, OutputExistsError
 from .format import MANIFEST_FILE, read_manifest
+from .fs import AnyPath, arrow_source, as_path, open_input
 from .limits import MAX_UNITS, check_int
 from .options import PackOptions
 from .sources import BATCH_DOCS, InputFile, TextBatch, check_column, check_record, read_texts
@@ -168,8 +168,8 @@ class Unit:
     def size_bytes(self) -> int:
         return sum(p.size_bytes for p in self.pieces)
 
-    def directory(self, out_dir: str | os.PathLike[str]) -> Path:
-        return Path(out_dir) / UNITS_DIR / self.name
+    def directory(self, out_dir: str | os.PathLike[str]) -> AnyPath:
+        return as_path(out_dir) / UNITS_DIR / self.name
 
     def describe(self) -> dict[str, Any]:
         """The manifest's ``unit`` record (with the merge options added by :func:`run_unit`)."""
@@ -218,7 +218,7 @@ class _LineSplitter(_Splitter):
         size = self.inp.size_bytes
         if offset <= 0 or offset >= size:
             return min(max(offset, 0), size)
-        with open(self.inp.path, "rb") as f:
+        with open_input(self.inp.path) as f:
             position = offset - 1  # a line starts at `offset` if the byte before is "\n"
             f.seek(position)
             while True:
@@ -270,7 +270,7 @@ def _splitter(inp: InputFile) -> _Splitter:
         import pyarrow.parquet as pq
 
         try:
-            meta = pq.ParquetFile(str(inp.path)).metadata
+            meta = pq.ParquetFile(arrow_source(inp.path)).metadata
         except (pa.ArrowInvalid, OSError) as e:
             raise InputError(f"{inp.path}: not a readable Parquet file: {e}") from e
         starts, position = [0], 4
@@ -379,9 +379,9 @@ def read_piece(
     raise ValueError(f"unknown split_by {piece.split_by!r}")
 
 
-def _lines_before(path: Path, offset: int) -> int:
+def _lines_before(path: AnyPath, offset: int) -> int:
     count = 0
-    with open(path, "rb") as f:
+    with open_input(path) as f:
         while offset > 0:
             block = f.read(min(_SCAN_BLOCK, offset))
             if not block:
@@ -404,7 +404,7 @@ def _read_jsonl_range(
 
     remaining = piece.stop - piece.start
     try:
-        f = open(piece.path, "rb", buffering=1 << 20)  # noqa: SIM115 - closed below
+        f = open_input(piece.path)
     except OSError as e:
         raise InputError(f"{piece.path}: cannot open: {e.strerror or e}") from e
     with f:
@@ -456,7 +456,7 @@ def _read_parquet_groups(
 
     where = str(piece.path)
     try:
-        pf = pq.ParquetFile(where, pre_buffer=False)
+        pf = pq.ParquetFile(arrow_source(piece.path), pre_buffer=False)
     except (pa.ArrowInvalid, OSError) as e:
         raise InputError(f"{where}: not a readable Parquet file: {e}") from e
     check_column(pf.schema_arrow, text_field, where)
@@ -518,10 +518,10 @@ class UnitResult:
         return asdict(self)
 
 
-def unit_dirs(out_dir: str | os.PathLike[str]) -> dict[int, list[tuple[int, Path]]]:
+def unit_dirs(out_dir: str | os.PathLike[str]) -> dict[int, list[tuple[int, AnyPath]]]:
     """Unit directories under ``OUT_DIR/units``, by unit count: ``{count: [(index, path)]}``."""
-    root = Path(out_dir) / UNITS_DIR
-    found: dict[int, list[tuple[int, Path]]] = {}
+    root = as_path(out_dir) / UNITS_DIR
+    found: dict[int, list[tuple[int, AnyPath]]] = {}
     if not root.is_dir():
         return found
     for entry in sorted(root.iterdir()):
@@ -591,7 +591,7 @@ def run_unit(
             return result_from_manifest(
                 unit, done, skipped=True, seconds=time.perf_counter() - started
             )
-    (Path(out_dir) / UNITS_DIR).mkdir(parents=True, exist_ok=True)
+    (as_path(out_dir) / UNITS_DIR).mkdir(parents=True, exist_ok=True)  # on a store: nothing
     tok, loaded = unit_tokenizer(options)
     record = unit.describe()
     if merge_options is not None:

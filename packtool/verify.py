@@ -38,12 +38,11 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import json
 import os
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -51,7 +50,17 @@ import numpy as np
 import pyarrow as pa
 
 from .errors import FormatError, OptionError, PacktoolError
-from .format import IGNORE_INDEX, MANIFEST_FILE, PackedReader, open_packed, packed_schema
+from .format import (
+    IGNORE_INDEX,
+    MANIFEST_FILE,
+    DocumentCounts,
+    Manifest,
+    PackedReader,
+    layout_problems,
+    open_packed,
+    packed_schema,
+)
+from .fs import AnyPath, as_path, open_input
 from .instruct import plan_input
 from .options import PackOptions
 from .packing import Overflow
@@ -103,7 +112,7 @@ class AgainstReport:
 class VerifyReport:
     """The outcome of :func:`verify`. ``ok`` when no problem was found."""
 
-    path: Path
+    path: AnyPath
     shards_checked: int = 0
     rows_checked: int = 0
     segments: int = 0
@@ -240,15 +249,6 @@ def _group_sums(values: np.ndarray, starts: np.ndarray) -> np.ndarray:
 # -- helpers --------------------------------------------------------------------------------
 
 
-def _get(manifest: dict[str, Any], *keys: str) -> Any:
-    value: Any = manifest
-    for key in keys:
-        if not isinstance(value, dict) or key not in value:
-            return None
-        value = value[key]
-    return value
-
-
 def _int(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
@@ -260,9 +260,9 @@ def _show(values: np.ndarray, limit: int = 12) -> str:
     return "[" + ", ".join(items) + "]"
 
 
-def _sha256_file(path: Path, on_bytes: Callable[[int], None]) -> str:
+def _sha256_file(path: AnyPath, on_bytes: Callable[[int], None]) -> str:
     digest = hashlib.sha256()
-    with open(path, "rb") as f:
+    with open_input(path) as f:
         while block := f.read(1 << 22):
             digest.update(block)
             on_bytes(len(block))
@@ -278,107 +278,21 @@ def _message(error: PacktoolError, path: Path) -> str:
 
 # -- the manifest and the files it names ----------------------------------------------------
 
-_COUNT_KEYS = ("packed", "split", "truncated", "dropped", "empty", "bad_records_skipped")
 
-
-def _check_manifest(manifest: dict[str, Any], problems: _Problems) -> None:
+def _check_manifest(manifest: Manifest, problems: _Problems) -> None:
     """The manifest's own arithmetic: its counts must agree with each other."""
-
-    def bad(what: str) -> None:
-        problems.add("manifest", f"{MANIFEST_FILE}: {what}")
-
-    max_len = manifest["max_len"]
-    if _get(manifest, "format_version") is None:  # pragma: no cover - read_manifest checks it
-        bad("no format_version")
-    documents = _get(manifest, "documents")
-    if not isinstance(documents, dict) or any(
-        _int(documents.get(k)) is None for k in ("read", *_COUNT_KEYS)
-    ):
-        bad("'documents' does not hold every count (read, packed, split, ...)")
-    else:
-        accounted = sum(documents[k] for k in _COUNT_KEYS)
-        if accounted != documents["read"]:
-            bad(f"documents.read is {documents['read']}, but its parts add up to {accounted}")
-    rows = _int(_get(manifest, "rows"))
-    shard_rows = sum(int(s["rows"]) for s in manifest["shards"])
-    if rows is None:
-        bad("no 'rows' count")
-    elif rows != shard_rows:
-        bad(f"rows is {rows}, but the shards listed hold {shard_rows}")
-    if _get(manifest, "num_rows") is not None and _get(manifest, "num_rows") != rows:
-        bad(f"num_rows is {_get(manifest, 'num_rows')!r}, rows is {rows!r}")
-    packed = _int(_get(manifest, "tokens", "packed"))
-    if packed is None:
-        bad("no 'tokens.packed' count")
-    else:
-        lower = -(-packed // max_len)
-        if _get(manifest, "lower_bound_rows") != lower:
-            bad(
-                f"lower_bound_rows is {_get(manifest, 'lower_bound_rows')!r}, "
-                f"but ceil(tokens.packed / max_len) is {lower}"
-            )
-        if rows is not None and packed > rows * max_len:
-            bad(f"tokens.packed {packed} do not fit in {rows} rows of {max_len}")
-    if _get(manifest, "options", "max_len") not in (None, max_len):
-        bad(f"options.max_len is {_get(manifest, 'options', 'max_len')!r}, max_len is {max_len}")
-    inputs = _get(manifest, "inputs")
-    if isinstance(inputs, list) and isinstance(documents, dict):
-        expected_first = 0
-        for i, inp in enumerate(inputs):
-            first, count = _int(_get(inp, "first_doc")), _int(_get(inp, "documents"))
-            if first != expected_first or count is None:
-                bad(f"inputs[{i}]: first_doc {first!r} should be {expected_first}")
-                break
-            expected_first += count
-        else:
-            if _int(documents.get("read")) is not None and expected_first != documents["read"]:
-                bad(
-                    f"the inputs hold {expected_first} documents, documents.read is "
-                    f"{documents['read']}"
-                )
+    for problem in manifest.problems():
+        problems.add("manifest", f"{MANIFEST_FILE}: {problem}")
 
 
 def _check_files(
-    path: Path, manifest: dict[str, Any], problems: _Problems, report: VerifyReport
+    path: AnyPath, manifest: Manifest, problems: _Problems, report: VerifyReport
 ) -> None:
     """The tokenizer copy, state.json, and files that should not be there."""
-    listed = {s["file"] for s in manifest["shards"]}
-    for stray in sorted(p.name for p in path.glob("*.arrow")):
-        if stray not in listed:
-            problems.add(
-                "files",
-                f"{stray} is not a shard of the manifest (load_dataset('arrow', "
-                "data_files='*.arrow') would read it too): remove it",
-            )
-    state_path = path / "state.json"
-    try:
-        state = json.loads(state_path.read_text(encoding="utf-8"))
-        state_files = [f["filename"] for f in state["_data_files"]]
-    except FileNotFoundError:
-        problems.add("files", "state.json is missing: datasets.load_from_disk cannot open this")
-    except (OSError, ValueError, KeyError, TypeError) as e:
-        problems.add("files", f"state.json is unreadable ({type(e).__name__}: {e})")
-    else:
-        if state_files != [s["file"] for s in manifest["shards"]]:
-            problems.add(
-                "files",
-                "state.json lists other shards than the manifest: "
-                "datasets.load_from_disk would read other rows",
-            )
-    info = _get(manifest, "tokenizer")
-    if isinstance(info, dict) and isinstance(info.get("file"), str):
-        tok_path = path / Path(info["file"]).name
-        if not tok_path.is_file():
-            problems.add("files", f"{tok_path.name} (the tokenizer copy) is missing")
-        elif info.get("sha256") != hashlib.sha256(tok_path.read_bytes()).hexdigest():
-            problems.add(
-                "files",
-                f"{tok_path.name} does not match the sha256 recorded in the manifest: "
-                "it is not the tokenizer the data was packed with",
-            )
-    elif isinstance(info, dict) and info.get("name") == IdsTokenizer.name:
-        pass  # pre-tokenized without a tokenizer: there is none to copy
-    elif isinstance(info, dict):
+    for problem in layout_problems(path, manifest):
+        problems.add("files", problem)
+    if not manifest.tokenizer_copied and manifest.tokenizer_name != IdsTokenizer.name:
+        # (pre-tokenized data packed without a tokenizer has none to copy)
         report.notes.append(
             "no tokenizer copy in the output (packed with a tokenizer object): "
             "--against needs the tokenizer given explicitly"
@@ -811,7 +725,7 @@ def _check_shards(
     segments = _Segments()
     manifest = reader.manifest
     all_read = True
-    total_bytes = sum(_int(s.get("bytes")) or 0 for s in manifest["shards"])
+    total_bytes = sum(_int(s.bytes) or 0 for s in manifest.shards)
     hashed = [0]
 
     def on_bytes(n: int) -> None:
@@ -821,28 +735,28 @@ def _check_shards(
 
     row0 = 0
     block_rows = max(1, _BLOCK_TOKENS // rules.max_len)
-    for index, entry in enumerate(manifest["shards"]):
-        name, path = entry["file"], reader.shard_paths[index]
+    for index, entry in enumerate(manifest.shards):
+        name, path = entry.file, reader.shard_paths[index]
         report.shards_checked += 1
         if not path.is_file():
             problems.add("files", "the shard file is missing", name)
             all_read = False
-            row0 += entry["rows"]
+            row0 += entry.rows
             continue
         size = path.stat().st_size
-        if _int(entry.get("bytes")) is None or not isinstance(entry.get("sha256"), str):
+        if _int(entry.bytes) is None or not isinstance(entry.sha256, str):
             problems.add("manifest", "the manifest records no bytes/sha256 for this shard", name)
-        elif size != entry["bytes"]:
+        elif size != entry.bytes:
             problems.add(
                 "bytes",
-                f"{size} bytes, the manifest records {entry['bytes']} "
-                f"({'truncated' if size < entry['bytes'] else 'grown'})",
+                f"{size} bytes, the manifest records {entry.bytes} "
+                f"({'truncated' if size < entry.bytes else 'grown'})",
                 name,
             )
-        if isinstance(entry.get("sha256"), str):
+        if isinstance(entry.sha256, str):
             digest = _sha256_file(path, on_bytes)
             report.bytes_hashed += size
-            if digest != entry["sha256"]:
+            if digest != entry.sha256:
                 problems.add(
                     "sha256", "sha256 differs from the manifest's: the shard was altered", name
                 )
@@ -851,7 +765,7 @@ def _check_shards(
         except FormatError as e:
             problems.add("shard", f"cannot be read: {_message(e, path)}", name)
             all_read = False
-            row0 += entry["rows"]
+            row0 += entry.rows
             continue
         for batch in table.to_batches():
             for start in range(0, batch.num_rows, block_rows):
@@ -870,7 +784,7 @@ def _check_shards(
 
 def _check_coverage(
     segments: _Segments,
-    manifest: dict[str, Any],
+    manifest: Manifest,
     rules: _Rules,
     problems: _Problems,
     report: VerifyReport,
@@ -968,7 +882,7 @@ def _check_coverage(
 
 
 def _check_counts(
-    manifest: dict[str, Any],
+    manifest: Manifest,
     report: VerifyReport,
     problems: _Problems,
     *,
@@ -983,20 +897,19 @@ def _check_counts(
     def mismatch(what: str) -> None:
         problems.add("counts", what)
 
-    rows = _int(_get(manifest, "rows"))
+    rows = manifest.rows_recorded
     if rows is not None and report.rows_checked != rows:
         mismatch(f"the shards hold {report.rows_checked} rows, the manifest says {rows}")
-    if _get(manifest, "segments") is not None and segments != manifest["segments"]:
+    if manifest.segments is not None and segments != manifest.segments:
         mismatch(
-            f"the rows hold {segments} document segments, the manifest says {manifest['segments']}"
+            f"the rows hold {segments} document segments, the manifest says {manifest.segments}"
         )
-    packed_tokens = _get(manifest, "tokens", "packed")
+    packed_tokens = manifest.tokens_recorded.get("packed")
     if packed_tokens is not None and report.tokens != packed_tokens:
         mismatch(f"the rows hold {report.tokens} tokens, the manifest says {packed_tokens}")
-    recorded = _get(manifest, "documents")
-    if isinstance(recorded, dict) and all(
-        _int(recorded.get(k)) is not None for k in ("packed", "split", "truncated")
-    ):
+    counts = manifest.document_counts_recorded
+    recorded = {k: _int(counts.get(k)) for k in ("packed", "split", "truncated")}
+    if all(v is not None for v in recorded.values()):
         in_rows = recorded["packed"] + recorded["split"] + recorded["truncated"]
         if documents != in_rows:
             mismatch(
@@ -1019,14 +932,6 @@ def _check_counts(
 # -- against the inputs ---------------------------------------------------------------------
 
 
-def _document_location(manifest: dict[str, Any], doc: int) -> str:
-    for inp in _get(manifest, "inputs") or []:
-        first, count = _int(_get(inp, "first_doc")), _int(_get(inp, "documents"))
-        if first is not None and count is not None and first <= doc < first + count:
-            return f"{Path(str(inp.get('path'))).name} record {doc - first}"
-    return "not in any input the manifest lists"
-
-
 def _rows_tokens(reader: PackedReader, rows_of: np.ndarray, doc: int) -> np.ndarray:
     """The tokens of document ``doc`` read back from ``rows_of`` (its rows), chunks joined."""
     pieces: dict[int, np.ndarray] = {}
@@ -1043,7 +948,7 @@ def _resolve_tokenizer(
 ) -> Tokenizer:
     from .tokenize import SpecialTokens
 
-    info = _get(reader.manifest, "tokenizer") or {}
+    manifest = reader.manifest
     if tokenizer is None:
         try:
             return reader.load_tokenizer()
@@ -1051,9 +956,9 @@ def _resolve_tokenizer(
             raise OptionError(f"{e}: pass the tokenizer it was packed with (--tokenizer)") from None
     if isinstance(tokenizer, (str, os.PathLike)):
         tok = load_tokenizer(tokenizer)
-        special = info.get("special_tokens")
-        if isinstance(special, dict):
-            own_pad = info.get("pad_from", "tokenizer") == "tokenizer"  # else the padding's
+        special = manifest.special_tokens
+        if special:
+            own_pad = manifest.pad_from == "tokenizer"  # else the padding's
             tok.special = SpecialTokens(
                 eos_id=special.get("eos_id"),
                 bos_id=special.get("bos_id"),
@@ -1089,9 +994,9 @@ def _recorded_options(reader: PackedReader, parse_special: bool | None) -> PackO
     """The options ``pack`` recorded in the manifest, as a :class:`PackOptions`: what
     re-tokenizing needs (``parse_special``, when given, overrides the record)."""
     where = reader.path / MANIFEST_FILE
-    recorded = _get(reader.manifest, "options")
+    recorded = reader.manifest.options
     needed = ("text_field", "overflow", "add_eos", "bos", "skip_bad_records", "split", "txt_unit")
-    if not isinstance(recorded, dict) or any(k not in recorded for k in needed):
+    if any(k not in recorded for k in needed):
         raise FormatError(f"{where}: 'options' does not record how the data was packed")
     values = {k: v for k, v in recorded.items() if k != "chat_template"}  # a record, not a path
     if values.get("loss_on") == "labels":  # pre-tokenized labels: read from a field
@@ -1129,17 +1034,16 @@ def _prepare_against(
     options = _recorded_options(reader, parse_special)
     overflow = Overflow(options.overflow)
     if not inputs:
-        inputs = [str(_get(inp, "path")) for inp in _get(manifest, "inputs") or []]
+        inputs = manifest.input_paths
         if not inputs:
             raise OptionError("--against: no inputs given and none recorded in the manifest")
     files = resolve_inputs(inputs)
-    info = _get(manifest, "tokenizer") or {}
     if (
         options.ids_field is not None
         and tokenizer is None
-        and info.get("name") == IdsTokenizer.name
+        and manifest.tokenizer_name == IdsTokenizer.name
     ):
-        special = info.get("special_tokens") or {}
+        special = manifest.special_tokens
         eos, bos = special.get("eos_id"), special.get("bos_id")
         tok: Tokenizer = IdsTokenizer(  # type: ignore[assignment]
             eos_token=None if eos is None else str(eos),
@@ -1152,17 +1056,17 @@ def _prepare_against(
     input_plan = plan_input(files, tok, options)  # as pack built it
     encoder = input_plan.encoder
     assert isinstance(encoder, (DocumentEncoder, IdsEncoder))
-    recorded = _get(manifest, "inputs") or []
+    recorded = manifest.input_sizes
     if len(files) != len(recorded):
         problems.add(
             "against", f"{len(files)} inputs given, the data was packed from {len(recorded)}"
         )
-    for i, (inp, rec) in enumerate(zip(files, recorded, strict=False)):
-        if isinstance(rec, dict) and rec.get("size_bytes") not in (None, inp.size_bytes):
+    for i, (inp, (rec_path, rec_size)) in enumerate(zip(files, recorded, strict=False)):
+        if rec_size not in (None, inp.size_bytes):
             problems.add(
                 "against",
                 f"input {i} ({inp.path}) has {inp.size_bytes} bytes; the manifest recorded "
-                f"{rec.get('size_bytes')} bytes for {rec.get('path')}: not the same file",
+                f"{rec_size} bytes for {rec_path}: not the same file",
             )
     read = input_plan.read if options.ids_field is not None else None
     return _AgainstPlan(files, options, overflow, encoder, read)
@@ -1185,7 +1089,7 @@ def _check_against(
     doc_seg, _, _, seg_rows, _ = segments.arrays()
     by_doc = np.argsort(doc_seg, kind="stable")
     doc_sorted = doc_seg[by_doc]
-    counts = dict.fromkeys(("read", *_COUNT_KEYS), 0)
+    counts = asdict(DocumentCounts())  # read, packed, split, ... all 0
     tokens = {"packed": 0, "truncated_away": 0, "dropped": 0}
     compared = 0
     total_bytes = sum(f.size_bytes for f in files)
@@ -1236,13 +1140,13 @@ def _check_against(
     for d in beyond[: problems.room()]:
         problems.keep(
             "against",
-            f"document {d} ({_document_location(manifest, int(d))}) is in the rows, but "
+            f"document {d} ({manifest.locate_document(int(d))}) is in the rows, but "
             f"the inputs end after {counts['read']} documents",
             None,
             None,
         )
-    documents = _get(manifest, "documents")
-    if isinstance(documents, dict):
+    documents = manifest.document_counts_recorded
+    if documents:
         for key, value in counts.items():
             if documents.get(key) != value:
                 problems.add(
@@ -1252,11 +1156,11 @@ def _check_against(
                     f"says {documents.get(key)}",
                 )
     for key, value in tokens.items():
-        if _get(manifest, "tokens", key) not in (None, value):
+        if manifest.tokens_recorded.get(key) not in (None, value):
             problems.add(
                 "against",
                 f"re-tokenizing gives {value} tokens {key.replace('_', ' ')}, the manifest "
-                f"says {_get(manifest, 'tokens', key)}",
+                f"says {manifest.tokens_recorded.get(key)}",
             )
     return AgainstReport(
         inputs=[str(f.path) for f in files],
@@ -1267,16 +1171,15 @@ def _check_against(
     )
 
 
-def _check_tokenizer(tok: Tokenizer, manifest: dict[str, Any], problems: _Problems) -> None:
-    info = _get(manifest, "tokenizer") or {}
-    if info.get("sha256") not in (None, tok.sha256):
+def _check_tokenizer(tok: Tokenizer, manifest: Manifest, problems: _Problems) -> None:
+    if manifest.tokenizer_sha256 not in (None, tok.sha256):
         problems.add(
             "against",
             f"the tokenizer {tok.name} (sha256 {tok.sha256[:12]}...) is not the one the data "
-            f"was packed with (sha256 {str(info.get('sha256'))[:12]}...)",
+            f"was packed with (sha256 {str(manifest.tokenizer_sha256)[:12]}...)",
         )
-    special = info.get("special_tokens")
-    if isinstance(special, dict):
+    special = manifest.special_tokens
+    if special:
         for key, value in (("eos_id", tok.special.eos_id), ("bos_id", tok.special.bos_id)):
             if special.get(key) != value:
                 problems.add(
@@ -1350,7 +1253,7 @@ def _expect_batch(
 def _describe_mismatch(
     reader: PackedReader, doc: int, rows_of: np.ndarray, expected: np.ndarray, overflow: Overflow
 ) -> str:
-    where = f"document {doc} ({_document_location(reader.manifest, doc)})"
+    where = f"document {doc} ({reader.manifest.locate_document(doc)})"
     if expected.size == 0:
         return f"{where} is in the rows, but re-reading the inputs gives nothing to pack for it"
     if rows_of.size == 0:
@@ -1409,12 +1312,12 @@ def verify(
     started = time.perf_counter()
     reader = open_packed(path)
     manifest = reader.manifest
-    report = VerifyReport(path=Path(path))
+    report = VerifyReport(path=as_path(path))
     problems = _Problems(report, max_problems)
 
     def shard_of(row: int) -> str | None:
         try:
-            return str(manifest["shards"][reader.locate(row)[0]]["file"])
+            return manifest.shards[reader.locate(row)[0]].file
         except IndexError:
             return None
 
@@ -1423,18 +1326,18 @@ def verify(
     _check_files(reader.path, manifest, problems, report)
     max_len = reader.max_len
     expected_columns = packed_schema(max_len, reader.has_labels).names
-    if manifest["columns"] != expected_columns:
-        problems.add("manifest", f"columns are {manifest['columns']}, expected {expected_columns}")
-    options = _get(manifest, "options") or {}
-    special = _get(manifest, "tokenizer", "special_tokens") or {}
-    pad_id = _int(options.get("pad_id")) if isinstance(options, dict) else None
+    if manifest.columns != expected_columns:
+        problems.add("manifest", f"columns are {manifest.columns}, expected {expected_columns}")
+    options = manifest.options
+    special = manifest.special_tokens
+    pad_id = _int(options.get("pad_id"))
     if pad_id is None:
         report.notes.append("no options.pad_id in the manifest: padding ids not checked")
-    vocab = _int(_get(manifest, "tokenizer", "vocab_size"))
+    vocab = manifest.vocab_size
     if vocab is None:
         report.notes.append("no tokenizer.vocab_size in the manifest: token ids not checked")
-    read = _int(_get(manifest, "documents", "read"))
-    add_eos = isinstance(options, dict) and options.get("add_eos") is True
+    read = _int(manifest.document_counts_recorded.get("read"))
+    add_eos = options.get("add_eos") is True
     rules = _Rules(
         max_len=max_len,
         pad_id=pad_id,
@@ -1443,7 +1346,7 @@ def verify(
         eos_id=_int(special.get("eos_id")) if add_eos else None,
         bos_id=_int(special.get("bos_id")) if options.get("bos") is True else None,
         has_labels=reader.has_labels,
-        dropped_chunks=_int(_get(manifest, "labels", "chunks_without_labels_dropped")) or 0,
+        dropped_chunks=_int(manifest.labels.get("chunks_without_labels_dropped")) or 0,
     )
     digests = plan = None
     if against is not None:

@@ -20,38 +20,41 @@ LAYERS: dict[str, int] = {
     "_version": 0,
     "masks": 0,
     "tokenizer_file": 0,
-    # 1: the stages' own building blocks
-    "limits": 1,
+    # 1: the file-system seam (local paths, fsspec URLs)
+    "fs": 1,
+    # 2: the stages' own building blocks
+    "limits": 2,
     "_stop": 0,
-    "order": 1,
-    "packing": 1,
-    "chat": 1,
-    "sources": 1,
-    "tokenize": 1,
-    # 2: the options record; the on-disk format and manifest
-    "options": 2,
-    "format": 2,
-    "pretokenized": 2,
-    # 3: the token store, the row gather, encoders of instruction data, row views
-    "store": 3,
-    "gather": 3,
-    "instruct": 3,
-    "inspect": 3,
-    # 4: the stages composed; reports over outputs and corpora
-    "pipeline": 4,
-    "stats": 4,
-    "verify": 4,
-    "export": 4,
-    # 5-7: work units, their merge, the engines that run them
-    "units": 5,
-    "merge": 6,
-    "engines": 7,
-    # 8: what renders or adapts for others
-    "_stats_render": 8,
-    "_render_inspect": 8,
-    "torch": 8,
-    # 9: the command line
-    "cli": 9,
+    "order": 2,
+    "packing": 2,
+    "chat": 2,
+    "sources": 2,
+    "tokenize": 2,
+    # 3: the options record; the on-disk format and manifest
+    "options": 3,
+    "format": 3,
+    "pretokenized": 3,
+    # 4: the token store, the row gather, encoders of instruction data, row views
+    "store": 4,
+    "gather": 4,
+    "instruct": 4,
+    "inspect": 4,
+    # 5: the stages composed; reports over outputs and corpora
+    "pipeline": 5,
+    "stats": 5,
+    "verify": 5,
+    "export": 5,
+    # 6-8: work units, their merge, the engines that run them
+    "units": 6,
+    "merge": 7,
+    "engines": 8,
+    # 9: what renders or adapts for others
+    "_stats_render": 9,
+    "_render_inspect": 9,
+    "torch": 9,
+    # 10: the command line (11: ``python -m packtool``)
+    "cli": 10,
+    "__main__": 11,
 }
 CLI_ONLY = ("typer", "rich")
 CLI_MODULES = {"cli", "_stats_render", "_render_inspect"}

@@ -372,3 +372,33 @@ def test_stats_of_a_corpus_tokenizes_with_the_backend_layer(tmp_path, monkeypatc
     assert fell.notices[-1].endswith(
         "The quick brown fox jumps ': tokenizing with Hugging Face tokenizers"
     )
+
+
+def test_check_sample_is_refused_where_there_is_nothing_to_compare(tmp_path) -> None:
+    """Instruction data is encoded with `tokenizers` only, and ids are not tokenized: a
+    --check-sample there would check nothing, so it is refused, not silently ignored."""
+    data = SAMPLE.parent
+    chat = ["--chat-template", str(data / "chatml.jinja"), "--check-sample", "10"]
+    assert_one_line_error(
+        run("pack", data / "chat.jsonl", "-L", "512", "-o", tmp_path / "c", *chat),
+        r"instruction data is encoded with Hugging Face tokenizers only",
+    )
+    ids = write_jsonl(tmp_path / "ids.jsonl", [{"ids": [1, 2, 3]}])
+    assert_one_line_error(
+        run(
+            "pack",
+            ids,
+            "--ids-field",
+            "ids",
+            "--vocab-size",
+            "10",
+            "-L",
+            "8",
+            "-o",
+            tmp_path / "i",
+            "--check-sample",
+            "5",
+        ),
+        r"pre-tokenized inputs \(--ids-field\) are not tokenized",
+    )
+    assert not (tmp_path / "c").exists() and not (tmp_path / "i").exists()

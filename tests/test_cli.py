@@ -134,6 +134,18 @@ def test_error_max_len(tmp_path: Path, value: str) -> None:
     )
 
 
+def test_max_len_takes_k_as_stats_does(tmp_path: Path) -> None:
+    """`pack -L 4k` is `-L 4096` (as `stats --max-len 4k`); a bad value is one line."""
+    assert run("pack", SAMPLE, "-L", "4k", "-o", tmp_path / "k", "-q").exit_code == 0
+    assert run("pack", SAMPLE, "-L", "4096", "-o", tmp_path / "n", "-q").exit_code == 0
+    assert json.loads((tmp_path / "k" / "manifest.json").read_text())["max_len"] == 4096
+    k, n = sorted((tmp_path / "k").glob("*.arrow")), sorted((tmp_path / "n").glob("*.arrow"))
+    assert [p.read_bytes() for p in k] == [p.read_bytes() for p in n]
+    result = run("pack", SAMPLE, "-L", "4x", "-o", tmp_path / "x")
+    assert result.exit_code == 2 and "cannot read '4x' as a number of tokens" in result.output
+    assert not (tmp_path / "x").exists()
+
+
 def test_error_tokenizer_not_found(tmp_path: Path) -> None:
     assert_one_line_error(
         run(
@@ -236,3 +248,17 @@ def test_tokenizer_directory_with_config(tmp_path: Path) -> None:
     sep = json.loads((tmp_path / "o" / "manifest.json").read_text())["tokenizer"]
     assert sep["special_tokens"]["eos_id"] == 5
     assert rows[0]["input_ids"][rows[0]["num_tokens"] - 1] == 5
+
+
+def test_a_number_given_as_eos_token_is_an_id(tmp_path: Path) -> None:
+    """`--eos-token 7` is id 7, not the digit token "7" the bundled vocabulary also has."""
+    from packtool.tokenize import load_tokenizer
+
+    tok = load_tokenizer(None)
+    assert tok.token_to_id("7") not in (None, 7)  # the ambiguity is real in this vocabulary
+    assert load_tokenizer(None, eos_token="7").special.eos_id == 7
+    assert load_tokenizer(None, eos_token="<|im_end|>").special.eos_id == tok.token_to_id(
+        "<|im_end|>"
+    )
+    result = run("pack", SAMPLE, "-L", "512", "--eos-token", "8192", "-o", tmp_path / "o")
+    assert result.exit_code != 0 and "no token '8192'" in result.output

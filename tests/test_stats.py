@@ -604,8 +604,8 @@ def test_broken_rows(tmp_path: Path, row: dict[str, Any], message: str) -> None:
 @pytest.mark.parametrize(
     ("text", "message"),
     [
-        ("abc", r"cannot read 'abc' as an integer"),
-        ("2048,,4096", r"cannot read '' as an integer"),
+        ("abc", r"cannot read 'abc' as a number of tokens"),
+        ("2048,,4096", r"cannot read '' as a number of tokens"),
         ("1", r"--max-len must be an integer from 2 to 16,777,216, got 1"),
         ("2048,2k", r"2048 is given twice"),
     ],
@@ -847,7 +847,7 @@ def test_cli_errors(tmp_path: Path, packed: Path) -> None:
         code=2,
     )
     assert_one_line_error(
-        run("stats", src, "--max-len", "64,abc"), r"cannot read 'abc' as an integer", code=2
+        run("stats", src, "--max-len", "64,abc"), r"cannot read .abc. as a number of tokens", code=2
     )
     assert_one_line_error(
         run("stats", packed, "--batch-size", "0"),

@@ -44,9 +44,9 @@ def _hf_special_tokens(tok: Tokenizer, config: dict, overrides: dict) -> Special
     padding = tok.padding
 
     def resolve(kind: str, names: tuple[str, ...]) -> int | None:
-        if overrides.get(kind) is not None:
-            tid = tok.token_to_id(overrides[kind])
-            return int(overrides[kind]) if tid is None else tid
+        if overrides.get(kind) is not None:  # a number is an id
+            text = overrides[kind]
+            return int(text) if text.isdigit() else tok.token_to_id(text)
         configured = config.get(f"{kind}_token")
         if isinstance(configured, dict):
             configured = configured.get("content")

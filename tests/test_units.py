@@ -407,6 +407,9 @@ def test_cli_units_unit_and_merge(tmp_path: Path) -> None:
         result = run("pack", src, "-L", "64", "-o", out, "--units", "2", "--unit", i)
         assert result.exit_code == 0, result.output
         assert f"unit-0000{i}-of-00002: packed" in result.output
+    result = run("merge", out)
+    assert result.exit_code == 0, result.output
+    assert "time" in result.output and "tokens/s" not in result.output  # it tokenizes nothing
     result = run("merge", out, "--json")
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)

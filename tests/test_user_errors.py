@@ -30,6 +30,10 @@ def test_overwrite_never_deletes_a_directory_that_is_not_an_output(tmp_path: Pat
         r"is not a packtool output \(no manifest\.json\) and not empty",
     )
     assert (precious / "notes.txt").read_text() == "mine"
+    # Without --overwrite, the error does not suggest the flag that would be refused too.
+    result = run("pack", SAMPLE, "-L", "512", "-o", precious)
+    assert_one_line_error(result, r"is not a packtool output \(no manifest\.json\) and not empty")
+    assert "pass --overwrite" not in result.output
     empty = tmp_path / "empty"
     empty.mkdir()
     assert run("pack", SAMPLE, "-L", "512", "-o", empty, "--overwrite", "-q").exit_code == 0
@@ -142,6 +146,38 @@ def test_sigterm_cleans_up_and_exits_143(tmp_path: Path) -> None:
     assert proc.returncode == 143, stderr
     assert stderr.strip() == "Error: interrupted; no output was written"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["big.jsonl"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("checkpointed", [True, False])
+def test_the_resume_hint_only_where_there_is_a_checkpoint(
+    tmp_path: Path, checkpointed: bool
+) -> None:
+    """An interrupted `--resume` run names --resume only once it has a checkpoint to go on
+    from; stopped before the first one, it says only that nothing was written."""
+    lines = SAMPLE.read_text(encoding="utf-8").splitlines()
+    src = tmp_path / "big.jsonl"
+    src.write_text("\n".join(lines * 3) + "\n", encoding="utf-8")
+    out = tmp_path / "out"
+    cmd = [sys.executable, "-m", "packtool.cli", "pack", str(src), "-L", "1024", "-o", str(out),
+           "-q", "--resume", "--tokenizer-backend", "hf"]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(REPO), "RAYON_NUM_THREADS": "1",
+           "PACKTOOL_CHECKPOINT_SECONDS": "0.05" if checkpointed else "100000"}  # fmt: skip
+    proc = subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE, text=True)
+    work = tmp_path / ".out.packtool-work"
+    ready = (work / "checkpoint.json") if checkpointed else work
+    deadline = time.monotonic() + 60
+    while not ready.exists():
+        assert proc.poll() is None and time.monotonic() < deadline
+        time.sleep(0.01)
+    proc.send_signal(signal.SIGTERM)
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 143, stderr
+    if checkpointed:
+        expected = "interrupted; no output was written (rerun with --resume to continue from"
+        assert stderr.strip().startswith(f"Error: {expected}"), stderr
+    else:
+        assert stderr.strip() == "Error: interrupted; no output was written"
 
 
 def test_a_field_named_by_option_that_the_data_lacks_is_the_error(tmp_path: Path) -> None:

@@ -15,7 +15,6 @@ afterwards. Whatever ran the units, the merged rows are the same.
 from __future__ import annotations
 
 import os
-import shutil
 import socket
 import time
 from collections.abc import Callable, Sequence
@@ -24,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import NothingToPackError, OptionError, OutputExistsError, PacktoolError
+from ..fs import AnyPath, StorePath, as_path, check_writable, remove_tree
 from ..merge import merge_units
 from ..options import ENGINES, PackOptions
 from ..pipeline import PackReport
@@ -111,7 +111,7 @@ def unwrap(outcome: tuple[str, Any]) -> UnitResult:
     return value  # type: ignore[no-any-return]
 
 
-def _prepare(out: Path, count: int, single: bool, overwrite: bool) -> None:
+def _prepare(out: AnyPath, count: int, single: bool, overwrite: bool) -> None:
     """Check ``out`` before any work: a fresh directory, or the units of the same count.
 
     ``overwrite`` with all units removes ``out``; with one unit (``single``), only that unit
@@ -122,7 +122,7 @@ def _prepare(out: Path, count: int, single: bool, overwrite: bool) -> None:
     if not out.is_dir():
         raise OutputExistsError(f"output path {out} exists and is not a directory")
     if overwrite and not single:  # start over: units, merged output, all
-        shutil.rmtree(out)
+        remove_tree(out)
         return
     found = unit_dirs(out)
     holds_units = (out / UNITS_DIR).is_dir()
@@ -180,11 +180,17 @@ def pack_units(
         "world_size": options.world_size,
         "micro_batches": options.micro_batches,
     }
-    out = Path(out_dir)
-    # Absolute paths: every launcher (and every node) then plans and reads the same files.
-    skipped: list[Path] = []
+    out = as_path(out_dir)
+    if isinstance(out, StorePath):  # a missing bucket or a denied write: now, in one line
+        check_writable(out)
+    # Absolute paths: every launcher (and every node) then plans and reads the same files
+    # (URLs are absolute already).
+    skipped: list[AnyPath] = []
     resolved = resolve_inputs(inputs, skipped=skipped)
-    files = [replace(f, path=Path(os.path.abspath(f.path))) for f in resolved]
+    files = [
+        f if isinstance(f.path, StorePath) else replace(f, path=Path(os.path.abspath(f.path)))
+        for f in resolved
+    ]
     plan = plan_units(files, options.units, options)  # loads the tokenizer: a bad one fails here
     created = not out.exists()
     _prepare(out, options.units, options.unit is not None, options.overwrite)
@@ -208,7 +214,7 @@ def pack_units(
         merged = merge_units(out, **merge_options, progress=progress)  # type: ignore[arg-type]
     except NothingToPackError:  # every unit is empty: no output, as without --units
         if created:
-            shutil.rmtree(out, ignore_errors=True)
+            remove_tree(out)
         raise
     merged.seconds = time.perf_counter() - started  # the whole run (the manifest: the merge)
     ran = [results[i] for i in range(options.units)]
@@ -277,8 +283,8 @@ def _merged(out: Path, plan: str, merge_options: dict[str, Any]) -> PackReport |
     from ..merge import merged_manifest, report_from_manifest
 
     manifest = merged_manifest(out)
-    if manifest is None or manifest["units"].get("plan") != plan:
+    if manifest is None or (manifest.units or {}).get("plan") != plan:
         return None
-    if any(manifest["options"].get(k) != v for k, v in merge_options.items()):
+    if any(manifest.options.get(k) != v for k, v in merge_options.items()):
         return None
     return report_from_manifest(out, manifest, 0.0)

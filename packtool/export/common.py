@@ -209,8 +209,7 @@ def export_output(dest: str | os.PathLike[str]) -> Iterator[Path]:
 
 def pack_fingerprint(reader: PackedReader) -> dict[str, Any]:
     """What names the pack an export came from: its path, rows and shard checksums."""
-    shards = reader.manifest.get("shards", [])
-    joined = "".join(str(s.get("sha256", "")) for s in shards)
+    joined = "".join(str(s.sha256 or "") for s in reader.manifest.shards)
     return {
         "path": str(reader.path.resolve()),
         "num_rows": reader.num_rows,

@@ -1,0 +1,187 @@
+"""fsspec URLs in and out: the file-system seam (packtool/fs.py).
+
+The fast cases use fsspec's in-process ``memory://`` store. The S3 cases run a real S3 server
+(moto_server) on loopback inside a network namespace with nothing but loopback (`unshare -n`,
+as tests/test_ray.py does), each scenario of tests/s3_scenarios.py as one subprocess: S3 -> S3
+packs equal to local ones, the tokenizer on S3, every reader on S3, a SIGKILL midway and a
+rerun, a missing bucket, a denied write, missing credentials, and two Ray nodes.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import uuid
+from pathlib import Path
+
+import pytest
+from conftest import REPO, SAMPLE
+from helpers import read_rows
+
+import packtool
+from packtool.errors import FormatError, OutputExistsError, StoreError
+from packtool.fs import StorePath, as_path, is_url
+from packtool.pipeline import pack
+
+fsspec = pytest.importorskip("fsspec", reason="fsspec comes with datasets")
+
+
+@pytest.fixture
+def memory_prefix():
+    """A fresh prefix on fsspec's in-process memory store, removed afterwards."""
+    name = f"t{uuid.uuid4().hex[:10]}"
+    fs = fsspec.filesystem("memory")
+    yield fs, name
+    if fs.exists(f"/{name}"):
+        fs.rm(f"/{name}", recursive=True)
+
+
+def test_urls_become_store_paths_and_local_paths_stay_paths() -> None:
+    assert isinstance(as_path("s3://bucket/a/b.jsonl.gz"), StorePath)
+    p = as_path("s3://bucket/a/b.jsonl.gz")
+    assert (p.name, p.suffixes, str(p.parent)) == ("b.jsonl.gz", [".jsonl", ".gz"], "s3://bucket/a")
+    assert str(p.parent / "c.parquet") == "s3://bucket/a/c.parquet"
+    assert as_path("file:///tmp/x") == Path("/tmp/x")
+    assert as_path("out/x") == Path("out/x") and not is_url("out/x") and not is_url(Path("a"))
+
+
+def test_pack_memory_store_gives_the_local_bytes(memory_prefix, tmp_path: Path) -> None:
+    fs, name = memory_prefix
+    fs.pipe_file(f"/{name}/in/corpus.jsonl", SAMPLE.read_bytes())
+    url = f"memory://{name}/out"
+    report = pack([f"memory://{name}/in/"], url, max_len=4096)
+    assert str(report.out_dir) == url
+    local = pack([SAMPLE], tmp_path / "local", max_len=4096)
+    assert [s["sha256"] for s in report.manifest["shards"]] == [
+        s["sha256"] for s in local.manifest["shards"]
+    ]
+    _, local_rows = read_rows(tmp_path / "local")
+    reader = packtool.open_packed(url)
+    assert len(reader) == len(local_rows)
+    assert reader[7].input_ids.tolist() == local_rows[7]["input_ids"]
+    assert report.manifest["inputs"][0]["path"] == f"memory://{name}/in/corpus.jsonl"
+    # a finished output is replaced only with overwrite
+    with pytest.raises(OutputExistsError, match="--overwrite"):
+        pack([SAMPLE], url, max_len=4096)
+    again = pack([SAMPLE], url, max_len=2048, overwrite=True)
+    assert packtool.open_packed(url).max_len == 2048 == again.max_len
+    assert not fs.exists(f"/{name}/out/data-00000-of-00001.arrow") or again.shards == 1
+
+
+def test_a_prefix_without_a_manifest_is_refused_then_written_over(memory_prefix) -> None:
+    fs, name = memory_prefix
+    fs.pipe_file(f"/{name}/out/data-00000-of-00003.arrow", b"left by a killed run")
+    with pytest.raises(FormatError, match=r"no manifest\.json"):
+        packtool.open_packed(f"memory://{name}/out")
+    pack([SAMPLE], f"memory://{name}/out", max_len=4096)  # a rerun writes over it
+    assert not fs.exists(f"/{name}/out/data-00000-of-00003.arrow")
+    assert len(packtool.open_packed(f"memory://{name}/out")) > 0
+    fs.pipe_file(f"/{name}/other/notes.txt", b"not ours")
+    with pytest.raises(OutputExistsError, match="not a packtool output"):
+        pack([SAMPLE], f"memory://{name}/other", max_len=4096, overwrite=True)
+    assert fs.cat_file(f"/{name}/other/notes.txt") == b"not ours"
+
+
+def test_a_failed_run_publishes_nothing(memory_prefix) -> None:
+    fs, name = memory_prefix
+    fs.pipe_file(f"/{name}/bad.jsonl", b'{"text": "fine"}\n{"text": \n')
+    with pytest.raises(packtool.errors.BadRecordError, match=r"bad\.jsonl:2"):
+        pack([f"memory://{name}/bad.jsonl"], f"memory://{name}/out", max_len=64)
+    assert not fs.exists(f"/{name}/out/manifest.json")
+
+
+def test_unknown_protocols_and_missing_packages_are_one_line() -> None:
+    with pytest.raises(StoreError, match="not a protocol fsspec knows"):
+        as_path("nosuchproto://bucket/x").exists()
+    # gcsfs is not installed here: the hint names the package
+    if shutil.which("python") and not _installed("gcsfs"):
+        with pytest.raises(StoreError, match="pip install 'gcsfs'"):
+            as_path("gs://bucket/x").exists()
+
+
+def _installed(module: str) -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec(module) is not None
+
+
+# -- a real S3 server, in a network namespace ------------------------------------------------
+
+
+def _namespace_problem() -> str | None:
+    if os.geteuid() != 0:
+        return "the S3 scenarios run moto_server in a network namespace: they need root"
+    for tool in ("unshare", "ip", "moto_server"):
+        if shutil.which(tool) is None:
+            return f"the S3 scenarios need {tool} (util-linux, iproute2, moto[server])"
+    if not _installed("s3fs"):
+        return "s3fs is not installed: pip install -e '.[test]' (it brings packtool[s3])"
+    return None
+
+
+NAMESPACE = ["unshare", "-n", "sh", "-c", 'ip link set lo up && exec "$@"', "sh"]
+
+
+def run_scenario(name: str, timeout: float) -> None:
+    problem = _namespace_problem()
+    if problem:
+        pytest.skip(problem)
+    work = Path(tempfile.mkdtemp(prefix=f"pts3-{name}-", dir="/tmp"))
+    try:
+        (work / "tmp").mkdir()
+        (work / "home").mkdir()
+        env = {
+            k: v
+            for k, v in os.environ.items()
+            if not k.startswith(("AWS_", "RAY_")) and k not in ("HOME", "TMPDIR")
+        }
+        env.update(
+            HOME=str(work / "home"),
+            TMPDIR=str(work / "tmp"),
+            RAY_AUTH_MODE="disabled",
+            PYTHONPATH=os.pathsep.join([str(REPO), *filter(None, [env.get("PYTHONPATH")])]),
+        )
+        script = REPO / "tests" / "s3_scenarios.py"
+        proc = subprocess.run(
+            [
+                "unshare",
+                "-n",
+                "sh",
+                "-c",
+                'ip link set lo up && exec "$@"',
+                "sh",
+                sys.executable,
+                str(script),
+                name,
+                str(work),
+            ],
+            env=env,
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+        assert proc.returncode == 0, f"exit {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
+        assert f"scenario {name}: ok" in proc.stdout
+        assert list((work / "tmp").glob("packtool-*")) == []  # scratch cleaned up
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+@pytest.mark.slow
+def test_s3_pack_and_readers() -> None:
+    run_scenario("pack", timeout=600)
+
+
+@pytest.mark.slow
+def test_s3_kill_rerun_and_access_errors() -> None:
+    run_scenario("faults", timeout=600)
+
+
+@pytest.mark.slow
+@pytest.mark.xdist_group("ray")
+def test_s3_two_ray_nodes_give_the_local_rows() -> None:
+    run_scenario("ray", timeout=900)
