@@ -35,7 +35,7 @@ import os
 import threading
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -260,6 +260,12 @@ class ChatTemplate:
     def sha256(self) -> str:
         return hashlib.sha256(self.text.encode("utf-8")).hexdigest()
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickled as its text (work units in other processes and on other nodes): the
+        compiled template, bound to a sandbox, is compiled again where it is loaded."""
+        return (_restore_template, (self.text, self.name, self.source, dict(self.variables),
+                                    self.timeout))  # fmt: skip
+
     def describe(self) -> dict[str, str]:
         """The manifest's record of the template."""
         return {"name": self.name, "source": self.source, "sha256": self.sha256}
@@ -364,6 +370,13 @@ def _template_variables(tokenizer: Any) -> dict[str, str]:
         if token is not None:
             out[f"{name}_token"] = token
     return out
+
+
+def _restore_template(
+    text: str, name: str, source: str, variables: dict[str, str], timeout: float | None
+) -> ChatTemplate:
+    template = ChatTemplate.from_string(text, name=name, source=source, variables=variables)
+    return replace(template, timeout=timeout)
 
 
 def load_chat_template(spec: str | os.PathLike[str] | None, tokenizer: Any) -> ChatTemplate:

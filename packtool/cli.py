@@ -577,6 +577,16 @@ def pack(
             show_default=False,
         ),
     ] = None,
+    merge_copy: Annotated[
+        bool | None,
+        typer.Option(
+            "--copy/--no-copy",
+            help="With --units: the merge writes the rows again into OUTPUT (--copy), or lists "
+            "the units' shards where they lie (--no-copy) [default: list them, copy only what "
+            "--world-size or a changed order needs].",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Tokenize INPUTS and pack them into rows of --max-len tokens, written as Arrow shards.
 
@@ -1257,10 +1267,16 @@ def _units_table(report: Any) -> Table:
 
 def _units_line(manifest: Any) -> str:
     units = manifest.units
+    if units.get("copied") is False:
+        how = "; the rows stay in the units' shards (merged without copying)"
+    elif units.get("copy_reason"):
+        how = f"; rows copied ({units['copy_reason']})"
+    else:
+        how = ""
     return (
         f"{units['count']} units: {manifest.rows:,} rows; one global FFD would need "
         f"{manifest.global_ffd_rows:,} (+{units['rows_over_global_ffd']:,} rows, "
-        f"{units['packing_loss']:.2%} packing loss)"
+        f"{units['packing_loss']:.2%} packing loss){how}"
     )
 
 
@@ -1359,6 +1375,16 @@ def merge(
             show_default=False,
         ),
     ] = None,
+    copy: Annotated[
+        bool | None,
+        typer.Option(
+            "--copy/--no-copy",
+            help="Write the rows again into OUT_DIR (--copy), or list the units' shards where "
+            "they lie, writing no row (--no-copy) [default: as given to pack, else list them "
+            "and copy only what --world-size or another order than the units' needs].",
+            show_default=False,
+        ),
+    ] = None,
     quiet: Annotated[
         bool, typer.Option("--quiet", "-q", help="No progress and no summary.")
     ] = False,
@@ -1366,10 +1392,12 @@ def merge(
 ) -> None:
     """Join the work units in OUT_DIR/units into one dataset in OUT_DIR, with one manifest.
 
-    Units are joined in order, doc_ids renumbered over the whole corpus and the rows shuffled
-    as `pack` does. The manifest records global_ffd_rows: the rows one global packing would
-    need, to measure what packing unit by unit costs. A second merge with the same options
-    does nothing.
+    By default no row is copied: the manifest lists the units' shards (rows shuffled within
+    each unit) in a seeded order, with doc_ids offsets over the whole corpus; the units then
+    hold the only copy of the rows. --copy (implied by --world-size, and by an order the
+    units do not hold) writes the rows again, shuffled as `pack` does. The manifest records
+    global_ffd_rows: the rows one global packing would need, to measure what packing unit
+    by unit costs. A second merge with the same options does nothing.
     """
     from .merge import merge_units
 
@@ -1382,6 +1410,7 @@ def merge(
             shard_size=shard_size,
             world_size=world_size,
             micro_batches=micro_batches,
+            copy=copy,
             progress=progress,
         )
     if as_json:

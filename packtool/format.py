@@ -69,6 +69,7 @@ __all__ = [
     "open_packed",
     "packed_schema",
     "publish",
+    "row_bytes",
 ]
 
 FORMAT_NAME = "packtool.packed"
@@ -83,6 +84,12 @@ _SHARD_RE = re.compile(r"data-\d{5}-of-\d{5}\.arrow")
 # units: on a store, the names a rerun or --overwrite may replace.
 _OUTPUT_FILES = ("dataset_info.json", "state.json", "tokenizer.json", MANIFEST_FILE)
 _UNITS_DIR = "units"
+
+
+def row_bytes(max_len: int, with_labels: bool = False) -> int:
+    """About the bytes of one row in a shard (its int32 columns of ``max_len``, and a little
+    for the others): what ``--shard-size`` is divided by to get the rows per shard."""
+    return (3 if with_labels else 2) * 4 * max_len + 64
 
 
 def packed_schema(max_len: int, with_labels: bool = False) -> pa.Schema:
@@ -471,38 +478,84 @@ class ShardWriter:
         if not self._shards:  # an empty dataset still gets one (empty) shard
             self._open_shard()
         self._close_shard()
-        features = hf_features(self.schema)
-        _write_json(
-            self.staging / "dataset_info.json",
-            {"citation": "", "description": "packed by packtool", "features": features},
-        )
-        _write_json(
-            self.staging / "state.json",
-            {
-                "_data_files": [{"filename": s["file"]} for s in self._shards],
-                "_fingerprint": hashlib.sha256(
-                    "".join(s["sha256"] for s in self._shards).encode()
-                ).hexdigest()[:16],
-                "_format_columns": None,
-                "_format_kwargs": {},
-                "_format_type": None,
-                "_output_all_columns": False,
-                "_split": None,
-            },
-        )
-        record = {
-            "format": FORMAT_NAME,
-            "format_version": FORMAT_VERSION,
-            **manifest,
-            "max_len": self.max_len,
-            "columns": self.schema.names,
-            "num_rows": self.num_rows,
-            "shards": self._shards,
-        }
+        _write_metadata(self.staging, self.schema, self._shards)
+        record = _full_manifest(manifest, self.schema, self.max_len, self._shards)
         _write_json(self.staging / MANIFEST_FILE, record)
         _move_into_place(self.staging, self.out_dir, self.overwrite)
         self._committed = True
         return Manifest(record, self.out_dir / MANIFEST_FILE)
+
+
+def _write_metadata(directory: Path, schema: pa.Schema, shards: list[dict[str, Any]]) -> None:
+    """``dataset_info.json`` and ``state.json``: what `datasets.load_from_disk` reads. Its
+    ``_data_files`` are the shards' paths relative to ``directory``, in row order."""
+    _write_json(
+        directory / "dataset_info.json",
+        {"citation": "", "description": "packed by packtool", "features": hf_features(schema)},
+    )
+    _write_json(
+        directory / "state.json",
+        {
+            "_data_files": [{"filename": s["file"]} for s in shards],
+            "_fingerprint": hashlib.sha256(
+                "".join(s["sha256"] for s in shards).encode()
+            ).hexdigest()[:16],
+            "_format_columns": None,
+            "_format_kwargs": {},
+            "_format_type": None,
+            "_output_all_columns": False,
+            "_split": None,
+        },
+    )
+
+
+def _full_manifest(
+    manifest: Mapping[str, Any], schema: pa.Schema, max_len: int, shards: list[dict[str, Any]]
+) -> dict[str, Any]:
+    return {
+        "format": FORMAT_NAME,
+        "format_version": FORMAT_VERSION,
+        **manifest,
+        "max_len": max_len,
+        "columns": schema.names,
+        "num_rows": sum(int(s["rows"]) for s in shards),
+        "shards": shards,
+    }
+
+
+def commit_in_place(
+    out_dir: str | os.PathLike[str],
+    *,
+    max_len: int,
+    with_labels: bool,
+    shards: list[dict[str, Any]],
+    manifest: Mapping[str, Any],
+) -> Manifest:
+    """Commit a dataset whose shards already lie under ``out_dir``: no row is written.
+
+    ``shards`` are manifest entries (``file`` relative to ``out_dir``, ``rows``, ``bytes``,
+    ``sha256``, optionally ``doc_offset``), in row order; a merge without copying lists the
+    units' shards this way. Any old manifest goes first, then the `datasets` metadata, then
+    the new manifest (written aside and renamed), so ``out_dir`` never looks complete with
+    metadata that does not match it. Returns the manifest.
+    """
+    out = Path(out_dir)
+    schema = packed_schema(max_len, with_labels)
+    for i, entry in enumerate(shards):
+        problem = _shard_entry_problem(i, entry)
+        if problem:
+            raise ValueError(problem)
+    (out / MANIFEST_FILE).unlink(missing_ok=True)
+    _write_metadata(out, schema, shards)
+    record = _full_manifest(manifest, schema, max_len, shards)
+    aside = out / f".{MANIFEST_FILE}.packtool-tmp-{os.getpid()}"
+    try:
+        _write_json(aside, record)
+        os.replace(aside, out / MANIFEST_FILE)
+    finally:
+        aside.unlink(missing_ok=True)
+    _fsync(out)
+    return Manifest(record, out / MANIFEST_FILE)
 
 
 def check_output_dir(out_dir: Path, overwrite: bool) -> None:
@@ -668,6 +721,7 @@ class ShardEntry:
     rows: int
     bytes: int | None = None
     sha256: str | None = None
+    doc_offset: int = 0  # added to the shard's doc_ids (a unit's shard, listed by a merge)
 
 
 @dataclass(frozen=True)
@@ -919,7 +973,9 @@ class Manifest(Mapping[str, Any]):
     @property
     def shards(self) -> list[ShardEntry]:
         return [
-            ShardEntry(s["file"], int(s["rows"]), s.get("bytes"), s.get("sha256"))
+            ShardEntry(
+                s["file"], int(s["rows"]), s.get("bytes"), s.get("sha256"), s.get("doc_offset", 0)
+            )
             for s in self._data.get("shards", [])
         ]
 
@@ -1101,10 +1157,14 @@ class PackedReader:
         self.path = path
         self.manifest = manifest
         self.max_len: int = manifest.max_len
-        self.shard_paths = [path / s.file for s in manifest.shards]
+        self.shard_files: list[str] = [s.file for s in manifest.shards]
+        """The shards as the manifest lists them: paths relative to ``path``."""
+        self.shard_paths = [path / name for name in self.shard_files]
         self.shard_rows = [s.rows for s in manifest.shards]
+        self._doc_offsets = [s.doc_offset for s in manifest.shards]
         self._starts = np.concatenate([[0], np.cumsum(self.shard_rows)]).astype(np.int64)
         self._tables: dict[int, pa.Table] = {}
+        self._referenced: dict[str, dict[str, ShardEntry]] = {}
 
     @property
     def num_rows(self) -> int:
@@ -1130,11 +1190,78 @@ class PackedReader:
             )
         return value
 
+    @property
+    def references_units(self) -> bool:
+        """True for a merge without copying: the shards lie in the units' directories."""
+        return any("/" in name for name in self.shard_files)
+
+    def _check_shard_file(self, shard: int) -> None:
+        """Before mapping a shard: it exists, has the size the manifest records, and, when it
+        lies in a sub-directory (a unit's shard, referenced by a merge without copying), that
+        directory's own manifest still lists it with the same rows and sha256. Hashing the
+        bytes is left to ``packtool verify``."""
+        path, name = self.shard_paths[shard], self.shard_files[shard]
+        entry = self.manifest.shards[shard]
+        referenced = "/" in name
+        whose = (
+            f"a shard of {self.path}, referenced where the unit wrote it (merged without "
+            "copying): restore it, or pack that unit again and run `packtool merge`"
+            if referenced
+            else f"a shard of {self.path} (run `packtool verify`)"
+        )
+        try:
+            size = path.stat().st_size
+        except FileNotFoundError:
+            raise FormatError(
+                f"{path}: cannot read shard: the file is missing; it is {whose}"
+            ) from None
+        except OSError as e:
+            raise FormatError(f"{path}: cannot read shard: {e}") from e
+        if _is_count(entry.bytes) and size != entry.bytes:
+            raise FormatError(
+                f"{path}: cannot read shard: {size} bytes, the manifest records "
+                f"{entry.bytes} (altered or truncated); it is {whose}"
+            )
+        if referenced:
+            directory, _, file = name.rpartition("/")
+            listed = self._listed_in(directory).get(file)
+            if listed is None or (listed.rows, listed.bytes, listed.sha256) != (
+                entry.rows,
+                entry.bytes,
+                entry.sha256,
+            ):
+                raise FormatError(
+                    f"{path}: {self.path / directory} no longer holds the shard the merge "
+                    f"listed (it was packed again or altered); run `packtool merge {self.path}`"
+                )
+
+    def _listed_in(self, directory: str) -> dict[str, ShardEntry]:
+        """The shards that the packed dataset in ``directory`` (relative) lists, by file."""
+        listed = self._referenced.get(directory)
+        if listed is None:
+            where = self.path / directory
+            try:
+                manifest = read_manifest(where)
+            except FormatError as e:
+                raise FormatError(
+                    f"{where}: the unit that {self.path} references is not readable ({e}); "
+                    f"pack it again and run `packtool merge {self.path}`"
+                ) from e
+            listed = {s.file: s for s in manifest.shards}
+            self._referenced[directory] = listed
+        return listed
+
     def shard_table(self, shard: int) -> pa.Table:
-        """The rows of one shard, memory-mapped (zero-copy)."""
+        """The rows of one shard, memory-mapped (zero-copy).
+
+        In a merge without copying, a unit's shard numbers its documents within the unit;
+        ``doc_ids`` are returned numbered over the whole corpus (plus the shard's
+        ``doc_offset``), like every other column as stored.
+        """
         table = self._tables.get(shard)
         if table is None:
             path = self.shard_paths[shard]
+            self._check_shard_file(shard)
             try:
                 table = self._read_shard(path)
                 # A damaged shard can parse and still hold lengths or offsets that point
@@ -1152,6 +1279,8 @@ class PackedReader:
                 )
             if isinstance(path, StorePath):  # streamed: one shard in memory at a time
                 self._tables.clear()
+            if self._doc_offsets[shard]:
+                table = _offset_doc_ids(table, self._doc_offsets[shard])
             self._tables[shard] = table
         return table
 
@@ -1220,6 +1349,16 @@ class PackedReader:
             special["pad_id"] = tokenizer.special.pad_id
         tokenizer.special = SpecialTokens(**special)
         return tokenizer
+
+
+def _offset_doc_ids(table: pa.Table, offset: int) -> pa.Table:
+    """``table`` with ``offset`` added to every ``doc_ids`` value (the other columns as they
+    are, still memory-mapped)."""
+    index = table.schema.get_field_index("doc_ids")
+    docs = table.column(index).combine_chunks()
+    values = np.asarray(docs.values.to_numpy(zero_copy_only=False), dtype=np.int64) + offset
+    shifted = pa.ListArray.from_arrays(docs.offsets, _int_array(values, np.int64))
+    return table.set_column(index, table.schema.field(index), shifted)
 
 
 def read_manifest(path: str | os.PathLike[str] | StorePath) -> Manifest:
@@ -1311,19 +1450,35 @@ def _manifest_problem(manifest: dict[str, Any]) -> str | None:
     if not isinstance(shards, list):
         return "'shards' is not a list"
     for i, shard in enumerate(shards):
-        if not isinstance(shard, dict):
-            return f"shards[{i}] is not an object"
-        name = shard.get("file")
-        if (
-            not isinstance(name, str)
-            or not name
-            or name != Path(name).name
-            or name.startswith(".")
-            or "\\" in name
-        ):
-            return f"shards[{i}].file is {name!r}, not a file name inside the dataset directory"
-        if not _is_count(shard.get("rows")):
-            return f"shards[{i}].rows is {shard.get('rows')!r}, not a row count"
+        problem = _shard_entry_problem(i, shard)
+        if problem:
+            return problem
+    return None
+
+
+def _shard_entry_problem(i: int, shard: Any) -> str | None:
+    """What is wrong with ``shards[i]`` of a manifest, or None.
+
+    ``file`` is a path relative to the dataset directory, with ``/`` between its parts: a
+    plain name (``data-00000-of-00002.arrow``), or one inside a sub-directory (a merge without
+    copying lists ``units/unit-00003-of-00008/data-00000-of-00001.arrow``). No part is empty or
+    starts with ``.``, so a manifest cannot make a reader open ``../../somewhere`` or ``/etc``.
+    """
+    if not isinstance(shard, dict):
+        return f"shards[{i}] is not an object"
+    name = shard.get("file")
+    if (
+        not isinstance(name, str)
+        or not name
+        or "\\" in name
+        or ":" in name
+        or any(not part or part.startswith(".") for part in name.split("/"))
+    ):
+        return f"shards[{i}].file is {name!r}, not a path inside the dataset directory"
+    if not _is_count(shard.get("rows")):
+        return f"shards[{i}].rows is {shard.get('rows')!r}, not a row count"
+    if not _is_count(shard.get("doc_offset", 0)):
+        return f"shards[{i}].doc_offset is {shard.get('doc_offset')!r}, not a document count"
     return None
 
 

@@ -76,7 +76,9 @@ __all__ = [
     "check_chat",
     "check_prompt_completion",
     "detect_shape",
+    "has_labels",
     "input_shape",
+    "megatron_ids",
     "plan_input",
 ]
 
@@ -700,6 +702,26 @@ class InputPlan:
             "chat_template": self.template.describe() if self.template is not None else None,
             "parse_special": self.parse_special,
         }
+
+
+def has_labels(options: PackOptions) -> bool:
+    """Whether a run with ``options`` writes a labels column (its input shape given, not
+    ``auto``): instruction data, ``--loss-on all``, or ids with labels or a loss mask."""
+    o = options
+    if o.ids_field is not None:
+        return bool(o.labels_field or o.loss_mask_field) or o.loss_on is not None
+    shape = parse_shape(o.input_shape)
+    if shape is InputShape.AUTO:
+        raise ValueError("has_labels needs the input shape decided (input_shape() first)")
+    return resolve_loss_on(o.loss_on, shape) is not None
+
+
+def megatron_ids(files: Sequence[InputFile], options: PackOptions) -> PackOptions:
+    """Megatron inputs are ids: ``options`` with an ids field named (``tokens``, a name to
+    show) when every input is a Megatron indexed dataset and none is given."""
+    if options.ids_field is None and files and all(f.kind == "megatron" for f in files):
+        return options.replace(ids_field="tokens")
+    return options
 
 
 def input_shape(files: Sequence[InputFile], options: PackOptions) -> tuple[InputShape, bool]:

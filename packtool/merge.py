@@ -1,20 +1,27 @@
 """``packtool merge``: join the outputs of work units into one packed dataset.
 
-The units of ``OUT_DIR/units/unit-I-of-N/`` (see :mod:`packtool.units`) are read in unit
-order, their rows laid end to end (unit 0's rows in FFD order, then unit 1's, ...), shuffled
-with ``seed`` as ``pack`` shuffles its rows, and written to ``OUT_DIR`` itself as one dataset
-with one manifest (the units stay in ``OUT_DIR/units`` for reruns)::
+The units of ``OUT_DIR/units/unit-I-of-N/`` (see :mod:`packtool.units`) each hold their rows
+FFD-packed and shuffled within the unit (seed :func:`~packtool.order.unit_row_seed`). By
+default the merge writes no row: its manifest lists the units' shards where they lie, as
+paths relative to ``OUT_DIR``, in a seeded order (:func:`~packtool.order.shard_order`), each
+with the ``doc_offset`` that numbers its documents over the whole corpus::
 
-    unit 0 rows  r0 r1 r2        documents 0..999 of the corpus      doc_ids + 0
-    unit 1 rows  r3 r4           documents 1000..1799 (local 0..799)  doc_ids + 1000
-                 \\ permutation(5, seed) /
-    OUT_DIR      r4 r0 r3 r2 r1
+    unit 0 shards  u0/s0 u0/s1        documents 0..999 of the corpus      doc_offset 0
+    unit 1 shards  u1/s0              documents 1000..1799 (local 0..799)  doc_offset 1000
+                   \\ shard_order(3, seed) /
+    OUT_DIR/manifest.json   units/u1/s0, units/u0/s1, units/u0/s0  (+ state.json for datasets)
 
-So with ``--units 1`` the merged rows are exactly those of a plain ``pack``; with more
-units they differ only in which documents share a row. The merge measures that difference:
-it runs one first-fit-decreasing over all segment lengths of all units and records the rows
-it needs as ``global_ffd_rows`` in the manifest (the rows a single ``pack`` would write),
-beside ``rows`` and the per-unit figures under ``units``.
+Where a global stored order is needed (``--world-size``: balanced steps over all the units'
+rows), or the units' stored order is not the one asked for (another seed, ``--no-shuffle``,
+another shard size), or with ``copy=True``, the merge copies: it lays the units' FFD rows end
+to end (unit 0's, then unit 1's, ...), orders them as ``pack`` would (the seeded shuffle, or
+balanced steps), renumbers ``doc_ids`` and writes new shards into ``OUT_DIR``. With
+``--units 1`` the merged rows are exactly those of a plain ``pack`` either way (in the
+referencing merge when the unit has one shard; with more, the same shards in another order).
+
+Both measure what packing unit by unit costs: one first-fit-decreasing over all segment
+lengths of all units, recorded as ``global_ffd_rows`` (the rows a single ``pack`` would
+write), beside ``rows`` and the per-unit figures under ``units``.
 """
 
 from __future__ import annotations
@@ -37,22 +44,33 @@ from .errors import FormatError, OptionError
 from .format import (
     MANIFEST_FILE,
     DocumentCounts,
+    Manifest,
     ShardWriter,
+    commit_in_place,
     open_packed,
     publish,
     read_manifest,
+    row_bytes,
 )
 from .fs import StorePath, as_path, check_writable, download_tree
 from .limits import MAX_ROWS_PER_SHARD, MAX_SEED, check_int
-from .options import DEFAULT_SHARD_SIZE, PackOptions, parse_size
-from .order import attention_costs, balance_record, balanced_order, check_world_size
+from .options import DEFAULT_SHARD_SIZE, NO_COPY_BALANCE, PackOptions, parse_size
+from .order import (
+    attention_costs,
+    balance_record,
+    balanced_order,
+    check_world_size,
+    row_shuffle,
+    shard_order,
+    unit_row_seed,
+)
 from .packing import first_fit_decreasing, lower_bound_rows
 from .pipeline import PackReport
 from .units import UNITS_DIR, unit_dirs
 
 __all__ = ["MERGE_KEYS", "merge_units", "segment_lengths"]
 
-MERGE_KEYS = ("shuffle", "seed", "rows_per_shard", "world_size", "micro_batches")
+MERGE_KEYS = ("shuffle", "seed", "rows_per_shard", "world_size", "micro_batches", "copy")
 """Options that apply at the merge (they do not change which documents share a row)."""
 
 _BAD_RECORDS_KEPT = 20
@@ -96,7 +114,7 @@ def _merge_options(
         }
         if len(recorded) > 1:
             flag = "--" + key.replace("_", "-")
-            flag = "--shuffle/--no-shuffle" if key == "shuffle" else flag
+            flag = {"shuffle": "--shuffle/--no-shuffle", "copy": "--copy/--no-copy"}.get(key, flag)
             raise OptionError(
                 f"the units were packed with different {key} values "
                 f"({', '.join(sorted(recorded))}): choose one with {flag}"
@@ -177,24 +195,27 @@ def _global_inputs(units: list[tuple[Path, dict[str, Any]]], first_docs: list[in
     return out
 
 
-def report_from_manifest(out: Path, manifest: dict[str, Any], seconds: float) -> PackReport:
+def report_from_manifest(out: Path, manifest: Manifest, seconds: float) -> PackReport:
+    tokens = manifest.tokens
     return PackReport(
         out_dir=out,
-        max_len=int(manifest["max_len"]),
-        documents=DocumentCounts(**manifest["documents"]),
-        segments=int(manifest["segments"]),
-        tokens=int(manifest["tokens"]["packed"]),
-        tokens_truncated=int(manifest["tokens"]["truncated_away"]),
-        tokens_dropped=int(manifest["tokens"]["dropped"]),
-        rows=int(manifest["rows"]),
-        lower_bound_rows=int(manifest["lower_bound_rows"]),
-        shards=len(manifest["shards"]),
+        max_len=manifest.max_len,
+        documents=manifest.documents,
+        segments=int(manifest.segments or 0),
+        tokens=tokens.packed,
+        tokens_truncated=tokens.truncated_away,
+        tokens_dropped=tokens.dropped,
+        rows=manifest.rows,
+        lower_bound_rows=manifest.lower_bound_rows,
+        shards=len(manifest.shards),
         seconds=seconds,
-        bad_records=list(manifest.get("bad_records", [])),
+        bad_records=list(manifest.bad_records),
         manifest=manifest,
-        special_strings=int(manifest.get("special_strings", {}).get("documents", 0)),
-        parse_special=bool(manifest.get("special_strings", {}).get("parsed", False)),
-        notices=[n for n in (manifest.get("tokenizer", {}).get("turned_off"),) if n],
+        special_strings=manifest.special_strings,
+        parse_special=manifest.parse_special,
+        notices=manifest.notices,
+        tokens_learned=tokens.learned,
+        backend=manifest.backend or {},
     )
 
 
@@ -207,15 +228,20 @@ def merge_units(
     shard_size: str | int | None = None,
     world_size: int | None = None,
     micro_batches: int | None = None,
+    copy: bool | None = None,
     progress: Callable[[str, int, int | None], None] | None = None,
 ) -> PackReport:
     """Join the finished units under ``OUT_DIR/units`` into one dataset in ``OUT_DIR``.
 
-    ``shuffle``, ``seed`` and ``rows_per_shard`` (or ``shard_size``) default to what the
-    units recorded at pack time (``pack`` defaults: shuffle with seed 0, 256MB shards).
-    The merge is skipped when ``OUT_DIR`` already holds the merge of the same plan with the
-    same options. Raises :class:`~packtool.errors.FormatError` when a unit is missing or
-    was packed under another plan.
+    ``shuffle``, ``seed``, ``rows_per_shard`` (or ``shard_size``), ``world_size``,
+    ``micro_batches`` and ``copy`` default to what the units recorded at pack time (``pack``
+    defaults: shuffle with seed 0, 256MB shards). ``copy=None`` lists the units' shards where
+    they lie unless the rows must be written again (see the module docstring and
+    ``units.copy_reason`` in the manifest); ``copy=True`` always writes them; ``copy=False``
+    never does, and refuses options that would need it. The merge is skipped when ``OUT_DIR``
+    already holds the merge of the same plan with the same options. Raises
+    :class:`~packtool.errors.FormatError` when a unit is missing or was packed under another
+    plan.
     """
     started = time.perf_counter()
     out = as_path(out_dir)
@@ -242,6 +268,7 @@ def merge_units(
         "rows_per_shard": rows_per_shard,
         "world_size": world_size,
         "micro_batches": micro_batches,
+        "copy": copy,
     }
     opts, layout = _resolve_options(manifests, given, shard_size)
     plan = first["unit"]["plan"]
@@ -252,6 +279,9 @@ def merge_units(
         and all(previous["options"].get(k) == opts[k] for k in MERGE_KEYS)
     ):
         return report_from_manifest(out, previous, time.perf_counter() - started)
+    reason = "--copy" if opts["copy"] else _copy_reason(manifests, opts)
+    if opts["copy"] is False and reason is not None:
+        raise OptionError(f"the merge cannot list the units' shards as they are: {reason}")
 
     src = _sources(out, units)
     if progress:
@@ -261,14 +291,22 @@ def merge_units(
     global_rows = (
         int(first_fit_decreasing(all_lengths, max_len).max()) + 1 if all_lengths.size else 0
     )
+    record = _manifest(units, src.first_docs, opts, src.n_rows, global_rows, started, plan)
+    record["units"]["copied"] = reason is not None
+    record["units"]["copy_reason"] = reason
+    if reason is None:
+        manifest = _reference(out, units, src, opts, record, started)
+        if progress:
+            progress("merge", src.n_rows, src.n_rows)
+        return report_from_manifest(out, manifest, time.perf_counter() - started)
+    ffd = _ffd_rows(manifests)  # global FFD row k is stored row ffd[k]
     balance = None
     if layout.world_size is not None:
-        order, balance = _balanced_order(src.tables, lengths, layout)
+        order, balance = _balanced_order(src.tables, lengths, layout, ffd)
     elif layout.shuffle:
-        order = np.random.default_rng(layout.seed).permutation(src.n_rows)
+        order = ffd[row_shuffle(src.n_rows, layout.seed)]
     else:
-        order = np.arange(src.n_rows)
-    record = _manifest(units, src.first_docs, opts, src.n_rows, global_rows, started, plan)
+        order = ffd
     if balance is not None:
         record["balance"] = balance
     rows_per_shard = int(opts["rows_per_shard"])
@@ -296,20 +334,118 @@ def _merge_on_store(
     return report
 
 
+def _copy_reason(manifests: list[Manifest], opts: dict[str, Any]) -> str | None:
+    """Why the merged rows must be written again, or None: the units' shards, in a seeded
+    order, are then exactly the dataset asked for."""
+    if opts["world_size"] is not None:
+        return "--world-size stores balanced steps over all the units' rows"
+    for i, m in enumerate(manifests):
+        o = m.options
+        if o.get("rows_per_shard") != opts["rows_per_shard"]:
+            return (
+                f"unit {i} holds {o.get('rows_per_shard')} rows per shard, the merge asks for "
+                f"{opts['rows_per_shard']} (--rows-per-shard/--shard-size)"
+            )
+        stored = f"shuffled with seed {o.get('seed')}" if o.get("shuffle") else "not shuffled"
+        if not opts["shuffle"] and o.get("shuffle"):
+            return f"unit {i}'s rows are stored {stored}; --no-shuffle asks for FFD order"
+        if opts["shuffle"] and (
+            not o.get("shuffle") or o.get("seed") != unit_row_seed(opts["seed"], i)
+        ):
+            return (
+                f"unit {i}'s rows are stored {stored}; --seed {opts['seed']} shuffles them "
+                f"with seed {unit_row_seed(opts['seed'], i)} (pack the units with that --seed)"
+            )
+    return None
+
+
+def _ffd_rows(manifests: list[Manifest]) -> np.ndarray:
+    """Where each unit's FFD rows are stored: entry ``k`` of the result is the stored row
+    (over the units' shards laid end to end) of global FFD row ``k`` (unit 0's FFD rows,
+    then unit 1's, ...). A unit stores FFD row ``perm[j]`` at row ``j``."""
+    pieces, base = [], 0
+    for m in manifests:
+        n = m.rows
+        if m.options.get("shuffle"):
+            pieces.append(base + np.argsort(row_shuffle(n, int(m.options["seed"]))))
+        else:
+            pieces.append(base + np.arange(n, dtype=np.int64))
+        base += n
+    return np.concatenate(pieces).astype(np.int64) if pieces else np.zeros(0, np.int64)
+
+
+def _reference(
+    out: Path,
+    units: list[tuple[Path, Manifest]],
+    src: _Sources,
+    opts: dict[str, Any],
+    record: dict[str, Any],
+    started: float,
+) -> Manifest:
+    """Commit a manifest that lists the units' shards where they lie (no row is written)."""
+    shards: list[dict[str, Any]] = []
+    for (path, m), first_doc in zip(units, src.first_docs, strict=True):
+        for entry in m.shards:
+            if not entry.rows:
+                continue  # an empty unit's empty shard
+            file = f"{UNITS_DIR}/{path.name}/{entry.file}"
+            try:
+                size = (out / file).stat().st_size
+            except OSError as e:
+                raise FormatError(
+                    f"{out / file}: cannot read the unit's shard ({e.strerror}): pack that "
+                    "unit again"
+                ) from e
+            if size != entry.bytes:
+                raise FormatError(
+                    f"{out / file}: {size} bytes, its unit's manifest records "
+                    f"{entry.bytes}: the shard was altered; pack that unit again"
+                )
+            shards.append(
+                {
+                    "file": file,
+                    "rows": entry.rows,
+                    "bytes": entry.bytes,
+                    "sha256": entry.sha256,
+                    "doc_offset": first_doc,
+                }
+            )
+    if opts["shuffle"]:
+        shards = [shards[i] for i in shard_order(len(shards), int(opts["seed"]))]
+    first = units[0][1]
+    _clear_merged(out)
+    _copy_tokenizer(units, out)
+    record = {**record, "seconds": round(time.perf_counter() - started, 3)}
+    return commit_in_place(
+        out,
+        max_len=first.max_len,
+        with_labels=first.has_labels,
+        shards=shards,
+        manifest=record,
+    )
+
+
+def _copy_tokenizer(units: list[tuple[Path, Manifest]], directory: Path) -> None:
+    first = units[0][1]
+    tokenizer_file = units[0][0] / first.tokenizer_file
+    if first.tokenizer_copied and tokenizer_file.exists():
+        shutil.copyfile(tokenizer_file, directory / "tokenizer.json")
+
+
 def _resolve_options(
     manifests: list[dict[str, Any]], given: dict[str, Any], shard_size: str | int | None
 ) -> tuple[dict[str, Any], PackOptions]:
     """The merge's options: those given, else what the units recorded, else pack's defaults;
     checked as ``pack`` checks them."""
-    row_bytes = 2 * 4 * int(manifests[0]["max_len"]) + 64
+    size = row_bytes(int(manifests[0]["max_len"]), "labels" in manifests[0]["columns"])
     if given["rows_per_shard"] is not None:
         check_int("--rows-per-shard", given["rows_per_shard"], 1, MAX_ROWS_PER_SHARD)
     if given["seed"] is not None:
         check_int("--seed", given["seed"], 0, MAX_SEED)
     if given["rows_per_shard"] is None and shard_size is not None:
-        given = {**given, "rows_per_shard": max(1, parse_size(shard_size) // row_bytes)}
+        given = {**given, "rows_per_shard": max(1, parse_size(shard_size) // size)}
     opts = _merge_options(manifests, given)
-    defaults = {"shuffle": True, "seed": 0, "micro_batches": 1}
+    defaults = {"shuffle": True, "seed": 0, "micro_batches": 1}  # copy: None, as needed
     for key, value in defaults.items():
         if opts[key] is None:
             opts[key] = value
@@ -320,7 +456,9 @@ def _resolve_options(
         micro_batches=opts["micro_batches"],
     )
     if opts["rows_per_shard"] is None:
-        opts["rows_per_shard"] = max(1, parse_size(DEFAULT_SHARD_SIZE) // row_bytes)
+        opts["rows_per_shard"] = max(1, parse_size(DEFAULT_SHARD_SIZE) // size)
+    if opts["copy"] is False and opts["world_size"] is not None:
+        raise OptionError(NO_COPY_BALANCE)
     return opts, layout
 
 
@@ -390,15 +528,14 @@ def _write(
         with_labels="labels" in first["columns"],
         overwrite=True,
     ) as writer:
-        block = max(1, min(rows_per_shard, (64 << 20) // (2 * 4 * max_len + 64)))
+        with_labels = "labels" in first["columns"]
+        block = max(1, min(rows_per_shard, (64 << 20) // row_bytes(max_len, with_labels)))
         for start in range(0, n_rows, block):
             rows = order[start : start + block]
             writer.write(_gather(src.tables, src.starts, src.doc_offset, rows))
             if progress:
                 progress("merge", min(start + block, n_rows), n_rows)
-        tokenizer_file = units[0][0] / first["tokenizer"].get("file", "tokenizer.json")
-        if "file" in first["tokenizer"] and tokenizer_file.exists():
-            shutil.copyfile(tokenizer_file, writer.staging / "tokenizer.json")
+        _copy_tokenizer(units, writer.staging)
         record = {**record, "seconds": round(time.perf_counter() - started, 3)}
         manifest = writer.commit(record)
     _install(stage, out)
@@ -406,10 +543,11 @@ def _write(
 
 
 def _balanced_order(
-    tables: list[pa.Table], lengths: list[np.ndarray], layout: PackOptions
+    tables: list[pa.Table], lengths: list[np.ndarray], layout: PackOptions, ffd: np.ndarray
 ) -> tuple[np.ndarray, dict[str, Any]]:
-    """The balanced order (``--world-size``) of the units' rows laid end to end, and its
-    manifest record: the same function ``pack`` uses, over the same per-row costs."""
+    """The balanced order (``--world-size``) of the units' FFD rows laid end to end, as
+    stored rows, and its manifest record: the same function ``pack`` uses, over the same
+    per-row costs (``ffd``: see :func:`_ffd_rows`)."""
     per_row = [
         np.asarray(pc.list_value_length(t.column("doc_ids")).to_numpy(), dtype=np.int64)
         for t in tables
@@ -424,9 +562,10 @@ def _balanced_order(
     )
     assert layout.world_size is not None
     check_world_size(int(costs.size), layout.world_size, "the merge")
+    costs, tokens = costs[ffd], tokens[ffd]
     kw = {"world_size": layout.world_size, "micro_batches": layout.micro_batches}
     order = balanced_order(costs, tokens, seed=layout.seed, **kw)
-    return order, balance_record(costs[order], tokens[order], seed=layout.seed, **kw)
+    return ffd[order], balance_record(costs[order], tokens[order], seed=layout.seed, **kw)
 
 
 def _gather(
@@ -478,6 +617,8 @@ def _manifest(
         bad.extend(m.get("bad_records", [])[: _BAD_RECORDS_KEPT - len(bad)])
     lower = lower_bound_rows(tokens["packed"], max_len)
     options = {**first["options"], **opts}
+    if "input_shape_auto" in first["unit"]:  # the units were told the shape detected
+        options["input_shape_auto"] = first["unit"]["input_shape_auto"]
     per_unit = [
         {
             "index": m["unit"]["index"],
@@ -490,10 +631,12 @@ def _manifest(
             "lower_bound_rows": int(m["lower_bound_rows"]),
             "efficiency": m["efficiency"],
             "seconds": m.get("seconds"),
+            "row_seed": m.options.get("seed") if m.options.get("shuffle") else None,
             "pieces": m["unit"]["pieces"],
         }
         for (path, m), base in zip(units, first_docs, strict=True)
     ]
+    labels = _labels(manifests)
     return {
         "packtool_version": __version__,
         "created_unix": int(time.time()),
@@ -524,7 +667,29 @@ def _manifest(
             "packing_loss": (n_rows - global_rows) / global_rows if global_rows else 0.0,
             "per_unit": per_unit,
         },
+        **({"labels": labels} if labels is not None else {}),
     }
+
+
+_LABEL_COUNTS = (
+    "learned_tokens",
+    "documents_without_labels",
+    "chunks_without_labels_dropped",
+    "tokens_in_chunks_without_labels",
+)
+
+
+def _labels(manifests: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The ``labels`` record of the units (instruction data, ids with labels): their counts
+    summed, the rest as unit 0 records it (the same options, so the same for every unit)."""
+    records = [m.get("labels") for m in manifests]
+    if records[0] is None:
+        return None
+    out = dict(records[0])
+    for key in _LABEL_COUNTS:
+        if key in out:
+            out[key] = sum(int((r or {}).get(key, 0)) for r in records)
+    return out
 
 
 def merged_manifest(out: Path) -> dict[str, Any] | None:
@@ -543,14 +708,20 @@ def _install(stage: Path, out: Path) -> None:
     The old manifest goes first, so that ``out`` never looks complete while its shards are
     being replaced; an interrupted install is finished by merging again.
     """
+    _clear_merged(out)
+    for new in sorted(stage.iterdir()):
+        if new.name != MANIFEST_FILE:
+            os.replace(new, out / new.name)
+    os.replace(stage / MANIFEST_FILE, out / MANIFEST_FILE)
+    stage.rmdir()
+
+
+def _clear_merged(out: Path) -> None:
+    """Remove the previous merge from ``out`` (``units/`` stays): its manifest first, so that
+    ``out`` never looks complete while its files change."""
     (out / MANIFEST_FILE).unlink(missing_ok=True)
     for old in out.iterdir():
         if old.is_file() and (
             (old.name.startswith("data-") and old.suffix == ".arrow") or old.name in _DATASET_FILES
         ):
             old.unlink()
-    for new in sorted(stage.iterdir()):
-        if new.name != MANIFEST_FILE:
-            os.replace(new, out / new.name)
-    os.replace(stage / MANIFEST_FILE, out / MANIFEST_FILE)
-    stage.rmdir()

@@ -38,6 +38,7 @@ __all__ = [
     "ENGINES",
     "INPUT_SHAPES",
     "LOSS_ON",
+    "NO_COPY_BALANCE",
     "OVERFLOWS",
     "TOKENIZER_BACKENDS",
     "TXT_UNITS",
@@ -58,6 +59,10 @@ MAX_CHECK_SAMPLE = 1 << 30  # documents re-encoded by --check-sample
 
 DEFAULT_SHARD_SIZE = "256MB"
 _NEEDS_UNITS = "--unit, --engine and --ray-address work on units: give --units N"
+NO_COPY_BALANCE = (
+    "--world-size stores the rows as balanced steps over all the units' rows, which a merge "
+    "must write again: leave out --no-copy (or --world-size)"
+)
 
 _ROWS_KEY = (
     "max_len",
@@ -162,6 +167,9 @@ class PackOptions:
     micro_batches: int = 1  # rows a rank reads per step (gradient accumulation)
     rows_per_shard: int | None = None
     shard_size: str | int = DEFAULT_SHARD_SIZE
+    # With --units: the merge copies the rows into OUT (True) or lists the units' shards
+    # where they lie (False); None: copy only for --world-size, which needs a global order
+    merge_copy: bool | None = None
     # How the run goes (never changes the rows)
     overwrite: bool = False
     resume: bool = False
@@ -271,6 +279,10 @@ class PackOptions:
             raise OptionError(_NEEDS_UNITS)
         if self.ray_address is not None and self.engine != "ray":
             raise OptionError("--ray-address needs --engine ray")
+        if self.merge_copy is not None and self.units is None:
+            raise OptionError("--copy/--no-copy choose how units are merged: give --units N")
+        if self.merge_copy is False and self.world_size is not None:
+            raise OptionError(NO_COPY_BALANCE)
 
     @classmethod
     def from_mapping(cls, values: Mapping[str, Any]) -> PackOptions:

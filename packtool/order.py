@@ -33,9 +33,12 @@ __all__ = [
     "check_world_size",
     "epoch_order",
     "rank_share",
+    "row_shuffle",
     "row_sums",
+    "shard_order",
     "step_imbalance",
     "step_loads",
+    "unit_row_seed",
 ]
 
 
@@ -58,6 +61,36 @@ def epoch_order(num_rows: int, *, seed: int, epoch: int) -> np.ndarray:
     epoch = _check_count("epoch", epoch)
     rng = np.random.Generator(np.random.PCG64(np.random.SeedSequence([seed, epoch])))
     return rng.permutation(num_rows).astype(np.int64)
+
+
+def row_shuffle(num_rows: int, seed: int) -> np.ndarray:
+    """The seeded order ``pack`` stores its FFD rows in (``--shuffle``, the default).
+
+    Stored row ``j`` is FFD row ``row_shuffle(n, seed)[j]``. ``pack`` and the work units write
+    in this order, and the merge recomputes it to find each unit's FFD rows again.
+    """
+    return np.random.default_rng(seed).permutation(num_rows).astype(np.int64)
+
+
+def unit_row_seed(seed: int, index: int) -> int:
+    """The seed of unit ``index``'s own row shuffle: ``seed + index`` (wrapping at 2**63).
+
+    Unit 0 uses ``seed`` itself, so with ``--units 1`` the unit's rows are those of a plain
+    ``pack``; the other units draw other permutations.
+    """
+    return (_check_count("seed", seed) + _check_count("index", index)) % (1 << 63)
+
+
+def shard_order(num_shards: int, seed: int) -> np.ndarray:
+    """The seeded order in which a merge without copying lists the units' shards (int64).
+
+    Drawn from ``SeedSequence([seed, num_shards, 0x5A4D])``, a stream of its own: no unit's row
+    shuffle draws from it.
+    """
+    num_shards = _check_count("num_shards", num_shards)
+    seed = _check_count("seed", seed)
+    rng = np.random.Generator(np.random.PCG64(np.random.SeedSequence([seed, num_shards, 0x5A4D])))
+    return rng.permutation(num_shards).astype(np.int64)
 
 
 def rank_share(order: np.ndarray, rank: int, world_size: int) -> np.ndarray:

@@ -39,13 +39,21 @@ from .format import (
     check_store_output,
     publish,
     remove_stale_temporaries,
+    row_bytes,
     write_error,
 )
 from .fs import AnyPath, StorePath, as_path
 from .gather import gather_rows, warm_up_gather
-from .instruct import InputPlan, InputShape, input_shape, plan_input
+from .instruct import InputPlan, InputShape, input_shape, megatron_ids, plan_input
 from .options import PackOptions
-from .order import attention_costs, balance_record, balanced_order, check_world_size, row_sums
+from .order import (
+    attention_costs,
+    balance_record,
+    balanced_order,
+    check_world_size,
+    row_shuffle,
+    row_sums,
+)
 from .packing import (
     Overflow,
     RowPlan,
@@ -275,7 +283,6 @@ def pack(
     *,
     progress: ProgressCallback | None = None,
     files: Sequence[InputFile] | None = None,
-    read: Callable[..., Iterable[TextBatch]] | None = None,
     extra_manifest: Mapping[str, Any] | None = None,
     allow_empty: bool = False,
     **option_values: Any,
@@ -303,8 +310,8 @@ def pack(
     always off.
 
     For work units (``packtool.units``): ``files`` are inputs already resolved (then
-    ``inputs`` is ignored; it may be empty), each read, for text inputs, with ``read(file,
-    text_field=..., skip_bad_records=..., split=..., txt_unit=...)``; ``extra_manifest`` keys
+    ``inputs`` is ignored; it may be empty), whole or pieces of them
+    (:class:`~packtool.sources.Piece`, read by the same readers); ``extra_manifest`` keys
     are added to the manifest; ``allow_empty`` writes an output of no rows when nothing is
     left to pack (a unit whose range is empty), which is otherwise a
     :class:`~packtool.errors.NothingToPackError`.
@@ -321,18 +328,17 @@ def pack(
                 local_options,
                 progress=progress,
                 files=files,
-                read=read,
                 extra_manifest=extra_manifest,
                 allow_empty=allow_empty,
             )
 
         return _pack_to_store(out, options, pack_locally)
-    run = _prepare(inputs, out, options, files, read is not None)
+    run = _prepare(inputs, out, options, files)
     with (
         lock_output(run.out),
         TokenStore(run.out, with_labels=run.plan.labelled, keep_on_error=options.resume) as store,
     ):
-        state, resumed = _tokenize_stage(run, store, read, progress)
+        state, resumed = _tokenize_stage(run, store, progress)
         if store.num_items == 0 and not allow_empty:
             raise state.counts.nothing_to_pack(
                 [f.path for f in run.files], state.label_counts["documents_without_labels"]
@@ -385,7 +391,7 @@ class _Run:
     @property
     def row_bytes(self) -> int:
         assert self.options.max_len is not None
-        return (3 if self.plan.labelled else 2) * 4 * self.options.max_len + 64
+        return row_bytes(self.options.max_len, self.plan.labelled)
 
 
 def _prepare(
@@ -393,7 +399,6 @@ def _prepare(
     out: Path,
     options: PackOptions,
     files: Sequence[InputFile] | None,
-    units: bool,
 ) -> _Run:
     """Check the options against the inputs and the tokenizer, before any work is done."""
     if options.max_len is None:
@@ -402,8 +407,7 @@ def _prepare(
     remove_stale_temporaries(out)
     skipped: list[Path] = []
     files = resolve_inputs(inputs, skipped=skipped) if files is None else list(files)
-    if options.ids_field is None and files and all(f.kind == "megatron" for f in files):
-        options = options.replace(ids_field="tokens")  # Megatron data is ids; a name to show
+    options = megatron_ids(files, options)
     if options.split_on_eos is not None and options.ids_field is None:
         raise OptionError("--split-on-eos cuts pre-tokenized records: give --ids-field NAME")
     # Only text documents use the fast backend: for instruction data and ids, fastokens' copy
@@ -411,14 +415,10 @@ def _prepare(
     text = options.ids_field is None and input_shape(files, options)[0] is InputShape.TEXT
     tok = _tokenizer(options if text else options.replace(tokenizer_backend="hf"))
     plan = plan_input(files, tok, options)
-    if units and plan.shape is not InputShape.TEXT:
-        raise OptionError(
-            f"--units packs text inputs only for now; these inputs are {plan.shape.value} "
-            "records: pack them without --units"
-        )
     pad_id, pad_from = _pad_id(options.pad_id, tok)
-    row_bytes = (3 if plan.labelled else 2) * 4 * options.max_len + 64
-    rows_per_shard = options.rows_per_shard or max(1, options.shard_bytes // row_bytes)
+    rows_per_shard = options.rows_per_shard or max(
+        1, options.shard_bytes // row_bytes(options.max_len, plan.labelled)
+    )
     resolved = options.replace(
         overflow=plan.overflow.value,
         add_eos=plan.add_eos,
@@ -478,7 +478,6 @@ def _pad_id(pad_id: int | None, tok: Tokenizer) -> tuple[int, str]:
 def _tokenize_stage(
     run: _Run,
     store: TokenStore,
-    read: Callable[..., Iterable[TextBatch]] | None,
     progress: ProgressCallback | None,
 ) -> tuple[_ReadState, bool]:
     """Read, tokenize and store every input (or resume from a checkpoint): the read state,
@@ -489,7 +488,7 @@ def _tokenize_stage(
         store.start()
     state = _ReadState.from_json(saved) if saved else _ReadState()
     if not state.done:
-        _read_and_tokenize(run, state, store, read, progress)
+        _read_and_tokenize(run, state, store, progress)
     state.counts.check()
     if state.counts.read and state.counts.bad_records_skipped == state.counts.read:
         first = state.bad_records[0] if state.bad_records else "?"
@@ -532,9 +531,7 @@ def _plan_stage(store: TokenStore, o: PackOptions, progress: ProgressCallback | 
     if o.world_size is not None:
         output_order, balance = _balanced(item_len[order], np.diff(row_starts), o)
         return _Layout(plan, output_order, balance)
-    output_order = (
-        np.random.default_rng(o.seed).permutation(n_rows) if o.shuffle else np.arange(n_rows)
-    )
+    output_order = row_shuffle(n_rows, o.seed) if o.shuffle else np.arange(n_rows)
     return _Layout(plan, output_order)
 
 
@@ -717,15 +714,13 @@ def _read_and_tokenize(
     run: _Run,
     state: _ReadState,
     store: TokenStore,
-    read: Callable[..., Iterable[TextBatch]] | None,
     progress: ProgressCallback | None,
 ) -> None:
     """Read every input from ``state`` on, tokenize, cut items, append to ``store``.
 
     Three stages overlap: reading (a thread), tokenizing (two threads; Rust, all cores,
     without the GIL), and, here, in order: flattening the ids, cutting items, appending to
-    the store. A checkpoint is saved every few seconds and at the end. ``read`` (work units)
-    reads a piece of an input instead of the plan's reader.
+    the store. A checkpoint is saved every few seconds and at the end.
     """
     files, plan, fingerprint, o = run.files, run.plan, run.fingerprint, run.options
     read_options = {
@@ -737,10 +732,7 @@ def _read_and_tokenize(
 
     def read_all() -> Iterator[tuple[int, TextBatch | RecordBatch | None]]:
         for index in range(start_input, len(files)):
-            if read is not None:
-                batches = read(files[index], text_field=plan.text_field, **read_options)
-            else:
-                batches = plan.read(files[index], **read_options)
+            batches = plan.read(files[index], **read_options)
             if index == start_input and skip:
                 batches = skip_records(batches, skip)
             huge = False

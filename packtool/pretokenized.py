@@ -23,10 +23,10 @@ import numpy as np
 import pyarrow as pa
 
 from .errors import BadRecordError, InputError, OptionError
-from .sources import InputFile, table_batches
+from .sources import InputFile, first_row, part_of, records_before, table_batches
 from .tokenize import EncodedBatch, SpecialTokens
 
-__all__ = ["IdsBatch", "IdsEncoder", "IdsTokenizer", "read_ids"]
+__all__ = ["IdsBatch", "IdsEncoder", "IdsTokenizer", "megatron_index", "read_ids"]
 
 IGNORE = -100  # the label of a token that is not learned (packtool.format.IGNORE_INDEX)
 _INT32_MAX = (1 << 31) - 1
@@ -215,13 +215,14 @@ def ids_of_batch(
     batch: pa.RecordBatch,
     fields: IdsFields,
     where: str,
-    row0: int,
+    row0: int | Callable[[], int],
     *,
     vocab_size: int | None,
     split_on_eos: int | None,
     skip_bad: bool,
 ) -> IdsBatch:
-    """The checked documents of one Arrow record batch."""
+    """The checked documents of one Arrow record batch; ``row0`` is the number of its first
+    row in the input (or what gives it, asked only to name a bad row)."""
     problems: dict[int, str] = {}
     n = batch.num_rows
     values, offsets = _list_parts(batch.column(fields.ids), fields.ids, where, problems)
@@ -258,6 +259,7 @@ def ids_of_batch(
     bad: list[BadRecordError] = []
     keep = np.ones(n, bool)
     if problems:
+        row0 = row0() if callable(row0) else row0
         if not skip_bad:
             r = min(problems)
             raise BadRecordError(f"{where}: row {row0 + r}", problems[r]).with_skip_hint()
@@ -302,14 +304,15 @@ def read_ids(
             inp, fields, vocab_size=vocab_size, split_on_eos=split_on_eos, skip_bad=skip_bad_records
         )
         return
-    row = 0
     where = str(inp.path)
+    before = records_before(inp)  # a piece of JSON Lines: counted only to name a bad row
+    row = first_row(inp)
     for batch, bytes_done in table_batches(inp, fields.columns, split=split):
         out = ids_of_batch(
             batch,
             fields,
             where,
-            row,
+            (lambda r=row: before() + r) if part_of(inp, "bytes") else row,
             vocab_size=vocab_size,
             split_on_eos=split_on_eos,
             skip_bad=skip_bad_records,
@@ -333,23 +336,10 @@ MEGATRON_DTYPES = {
 _MEGATRON_HEADER = b"MMIDIDX\x00\x00"
 
 
-def _read_megatron(
-    inp: InputFile,
-    fields: IdsFields,
-    *,
-    vocab_size: int | None,
-    split_on_eos: int | None,
-    skip_bad: bool,
-    batch_tokens: int = 1 << 22,
-) -> Iterator[IdsBatch]:
-    """The sequences of a Megatron-LM indexed dataset (``PREFIX.idx`` + ``PREFIX.bin``), one
-    document each, read memory-mapped: a batch is a slice of the data file's map."""
-    where = str(inp.path.with_suffix(""))
-    if fields.labels or fields.loss_mask:
-        raise OptionError(
-            f"{where}: a Megatron indexed dataset holds ids only: leave out --labels-field "
-            "and --loss-mask-field"
-        )
+def megatron_index(inp: InputFile) -> tuple[np.ndarray, np.ndarray, np.dtype]:
+    """The index of a Megatron-LM indexed dataset (``PREFIX.idx``), checked against its data
+    file: each sequence's length (tokens) and byte offset in ``PREFIX.bin`` (memory-mapped),
+    and the tokens' dtype."""
     index = np.memmap(inp.path, np.uint8, mode="r")
     if index.size < 34 or bytes(index[:9]) != _MEGATRON_HEADER:
         raise InputError(f"{inp.path}: not a Megatron-LM index (no MMIDIDX header)")
@@ -376,13 +366,38 @@ def _read_megatron(
         raise InputError(
             f"{data_path}: {data_bytes:,} bytes, the index needs {need:,}: the file ends early"
         )
+    return lengths, pointers, dtype
+
+
+def _read_megatron(
+    inp: InputFile,
+    fields: IdsFields,
+    *,
+    vocab_size: int | None,
+    split_on_eos: int | None,
+    skip_bad: bool,
+    batch_tokens: int = 1 << 22,
+) -> Iterator[IdsBatch]:
+    """The sequences of a Megatron-LM indexed dataset (``PREFIX.idx`` + ``PREFIX.bin``), one
+    document each, read memory-mapped: a batch is a slice of the data file's map."""
+    where = str(inp.path.with_suffix(""))
+    if fields.labels or fields.loss_mask:
+        raise OptionError(
+            f"{where}: a Megatron indexed dataset holds ids only: leave out --labels-field "
+            "and --loss-mask-field"
+        )
+    lengths, _, dtype = megatron_index(inp)
+    data_path = inp.path.with_suffix(".bin")
+    data_bytes = data_path.stat().st_size
+    count = int(lengths.size)
     tokens = np.memmap(data_path, dtype, mode="r") if data_bytes else np.zeros(0, dtype)
     ends = np.cumsum(lengths)
     starts = ends - lengths
-    i = 0
-    while i < count:
+    first, stop = part_of(inp, "sequences") or (0, count)  # a piece: sequences [first, stop)
+    i = first
+    while i < stop:
         j = max(i + 1, int(np.searchsorted(ends, starts[i] + batch_tokens, "right")))
-        j = min(j, count)
+        j = min(j, stop)
         values = pa.array(np.asarray(tokens[starts[i] : ends[j - 1]]))
         offsets = pa.array(np.concatenate([[0], ends[i:j] - starts[i]]).astype(np.int64))
         column = pa.LargeListArray.from_arrays(offsets, values)
@@ -391,7 +406,7 @@ def _read_megatron(
             batch, IdsFields(fields.ids), where, i, vocab_size=vocab_size,
             split_on_eos=split_on_eos, skip_bad=skip_bad,
         )  # fmt: skip
-        out.bytes_done = inp.size_bytes * j // count
+        out.bytes_done = inp.size_bytes * (j - first) // (stop - first)
         i = j
         yield out
 

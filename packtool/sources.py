@@ -33,12 +33,16 @@ from .fs import AnyPath, StorePath, arrow_input, arrow_source, as_path, open_inp
 
 __all__ = [
     "InputFile",
+    "Piece",
     "RecordBatch",
     "TextBatch",
     "describe_skipped",
     "first_record_fields",
+    "first_row",
+    "part_of",
     "read_records",
     "read_texts",
+    "records_before",
     "resolve_inputs",
     "skip_records",
     "table_batches",
@@ -70,6 +74,47 @@ class InputFile:
     kind: str  # jsonl, json, parquet, arrow, csv, txt, hf_dataset
     compression: str | None
     size_bytes: int
+
+
+@dataclass(frozen=True)
+class Piece(InputFile):
+    """A contiguous part of one input (a work unit's share of it), read by the same readers
+    as the whole input.
+
+    ``split_by`` is ``"file"`` (the whole input), ``"bytes"`` (bytes ``[start, stop)`` of an
+    uncompressed JSON Lines file; both are line starts or the end), ``"row_groups"`` (row
+    groups ``[start, stop)`` of a Parquet file) or ``"sequences"`` (sequences ``[start,
+    stop)`` of a Megatron indexed dataset). ``size_bytes`` is the size of the piece,
+    ``file_size`` that of the whole input. Errors name lines and rows counted from the start
+    of the input, as a read of the whole input names them.
+    """
+
+    file_size: int = 0
+    split_by: str = "file"
+    start: int = 0
+    stop: int = 0
+
+    @property
+    def whole(self) -> bool:
+        return self.split_by == "file"
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "path": str(self.path),
+            "kind": self.kind,
+            "compression": self.compression,
+            "file_size": self.file_size,
+            "split_by": self.split_by,
+            "start": self.start,
+            "stop": self.stop,
+        }
+
+
+def part_of(inp: InputFile, split_by: str) -> tuple[int, int] | None:
+    """``(start, stop)`` when ``inp`` is a piece cut by ``split_by``, else ``None`` (all of it)."""
+    if isinstance(inp, Piece) and inp.split_by == split_by:
+        return inp.start, inp.stop
+    return None
 
 
 @dataclass
@@ -222,16 +267,24 @@ def describe_skipped(skipped: Sequence[AnyPath | str], shown: int = 3) -> str:
 
 
 class _CountingReader(io.RawIOBase):
-    """Counts bytes read from the underlying file (for progress on compressed inputs)."""
+    """Counts bytes read from the underlying file (for progress on compressed inputs), and
+    stops after ``limit`` bytes (a byte range of the file) if given."""
 
-    def __init__(self, raw: IO[bytes]) -> None:
+    def __init__(self, raw: IO[bytes], limit: int | None = None) -> None:
         self.raw = raw
         self.count = 0
+        self.limit = limit
 
     def readable(self) -> bool:
         return True
 
     def readinto(self, b: Any) -> int:
+        if self.limit is not None:
+            room = self.limit - self.count
+            if room <= 0:
+                return 0
+            if room < len(b):
+                b = memoryview(b)[:room]
         n = self.raw.readinto(b)  # type: ignore[attr-defined]
         self.count += n or 0
         return n or 0
@@ -242,7 +295,13 @@ class _CountingReader(io.RawIOBase):
 
 
 def _open_binary(inp: InputFile) -> tuple[IO[bytes], _CountingReader]:
-    counter = _CountingReader(open_input(inp.path))
+    """The input's bytes (decompressed), and the counter of bytes read from the file. A piece
+    by bytes gives only its range."""
+    f = open_input(inp.path)
+    span = part_of(inp, "bytes")
+    if span is not None:
+        f.seek(span[0])
+    counter = _CountingReader(f, None if span is None else span[1] - span[0])
     raw: IO[bytes] = io.BufferedReader(counter, 1 << 20)
     if inp.compression == "gzip":
         return gzip.GzipFile(fileobj=raw), counter  # type: ignore[return-value]
@@ -259,8 +318,33 @@ def _open_binary(inp: InputFile) -> tuple[IO[bytes], _CountingReader]:
     return raw, counter
 
 
-def _arrow_input(inp: InputFile) -> tuple[pa.NativeFile, pa.NativeFile]:
+class _ArrowRange:
+    """Bytes ``[start, stop)`` of a file, read as a stream; ``tell()`` counts from ``start``."""
+
+    def __init__(self, path: Any, start: int, stop: int) -> None:
+        self.file = arrow_input(path)
+        self.file.seek(start)
+        self.left, self.done = stop - start, 0
+
+    def read(self, size: int = -1) -> bytes:
+        data = self.file.read(self.left if size < 0 else min(size, self.left))
+        self.left -= len(data)
+        self.done += len(data)
+        return data  # type: ignore[no-any-return]
+
+    def tell(self) -> int:
+        return self.done
+
+    def close(self) -> None:
+        self.file.close()
+
+
+def _arrow_input(inp: InputFile) -> tuple[Any, Any]:
     """(stream to parse, raw file whose tell() gives progress)."""
+    span = part_of(inp, "bytes")
+    if span is not None:
+        ranged = _ArrowRange(inp.path, *span)
+        return ranged, ranged
     raw = arrow_input(inp.path)
     if inp.compression is None:
         return raw, raw
@@ -307,6 +391,61 @@ def check_record(obj: Any, text_field: str, location: str) -> str:
     return text
 
 
+class _LineAt:
+    """``file:line`` of a line of a piece, counted from the start of the file: the lines
+    before the piece are counted when a location is first shown (an error), once per piece,
+    so that reading a piece never reads the file before it."""
+
+    def __init__(self, before: _LinesBefore, lineno: int) -> None:
+        self.before, self.lineno = before, lineno
+
+    def __str__(self) -> str:
+        return f"{self.before.path}:{self.before.count() + self.lineno}"
+
+    __repr__ = __str__
+
+    def __format__(self, spec: str) -> str:
+        return format(str(self), spec)
+
+
+class _LinesBefore:
+    def __init__(self, path: Any, offset: int, *, records: bool = False) -> None:
+        self.path, self.offset, self.records = path, offset, records
+        self._count: int | None = None
+
+    def count(self) -> int:
+        """Line breaks before ``offset`` (``records``: non-blank lines before it)."""
+        if self._count is None:
+            count, left, carry = 0, self.offset, b""
+            with open_input(self.path) as f:
+                while left > 0:
+                    block = f.read(min(_SCAN_BLOCK, left))
+                    if not block:
+                        break
+                    left -= len(block)
+                    if self.records:
+                        lines = (carry + block).split(b"\n")
+                        carry = lines.pop()
+                        count += sum(1 for line in lines if line.strip())
+                    else:
+                        count += block.count(b"\n")
+            self._count = count
+        return self._count
+
+
+_SCAN_BLOCK = 1 << 20
+
+
+def _line_locator(inp: InputFile) -> Callable[[int], Any]:
+    """``location(lineno)``: where line ``lineno`` of the stream of ``inp`` is, as
+    ``file:line`` counted from the start of the file (for a piece too)."""
+    span = part_of(inp, "bytes")
+    if span is None or span[0] == 0:
+        return lambda lineno: f"{inp.path}:{lineno}"
+    before = _LinesBefore(inp.path, span[0])
+    return lambda lineno: _LineAt(before, lineno)
+
+
 def _numbered_lines(inp: InputFile, stream: IO[bytes]) -> Iterator[tuple[int, bytes]]:
     """The non-blank lines of ``stream`` with their 1-based line numbers; a read error (a
     truncated or corrupt compressed file) becomes an :class:`InputError` naming the place."""
@@ -340,10 +479,11 @@ def _jsonl_python(
     inp: InputFile, text_field: str, skip_bad: bool, batch_docs: int
 ) -> Iterator[TextBatch]:
     stream, counter = _open_binary(inp)
+    locate = _line_locator(inp)
     with stream:
         batch = TextBatch([])
         for lineno, line in _numbered_lines(inp, stream):
-            location = f"{inp.path}:{lineno}"
+            location = locate(lineno)
             try:
                 obj = _parse_json_line(line, location)
                 batch.texts.append(check_record(obj, text_field, location))
@@ -514,6 +654,45 @@ def check_column(schema: pa.Schema, text_field: str, where: str) -> None:
         raise InputError(f"{where}: column {text_field!r} is {kind}, not a string column")
 
 
+def _parquet_part(inp: InputFile, pf: Any) -> tuple[list[int] | None, int, int]:
+    """What to read of the Parquet file ``pf`` for ``inp``: its row groups (``None``: all),
+    the number of its first row in the file, and its number of rows."""
+    meta = pf.metadata
+    span = part_of(inp, "row_groups")
+    if span is None:
+        return None, 0, meta.num_rows
+    groups = list(range(*span))
+    first = sum(meta.row_group(g).num_rows for g in range(span[0]))
+    return groups, first, sum(meta.row_group(g).num_rows for g in groups)
+
+
+def first_row(inp: InputFile) -> int:
+    """The number in its file of the first row of ``inp``: 0 for a whole input; for a piece,
+    the rows of the row groups (or the sequences) before it. (A piece of JSON Lines numbers
+    its lines with :func:`_line_locator`.)"""
+    if part_of(inp, "sequences") is not None:
+        return inp.start  # type: ignore[attr-defined, no-any-return]
+    span = part_of(inp, "row_groups")
+    if span is None or span[0] == 0:
+        return 0
+    import pyarrow.parquet as pq
+
+    try:
+        meta = pq.read_metadata(arrow_source(inp.path))
+    except (pa.ArrowInvalid, OSError) as e:
+        raise InputError(f"{inp.path}: not a readable Parquet file: {e}") from e
+    return sum(meta.row_group(g).num_rows for g in range(span[0]))
+
+
+def records_before(inp: InputFile) -> Callable[[], int]:
+    """For a piece of JSON Lines by bytes: ``count()``, the records (non-blank lines) of the
+    file before it, counted when first asked (to name a row in an error), once."""
+    span = part_of(inp, "bytes")
+    if span is None or span[0] == 0:
+        return lambda: 0
+    return _LinesBefore(inp.path, span[0], records=True).count
+
+
 def _validate(data: pa.Array | pa.RecordBatch, where: str, row: int, what: str) -> None:
     """Check Arrow data read from a file before converting it: pyarrow trusts a file's
     offsets, and damaged ones crash the process in ``to_pylist``. Full validation is one scan
@@ -535,8 +714,9 @@ def _table_batches(
     skip_bad: bool,
     batch_docs: int,
     progress: Callable[[], int],
+    row0: int = 0,
 ) -> Iterator[TextBatch]:
-    row = 0
+    row = row0
     for record_batch in batches:
         column = record_batch.column(record_batch.schema.get_field_index(text_field))
         _validate(column, where, row, f"in column {text_field!r} ")
@@ -575,12 +755,15 @@ def _read_parquet(
     except (pa.ArrowInvalid, OSError) as e:
         raise InputError(f"{inp.path}: not a readable Parquet file: {e}") from e
     check_column(pf.schema_arrow, text_field, str(inp.path))
-    rows_total = max(1, pf.metadata.num_rows)
+    groups, row0, rows = _parquet_part(inp, pf)
+    rows_total = max(1, rows)
     done = [0]
 
     def batches() -> Iterator[pa.RecordBatch]:
         try:
-            for b in pf.iter_batches(batch_size=batch_docs * 8, columns=[text_field]):
+            for b in pf.iter_batches(
+                batch_size=batch_docs * 8, row_groups=groups, columns=[text_field]
+            ):
                 done[0] += b.num_rows
                 yield b
         except (pa.ArrowInvalid, OSError) as e:
@@ -593,6 +776,7 @@ def _read_parquet(
         skip_bad,
         batch_docs,
         lambda: inp.size_bytes * done[0] // rows_total,
+        row0,
     )
 
 
@@ -837,9 +1021,12 @@ def table_batches(
         except (pa.ArrowInvalid, OSError) as e:
             raise InputError(f"{where}: not a readable Parquet file: {e}") from e
         check(pf.schema_arrow.names)
-        total, done = max(1, pf.metadata.num_rows), 0
+        groups, _, rows = _parquet_part(inp, pf)
+        total, done = max(1, rows), 0
         try:
-            for b in pf.iter_batches(batch_size=batch_rows, columns=list(columns)):
+            for b in pf.iter_batches(
+                batch_size=batch_rows, row_groups=groups, columns=list(columns)
+            ):
                 done += b.num_rows
                 yield b, inp.size_bytes * done // total
         except (pa.ArrowInvalid, OSError) as e:
@@ -848,13 +1035,19 @@ def table_batches(
     if inp.kind == "jsonl" and inp.compression is None:
         import pyarrow.json as pj
 
+        stream, counter = _open_binary(inp)  # a piece by bytes: only its range
         try:
-            reader = pj.open_json(where, read_options=pj.ReadOptions(block_size=16 << 20))
+            reader = pj.open_json(
+                pa.PythonFile(stream, mode="r"),
+                read_options=pj.ReadOptions(block_size=16 << 20),
+            )
             check(reader.schema.names)
             for b in reader:
-                yield b.select(list(columns)), 0
+                yield b.select(list(columns)), counter.count
         except pa.ArrowInvalid as e:
             raise InputError(f"{where}: cannot read the JSON Lines as Arrow: {e}") from None
+        finally:
+            stream.close()
         return
     if inp.kind in ("arrow", "hf_dataset"):
         files = [where] if inp.kind == "arrow" else _saved_dataset_files(where, split)
@@ -1169,8 +1362,9 @@ def _json_records(inp: InputFile, collect: _RecordCollector, batch_docs: int):
             if collect.batch.records:
                 yield collect.take(inp.size_bytes)
             return
+        locate = _line_locator(inp)
         for lineno, line in _numbered_lines(inp, stream):
-            location = f"{inp.path}:{lineno}"
+            location = locate(lineno)
             obj: Any = None
             error = None
             try:
@@ -1201,8 +1395,9 @@ def _table_records(
     collect: _RecordCollector,
     batch_docs: int,
     progress: Callable[[], int],
+    row0: int = 0,
 ):
-    row = 0
+    row = row0
     for record_batch in batches:
         selected = record_batch.select(list(fields))
         _validate(selected, where, row, "")
@@ -1232,11 +1427,14 @@ def _table_source(
             pf = pq.ParquetFile(arrow_source(where), pre_buffer=False)
         except (pa.ArrowInvalid, OSError) as e:
             raise InputError(f"{where}: not a readable Parquet file: {e}") from e
-        total, done = max(1, pf.metadata.num_rows), [0]
+        groups, _, rows = _parquet_part(inp, pf)
+        total, done = max(1, rows), [0]
 
         def parquet_batches() -> Iterator[pa.RecordBatch]:
             try:
-                for b in pf.iter_batches(batch_size=batch_docs, columns=list(fields)):
+                for b in pf.iter_batches(
+                    batch_size=batch_docs, row_groups=groups, columns=list(fields)
+                ):
                     done[0] += b.num_rows
                     yield b
             except (pa.ArrowInvalid, OSError) as e:
@@ -1359,7 +1557,7 @@ def read_records(
             try:
                 _check_columns(names, fields, str(inp.path))
                 yield from _table_records(
-                    batches, fields, str(inp.path), collect, batch_docs, progress
+                    batches, fields, str(inp.path), collect, batch_docs, progress, first_row(inp)
                 )
             except (pa.ArrowInvalid, OSError) as e:
                 raise InputError(f"{inp.path}: cannot read: {e}") from e

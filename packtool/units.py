@@ -40,19 +40,24 @@ import os
 import re
 import socket
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 
 from ._version import __version__
-from .errors import BadRecordError, FormatError, InputError, OutputExistsError
+from .chat import ChatTemplate, load_chat_template
+from .errors import FormatError, InputError, OutputExistsError
 from .format import MANIFEST_FILE, read_manifest
 from .fs import AnyPath, arrow_source, as_path, open_input
+from .instruct import InputShape, input_shape, megatron_ids
 from .limits import MAX_UNITS, check_int
 from .options import PackOptions
-from .sources import BATCH_DOCS, InputFile, TextBatch, check_column, check_record, read_texts
+from .order import unit_row_seed
+from .pretokenized import IdsTokenizer, megatron_index
+from .sources import InputFile, Piece
 from .tokenize import Tokenizer, load_tokenizer
 
 __all__ = [
@@ -60,9 +65,9 @@ __all__ = [
     "Piece",
     "Unit",
     "UnitResult",
+    "corpus_options",
     "options_key",
     "plan_units",
-    "read_piece",
     "run_unit",
     "unit_dirs",
     "unit_tokenizer",
@@ -90,6 +95,11 @@ def unit_tokenizer(options: PackOptions) -> tuple[Tokenizer, bool]:
     spec = options.tokenizer
     if spec is not None and not isinstance(spec, str):
         return spec, False
+    if spec is None and options.ids_field is not None:  # pre-tokenized: no tokenizer to load
+        ids = IdsTokenizer(
+            eos_token=options.eos_token, bos_token=options.bos_token, vocab_size=options.vocab_size
+        )
+        return ids, False  # type: ignore[return-value]
     key = (spec, options.eos_token, options.bos_token)
     cached = _TOKENIZERS.get(key)
     if cached is not None:
@@ -100,6 +110,25 @@ def unit_tokenizer(options: PackOptions) -> tuple[Tokenizer, bool]:
     )
     _TOKENIZERS[key] = tok
     return tok, True
+
+
+def corpus_options(files: Sequence[InputFile], options: PackOptions) -> tuple[PackOptions, bool]:
+    """``options`` with what every unit must agree on decided once, over the whole corpus
+    (as a single ``pack`` decides it), and whether ``auto`` chose the input shape.
+
+    Decided here: the input shape (``auto``: by the fields of the first record of the first
+    input; a unit cannot see them, and an empty unit has none), the ids field of Megatron
+    inputs, and a chat template, loaded here and carried to the units by value (the plan's
+    hash then covers its text)."""
+    o = megatron_ids(files, options)
+    if o.ids_field is not None:
+        return o, o.input_shape == "auto"
+    shape, auto = input_shape(files, o)
+    o = o.replace(input_shape=shape.value)
+    if shape is InputShape.CHAT and not isinstance(o.chat_template, ChatTemplate):
+        tok, _ = unit_tokenizer(o)
+        o = o.replace(chat_template=load_chat_template(o.chat_template, tok))
+    return o, auto
 
 
 def options_key(options: PackOptions) -> dict[str, Any]:
@@ -119,37 +148,6 @@ _TOKENIZERS: dict[tuple[Any, ...], Tokenizer] = {}
 
 
 @dataclass(frozen=True)
-class Piece(InputFile):
-    """A contiguous part of one input file: the whole file, or a range of it.
-
-    ``split_by`` is ``"file"`` (the whole input, read as ``pack`` reads it), ``"bytes"``
-    (bytes ``[start, stop)`` of an uncompressed JSON Lines file; both are line starts or the
-    end) or ``"row_groups"`` (row groups ``[start, stop)`` of a Parquet file).
-    ``size_bytes`` is the size of the piece, ``file_size`` the size of the whole input.
-    """
-
-    file_size: int = 0
-    split_by: str = "file"
-    start: int = 0
-    stop: int = 0
-
-    @property
-    def whole(self) -> bool:
-        return self.split_by == "file"
-
-    def describe(self) -> dict[str, Any]:
-        return {
-            "path": str(self.path),
-            "kind": self.kind,
-            "compression": self.compression,
-            "file_size": self.file_size,
-            "split_by": self.split_by,
-            "start": self.start,
-            "stop": self.stop,
-        }
-
-
-@dataclass(frozen=True)
 class Unit:
     """Unit ``index`` of ``count``: its pieces, in input order, and the plan it belongs to."""
 
@@ -159,6 +157,7 @@ class Unit:
     plan: str  # sha256 of the whole plan: inputs, cut points, options (options_key)
     inputs_sha256: str = ""  # of the inputs' paths, kinds and sizes
     options_json: str = "null"  # options_key(options), as JSON
+    input_shape_auto: bool = False  # the shape was detected (corpus_options), not given
 
     @property
     def name(self) -> str:
@@ -180,6 +179,7 @@ class Unit:
             "plan_version": PLAN_VERSION,
             "inputs_sha256": self.inputs_sha256,
             "options": json.loads(self.options_json),
+            "input_shape_auto": self.input_shape_auto,
             "pieces": [p.describe() for p in self.pieces],
         }
 
@@ -236,31 +236,39 @@ class _LineSplitter(_Splitter):
         return _piece(self.inp, "bytes", start, stop, stop - start)
 
 
-class _RowGroupSplitter(_Splitter):
-    """Parquet: a unit may start at any row group. Row group ``g`` sits at byte offset
-    ``4 + (compressed bytes of groups 0..g-1)`` (4: the file's magic number)."""
+class _IndexSplitter(_Splitter):
+    """An input of numbered parts at known byte offsets, where a unit may start at any part:
+    Parquet row groups (group ``g`` at ``4 + (compressed bytes of groups 0..g-1)``; 4: the
+    file's magic number) or Megatron sequences (sequence ``i`` at the size of the ``.idx``
+    plus its offset in the ``.bin``). A piece holds parts ``[start, stop)``."""
 
-    def __init__(self, inp: InputFile, starts: list[int]) -> None:
+    def __init__(self, inp: InputFile, starts: np.ndarray, split_by: str, shift: int = 0) -> None:
         super().__init__(inp)
-        self.starts = starts  # byte offset of each row group; starts[0] is taken as 0
+        self.starts = starts  # byte offset of each part, minus `shift`; non-decreasing
+        self.shift = shift
+        self.split_by = split_by
+
+    def _first_at(self, offset: int) -> int:
+        """The first part at or after ``offset`` (part 0 is taken to start at 0)."""
+        if offset <= 0:
+            return 0
+        return max(1, int(np.searchsorted(self.starts, offset - self.shift, "left")))
 
     def next_boundary(self, offset: int) -> int:
         if offset <= 0:
             return 0
-        g = bisect.bisect_left(self.starts, offset)
-        return self.starts[g] if g < len(self.starts) else self.inp.size_bytes
+        g = self._first_at(offset)
+        if g >= len(self.starts):
+            return self.inp.size_bytes
+        return min(int(self.starts[g]) + self.shift, self.inp.size_bytes)
 
     def group(self, offset: int) -> int:
-        return (
-            len(self.starts)
-            if offset >= self.inp.size_bytes
-            else bisect.bisect_left(self.starts, offset)
-        )
+        return len(self.starts) if offset >= self.inp.size_bytes else self._first_at(offset)
 
     def piece(self, start: int, stop: int) -> Piece:
         if start == 0 and stop == self.inp.size_bytes:
             return super().piece(start, stop)
-        return _piece(self.inp, "row_groups", self.group(start), self.group(stop), stop - start)
+        return _piece(self.inp, self.split_by, self.group(start), self.group(stop), stop - start)
 
 
 def _splitter(inp: InputFile) -> _Splitter:
@@ -279,7 +287,11 @@ def _splitter(inp: InputFile) -> _Splitter:
             position += sum(group.column(c).total_compressed_size for c in range(group.num_columns))
             starts.append(min(max(position, starts[-1] + 1), inp.size_bytes))
         if meta.num_row_groups > 1 and len(set(starts)) == len(starts):
-            return _RowGroupSplitter(inp, starts)
+            return _IndexSplitter(inp, np.asarray(starts, np.int64), "row_groups")
+    if inp.kind == "megatron":
+        lengths, pointers, _ = megatron_index(inp)
+        if lengths.size > 1:  # offsets in the .bin, after the .idx: memory-mapped, not copied
+            return _IndexSplitter(inp, pointers, "sequences", inp.path.stat().st_size)
     return _Splitter(inp)
 
 
@@ -343,151 +355,6 @@ def plan_units(
 
 def _sha256(obj: Any) -> str:
     return hashlib.sha256(json.dumps(obj, sort_keys=True).encode()).hexdigest()
-
-
-# -- reading a piece -----------------------------------------------------------------------
-
-
-def read_piece(
-    piece: InputFile,
-    *,
-    text_field: str = "text",
-    skip_bad_records: bool = False,
-    split: str | None = None,
-    txt_unit: str = "line",
-    batch_docs: int = BATCH_DOCS,
-) -> Iterator[TextBatch]:
-    """The texts of one piece, in order, as :func:`packtool.sources.read_texts` gives them.
-
-    A whole file is read by ``read_texts`` itself. A byte range of a JSON Lines file and a
-    row-group range of a Parquet file give the same records as the corresponding part of
-    the whole file, with error locations (line, row) counted from the start of the file.
-    """
-    if not isinstance(piece, Piece) or piece.whole:
-        return read_texts(
-            piece,
-            text_field=text_field,
-            skip_bad_records=skip_bad_records,
-            split=split,
-            txt_unit=txt_unit,
-            batch_docs=batch_docs,
-        )
-    if piece.split_by == "bytes":
-        return _read_jsonl_range(piece, text_field, skip_bad_records, batch_docs)
-    if piece.split_by == "row_groups":
-        return _read_parquet_groups(piece, text_field, skip_bad_records, batch_docs)
-    raise ValueError(f"unknown split_by {piece.split_by!r}")
-
-
-def _lines_before(path: AnyPath, offset: int) -> int:
-    count = 0
-    with open_input(path) as f:
-        while offset > 0:
-            block = f.read(min(_SCAN_BLOCK, offset))
-            if not block:
-                break
-            count += block.count(b"\n")
-            offset -= len(block)
-    return count
-
-
-def _read_jsonl_range(
-    piece: Piece, text_field: str, skip_bad: bool, batch_docs: int
-) -> Iterator[TextBatch]:
-    """Lines of bytes ``[start, stop)``, parsed like ``sources``' line-by-line reader."""
-    first_line: list[int] = []  # computed on the first error only
-
-    def location(lineno: int) -> str:
-        if not first_line:
-            first_line.append(_lines_before(piece.path, piece.start))
-        return f"{piece.path}:{first_line[0] + lineno}"
-
-    remaining = piece.stop - piece.start
-    try:
-        f = open_input(piece.path)
-    except OSError as e:
-        raise InputError(f"{piece.path}: cannot open: {e.strerror or e}") from e
-    with f:
-        f.seek(piece.start)
-        stream = f
-        batch = TextBatch([])
-        lineno = 0
-        done = 0
-        while done < remaining:  # `stop` is a line start: the last line ends there
-            line = stream.readline()
-            if not line:
-                break
-            done += len(line)
-            lineno += 1
-            if not line.strip():
-                continue
-            try:
-                try:
-                    obj = json.loads(line.decode("utf-8"))
-                except UnicodeDecodeError as e:
-                    raise BadRecordError(location(lineno), f"invalid UTF-8 ({e.reason})") from None
-                except json.JSONDecodeError as e:
-                    raise BadRecordError(location(lineno), f"malformed JSON: {e.msg}") from None
-                except RecursionError:
-                    raise BadRecordError(location(lineno), "JSON nested too deeply") from None
-                if isinstance(obj, dict) and isinstance(obj.get(text_field), str):
-                    batch.texts.append(obj[text_field])
-                else:
-                    batch.texts.append(check_record(obj, text_field, location(lineno)))
-            except BadRecordError as e:
-                if not skip_bad:
-                    raise e.with_skip_hint() from None
-                batch.texts.append(None)
-                batch.bad.append(e)
-            if len(batch.texts) >= batch_docs:
-                batch.bytes_done = done
-                yield batch
-                batch = TextBatch([])
-        batch.bytes_done = piece.size_bytes
-        if batch.texts:
-            yield batch
-
-
-def _read_parquet_groups(
-    piece: Piece, text_field: str, skip_bad: bool, batch_docs: int
-) -> Iterator[TextBatch]:
-    """Row groups ``[start, stop)``; rows numbered from the start of the file."""
-    import pyarrow.parquet as pq
-
-    where = str(piece.path)
-    try:
-        pf = pq.ParquetFile(arrow_source(piece.path), pre_buffer=False)
-    except (pa.ArrowInvalid, OSError) as e:
-        raise InputError(f"{where}: not a readable Parquet file: {e}") from e
-    check_column(pf.schema_arrow, text_field, where)
-    groups = list(range(piece.start, piece.stop))
-    row = sum(pf.metadata.row_group(g).num_rows for g in range(piece.start))
-    rows_total = max(1, sum(pf.metadata.row_group(g).num_rows for g in groups))
-    done = 0
-    try:
-        for record_batch in pf.iter_batches(
-            batch_size=batch_docs * 8, row_groups=groups, columns=[text_field]
-        ):
-            try:
-                texts = record_batch.column(0).to_pylist()
-            except UnicodeDecodeError as e:
-                raise InputError(
-                    f"{where}: invalid UTF-8 in column {text_field!r} near row {row}: {e.reason}"
-                ) from None
-            done += len(texts)
-            bytes_done = piece.size_bytes * done // rows_total
-            for i in range(0, len(texts), batch_docs):
-                out = TextBatch(texts[i : i + batch_docs], bytes_done=bytes_done)
-                for text in out.texts:
-                    if text is None:
-                        error = BadRecordError(f"{where}: row {row}", f"{text_field!r} is null")
-                        if not skip_bad:
-                            raise error.with_skip_hint()
-                        out.bad.append(error)
-                    row += 1
-                yield out
-    except (pa.ArrowInvalid, OSError) as e:
-        raise InputError(f"{where}: cannot read Parquet data: {e}") from e
 
 
 # -- running a unit ------------------------------------------------------------------------
@@ -576,11 +443,14 @@ def run_unit(
     num_proc: int | None = None,
     progress: Any = None,
 ) -> UnitResult:
-    """Pack one unit into ``OUT_DIR/units/unit-I-of-N/`` (FFD inside the unit, no shuffle).
+    """Pack one unit into ``OUT_DIR/units/unit-I-of-N/``: FFD inside the unit, the rows
+    shuffled (unless ``options.shuffle`` is off) with :func:`~packtool.order.unit_row_seed`.
 
     Skips the unit when it is already finished under the same plan. The unit's manifest
     gets a ``unit`` record: index, count, plan hash, pieces, and ``merge_options`` (the
-    ``shuffle``/``seed``/``rows_per_shard`` given at pack time, the merge's defaults).
+    ``shuffle``/``seed``/``rows_per_shard``/``copy`` given at pack time, the merge's
+    defaults). A merge without copying lists these shards as they are, so their row order is
+    the merged dataset's order within each unit.
     """
     from .pipeline import pack
 
@@ -601,7 +471,7 @@ def run_unit(
         unit.directory(out_dir),
         options.replace(
             tokenizer=tok,
-            shuffle=False,
+            seed=unit_row_seed(options.seed, unit.index),  # rows shuffled within the unit
             world_size=None,  # the merge balances the steps, over all units' rows
             micro_batches=1,
             overwrite=overwrite,
@@ -609,12 +479,12 @@ def run_unit(
             num_proc=num_proc,
             units=None,
             unit=None,
+            merge_copy=None,
             engine="local",
             ray_address=None,
         ),
         progress=progress,
         files=unit.pieces,
-        read=read_piece,
         extra_manifest={"unit": record},
         allow_empty=True,  # a unit whose range holds nothing; the merge checks the whole
     )

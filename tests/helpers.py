@@ -13,14 +13,17 @@ import pyarrow as pa
 
 
 def read_rows(out_dir: Path) -> tuple[dict, list[dict]]:
-    """The manifest and every row (as Python lists), shards in manifest order."""
+    """The manifest and every row (as Python lists), shards in manifest order, read with
+    pyarrow alone as docs/format.md tells: ``doc_ids`` plus the shard's ``doc_offset``."""
     manifest = json.loads((out_dir / "manifest.json").read_text())
     rows: list[dict] = []
     for shard in manifest["shards"]:
         with pa.memory_map(str(out_dir / shard["file"])) as src:
             table = pa.ipc.open_stream(src).read_all()
         assert table.num_rows == shard["rows"]
-        rows.extend(table.to_pylist())
+        for row in table.to_pylist():
+            row["doc_ids"] = [d + shard.get("doc_offset", 0) for d in row["doc_ids"]]
+            rows.append(row)
     return manifest, rows
 
 

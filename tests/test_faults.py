@@ -486,7 +486,15 @@ def test_truncated_shard_is_a_format_error(packed: Path, tmp_path: Path, keep: i
 @pytest.mark.parametrize(
     ("edit", "message"),
     [
-        ({"shards": [{"file": "../../etc/passwd", "rows": 1}]}, "not a file name inside"),
+        # Paths inside the directory are allowed (a merge without copying lists
+        # units/unit-I-of-N/data-*.arrow); nothing that climbs out or hides is.
+        ({"shards": [{"file": "../../etc/passwd", "rows": 1}]}, "not a path inside"),
+        ({"shards": [{"file": "units/../../x.arrow", "rows": 1}]}, "not a path inside"),
+        ({"shards": [{"file": "/etc/passwd", "rows": 1}]}, "not a path inside"),
+        ({"shards": [{"file": "units/.u/x.arrow", "rows": 1}]}, "not a path inside"),
+        ({"shards": [{"file": "units//x.arrow", "rows": 1}]}, "not a path inside"),
+        ({"shards": [{"file": "C:x.arrow", "rows": 1}]}, "not a path inside"),
+        ({"shards": [{"file": "a.arrow", "rows": 1, "doc_offset": -2}]}, "not a document"),
         ({"shards": [{"file": "data.arrow", "rows": -1}]}, "not a row count"),
         ({"shards": "data.arrow"}, "'shards' is not a list"),
         ({"max_len": "4096"}, "not a positive integer"),

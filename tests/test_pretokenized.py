@@ -338,15 +338,6 @@ def test_resuming_skips_whole_documents_of_pre_tokenized_batches(tmp_path: Path)
         assert lab == [t for d in labels[n:] for t in d]
 
 
-def test_units_say_they_take_text_only(tmp_path: Path) -> None:
-    pq.write_table(pa.table({"ids": [[1, 2]]}), tmp_path / "a.parquet")
-    assert_one_line_error(
-        run("pack", tmp_path / "a.parquet", "-L", "8", "--ids-field", "ids", "--pad-id", "0",
-            "--units", "2", "-o", tmp_path / "o"),
-        r"--units packs text inputs only for now; these inputs are ids records",
-    )  # fmt: skip
-
-
 def test_split_on_eos_cuts_the_labels_with_their_ids(tmp_path: Path) -> None:
     ids = [[5, 6, 2, 7, 8, 2, 9, 9]]
     labels = [[IGNORE, 6, 2, IGNORE, 8, 2, 9, 9]]

@@ -125,6 +125,10 @@ def test_ray_engine_gives_the_rows_of_the_local_engine(short_tmp: Path) -> None:
     assert array_rows == local_rows
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["global_ffd_rows"] <= manifest["rows"] == len(ray_rows)
+    # The driver's merge is the local engine's: it lists the units' shards, copying no row.
+    assert manifest["units"]["copied"] is False
+    assert all(s["file"].startswith("units/unit-") for s in manifest["shards"])
+    assert not list(out.glob("*.arrow"))
 
 
 def test_ray_usage_statistics_are_off(short_tmp: Path) -> None:
@@ -135,3 +139,59 @@ def test_ray_usage_statistics_are_off(short_tmp: Path) -> None:
         "print(os.environ['RAY_USAGE_STATS_ENABLED'])"
     )
     assert in_network_namespace([sys.executable, "-c", code], env, timeout=120).strip() == "0"
+
+
+def test_a_two_node_ray_cluster_gives_the_rows_of_the_local_engine(short_tmp: Path) -> None:
+    """One cluster of two nodes for text, chat and pre-tokenized cases."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rng = np.random.default_rng(0)
+    docs = [rng.integers(3, 900, int(rng.integers(1, 300))).tolist() for _ in range(2000)]
+    labels = [[t if t % 3 else -100 for t in d] for d in docs]
+    ids = short_tmp / "ids.parquet"
+    pq.write_table(pa.table({"ids": docs, "y": labels}), ids, row_group_size=100)
+    chat = REPO / "sample_data" / "chat.jsonl"
+    template = str(REPO / "sample_data" / "chatml.jinja")
+    cases = {
+        "text": ([SAMPLE], {"units": 4, "max_len": 4096}),
+        "chat": ([chat], {"units": 3, "max_len": 2048, "chat_template": template}),
+        "ids": (
+            [ids],
+            {"units": 4, "max_len": 1024, "ids_field": "ids", "labels_field": "y", "pad_id": 0},
+        ),
+    }
+    spec = {
+        name: {"inputs": [str(p) for p in inputs], "out": str(short_tmp / name), "options": kw}
+        for name, (inputs, kw) in cases.items()
+    }
+    home, tmp = short_tmp / "home", short_tmp / "tmp"
+    home.mkdir()
+    tmp.mkdir()
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith("RAY_") and k not in ("HOME", "TMPDIR")
+    }
+    env.update(
+        HOME=str(home),
+        TMPDIR=str(tmp),
+        RAY_AUTH_MODE="disabled",
+        RAY_USAGE_STATS_ENABLED="0",
+        PYTHONPATH=os.pathsep.join([str(REPO), *filter(None, [env.get("PYTHONPATH")])]),
+    )
+    script = str(REPO / "tests" / "ray_two_nodes.py")
+    stdout = in_network_namespace([sys.executable, script, json.dumps(spec)], env, timeout=900)
+    result = json.loads(stdout.strip().splitlines()[-1])
+    assert result["nodes"] == 2
+    for name, (inputs, kw) in cases.items():
+        units = result["cases"][name]["units"]
+        assert [u["index"] for u in units] == list(range(kw["units"]))
+        # The units ran in worker processes of both nodes (each node's raylet starts its own).
+        assert len({u["raylet"] for u in units}) == 2, (name, units)
+        pack_units(inputs, short_tmp / f"local-{name}", num_proc=2, **kw)
+        _, local_rows = read_rows(short_tmp / f"local-{name}")
+        _, ray_rows = read_rows(short_tmp / name)
+        assert ray_rows == local_rows, name  # every column, row for row
+        assert result["cases"][name]["rows"] == len(local_rows)

@@ -28,7 +28,7 @@ from packtool.errors import BadRecordError, FormatError, OptionError, OutputExis
 from packtool.merge import merge_units, segment_lengths
 from packtool.options import PackOptions
 from packtool.sources import InputFile, read_texts, resolve_inputs
-from packtool.units import plan_units, read_piece
+from packtool.units import plan_units
 
 PROPS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -52,7 +52,7 @@ def all_texts(inp: InputFile, **kw) -> tuple[list, list[str]]:
 def piece_texts(pieces, **kw) -> tuple[list, list[str]]:
     texts, bad = [], []
     for piece in pieces:
-        for batch in read_piece(piece, **kw):
+        for batch in read_texts(piece, **kw):  # a piece is read by the file's reader
             texts.extend(batch.texts)
             bad.extend(str(e) for e in batch.bad)
     return texts, bad
@@ -288,12 +288,18 @@ def test_engines_and_unit_runs_give_the_same_rows(tmp_path: Path) -> None:
     assert table_rows(tmp_path / "seq") == expected
     assert table_rows(tmp_path / "arr") == expected
     assert merged.manifest["options"]["seed"] == 5
-    assert merged.manifest["shards"][0]["rows"] == 40
+    # Merged without copying: the units' own shards of 40 rows (and each unit's last one).
+    assert merged.manifest["units"]["copied"] is False
+    assert {s["rows"] for s in merged.manifest["shards"]} - {40} != set()
+    assert max(s["rows"] for s in merged.manifest["shards"]) == 40
     pids = {u.pid for u in pool.units}
     assert os.getpid() not in pids and len(pids) <= 2  # worker processes, at most 2
-    # A merge with another seed gives the same rows in another order.
+    # A merge with another seed gives the same rows in another order: the units hold the
+    # order of seed 5, so this merge copies the rows (was: every merge copied).
     other = merge_units(tmp_path / "arr", seed=6)
     assert other.manifest["options"]["seed"] == 6
+    assert other.manifest["units"]["copied"] is True
+    assert other.manifest["shards"][0]["rows"] == 40
     again = table_rows(tmp_path / "arr")
     assert again != expected
     assert sorted(map(json.dumps, again)) == sorted(map(json.dumps, expected))

@@ -23,7 +23,9 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import NothingToPackError, OptionError, OutputExistsError, PacktoolError
+from ..format import row_bytes
 from ..fs import AnyPath, StorePath, as_path, check_writable, remove_tree
+from ..instruct import has_labels
 from ..merge import merge_units
 from ..options import ENGINES, PackOptions
 from ..pipeline import PackReport
@@ -32,6 +34,7 @@ from ..units import (
     UNITS_DIR,
     Unit,
     UnitResult,
+    corpus_options,
     finished_unit,
     plan_units,
     result_from_manifest,
@@ -170,16 +173,6 @@ def pack_units(
     started = time.perf_counter()
     options = _check((options or PackOptions()).replace(**option_values))
     assert options.units is not None and options.max_len is not None
-    rows_per_shard = options.rows_per_shard or max(
-        1, options.shard_bytes // (2 * 4 * options.max_len + 64)
-    )
-    merge_options = {
-        "shuffle": options.shuffle,
-        "seed": options.seed,
-        "rows_per_shard": rows_per_shard,
-        "world_size": options.world_size,
-        "micro_batches": options.micro_batches,
-    }
     out = as_path(out_dir)
     if isinstance(out, StorePath):  # a missing bucket or a denied write: now, in one line
         check_writable(out)
@@ -191,7 +184,21 @@ def pack_units(
         f if isinstance(f.path, StorePath) else replace(f, path=Path(os.path.abspath(f.path)))
         for f in resolved
     ]
-    plan = plan_units(files, options.units, options)  # loads the tokenizer: a bad one fails here
+    options, shape_auto = corpus_options(files, options)  # the shape: over all the inputs
+    rows_per_shard = options.rows_per_shard or max(
+        1, options.shard_bytes // row_bytes(options.max_len, has_labels(options))
+    )
+    merge_options = {
+        "shuffle": options.shuffle,
+        "seed": options.seed,
+        "rows_per_shard": rows_per_shard,
+        "world_size": options.world_size,
+        "micro_batches": options.micro_batches,
+        "copy": options.merge_copy,  # None: the merge copies only what it must
+    }
+    plan = [  # loads the tokenizer: a bad one fails here
+        replace(u, input_shape_auto=shape_auto) for u in plan_units(files, options.units, options)
+    ]
     created = not out.exists()
     _prepare(out, options.units, options.unit is not None, options.overwrite)
     skipped_files = [str(p) for p in skipped]
@@ -225,12 +232,6 @@ def _check(options: PackOptions) -> PackOptions:
     """What units need of the options, checked before any work."""
     if options.units is None:
         raise OptionError("--unit, --engine and --ray-address work on units: give --units N")
-    if options.input_shape not in ("auto", "text") or (
-        options.chat_template is not None or options.loss_on is not None
-    ):
-        raise OptionError(
-            "--units packs text inputs only for now: pack instruction data without --units"
-        )
     if options.max_len is None:
         raise OptionError("--max-len is required: the tokens per row, e.g. --max-len 4096")
     return options
