@@ -139,8 +139,8 @@ class TokenizerFile:
         self.dropout = model.get("dropout")
         vocab = model.get("vocab")
         self.vocab: dict[str, int]
-        if isinstance(vocab, Mapping):
-            self.vocab = {str(k): int(v) for k, v in vocab.items()}
+        if isinstance(vocab, Mapping):  # token -> id (a file whose ids are not integers
+            self.vocab = dict(vocab)  # loads in neither engine: the run fails there)
         elif isinstance(vocab, list):  # Unigram: [piece, score] pairs, ids in order
             self.vocab = {}
             for i, entry in enumerate(vocab):  # a piece listed twice: its last id
