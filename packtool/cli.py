@@ -481,8 +481,8 @@ def pack(
         str | None,
         typer.Option(
             help="Pre-tokenized records: the field (a list of ints) holding each document's "
-            "token ids, packed as they are (Parquet, Arrow, JSON Lines, saved datasets); no "
-            "tokenizer is loaded unless --tokenizer is given.",
+            "token ids, packed as they are (Parquet, Arrow, saved datasets, JSON Lines, JSON, "
+            "CSV); no tokenizer is loaded unless --tokenizer is given.",
             show_default=False,
         ),
     ] = None,
@@ -633,6 +633,9 @@ def pack(
 
 _CORPUS_OPTIONS = (
     "tokenizer",
+    "ids_field",
+    "vocab_size",
+    "split_on_eos",
     "text_field",
     "overflow",
     "add_eos",
@@ -798,6 +801,31 @@ def stats(
         bool,
         typer.Option("--cache/--no-cache", help="Corpus mode: reuse and keep tokenized lengths."),
     ] = True,
+    ids_field: Annotated[
+        str | None,
+        typer.Option(
+            help="Corpus mode: pre-tokenized records, the field (a list of ints) of each "
+            "document's token ids, counted as `pack --ids-field` reads them (no tokenizer is "
+            "loaded unless --tokenizer is given). Megatron .bin/.idx inputs need none.",
+            show_default=False,
+        ),
+    ] = None,
+    vocab_size: Annotated[
+        int | None,
+        typer.Option(
+            help="Corpus mode, with --ids-field: ids must be below this \\[default: the "
+            "tokenizer's vocabulary size].",
+            show_default=False,
+        ),
+    ] = None,
+    split_on_eos: Annotated[
+        int | None,
+        typer.Option(
+            help="Corpus mode, with --ids-field: cut each record into documents after every "
+            "occurrence of this id, as `pack --split-on-eos` does.",
+            show_default=False,
+        ),
+    ] = None,
     num_proc: Annotated[
         int | None,
         typer.Option(

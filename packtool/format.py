@@ -39,8 +39,8 @@ import os
 import re
 import shutil
 import time
-from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -152,6 +152,15 @@ class DocumentCounts:
     dropped: int = 0  # longer than max_len under --overflow drop
     empty: int = 0  # no tokens
     bad_records_skipped: int = 0
+
+    @staticmethod
+    def total(parts: Iterable[DocumentCounts]) -> DocumentCounts:
+        """The counts of several parts of one corpus (work units), summed."""
+        out = DocumentCounts()
+        for part in parts:
+            for f in fields(DocumentCounts):
+                setattr(out, f.name, getattr(out, f.name) + getattr(part, f.name))
+        return out
 
     def check(self) -> None:
         accounted = (
@@ -733,6 +742,18 @@ class TokenCounts:
     dropped: int = 0
     learned: int | None = None
 
+    @staticmethod
+    def total(parts: Iterable[TokenCounts]) -> TokenCounts:
+        """The counts of several parts of one corpus, summed (``learned``: None if none has)."""
+        parts = list(parts)
+        learned = [p.learned for p in parts if p.learned is not None]
+        return TokenCounts(
+            packed=sum(p.packed for p in parts),
+            truncated_away=sum(p.truncated_away for p in parts),
+            dropped=sum(p.dropped for p in parts),
+            learned=sum(learned) if learned else None,
+        )
+
 
 def _section(value: Any) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
@@ -743,6 +764,12 @@ def _count_or_none(value: Any) -> int | None:
 
 
 _DOCUMENT_PARTS = ("packed", "split", "truncated", "dropped", "empty", "bad_records_skipped")
+_LABEL_COUNTS = (
+    "learned_tokens",
+    "documents_without_labels",
+    "chunks_without_labels_dropped",
+    "tokens_in_chunks_without_labels",
+)
 
 
 class Manifest(Mapping[str, Any]):
@@ -800,9 +827,12 @@ class Manifest(Mapping[str, Any]):
         seconds: float,
         balance: Mapping[str, Any] | None = None,
         labels: Mapping[str, Any] | None = None,
+        global_ffd_rows: int | None = None,
+        units: Mapping[str, Any] | None = None,
         extra: Mapping[str, Any] | None = None,
     ) -> Manifest:
-        """The body of a pack's manifest; :meth:`ShardWriter.commit` adds the layout."""
+        """The body of a pack's manifest (a merge's: with ``global_ffd_rows`` and ``units``);
+        :meth:`ShardWriter.commit` adds the layout."""
         token_record: dict[str, Any] = {
             "packed": tokens.packed,
             "truncated_away": tokens.truncated_away,
@@ -828,11 +858,28 @@ class Manifest(Mapping[str, Any]):
             "seconds": round(seconds, 3),
             **(extra or {}),
         }
+        if global_ffd_rows is not None:
+            data["global_ffd_rows"] = global_ffd_rows
+        if units is not None:
+            data["units"] = dict(units)
         if balance is not None:
             data["balance"] = dict(balance)
         if labels is not None:
             data["labels"] = dict(labels)
         return cls(data)
+
+    @staticmethod
+    def summed_labels(manifests: Sequence[Manifest]) -> dict[str, Any] | None:
+        """The ``labels`` record of several parts of one corpus (work units): their counts
+        summed, the rest as the first records it (the same options, so the same for all)."""
+        records = [m.labels for m in manifests]
+        if not records or not records[0]:
+            return None
+        out = dict(records[0])
+        for key in _LABEL_COUNTS:
+            if key in out:
+                out[key] = sum(int(r.get(key, 0)) for r in records)
+        return out
 
     def summary(self) -> dict[str, Any]:
         """The record's counts and figures (for ``--json`` output): documents, tokens, rows..."""
@@ -852,9 +899,9 @@ class Manifest(Mapping[str, Any]):
         )
         return {k: self._data[k] for k in keys if k in self._data}
 
-    def with_fields(self, **fields: Any) -> Manifest:
-        """A copy with top-level records replaced or added (``unit=...``, ``units=...``)."""
-        return Manifest({**self._data, **fields}, self.path)
+    def with_seconds(self, seconds: float) -> Manifest:
+        """A copy that records ``seconds`` as the run's time."""
+        return Manifest({**self._data, "seconds": round(seconds, 3)}, self.path)
 
     def problems(self) -> list[str]:
         """The record's own arithmetic: what in its counts does not agree with the rest."""

@@ -46,6 +46,7 @@ from .format import (
     DocumentCounts,
     Manifest,
     ShardWriter,
+    TokenCounts,
     commit_in_place,
     open_packed,
     publish,
@@ -97,8 +98,13 @@ def segment_lengths(table: pa.Table) -> np.ndarray:
     return values[index + 1] - values[index]
 
 
+def _unit(m: Manifest) -> dict[str, Any]:
+    """The unit record of a unit's manifest (units.py's ``Unit.describe``), or {}."""
+    return m.unit or {}
+
+
 def _merge_options(
-    manifests: list[dict[str, Any]],
+    manifests: list[Manifest],
     given: dict[str, Any],
 ) -> dict[str, Any]:
     """Options given to the merge win; else those recorded by the units at pack time."""
@@ -108,9 +114,9 @@ def _merge_options(
             out[key] = given[key]
             continue
         recorded = {
-            repr(m["unit"].get("merge_options", {}).get(key))
+            repr(_unit(m).get("merge_options", {}).get(key))
             for m in manifests
-            if m["unit"].get("merge_options", {}).get(key) is not None
+            if _unit(m).get("merge_options", {}).get(key) is not None
         }
         if len(recorded) > 1:
             flag = "--" + key.replace("_", "-")
@@ -120,15 +126,15 @@ def _merge_options(
                 f"({', '.join(sorted(recorded))}): choose one with {flag}"
             )
         values = [
-            m["unit"]["merge_options"][key]
+            _unit(m)["merge_options"][key]
             for m in manifests
-            if m["unit"].get("merge_options", {}).get(key) is not None
+            if _unit(m).get("merge_options", {}).get(key) is not None
         ]
         out[key] = values[0] if values else None
     return out
 
 
-def _load_units(out: Path) -> list[tuple[Path, dict[str, Any]]]:
+def _load_units(out: Path) -> list[tuple[Path, Manifest]]:
     found = unit_dirs(out)
     if not found:
         raise FormatError(
@@ -156,28 +162,29 @@ def _load_units(out: Path) -> list[tuple[Path, dict[str, Any]]]:
     units = [(by_index[i], read_manifest(by_index[i])) for i in range(count)]
     first = units[0][1]
     for path, m in units:
-        record = m.get("unit")
-        if not isinstance(record, dict) or record.get("count") != count:
+        record = m.unit
+        if record is None or record.get("count") != count:
             raise FormatError(f"{path}: not a unit output (its manifest has no unit record)")
-        if record.get("plan") != first["unit"].get("plan"):
+        if record.get("plan") != _unit(first).get("plan"):
             raise FormatError(
                 f"{path} was packed with other inputs or options than {units[0][0]}: "
                 "pack the units again with the same command (--overwrite)"
             )
-        for key in ("max_len", "columns"):
-            if m[key] != first[key]:
-                raise FormatError(f"{path}: {key} {m[key]} differs from unit 0's {first[key]}")
-        if m["tokenizer"].get("sha256") != first["tokenizer"].get("sha256"):
+        if m.max_len != first.max_len:
+            raise FormatError(f"{path}: max_len {m.max_len} differs from unit 0's {first.max_len}")
+        if m.columns != first.columns:
+            raise FormatError(f"{path}: columns {m.columns} differ from unit 0's {first.columns}")
+        if m.tokenizer_sha256 != first.tokenizer_sha256:
             raise FormatError(f"{path}: packed with another tokenizer than unit 0")
     return units
 
 
-def _global_inputs(units: list[tuple[Path, dict[str, Any]]], first_docs: list[int]) -> list:
+def _global_inputs(units: list[tuple[Path, Manifest]], first_docs: list[int]) -> list:
     """One ``inputs`` entry per input file, its documents numbered over the whole corpus."""
     out: list[dict[str, Any]] = []
     for (_, m), base in zip(units, first_docs, strict=True):
-        pieces = m["unit"]["pieces"]
-        for piece, read in zip(pieces, m["inputs"], strict=True):
+        pieces = _unit(m)["pieces"]
+        for piece, read in zip(pieces, m.inputs, strict=True):
             continues = piece["split_by"] != "file" and piece["start"] != 0
             if continues and out and out[-1]["path"] == piece["path"]:
                 out[-1]["documents"] += read["documents"]  # the next range of the same file
@@ -261,7 +268,7 @@ def merge_units(
     units = _load_units(out)
     manifests = [m for _, m in units]
     first = manifests[0]
-    max_len = int(first["max_len"])
+    max_len = first.max_len
     given = {
         "shuffle": shuffle,
         "seed": seed,
@@ -271,12 +278,12 @@ def merge_units(
         "copy": copy,
     }
     opts, layout = _resolve_options(manifests, given, shard_size)
-    plan = first["unit"]["plan"]
+    plan = _unit(first)["plan"]
     previous = merged_manifest(out)
     if (
         previous is not None
-        and previous.get("units", {}).get("plan") == plan
-        and all(previous["options"].get(k) == opts[k] for k in MERGE_KEYS)
+        and (previous.units or {}).get("plan") == plan
+        and all(previous.options.get(k) == opts[k] for k in MERGE_KEYS)
     ):
         return report_from_manifest(out, previous, time.perf_counter() - started)
     reason = "--copy" if opts["copy"] else _copy_reason(manifests, opts)
@@ -291,10 +298,9 @@ def merge_units(
     global_rows = (
         int(first_fit_decreasing(all_lengths, max_len).max()) + 1 if all_lengths.size else 0
     )
-    record = _manifest(units, src.first_docs, opts, src.n_rows, global_rows, started, plan)
-    record["units"]["copied"] = reason is not None
-    record["units"]["copy_reason"] = reason
+    merged = _Merged(src.first_docs, opts, src.n_rows, global_rows, plan, reason)
     if reason is None:
+        record = _manifest(units, merged, started)
         manifest = _reference(out, units, src, opts, record, started)
         if progress:
             progress("merge", src.n_rows, src.n_rows)
@@ -307,8 +313,7 @@ def merge_units(
         order = ffd[row_shuffle(src.n_rows, layout.seed)]
     else:
         order = ffd
-    if balance is not None:
-        record["balance"] = balance
+    record = _manifest(units, merged, started, balance)
     rows_per_shard = int(opts["rows_per_shard"])
     manifest = _write(out, units, src, order, rows_per_shard, record, started, progress)
     return report_from_manifest(out, manifest, time.perf_counter() - started)
@@ -415,7 +420,7 @@ def _reference(
     first = units[0][1]
     _clear_merged(out)
     _copy_tokenizer(units, out)
-    record = {**record, "seconds": round(time.perf_counter() - started, 3)}
+    record = record.with_seconds(time.perf_counter() - started)
     return commit_in_place(
         out,
         max_len=first.max_len,
@@ -476,7 +481,7 @@ class _Sources:
         return int(self.starts[-1])
 
 
-def _sources(out: Path, units: list[tuple[Path, dict[str, Any]]]) -> _Sources:
+def _sources(out: Path, units: list[tuple[Path, Manifest]]) -> _Sources:
     manifests = [m for _, m in units]
     tables: list[pa.Table] = []
     table_unit: list[int] = []
@@ -486,19 +491,16 @@ def _sources(out: Path, units: list[tuple[Path, dict[str, Any]]]) -> _Sources:
             tables.append(reader.shard_table(shard))
             table_unit.append(u)
     starts = np.concatenate([[0], np.cumsum([t.num_rows for t in tables])]).astype(np.int64)
-    expected_rows = sum(int(m["rows"]) for m in manifests)
+    expected_rows = sum(m.rows for m in manifests)
     if int(starts[-1]) != expected_rows:  # pragma: no cover - read_manifest/shard_table check
         raise FormatError(
             f"{out}: units hold {int(starts[-1])} rows, their manifests say {expected_rows}"
         )
-    if not any(int(m["segments"]) for m in manifests):  # every unit is empty: so is the corpus
-        counts = DocumentCounts()
-        for m in manifests:
-            for key, value in m["documents"].items():
-                setattr(counts, key, getattr(counts, key) + int(value))
-        paths = list(dict.fromkeys(str(p["path"]) for m in manifests for p in m["inputs"]))
+    if not any(m.segments for m in manifests):  # every unit is empty: so is the corpus
+        counts = DocumentCounts.total(m.documents for m in manifests)
+        paths = list(dict.fromkeys(p for m in manifests for p in m.input_paths))
         raise counts.nothing_to_pack(paths or [str(out)])
-    docs_read = [int(m["documents"]["read"]) for m in manifests]
+    docs_read = [m.documents.read for m in manifests]
     first_docs = [int(x) for x in np.concatenate([[0], np.cumsum(docs_read)[:-1]])]
     doc_offset = np.asarray(first_docs, dtype=np.int64)[np.asarray(table_unit, dtype=np.int64)]
     return _Sources(tables, starts, first_docs, doc_offset)
@@ -506,7 +508,7 @@ def _sources(out: Path, units: list[tuple[Path, dict[str, Any]]]) -> _Sources:
 
 def _write(
     out: Path,
-    units: list[tuple[Path, dict[str, Any]]],
+    units: list[tuple[Path, Manifest]],
     src: _Sources,
     order: np.ndarray,
     rows_per_shard: int,
@@ -517,18 +519,18 @@ def _write(
     """Write the rows in ``order`` to a staging directory, then install it into ``out``
     (the manifest ``record`` last, its ``seconds`` counted from ``started``)."""
     first = units[0][1]
-    max_len = int(first["max_len"])
+    max_len = first.max_len
     n_rows = src.n_rows
     stage = out / _STAGE
+    with_labels = first.has_labels
     with ShardWriter(
         stage,
         max_len=max_len,
         num_rows=n_rows,
         rows_per_shard=rows_per_shard,
-        with_labels="labels" in first["columns"],
+        with_labels=with_labels,
         overwrite=True,
     ) as writer:
-        with_labels = "labels" in first["columns"]
         block = max(1, min(rows_per_shard, (64 << 20) // row_bytes(max_len, with_labels)))
         for start in range(0, n_rows, block):
             rows = order[start : start + block]
@@ -536,8 +538,7 @@ def _write(
             if progress:
                 progress("merge", min(start + block, n_rows), n_rows)
         _copy_tokenizer(units, writer.staging)
-        record = {**record, "seconds": round(time.perf_counter() - started, 3)}
-        manifest = writer.commit(record)
+        manifest = writer.commit(record.with_seconds(time.perf_counter() - started))
     _install(stage, out)
     return manifest
 
@@ -596,110 +597,92 @@ def _gather(
     return table.set_column(index, table.schema.field(index), new_docs)
 
 
+@dataclass(frozen=True)
+class _Merged:
+    """What the merge decided: the units' first documents, options, rows, why it copies."""
+
+    first_docs: list[int]
+    opts: dict[str, Any]
+    n_rows: int
+    global_rows: int
+    plan: str
+    copy_reason: str | None
+
+
 def _manifest(
-    units: list[tuple[Path, dict[str, Any]]],
-    first_docs: list[int],
-    opts: dict[str, Any],
-    n_rows: int,
-    global_rows: int,
+    units: list[tuple[Path, Manifest]],
+    merged: _Merged,
     started: float,
-    plan: str,
-) -> dict[str, Any]:
+    balance: dict[str, Any] | None = None,
+) -> Manifest:
+    first_docs, opts, plan = merged.first_docs, merged.opts, merged.plan
+    n_rows, global_rows = merged.n_rows, merged.global_rows
     manifests = [m for _, m in units]
     first = manifests[0]
-    max_len = int(first["max_len"])
-    documents = {
-        key: sum(int(m["documents"][key]) for m in manifests) for key in first["documents"]
-    }
-    tokens = {key: sum(int(m["tokens"][key]) for m in manifests) for key in first["tokens"]}
-    bad: list[str] = []
-    for m in manifests:
-        bad.extend(m.get("bad_records", [])[: _BAD_RECORDS_KEPT - len(bad)])
-    lower = lower_bound_rows(tokens["packed"], max_len)
-    options = {**first["options"], **opts}
-    if "input_shape_auto" in first["unit"]:  # the units were told the shape detected
-        options["input_shape_auto"] = first["unit"]["input_shape_auto"]
+    options = {**first.options, **opts}
+    if "input_shape_auto" in _unit(first):  # the units were told the shape detected
+        options["input_shape_auto"] = _unit(first)["input_shape_auto"]
     per_unit = [
         {
-            "index": m["unit"]["index"],
+            "index": _unit(m)["index"],
             "directory": f"{UNITS_DIR}/{path.name}",
             "first_doc": base,
-            "documents": int(m["documents"]["read"]),
-            "segments": int(m["segments"]),
-            "tokens": int(m["tokens"]["packed"]),
-            "rows": int(m["rows"]),
-            "lower_bound_rows": int(m["lower_bound_rows"]),
-            "efficiency": m["efficiency"],
-            "seconds": m.get("seconds"),
+            "documents": m.documents.read,
+            "segments": m.segments,
+            "tokens": m.tokens.packed,
+            "rows": m.rows,
+            "lower_bound_rows": m.lower_bound_rows,
+            "efficiency": m.efficiency,
+            "seconds": m.seconds,
             "row_seed": m.options.get("seed") if m.options.get("shuffle") else None,
-            "pieces": m["unit"]["pieces"],
+            "pieces": _unit(m)["pieces"],
         }
         for (path, m), base in zip(units, first_docs, strict=True)
     ]
-    labels = _labels(manifests)
-    return {
-        "packtool_version": __version__,
-        "created_unix": int(time.time()),
-        "tokenizer": first["tokenizer"],
-        "options": options,
-        "inputs": _global_inputs(units, first_docs),
-        "documents": documents,
-        "segments": sum(int(m["segments"]) for m in manifests),
-        "tokens": tokens,
-        "rows": n_rows,
-        "lower_bound_rows": lower,
-        "rows_over_lower_bound": n_rows - lower,
-        "efficiency": tokens["packed"] / (n_rows * max_len) if n_rows else 0.0,
-        "global_ffd_rows": global_rows,
-        "bad_records": bad,
-        "special_strings": {
-            "documents": sum(
-                int(m.get("special_strings", {}).get("documents", 0)) for m in manifests
-            ),
-            "parsed": bool(first.get("special_strings", {}).get("parsed", False)),
-        },
-        "seconds": round(time.perf_counter() - started, 3),
-        "units": {
+    tokens = TokenCounts.total(m.tokens for m in manifests)
+    bad: list[Any] = []
+    for m in manifests:
+        bad.extend(m.bad_records[: _BAD_RECORDS_KEPT - len(bad)])
+    return Manifest.for_pack(
+        version=__version__,
+        tokenizer=first.tokenizer,
+        options=options,
+        inputs=_global_inputs(units, first_docs),
+        documents=DocumentCounts.total(m.documents for m in manifests),
+        segments=sum(m.segments or 0 for m in manifests),
+        tokens=tokens,
+        rows=n_rows,
+        lower_bound_rows=lower_bound_rows(tokens.packed, first.max_len),
+        max_len=first.max_len,
+        bad_records=bad,
+        special_strings=sum(m.special_strings for m in manifests),
+        parse_special=first.parse_special,
+        seconds=time.perf_counter() - started,
+        labels=Manifest.summed_labels(manifests),
+        global_ffd_rows=global_rows,
+        units={
             "count": len(units),
             "plan": plan,
-            "plan_version": first["unit"].get("plan_version"),
+            "plan_version": _unit(first).get("plan_version"),
             "rows_over_global_ffd": n_rows - global_rows,
             "packing_loss": (n_rows - global_rows) / global_rows if global_rows else 0.0,
             "per_unit": per_unit,
+            "copied": merged.copy_reason is not None,
+            "copy_reason": merged.copy_reason,
         },
-        **({"labels": labels} if labels is not None else {}),
-    }
+        balance=balance,
+    )
 
 
-_LABEL_COUNTS = (
-    "learned_tokens",
-    "documents_without_labels",
-    "chunks_without_labels_dropped",
-    "tokens_in_chunks_without_labels",
-)
-
-
-def _labels(manifests: list[dict[str, Any]]) -> dict[str, Any] | None:
-    """The ``labels`` record of the units (instruction data, ids with labels): their counts
-    summed, the rest as unit 0 records it (the same options, so the same for every unit)."""
-    records = [m.get("labels") for m in manifests]
-    if records[0] is None:
-        return None
-    out = dict(records[0])
-    for key in _LABEL_COUNTS:
-        if key in out:
-            out[key] = sum(int((r or {}).get(key, 0)) for r in records)
-    return out
-
-
-def merged_manifest(out: Path) -> dict[str, Any] | None:
+def merged_manifest(out: Path) -> Manifest | None:
+    """The manifest of the merge in ``out``, or None (no merge yet, or not readable)."""
     if not (out / MANIFEST_FILE).exists():
         return None
     try:
         manifest = read_manifest(out)
     except FormatError:
         return None
-    return manifest if "units" in manifest else None
+    return manifest if manifest.units is not None else None
 
 
 def _install(stage: Path, out: Path) -> None:

@@ -61,6 +61,7 @@ from .packing import (
     lower_bound_rows,
     plan_rows,
     segment_items,
+    segment_labelled_items,
 )
 from .pretokenized import IdsTokenizer
 from .sources import InputFile, RecordBatch, TextBatch, resolve_inputs, skip_records
@@ -139,58 +140,6 @@ class PackReport:
         return self.tokens / self.seconds if self.seconds > 0 else 0.0
 
 
-def _segment_labelled_items(
-    encoded: EncodedBatch, max_len: int, overflow: Overflow
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict[str, int], np.ndarray]:
-    """:func:`~packtool.packing.segment_items` for examples with labels; also returns the
-    labels to store.
-
-    - The first token of every segment gets no label: nothing in its segment precedes it, and a
-      model shifting labels would otherwise learn it from the segment before.
-    - An example with no learned token (in what ``truncate`` keeps) is counted as empty.
-    - Under ``split``, a chunk with no learned token is dropped and counted.
-    """
-    assert encoded.labels is not None
-    lengths = encoded.lengths
-    offsets = (np.cumsum(lengths) - lengths).astype(np.int64)
-    labels = encoded.labels.copy()
-    if overflow is Overflow.SPLIT:
-        n_starts = -(-lengths // max_len)
-    else:
-        n_starts = (lengths > 0).astype(np.int64)
-    first = (np.cumsum(n_starts) - n_starts).astype(np.int64)
-    k = np.arange(int(n_starts.sum()), dtype=np.int64) - np.repeat(first, n_starts)
-    labels[np.repeat(offsets, n_starts) + k * max_len] = IGNORE_INDEX
-    # One byte per token and per-range sums: a prefix sum of int64 over every token cost
-    # 8 bytes and ~35 ns a token (a third of a pre-tokenized run's time).
-    learned = np.concatenate([labels != IGNORE_INDEX, [False]]).view(np.uint8)
-    kept = np.minimum(lengths, max_len) if overflow is Overflow.TRUNCATE else lengths
-    no_labels = ~encoded.empty & (_count_in(learned, offsets, kept) == 0)
-    doc, chunk, item_len, counts = segment_items(
-        lengths, encoded.empty | no_labels, max_len, overflow
-    )
-    item_off = offsets[doc] + chunk.astype(np.int64) * max_len
-    item_learned = _count_in(learned, item_off, item_len)
-    keep = item_learned > 0
-    counts["learned"] = int(item_learned[keep].sum())
-    counts["documents_without_labels"] = int(no_labels.sum())
-    counts["chunks_without_labels_dropped"] = int((~keep).sum())
-    counts["tokens_in_chunks_without_labels"] = int(item_len[~keep].sum())
-    return doc[keep], chunk[keep], item_len[keep], counts, labels
-
-
-def _count_in(flags: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
-    """The sum of ``flags`` (uint8, with one 0 past the end) over each range
-    ``[starts[k], starts[k] + lengths[k])``."""
-    out = np.zeros(starts.size, np.int64)
-    full = lengths > 0
-    if full.any():
-        s = starts[full]
-        bounds = np.column_stack([s, s + lengths[full]]).ravel()
-        out[full] = np.add.reduceat(flags, bounds, dtype=np.int64)[::2]
-    return out
-
-
 def _cut(
     encoded: EncodedBatch, max_len: int, overflow: Overflow
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict[str, int], np.ndarray | None]:
@@ -201,7 +150,9 @@ def _cut(
             encoded.lengths, encoded.empty, max_len, overflow
         )
         return doc, chunk, item_len, counts, None
-    return _segment_labelled_items(encoded, max_len, overflow)
+    return segment_labelled_items(
+        encoded.lengths, encoded.empty, encoded.labels, max_len, overflow, ignore=IGNORE_INDEX
+    )
 
 
 _LABEL_COUNTS = (

@@ -1,8 +1,9 @@
 """Pre-tokenized inputs: records that already hold token ids (``--ids-field``).
 
 Each record's list of ints is a document as it is. The list column of an Arrow record batch
-(Parquet, Arrow, JSON Lines, a saved dataset) is read as one flat NumPy array with the
-record offsets: no Python per token or per document. Optional ``--labels-field`` (ints,
+(Parquet, Arrow, a saved dataset; JSON Lines, JSON and CSV parsed to Arrow by
+:func:`~packtool.sources.column_batches`) is read as one flat NumPy array with the record
+offsets: no Python per token or per document. Optional ``--labels-field`` (ints,
 -100 where not learned) or ``--loss-mask-field`` (0/1 per token) give the labels.
 ``--split-on-eos ID`` cuts every record into documents after each occurrence of ``ID``.
 
@@ -23,7 +24,7 @@ import numpy as np
 import pyarrow as pa
 
 from .errors import BadRecordError, InputError, OptionError
-from .sources import InputFile, first_row, part_of, records_before, table_batches
+from .sources import InputFile, column_batches, first_row, part_of
 from .tokenize import EncodedBatch, SpecialTokens
 
 __all__ = ["IdsBatch", "IdsEncoder", "IdsTokenizer", "megatron_index", "read_ids"]
@@ -215,16 +216,23 @@ def ids_of_batch(
     batch: pa.RecordBatch,
     fields: IdsFields,
     where: str,
-    row0: int | Callable[[], int],
+    row0: int,
     *,
     vocab_size: int | None,
     split_on_eos: int | None,
     skip_bad: bool,
+    known: dict[int, str] | None = None,
+    locate: Callable[[int], str | None] | None = None,
 ) -> IdsBatch:
     """The checked documents of one Arrow record batch; ``row0`` is the number of its first
-    row in the input (or what gives it, asked only to name a bad row)."""
-    problems: dict[int, str] = {}
+    row in the input. ``known`` are problems found while parsing (record -> what);
+    ``locate(i)`` names record ``i`` (default: ``where: row n``)."""
+    problems: dict[int, str] = dict(known or {})
     n = batch.num_rows
+
+    def name(r: int) -> str:
+        return (locate(r) if locate else None) or f"{where}: row {row0 + r}"
+
     values, offsets = _list_parts(batch.column(fields.ids), fields.ids, where, problems)
     _check_range(values, offsets, fields.ids, vocab_size, problems)
     lengths = np.diff(offsets)
@@ -259,12 +267,11 @@ def ids_of_batch(
     bad: list[BadRecordError] = []
     keep = np.ones(n, bool)
     if problems:
-        row0 = row0() if callable(row0) else row0
         if not skip_bad:
             r = min(problems)
-            raise BadRecordError(f"{where}: row {row0 + r}", problems[r]).with_skip_hint()
+            raise BadRecordError(name(r), problems[r]).with_skip_hint()
         for r in sorted(problems):
-            bad.append(BadRecordError(f"{where}: row {row0 + r}", problems[r]))
+            bad.append(BadRecordError(name(r), problems[r]))
             keep[r] = False
         tokens = np.repeat(keep, lengths)
         values = values[tokens]
@@ -305,20 +312,21 @@ def read_ids(
         )
         return
     where = str(inp.path)
-    before = records_before(inp)  # a piece of JSON Lines: counted only to name a bad row
-    row = first_row(inp)
-    for batch, bytes_done in table_batches(inp, fields.columns, split=split):
+    row = first_row(inp)  # a piece of Parquet row groups: the rows of the groups before it
+    for part in column_batches(inp, fields.columns, split=split):
         out = ids_of_batch(
-            batch,
+            part.batch,
             fields,
             where,
-            (lambda r=row: before() + r) if part_of(inp, "bytes") else row,
+            row,
             vocab_size=vocab_size,
             split_on_eos=split_on_eos,
             skip_bad=skip_bad_records,
+            known=part.problems,
+            locate=part.locate,
         )
-        out.bytes_done = bytes_done or inp.size_bytes
-        row += batch.num_rows
+        out.bytes_done = part.bytes_done or inp.size_bytes
+        row += part.batch.num_rows
         yield out
 
 

@@ -26,16 +26,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, NamedTuple
 
+import numpy as np
 import pyarrow as pa
 
 from .errors import BadRecordError, InputError, OptionError
 from .fs import AnyPath, StorePath, arrow_input, arrow_source, as_path, open_input
 
 __all__ = [
+    "ColumnBatch",
     "InputFile",
     "Piece",
     "RecordBatch",
     "TextBatch",
+    "column_batches",
     "describe_skipped",
     "first_record_fields",
     "first_row",
@@ -511,19 +514,20 @@ _JSONL_CHUNK = 8 << 20  # bytes of whole lines parsed at a time by the fast JSON
 def _line_chunks(stream: pa.NativeFile, size: int = _JSONL_CHUNK) -> Iterator[memoryview]:
     """``stream`` in pieces of about ``size`` bytes, each ending at a line end (the last one
     at the end of the input), so that each piece holds whole lines."""
-    carry = b""
+    carry: list[bytes] = []  # the start of a line longer than a chunk, so far
     while True:
         chunk = stream.read(size)
         if not chunk:
             if carry:
-                yield memoryview(carry)
+                yield memoryview(b"".join(carry))
             return
-        data = carry + chunk if carry else chunk
-        cut = data.rfind(b"\n") + 1
-        if cut == 0:  # one line longer than a chunk, so far
-            carry = data
+        cut = chunk.rfind(b"\n") + 1
+        if cut == 0:  # kept in pieces: joining each time would copy a long line over and over
+            carry.append(chunk)
             continue
-        carry = data[cut:]
+        data = b"".join([*carry, chunk]) if carry else chunk
+        cut += len(data) - len(chunk)
+        carry = [data[cut:]] if cut < len(data) else []
         yield memoryview(data)[:cut]
 
 
@@ -1000,8 +1004,8 @@ def _bigger_blocks(inp: InputFile, read_pass: Callable[[int, int], Iterator[Any]
 def table_batches(
     inp: InputFile, columns: Sequence[str], *, split: str | None = None, batch_rows: int = 2048
 ) -> Iterator[tuple[pa.RecordBatch, int]]:
-    """The Arrow record batches of ``columns`` of a Parquet, Arrow, JSON Lines or saved
-    `datasets` input, each with how far into the input (bytes) it ends. Columns are not
+    """The Arrow record batches of ``columns`` of a Parquet, Arrow or saved `datasets`
+    input, each with how far into the input (bytes) it ends. Columns are not
     converted to Python: a list column stays one flat buffer (for pre-tokenized data)."""
     where = str(inp.path)
 
@@ -1032,23 +1036,6 @@ def table_batches(
         except (pa.ArrowInvalid, OSError) as e:
             raise InputError(f"{where}: cannot read Parquet data: {e}") from e
         return
-    if inp.kind == "jsonl" and inp.compression is None:
-        import pyarrow.json as pj
-
-        stream, counter = _open_binary(inp)  # a piece by bytes: only its range
-        try:
-            reader = pj.open_json(
-                pa.PythonFile(stream, mode="r"),
-                read_options=pj.ReadOptions(block_size=16 << 20),
-            )
-            check(reader.schema.names)
-            for b in reader:
-                yield b.select(list(columns)), counter.count
-        except pa.ArrowInvalid as e:
-            raise InputError(f"{where}: cannot read the JSON Lines as Arrow: {e}") from None
-        finally:
-            stream.close()
-        return
     if inp.kind in ("arrow", "hf_dataset"):
         files = [where] if inp.kind == "arrow" else _saved_dataset_files(where, split)
         if files is None:
@@ -1063,11 +1050,552 @@ def table_batches(
         finally:
             arrow.source.close()
         return
-    kind = inp.kind + (f" ({inp.compression})" if inp.compression else "")
-    raise InputError(
-        f"{where}: pre-tokenized ids are read from Parquet, Arrow, JSON Lines (uncompressed) "
-        f"or saved datasets, not {kind}"
+    raise ValueError(f"not a table input: {inp.kind!r}")
+
+
+# -- token-id columns (pre-tokenized data) of JSON and CSV inputs ----------------------------
+
+
+@dataclass
+class ColumnBatch:
+    """Arrow list columns of consecutive records of one input (pre-tokenized data).
+
+    ``problems`` names the records found bad while parsing (index in the batch -> what is
+    wrong; their columns are null); ``locate(i)`` names record ``i`` (``file:line``), or is
+    ``None`` where records are named by their row.
+    """
+
+    batch: pa.RecordBatch
+    bytes_done: int
+    problems: dict[int, str] = field(default_factory=dict)
+    locate: Callable[[int], str | None] | None = None
+
+    @property
+    def records(self) -> range:
+        return range(self.batch.num_rows)
+
+    def drop_first(self, n: int) -> ColumnBatch:
+        """This batch without its first ``n`` records (a CSV pass that starts again)."""
+        locate = self.locate
+        return ColumnBatch(
+            self.batch.slice(n),
+            self.bytes_done,
+            {r - n: p for r, p in self.problems.items() if r >= n},
+            None if locate is None else (lambda r: locate(r + n)),
+        )
+
+
+def _id_list_problem(obj: Any, columns: Sequence[str]) -> str | None:
+    """What keeps a parsed JSON record from being lists of integer ids in ``columns``."""
+    if not isinstance(obj, dict):
+        return f"expected a JSON object, found {_describe(obj)}"
+    for name in columns:
+        if name not in obj:
+            found = ", ".join(repr(k) for k in list(obj)[:20]) or "none"
+            return f"no field {name!r} (fields found: {found})"
+        value = obj[name]
+        if value is None:
+            return f"{name!r} is null"
+        if not isinstance(value, list):
+            return f"{name!r} is {_describe(value)}, not a list of token ids"
+        if all(type(v) is int for v in value):
+            big = [v for v in value if not -(1 << 63) <= v < 1 << 63]
+            if big:
+                return f"{name!r}[{value.index(big[0])}] is {big[0]}: too large for a token id"
+            continue
+        j = next(j for j, v in enumerate(value) if type(v) is not int)
+        if value[j] is None:
+            return f"{name!r} holds nulls"
+        shown = json.dumps(value[j])[:40]
+        return f"{name!r}[{j}] is {shown}, not an integer token id"
+    return None
+
+
+def _parsed_columns(
+    objs: Sequence[Any], columns: Sequence[str], problems: dict[int, str]
+) -> pa.RecordBatch:
+    """The list columns of parsed JSON records; a bad one goes into ``problems`` (as null)."""
+    values: dict[str, list[Any]] = {c: [] for c in columns}
+    for r, obj in enumerate(objs):
+        problem = problems.get(r) or _id_list_problem(obj, columns)
+        if problem is not None:
+            problems[r] = problem
+        for c in columns:
+            values[c].append(None if problem is not None else obj[c])
+    arrays = [pa.array(values[c], pa.list_(pa.int64())) for c in columns]
+    return pa.RecordBatch.from_arrays(arrays, names=list(columns))
+
+
+_BLANK = np.array([0x20, 0x09, 0x0D, 0x0A], np.uint8)
+
+
+def _nonblank_lines(piece: memoryview) -> np.ndarray:
+    """The 0-based numbers of the lines of ``piece`` that hold more than white space."""
+    data = np.frombuffer(piece, np.uint8)
+    ends = np.flatnonzero(data == 0x0A)
+    if not data.size or data[-1] != 0x0A:
+        ends = np.append(ends, data.size)
+    starts = np.concatenate([[0], ends[:-1] + 1])
+    solid = np.concatenate([[0], np.cumsum(~np.isin(data, _BLANK), dtype=np.int64)])
+    return np.flatnonzero(solid[ends] > solid[starts])
+
+
+def _jsonl_python_piece(
+    piece: memoryview,
+    columns: Sequence[str],
+    where: str,
+    line0: int,
+    bytes_done: int,
+    before: Callable[[], int],
+) -> ColumnBatch:
+    """One piece of whole JSON lines parsed line by line: exact places for bad records."""
+    objs: list[Any] = []
+    lines: list[int] = []
+    problems: dict[int, str] = {}
+    for k, line in enumerate(bytes(piece).split(b"\n")):
+        if not line.strip():
+            continue
+        lines.append(line0 + k + 1)
+        try:
+            objs.append(_parse_json_line(line, f"{where}:{line0 + k + 1}"))
+        except BadRecordError as e:
+            problems[len(objs)] = e.problem
+            objs.append(None)
+    batch = _parsed_columns(objs, columns, problems)
+    return ColumnBatch(batch, bytes_done, problems, lambda r: f"{where}:{before() + lines[r]}")
+
+
+def _jsonl_columns(inp: InputFile, columns: Sequence[str]) -> Iterator[ColumnBatch]:
+    """JSON Lines (plain, gzip or zstd) through pyarrow's JSON parser, piece by piece.
+
+    Each piece of whole lines is parsed with the columns typed as lists of int32 (a value
+    that is not one fails the piece); a piece that fails, holds a null record or a top-level
+    null line (pyarrow's reader crashes on those, see :func:`_jsonl_arrow`), or whose
+    records are not one per line, is parsed again line by line to name the exact record.
+    """
+    import pyarrow.json as pj
+
+    where = str(inp.path)
+    try:
+        stream, raw = _arrow_input(inp)
+        tell: Callable[[], int] = raw.tell
+    except _NoArrowCodec:
+        stream, counter = _open_binary(inp)  # type: ignore[assignment]
+        tell = lambda: counter.count  # noqa: E731
+    schema = pa.schema([(c, pa.list_(pa.int32())) for c in columns])
+    parse = pj.ParseOptions(explicit_schema=schema, unexpected_field_behavior="ignore")
+    threaded = pj.ReadOptions(block_size=1 << 20, use_threads=True)
+    line0 = 0  # lines of the stream before the piece; a range of a file: ``before()`` more
+    span = part_of(inp, "bytes")
+    before = (lambda: 0) if not span or not span[0] else _LinesBefore(inp.path, span[0]).count
+    try:
+        for piece in _line_chunks(stream, _JSONL_CHUNK):
+            lines = int(np.count_nonzero(np.frombuffer(piece, np.uint8) == 0x0A))
+            lines += 0 if piece[-1:] == b"\n" else 1
+            fast = _jsonl_arrow_piece(piece, parse, threaded)
+            line_of: np.ndarray | None = None
+            if fast is not None and fast.num_rows != lines:
+                line_of = _nonblank_lines(piece)  # blank lines: the records' own lines
+                if line_of.size != fast.num_rows:  # two objects on a line: a bad record
+                    fast = None
+            if fast is None:
+                yield _jsonl_python_piece(piece, columns, where, line0, tell(), before)
+            elif line_of is None:
+                yield ColumnBatch(
+                    fast, tell(), {}, lambda r, l0=line0: f"{where}:{before() + l0 + r + 1}"
+                )
+            else:
+                lines_of = line_of + line0 + 1
+                yield ColumnBatch(
+                    fast, tell(), {}, lambda r, at=lines_of: f"{where}:{before() + int(at[r])}"
+                )
+            line0 += lines
+    except (OSError, EOFError, zlib.error) as e:
+        raise InputError(f"{where}: cannot read after line {line0}: {e}") from None
+    finally:
+        stream.close()
+
+
+def _jsonl_arrow_piece(piece: memoryview, parse: Any, threaded: Any) -> pa.RecordBatch | None:
+    """The piece parsed by pyarrow, or ``None`` where it must be read line by line."""
+    import pyarrow.json as pj
+
+    if _NULL_FIRST.match(piece) or _NULL_LINE.search(piece):
+        return None
+    try:
+        try:
+            table = pj.read_json(pa.py_buffer(piece), read_options=threaded, parse_options=parse)
+        except pa.ArrowInvalid as e:
+            if not _is_straddling(e):
+                raise
+            whole = pj.ReadOptions(block_size=len(piece) + 1, use_threads=False)
+            table = pj.read_json(pa.py_buffer(piece), read_options=whole, parse_options=parse)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        return None
+    if any(column.null_count for column in table.columns):
+        return None  # missing or null: the line-by-line reader says which
+    return table.combine_chunks().to_batches()[0] if table.num_rows else None
+
+
+def _json_array_columns(
+    inp: InputFile, columns: Sequence[str], batch_rows: int
+) -> Iterator[ColumnBatch]:
+    """A JSON array of objects: streamed through pyarrow's parser (:class:`_ArrayScan`); if
+    anything is irregular, parsed whole with ``json.load`` from the element it stopped at,
+    to name the bad element exactly."""
+    done = 0
+    try:
+        for batch in _json_array_arrow(inp, columns):
+            done += batch.batch.num_rows
+            yield batch
+        return
+    except _ArrowFailed:
+        pass
+    stream, _ = _open_binary(inp)
+    with stream:
+        data = _load_json_array(inp, stream)
+    where = str(inp.path)
+    for first in range(done, len(data), batch_rows):
+        problems: dict[int, str] = {}
+        batch = _parsed_columns(data[first : first + batch_rows], columns, problems)
+        progress = inp.size_bytes * min(len(data), first + batch_rows) // max(1, len(data))
+        yield ColumnBatch(batch, progress, problems, lambda r, f=first: f"{where}: element {f + r}")
+
+
+_JSON_ARRAY_WINDOW = 8 << 20  # bytes of a JSON array scanned at a time
+
+
+class _ArrayScan:
+    """Turns a JSON array of objects into pieces of whole elements for pyarrow's JSON parser:
+    the array's brackets and the commas between its elements become line ends.
+
+    The structure is found with NumPy over each window of bytes, state carried across
+    windows, from the few bytes that can matter: quotes not escaped (an odd run of
+    backslashes before them) open and close strings; outside strings, brackets change the
+    depth; the comma that ends an element is the first byte not blank after a bracket that
+    closes at depth 1. It only has to be right for valid JSON: every byte but the marks goes
+    to pyarrow, which refuses what is not JSON (an element that is not an object too), and
+    anything irregular here (text outside the array, an empty element, a second array)
+    raises :class:`_ArrowFailed`.
+    """
+
+    def __init__(self) -> None:
+        self.in_string = False
+        self.backslashes = 0  # the run of backslashes ending the previous window
+        self.depth = 0
+        self.opened = self.closed = False
+        self.solid = False  # something not blank since the last mark
+        self.after_element = False  # an element closed, its comma not seen yet
+        self.last_kind = 0  # the last mark: 0 none, 1 '[', 2 ',', 3 ']'
+        self.carry = b""  # transformed bytes after the last mark
+
+    def _quotes(self, raw: bytes, w: np.ndarray) -> np.ndarray:
+        """Positions of the quotes that are not escaped."""
+        at = np.flatnonzero(w == 0x22)
+        after_backslash = (w[np.maximum(at - 1, 0)] == 0x5C) & (at > 0)
+        if at.size and at[0] == 0 and self.backslashes:
+            after_backslash[0] = True
+        escaped = np.zeros(at.size, bool)
+        for k in np.flatnonzero(after_backslash).tolist():  # rare: strings with escapes
+            i = j = int(at[k])
+            while j > 0 and raw[j - 1] == 0x5C:
+                j -= 1
+            escaped[k] = (i - j + (self.backslashes if j == 0 else 0)) % 2 == 1
+        return at[~escaped]
+
+    @staticmethod
+    def _next_solid(raw: bytes, at: int) -> int | None:
+        """Where the first byte not blank at or after ``at`` is (``None``: none in ``raw``)."""
+        for size in (64, len(raw)):  # a few blanks, as a rule: look at the start first
+            piece = raw[at : at + size]
+            rest = piece.lstrip()
+            if rest:
+                return at + len(piece) - len(rest)
+        return None
+
+    def feed(self, raw: bytes) -> tuple[bytes, int]:
+        """The transformed bytes up to the last mark in ``raw`` (with what was carried), and
+        how many elements end there."""
+        w = np.frombuffer(raw, np.uint8)
+        quotes = self._quotes(raw, w)
+        folded = w | 0x20  # [ and ] fold onto { and }
+        brackets = np.flatnonzero((folded == 0x7B) | (folded == 0x7D))
+        brackets = brackets[(np.searchsorted(quotes, brackets) + self.in_string) % 2 == 0]
+        step = np.where(folded[brackets] == 0x7B, 1, -1)
+        depth = self.depth + np.cumsum(step)  # after each bracket
+        start = brackets[(step == 1) & (depth == 1)]
+        end = brackets[(step == -1) & (depth == 0)]
+        if (
+            (depth < 0).any()
+            or (w[start] != 0x5B).any()
+            or (w[end] != 0x5D).any()
+            or start.size + self.opened > 1
+            or end.size + self.closed > 1
+            or (self.closed and raw.strip())
+            or (end.size and raw[int(end[0]) + 1 :].strip())
+            or (not self.opened and not start.size and raw.strip())
+        ):
+            raise _ArrowFailed("not one JSON array of objects")
+        after = [int(c) + 1 for c in brackets[(step == -1) & (depth == 1)]]
+        if self.after_element:
+            after.insert(0, 0)
+        self.after_element = False
+        commas = []
+        for i, at in enumerate(after):  # per element, not per token
+            solid = self._next_solid(raw, at)
+            if solid is None:
+                self.after_element = i == len(after) - 1  # its comma: in the next window
+            elif raw[solid] == 0x2C:
+                commas.append(solid)
+            elif raw[solid] != 0x5D:
+                raise _ArrowFailed("no comma after an element")
+        marks = np.sort(np.concatenate([start, np.array(commas, np.int64), end]))
+        elements = 0
+        previous = -1
+        for m in marks.tolist():  # per element
+            first = self._next_solid(raw, previous + 1)
+            solid_before = (first is not None and first < m) or (previous < 0 and self.solid)
+            kind = 1 if w[m] == 0x5B else 3 if w[m] == 0x5D else 2
+            if kind == 1 and solid_before:
+                raise _ArrowFailed("text before the array")
+            if kind > 1 and solid_before:
+                elements += 1
+            elif kind == 2 or (kind == 3 and self.last_kind != 1):
+                raise _ArrowFailed("an empty element")  # [1,,2], [1,], [,1]: json.load says
+            self.last_kind, previous = kind, m
+        tail_solid = self._next_solid(raw, previous + 1) is not None
+        self.solid = tail_solid or (previous < 0 and self.solid)
+        self.opened |= bool(start.size)
+        self.closed |= bool(end.size)
+        self.in_string = (quotes.size + self.in_string) % 2 == 1
+        self.depth = int(depth[-1]) if depth.size else self.depth
+        trailing = len(raw) - len(raw.rstrip(b"\\"))
+        self.backslashes = trailing + (self.backslashes if trailing == len(raw) else 0)
+        if not marks.size:
+            self.carry += raw
+            return b"", 0
+        out = bytearray(raw)
+        for m in marks.tolist():
+            out[m] = 0x0A
+        cut = len(self.carry) + int(marks[-1]) + 1
+        data = self.carry + bytes(out)
+        self.carry = data[cut:]
+        return data[:cut], elements
+
+
+def _json_array_arrow(inp: InputFile, columns: Sequence[str]) -> Iterator[ColumnBatch]:
+    """:func:`_json_array_columns`' fast path; raises :class:`_ArrowFailed` where the slow
+    one must go on."""
+    where = str(inp.path)
+    try:
+        stream, raw = _arrow_input(inp)
+    except _NoArrowCodec:
+        raise _ArrowFailed("no codec") from None
+    import pyarrow.json as pj
+
+    schema = pa.schema([(c, pa.list_(pa.int32())) for c in columns])
+    parse = pj.ParseOptions(
+        explicit_schema=schema, unexpected_field_behavior="ignore", newlines_in_values=True
     )
+    options = pj.ReadOptions(block_size=1 << 20, use_threads=True)
+    scan = _ArrayScan()
+    element = 0
+    try:
+        while True:
+            raw_bytes = stream.read(_JSON_ARRAY_WINDOW)
+            if not raw_bytes:
+                break
+            piece, elements = scan.feed(raw_bytes)
+            if not elements:
+                continue
+            table = _array_piece(piece, parse, options)
+            if table is None or table.num_rows != elements:
+                raise _ArrowFailed("irregular")
+            batch = table.combine_chunks().to_batches()[0]
+            yield ColumnBatch(
+                batch, raw.tell(), {}, lambda r, f=element: f"{where}: element {f + r}"
+            )
+            element += elements
+    except (OSError, EOFError, zlib.error) as e:
+        raise InputError(f"{where}: cannot read: {e}") from None
+    finally:
+        stream.close()
+    if not scan.closed or scan.carry.strip():
+        raise _ArrowFailed("not one whole JSON array")
+
+
+def _array_piece(piece: bytes, parse: Any, options: Any) -> pa.Table | None:
+    import pyarrow.json as pj
+
+    if _NULL_FIRST.match(piece) or _NULL_LINE.search(piece):
+        return None
+    try:
+        try:
+            table = pj.read_json(pa.py_buffer(piece), read_options=options, parse_options=parse)
+        except pa.ArrowInvalid as e:
+            if not _is_straddling(e):
+                raise
+            big = pj.ReadOptions(block_size=len(piece) + 1, use_threads=False)
+            table = pj.read_json(pa.py_buffer(piece), read_options=big, parse_options=parse)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        return None
+    if any(column.null_count for column in table.columns):
+        return None
+    return table
+
+
+# A CSV cell holding a list of integers: "[1, 2, 3]" (pandas, json), "1 2 3", "[1 2 3]" (NumPy).
+_INT_LIST_CELL = r"^\s*\[?\s*(-?\d+(\s*,\s*|\s+))*(-?\d+)?\s*,?\s*\]?\s*$"
+_POW10 = 10 ** np.arange(19, dtype=np.int64)
+
+
+def _int_list_cells(column: pa.Array, name: str, problems: dict[int, str]) -> pa.Array:
+    """A string column of integer lists, one a cell (``"[1, 2, 3]"``, ``"1 2 3"``), as a
+    list<int64> column, parsed with NumPy over the column's bytes (no Python per token).
+    A cell that is not such a list goes into ``problems`` and is null."""
+    import pyarrow.compute as pc
+
+    n = len(column)
+    column = column.cast(pa.large_string())
+    ok = np.asarray(pc.match_substring_regex(column, _INT_LIST_CELL).fill_null(False), bool)
+    for r in np.flatnonzero(~ok):
+        cell = column[int(r)].as_py()
+        problems.setdefault(int(r), f"{name!r} is {str(cell)[:40]!r}, not a list of integer ids")
+    buffers = column.buffers()
+    cell_off = np.frombuffer(buffers[1], np.int64, n + 1, column.offset * 8)
+    data = np.frombuffer(buffers[2], np.uint8)[cell_off[0] : cell_off[-1]]
+    cell_off = cell_off - cell_off[0]
+    good = np.repeat(ok, np.diff(cell_off))
+    digit = (data >= 0x30) & (data <= 0x39) & good
+    part = digit | ((data == 0x2D) & good)  # a '-' is always right before a digit (checked)
+    boundary = np.zeros(data.size + 1, bool)
+    boundary[cell_off] = True
+    before = np.concatenate([[False], part[:-1]]) & ~boundary[:-1]
+    after = np.concatenate([part[1:], [False]]) & ~boundary[1:]
+    starts = np.flatnonzero(part & ~before)
+    ends = np.flatnonzero(part & ~after) + 1
+    negative = data[starts] == 0x2D
+    first_digit = starts + negative
+    width = ends - first_digit
+    too_long = width > 18
+    if too_long.any():
+        for t in np.flatnonzero(too_long):
+            r = int(np.searchsorted(cell_off, starts[t], "right") - 1)
+            problems.setdefault(r, f"{name!r} holds an integer too large for a token id")
+    at = np.flatnonzero(digit)
+    token = np.searchsorted(starts, at, "right") - 1
+    place = np.minimum(ends[token] - 1 - at, 18)
+    terms = (data[at] - 0x30).astype(np.int64) * _POW10[place]
+    values = np.add.reduceat(terms, np.searchsorted(at, first_digit)) if at.size else terms
+    values = np.where(negative, -values, values)
+    record = np.searchsorted(cell_off, starts, "right") - 1
+    offsets = np.concatenate([[0], np.cumsum(np.bincount(record, minlength=n))])
+    bad = np.zeros(n, bool)
+    bad[list(problems)] = True
+    return pa.LargeListArray.from_arrays(
+        pa.array(offsets.astype(np.int64)), pa.array(values), mask=pa.array(bad)
+    )
+
+
+def _csv_columns(inp: InputFile, columns: Sequence[str]) -> Iterator[ColumnBatch]:
+    header = _csv_header(inp)
+    for name in columns:
+        if name not in header:
+            found = ", ".join(repr(n) for n in header[:20]) or "none"
+            raise InputError(f"{inp.path}: no column {name!r} (columns found: {found})")
+    yield from _bigger_blocks(
+        inp, lambda block, skip: skip_records(_csv_columns_pass(inp, columns, block), skip)
+    )
+
+
+def _csv_columns_pass(inp: InputFile, columns: Sequence[str], block: int) -> Iterator[ColumnBatch]:
+    import pyarrow.csv as pc
+
+    malformed: list[BadRecordError] = []
+
+    def on_invalid(row: Any) -> str:
+        where = f"{inp.path}:{row.number}" if row.number is not None else str(inp.path)
+        malformed.append(
+            BadRecordError(
+                where,
+                f"malformed CSV row {row.text[:60]!r} ({row.actual_columns} columns, "
+                f"expected {row.expected_columns})",
+            )
+        )
+        return "skip"
+
+    stream, raw = _arrow_input(inp)
+    paced = _PacedReader(stream, ahead=3 * block, block=block)
+    try:
+        reader = pc.open_csv(
+            pa.PythonFile(paced, mode="r"),
+            read_options=pc.ReadOptions(block_size=block, use_threads=False),
+            parse_options=pc.ParseOptions(newlines_in_values=True, invalid_row_handler=on_invalid),
+            convert_options=pc.ConvertOptions(
+                include_columns=list(columns),
+                column_types={c: pa.string() for c in columns},
+                strings_can_be_null=False,
+                quoted_strings_can_be_null=False,
+            ),
+        )
+        for batch in paced.batches(reader):
+            bad, malformed = malformed, []  # rows pyarrow skipped: bad records, first
+            problems = {i: e.problem for i, e in enumerate(bad)}
+            k, names = len(bad), [e.location for e in bad]
+            arrays = []
+            for name in columns:
+                cells: dict[int, str] = {}
+                parsed = _int_list_cells(batch.column(name), name, cells)
+                for r, problem in cells.items():
+                    problems.setdefault(r + k, problem)
+                arrays.append(pa.concat_arrays([pa.nulls(k, parsed.type), parsed]) if k else parsed)
+            out = pa.RecordBatch.from_arrays(arrays, names=list(columns))
+            yield ColumnBatch(
+                out, raw.tell(), problems, lambda r, n=names: n[r] if r < len(n) else None
+            )
+    except (pa.ArrowInvalid, OSError) as e:
+        if _is_straddling(e):
+            raise _CsvBlockTooSmall(str(e)) from e
+        raise InputError(f"{inp.path}: cannot read as CSV: {e}") from e
+    finally:
+        paced.close()
+        stream.close()
+    if malformed:
+        problems = {i: e.problem for i, e in enumerate(malformed)}
+        names = [e.location for e in malformed]
+        empty = pa.RecordBatch.from_arrays(
+            [pa.nulls(len(malformed), pa.large_list(pa.int64())) for _ in columns],
+            names=list(columns),
+        )
+        yield ColumnBatch(empty, inp.size_bytes, problems, lambda r, n=names: n[r])
+
+
+def column_batches(
+    inp: InputFile, columns: Sequence[str], *, split: str | None = None, batch_rows: int = 2048
+) -> Iterator[ColumnBatch]:
+    """The list columns ``columns`` (token ids) of the records of ``inp``, batch by batch:
+    Parquet, Arrow and saved datasets as stored; JSON Lines, JSON arrays and CSV
+    (compressed too) parsed by pyarrow, the CSV cells' lists by NumPy. A record that cannot
+    be such lists is null, named in the batch's ``problems``."""
+    if inp.kind in ("parquet", "arrow", "hf_dataset"):
+        for batch, done in table_batches(inp, columns, split=split, batch_rows=batch_rows):
+            yield ColumnBatch(batch, done)
+        return
+    if inp.kind == "jsonl":
+        batches = _jsonl_columns(inp, columns)
+    elif inp.kind == "json":
+        stream, _ = _open_binary(inp)
+        with stream:
+            head = stream.peek(64)[:64] if hasattr(stream, "peek") else b""
+        if head.lstrip().startswith(b"["):
+            batches = _json_array_columns(inp, columns, batch_rows)
+        else:
+            batches = _jsonl_columns(inp, columns)
+    elif inp.kind == "csv":
+        batches = _csv_columns(inp, columns)
+    else:
+        raise InputError(f"{inp.path}: a .{inp.kind} input holds text, not token ids")
+    yield from _guarded(inp, batches)
 
 
 def skip_records(batches: Iterable[Any], n: int) -> Iterator[Any]:

@@ -49,12 +49,20 @@ from ._version import __version__
 from .errors import FormatError, InputError, OptionError
 from .format import MANIFEST_FILE, DocumentCounts, Manifest, open_packed
 from .fs import StorePath, as_path
+from .instruct import plan_input
 from .limits import MAX_BATCH_SIZE, MAX_LEN_LIMIT, MAX_SEED, check_int, read_token_count
 from .options import PackOptions
 from .order import attention_costs, balanced_share, rank_share, step_imbalance, step_loads
 from .packing import Overflow, first_fit_decreasing, lower_bound_rows, segment_items
+from .pretokenized import IdsEncoder, IdsTokenizer
 from .sources import InputFile, first_record_fields, read_texts, resolve_inputs
-from .tokenize import DocumentEncoder, Tokenizer, load_tokenizer, set_tokenizer_threads
+from .tokenize import (
+    Backend,
+    DocumentEncoder,
+    Tokenizer,
+    load_tokenizer,
+    set_tokenizer_threads,
+)
 
 __all__ = [
     "BATCHINGS",
@@ -995,40 +1003,147 @@ def _refuse_instruction_data(first: InputFile, text_field: str, split: str | Non
         )
 
 
+def _ids_lengths(
+    files: Sequence[InputFile],
+    read: Callable[..., Any],
+    encoder: IdsEncoder,
+    o: PackOptions,
+    progress: ProgressCallback | None,
+) -> _Tokenized:
+    """Every document's length in pre-tokenized inputs (``--ids-field``, Megatron): read and
+    checked as ``pack`` reads them (EOS cuts, EOS/BOS added when asked), ids never kept."""
+    parts: list[np.ndarray] = []
+    bad_records: list[str] = []
+    total_bytes = sum(f.size_bytes for f in files)
+    bytes_before = 0
+    for inp in files:
+        for batch in read(inp, skip_bad_records=o.skip_bad_records, split=o.split):
+            for error in batch.bad[: max(0, _BAD_RECORDS_KEPT - len(bad_records))]:
+                bad_records.append(str(error))
+            encoded = encoder.finish(batch)
+            lengths = np.full(batch.records.size, -1, dtype=np.int64)
+            lengths[batch.good] = np.where(encoded.empty, 0, encoded.lengths)
+            parts.append(lengths)
+            if progress:
+                progress("tokenize", bytes_before + batch.bytes_done, total_bytes)
+        bytes_before += inp.size_bytes
+    lengths = np.concatenate(parts) if parts else np.zeros(0, np.int64)
+    return _Tokenized(lengths, bad_records)
+
+
 def _cached_lengths(
     files: Sequence[InputFile],
-    encoder: DocumentEncoder,
-    o: PackOptions,
+    tok: Tokenizer,
+    key_options: dict[str, Any],
+    compute: Callable[[], _Tokenized],
     directory: Path | None,
     progress: ProgressCallback | None,
 ) -> tuple[_Tokenized, bool, str]:
     """Every record's token length: from the cache in ``directory`` (``None``: no cache) when
-    it holds these inputs under these options, else tokenized (and cached). Returns the
-    lengths, whether they came from the cache, and the cache key."""
-    read_options = {
-        "text_field": o.text_field,
-        "skip_bad_records": o.skip_bad_records,
-        "split": o.split,
-        "txt_unit": o.txt_unit,
-    }
-    encoding = {"add_eos": encoder.add_eos, "bos": o.bos, "parse_special": o.parse_special}
-    key = _cache_key(files, encoder.tokenizer, {**read_options, **encoding})
+    it holds these inputs under these options (``key_options``: how they were read and
+    encoded), else ``compute()`` (and cached). Returns the lengths, whether they came from
+    the cache, and the cache key."""
+    key = _cache_key(files, tok, key_options)
     data = _load_cached(directory, key) if directory is not None else None
     if data is not None:
         if progress:
             total = sum(f.size_bytes for f in files)
             progress("tokenize", total, total)
         return data, True, key
-    data = _tokenize_lengths(files, encoder, progress=progress, **read_options)  # type: ignore[arg-type]
+    data = compute()
     if directory is not None:
         describe = {
             "inputs": [str(f.path) for f in files],
-            "tokenizer": encoder.tokenizer.name,
+            "tokenizer": tok.name,
             "created_unix": int(time.time()),
         }
         with contextlib.suppress(OSError):  # a cache that cannot be written is no reason to fail
             _store_cached(directory, key, data, describe)
     return data, False, key
+
+
+def _lengths_of(
+    files: Sequence[InputFile],
+    o: PackOptions,
+    directory: Path | None,
+    progress: ProgressCallback | None,
+) -> tuple[_Tokenized, bool, str, Tokenizer, Overflow, Backend | None]:
+    """The lengths of a corpus (cached), the tokenizer, the overflow policy and the engine
+    that tokenizes (``None`` for ids): text tokenized as ``pack`` does, through the same
+    backend layer, or pre-tokenized ids read as they are."""
+    overflow = Overflow(o.overflow or Overflow.SPLIT)
+    tok: Tokenizer
+    if o.ids_field is not None:
+        if o.labels_field or o.loss_mask_field:
+            raise OptionError(
+                "stats of a corpus counts pre-tokenized ids only, not labels (a chunk without "
+                "labels is dropped by pack): drop --labels-field/--loss-mask-field, or pack "
+                "it and run `packtool stats OUT` (it reports the learned tokens)"
+            )
+        if o.tokenizer is None:
+            tok = IdsTokenizer(  # type: ignore[assignment]
+                eos_token=o.eos_token, bos_token=o.bos_token, vocab_size=o.vocab_size
+            )
+        elif isinstance(o.tokenizer, str):  # its special tokens and vocabulary size only
+            tok = load_tokenizer(
+                o.tokenizer, eos_token=o.eos_token, bos_token=o.bos_token, preload=False
+            )
+        else:
+            tok = o.tokenizer
+        plan = plan_input(files, tok, o)
+        encoder = plan.encoder
+        assert isinstance(encoder, IdsEncoder) and plan.read_ids is not None
+        ids_options = {
+            "ids_field": o.ids_field,
+            "split_on_eos": o.split_on_eos,
+            "vocab_size": o.vocab_size,
+            "skip_bad_records": o.skip_bad_records,
+            "split": o.split,
+            "add_eos": plan.add_eos,
+            "bos": o.bos,
+        }
+        data, hit, key = _cached_lengths(
+            files,
+            tok,
+            ids_options,
+            lambda: _ids_lengths(files, plan.read_ids, encoder, o, progress),
+            directory,
+            progress,
+        )
+        return data, hit, key, tok, overflow, None
+    _refuse_instruction_data(files[0], o.text_field, o.split)
+    set_tokenizer_threads(o.num_proc)
+    if o.tokenizer is None or isinstance(o.tokenizer, str):
+        # Nothing loaded until a document is encoded: cached lengths need no engine.
+        tok = load_tokenizer(
+            o.tokenizer, eos_token=o.eos_token, bos_token=o.bos_token, preload=False
+        )
+    else:
+        tok = o.tokenizer
+    add_eos = True if o.add_eos is None else o.add_eos
+    text = DocumentEncoder(
+        tok,
+        add_eos=add_eos,
+        bos=o.bos,
+        parse_special=o.parse_special,
+        backend=o.tokenizer_backend,
+    )
+    read_options = {
+        "text_field": o.text_field,
+        "skip_bad_records": o.skip_bad_records,
+        "split": o.split,
+        "txt_unit": o.txt_unit,
+    }
+    encoding = {"add_eos": add_eos, "bos": o.bos, "parse_special": o.parse_special}
+    data, hit, key = _cached_lengths(
+        files,
+        tok,
+        {**read_options, **encoding},
+        lambda: _tokenize_lengths(files, text, progress=progress, **read_options),  # type: ignore[arg-type]
+        directory,
+        progress,
+    )
+    return data, hit, key, tok, overflow, text.backend
 
 
 def _stats_at(
@@ -1073,6 +1188,10 @@ def corpus_stats(
     and special tokens, and the reading/encoding options, so a second call on the same corpus
     does not tokenize again (``use_cache=False`` neither reads nor writes the cache).
 
+    Pre-tokenized corpora (``ids_field``, or Megatron ``.bin``/``.idx`` inputs) are read as
+    ``pack`` reads them, with no tokenizer (``split_on_eos``, ``vocab_size``, EOS/BOS ids as
+    for ``pack``); their labels are not counted (``labels_field`` is refused).
+
     ``corpus_stats(inputs, [L])`` and ``dataset_stats(pack(inputs, out, max_len=L))`` give
     the same :class:`PackingStats` figures. Special-token strings in the text are text unless
     ``parse_special``, as in ``pack``.
@@ -1081,30 +1200,15 @@ def corpus_stats(
     o = (options or PackOptions()).replace(**option_values)
     lens_wanted = parse_max_lens(max_lens)
     _check_batching(batch_size, seed)
-    overflow = Overflow(o.overflow or Overflow.SPLIT)
-    add_eos = True if o.add_eos is None else o.add_eos
     skipped: list[Path] = []
     files = resolve_inputs(inputs, skipped=skipped)
-    _refuse_instruction_data(files[0], o.text_field, o.split)
-    set_tokenizer_threads(o.num_proc)
-    tok: Tokenizer
-    if o.tokenizer is None or isinstance(o.tokenizer, str):
-        # Nothing loaded until a document is encoded: cached lengths need no engine.
-        tok = load_tokenizer(
-            o.tokenizer, eos_token=o.eos_token, bos_token=o.bos_token, preload=False
-        )
-    else:
-        tok = o.tokenizer
-    encoder = DocumentEncoder(
-        tok,
-        add_eos=add_eos,
-        bos=o.bos,
-        parse_special=o.parse_special,
-        backend=o.tokenizer_backend,
-    )
+    if o.ids_field is None and all(f.kind == "megatron" for f in files):
+        o = o.replace(ids_field="tokens")  # Megatron data is ids; a name to show
+    if o.split_on_eos is not None and o.ids_field is None:
+        raise OptionError("--split-on-eos cuts pre-tokenized records: give --ids-field NAME")
     directory = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
-    data, hit, key = _cached_lengths(
-        files, encoder, o, directory / "lengths" if use_cache else None, progress
+    data, hit, key, tok, overflow, backend = _lengths_of(
+        files, o, directory / "lengths" if use_cache else None, progress
     )
     lengths = data.lengths
     results = [_stats_at(lengths, max_len, overflow, batch_size, seed) for max_len in lens_wanted]
@@ -1130,7 +1234,7 @@ def corpus_stats(
         seconds=time.perf_counter() - started,
         special_strings=data.special_strings,
         parse_special=o.parse_special,
-        notices=[n for n in (getattr(tok, "notice", None), encoder.backend.notice) if n],
+        notices=[n for n in (getattr(tok, "notice", None), backend and backend.notice) if n],
         skipped_files=[str(p) for p in skipped],
-        backend=None if hit else encoder.backend.describe(),
+        backend=None if hit or backend is None else backend.describe(),
     )

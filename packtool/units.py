@@ -50,7 +50,7 @@ import pyarrow as pa
 from ._version import __version__
 from .chat import ChatTemplate, load_chat_template
 from .errors import FormatError, InputError, OutputExistsError
-from .format import MANIFEST_FILE, read_manifest
+from .format import MANIFEST_FILE, Manifest, read_manifest
 from .fs import AnyPath, arrow_source, as_path, open_input
 from .instruct import InputShape, input_shape, megatron_ids
 from .limits import MAX_UNITS, check_int
@@ -398,7 +398,7 @@ def unit_dirs(out_dir: str | os.PathLike[str]) -> dict[int, list[tuple[int, AnyP
     return found
 
 
-def finished_unit(unit: Unit, out_dir: str | os.PathLike[str]) -> dict[str, Any] | None:
+def finished_unit(unit: Unit, out_dir: str | os.PathLike[str]) -> Manifest | None:
     """The manifest of ``unit`` if it is finished under the same plan, else ``None``.
 
     Raises :class:`~packtool.errors.OutputExistsError` when the unit was finished under
@@ -411,7 +411,7 @@ def finished_unit(unit: Unit, out_dir: str | os.PathLike[str]) -> dict[str, Any]
         manifest = read_manifest(directory)
     except FormatError:
         return None  # an unreadable marker: pack the unit again
-    recorded = manifest.get("unit", {})
+    recorded = manifest.unit or {}
     if recorded.get("plan") == unit.plan and recorded.get("index") == unit.index:
         return manifest
     raise OutputExistsError(
@@ -494,17 +494,17 @@ def run_unit(
 
 
 def result_from_manifest(
-    unit: Unit, manifest: dict[str, Any], *, skipped: bool, seconds: float
+    unit: Unit, manifest: Manifest, *, skipped: bool, seconds: float
 ) -> UnitResult:
     """A :class:`UnitResult` from a unit's manifest (for this process)."""
     return UnitResult(
         index=unit.index,
         count=unit.count,
         skipped=skipped,
-        documents=int(manifest["documents"]["read"]),
-        segments=int(manifest["segments"]),
-        tokens=int(manifest["tokens"]["packed"]),
-        rows=int(manifest["rows"]),
+        documents=manifest.documents.read,
+        segments=manifest.segments or 0,
+        tokens=manifest.tokens.packed,
+        rows=manifest.rows,
         seconds=round(seconds, 3),
         pid=os.getpid(),
         host=socket.gethostname(),

@@ -63,7 +63,7 @@ from .format import (
 from .fs import AnyPath, as_path, open_input
 from .instruct import plan_input
 from .options import PackOptions
-from .packing import Overflow
+from .packing import Overflow, segment_labelled_items
 from .pretokenized import IdsEncoder, IdsTokenizer
 from .sources import read_texts, resolve_inputs
 from .tokenize import DocumentEncoder, Tokenizer, load_tokenizer
@@ -348,6 +348,8 @@ class _Digests:
     lane0: np.ndarray
     lane1: np.ndarray
     length: np.ndarray
+    label0: np.ndarray | None = None  # the labels' digests (labelled pre-tokenized data)
+    label1: np.ndarray | None = None
 
 
 def _ragged(column: pa.Array) -> tuple[np.ndarray, np.ndarray]:
@@ -711,6 +713,10 @@ def _add_row_digests(b: _Block, ok: np.ndarray, seg: _SegmentIds, digests: _Dige
     np.add.at(digests.lane0, owner, _group_sums(lane0, group))
     np.add.at(digests.lane1, owner, _group_sums(lane1, group))
     np.add.at(digests.length, owner, np.diff(np.append(group, seg_of.size)))
+    if digests.label0 is not None and digests.label1 is not None and b.labels is not None:
+        label0, label1 = _digest_terms(b.labels[real][keep], position)
+        np.add.at(digests.label0, owner, _group_sums(label0, group))
+        np.add.at(digests.label1, owner, _group_sums(label1, group))
 
 
 def _check_shards(
@@ -932,15 +938,24 @@ def _check_counts(
 # -- against the inputs ---------------------------------------------------------------------
 
 
-def _rows_tokens(reader: PackedReader, rows_of: np.ndarray, doc: int) -> np.ndarray:
-    """The tokens of document ``doc`` read back from ``rows_of`` (its rows), chunks joined."""
-    pieces: dict[int, np.ndarray] = {}
+def _rows_tokens(
+    reader: PackedReader, rows_of: np.ndarray, doc: int
+) -> tuple[np.ndarray, np.ndarray | None]:
+    """The tokens (and labels) of document ``doc`` read back from ``rows_of`` (its rows),
+    chunks joined."""
+    pieces: dict[int, tuple[np.ndarray, np.ndarray | None]] = {}
     for r in sorted(set(rows_of.tolist())):
         row = reader.row(int(r))
         for seg in row.segments:
             if seg.doc_id == doc and seg.chunk_id is not None:
-                pieces[seg.chunk_id] = row.input_ids[seg.start : seg.end]
-    return np.concatenate([pieces[c] for c in sorted(pieces)]) if pieces else np.zeros(0, np.int32)
+                labels = None if row.labels is None else row.labels[seg.start : seg.end]
+                pieces[seg.chunk_id] = (row.input_ids[seg.start : seg.end], labels)
+    if not pieces:
+        return np.zeros(0, np.int32), None
+    ids = np.concatenate([pieces[c][0] for c in sorted(pieces)])
+    if any(p[1] is None for p in pieces.values()):
+        return ids, None
+    return ids, np.concatenate([pieces[c][1] for c in sorted(pieces)])  # type: ignore[misc]
 
 
 def _resolve_tokenizer(
@@ -976,7 +991,9 @@ class _Expected:
     lane0: np.ndarray  # digest per record (0 for a record with nothing to pack)
     lane1: np.ndarray
     length: np.ndarray  # tokens packed per record
-    tokens: Callable[[int], np.ndarray]  # the packed tokens of record i
+    tokens: Callable[[int], tuple[np.ndarray, np.ndarray | None]]  # packed ids, labels of i
+    label0: np.ndarray | None = None  # digest of the labels per record (labelled ids)
+    label1: np.ndarray | None = None
 
 
 @dataclass
@@ -988,6 +1005,7 @@ class _AgainstPlan:
     overflow: Overflow
     encoder: DocumentEncoder | IdsEncoder
     read: Callable[..., Iterator[Any]] | None = None  # pre-tokenized inputs: the plan's reader
+    labelled: bool = False  # pre-tokenized with labels: the labels are compared too
 
 
 def _recorded_options(reader: PackedReader, parse_special: bool | None) -> PackOptions:
@@ -1009,11 +1027,6 @@ def _recorded_options(reader: PackedReader, parse_special: bool | None) -> PackO
         options = PackOptions.from_mapping(values)
     except OptionError as e:
         raise FormatError(f"{where}: 'options' are not options of pack: {e}") from None
-    if options.ids_field is not None and (options.labels_field or options.loss_mask_field):
-        raise OptionError(
-            f"--against compares pre-tokenized ids without labels only; {reader.path} has "
-            "labels (its rows, counts and checksums are checked without --against)"
-        )
     if options.input_shape not in ("text", "ids") or options.overflow is None:
         shape = options.input_shape
         raise OptionError(
@@ -1069,7 +1082,8 @@ def _prepare_against(
                 f"{rec_size} bytes for {rec_path}: not the same file",
             )
     read = input_plan.read if options.ids_field is not None else None
-    return _AgainstPlan(files, options, overflow, encoder, read)
+    labelled = options.ids_field is not None and input_plan.labelled and reader.has_labels
+    return _AgainstPlan(files, options, overflow, encoder, read, labelled)
 
 
 def _check_against(
@@ -1091,6 +1105,7 @@ def _check_against(
     doc_sorted = doc_seg[by_doc]
     counts = asdict(DocumentCounts())  # read, packed, split, ... all 0
     tokens = {"packed": 0, "truncated_away": 0, "dropped": 0}
+    label_counts = dict.fromkeys(_LABEL_COUNT_KEYS, 0) if digests.label0 is not None else None
     compared = 0
     total_bytes = sum(f.size_bytes for f in files)
     bytes_before = 0
@@ -1102,7 +1117,9 @@ def _check_against(
             split=options.split,
             txt_unit=options.txt_unit,
         ):
-            expected = _expect_batch(batch, counts, tokens, encoder, overflow, max_len)
+            expected = _expect_batch(
+                batch, counts, tokens, encoder, overflow, max_len, label_counts
+            )
             lo, hi = expected.first, min(expected.first + len(batch.records), known)
             if hi > lo:
                 w = hi - lo
@@ -1111,6 +1128,9 @@ def _check_against(
                     | (digests.lane0[lo:hi] != expected.lane0[:w])
                     | (digests.lane1[lo:hi] != expected.lane1[:w])
                 )
+                if digests.label0 is not None and expected.label0 is not None:
+                    wrong |= digests.label0[lo:hi] != expected.label0[:w]
+                    wrong |= digests.label1[lo:hi] != expected.label1[:w]  # type: ignore[index]
                 compared += int(
                     np.count_nonzero((expected.length[:w] > 0) | (digests.length[lo:hi] > 0))
                 )
@@ -1155,6 +1175,15 @@ def _check_against(
                     f"{'read' if key == 'read' else key.replace('_', ' ')}, the manifest "
                     f"says {documents.get(key)}",
                 )
+    if label_counts is not None:
+        tokens["learned"] = label_counts.pop("learned")
+        for key, value in label_counts.items():
+            if manifest.labels.get(key) not in (None, value):
+                problems.add(
+                    "against",
+                    f"the inputs give {value} {key.replace('_', ' ')}, the manifest says "
+                    f"{manifest.labels.get(key)}",
+                )
     for key, value in tokens.items():
         if manifest.tokens_recorded.get(key) not in (None, value):
             problems.add(
@@ -1196,6 +1225,7 @@ def _expect_batch(
     encoder: DocumentEncoder | IdsEncoder,
     overflow: Overflow,
     max_len: int,
+    label_counts: dict[str, int] | None = None,
 ) -> _Expected:
     """Encode one batch as ``pack`` does, count outcomes, and digest what would be packed."""
     first = counts["read"]
@@ -1205,6 +1235,10 @@ def _expect_batch(
     if isinstance(encoder, IdsEncoder):  # pre-tokenized: the ids as read, compared directly
         good = batch.good
         encoded = encoder.finish(batch)
+        if encoded.labels is not None and label_counts is not None:
+            return _expect_labelled(
+                encoded, good, first, n, counts, tokens, label_counts, overflow, max_len
+            )
     else:
         good = np.array([i for i, t in enumerate(batch.texts) if t is not None], np.int64)
         encoded = encoder.encode([batch.texts[i] for i in good])
@@ -1240,26 +1274,100 @@ def _expect_batch(
     encoded_index = np.full(n, -1, np.int64)
     encoded_index[good] = np.arange(good.size)
 
-    def packed_tokens(i: int) -> np.ndarray:
+    def packed_tokens(i: int) -> tuple[np.ndarray, np.ndarray | None]:
         e = int(encoded_index[i])
         if e < 0:
-            return np.zeros(0, np.int32)
-        return encoded.ids[offsets[e] : offsets[e] + kept[e]]
+            return np.zeros(0, np.int32), None
+        return encoded.ids[offsets[e] : offsets[e] + kept[e]], None
 
     out.tokens = packed_tokens
     return out
 
 
+_LABEL_COUNT_KEYS = (
+    "learned",
+    "documents_without_labels",
+    "chunks_without_labels_dropped",
+    "tokens_in_chunks_without_labels",
+)
+
+
+def _expect_labelled(
+    encoded: Any,
+    good: np.ndarray,
+    first: int,
+    n: int,
+    counts: dict[str, int],
+    tokens: dict[str, int],
+    label_counts: dict[str, int],
+    overflow: Overflow,
+    max_len: int,
+) -> _Expected:
+    """:func:`_expect_batch` for pre-tokenized documents with labels: the items ``pack``
+    stores (the pipeline's own cut: each segment's first label -100, chunks with nothing
+    learned dropped), their ids and labels digested by position in the document."""
+    doc, chunk, item_len, c, labels = segment_labelled_items(
+        encoded.lengths, encoded.empty, encoded.labels, max_len, overflow, ignore=IGNORE_INDEX
+    )
+    for key in ("packed", "split", "truncated", "dropped", "empty"):
+        counts[key] += c[key]
+    tokens["truncated_away"] += c["tokens_truncated"]
+    tokens["dropped"] += c["tokens_dropped"]
+    tokens["packed"] += int(item_len.sum())
+    for key in label_counts:
+        label_counts[key] += c[key]
+    offsets = encoded.offsets
+    inner = np.arange(int(item_len.sum())) - np.repeat(np.cumsum(item_len) - item_len, item_len)
+    position = np.repeat(chunk.astype(np.int64) * max_len, item_len) + inner
+    at = np.repeat(offsets[doc], item_len) + position
+    lane0, lane1 = _digest_terms(encoded.ids[at], position)
+    label0, label1 = _digest_terms(labels[at], position)
+    out = _Expected(
+        first, np.zeros(n, np.uint64), np.zeros(n, np.uint64), np.zeros(n, np.int64),
+        lambda i: (np.zeros(0, np.int32), None), np.zeros(n, np.uint64), np.zeros(n, np.uint64),
+    )  # fmt: skip
+    if doc.size:
+        starts = np.cumsum(item_len) - item_len
+        group = starts[np.concatenate([[True], doc[1:] != doc[:-1]])]
+        owner = good[doc[np.concatenate([[True], doc[1:] != doc[:-1]])]]
+        for target, terms in zip(
+            (out.lane0, out.lane1, out.label0, out.label1),
+            (lane0, lane1, label0, label1),
+            strict=True,
+        ):
+            target[owner] = _group_sums(terms, group)  # type: ignore[index]
+        out.length[good] = np.bincount(doc, weights=item_len, minlength=good.size).astype(np.int64)
+    where = np.full(n, -1, np.int64)
+    where[good] = np.arange(good.size)
+
+    def packed(i: int) -> tuple[np.ndarray, np.ndarray | None]:
+        take = np.flatnonzero(doc == where[i]) if where[i] >= 0 else np.zeros(0, np.int64)
+        if not take.size:
+            return np.zeros(0, np.int32), None
+        idx = np.concatenate(
+            [offsets[doc[k]] + chunk[k] * max_len + np.arange(item_len[k]) for k in take]
+        )
+        return encoded.ids[idx], labels[idx]
+
+    out.tokens = packed
+    return out
+
+
 def _describe_mismatch(
-    reader: PackedReader, doc: int, rows_of: np.ndarray, expected: np.ndarray, overflow: Overflow
+    reader: PackedReader,
+    doc: int,
+    rows_of: np.ndarray,
+    wanted: tuple[np.ndarray, np.ndarray | None],
+    overflow: Overflow,
 ) -> str:
     where = f"document {doc} ({reader.manifest.locate_document(doc)})"
+    expected, expected_labels = wanted
     if expected.size == 0:
         return f"{where} is in the rows, but re-reading the inputs gives nothing to pack for it"
     if rows_of.size == 0:
         return f"{where} is missing from the rows ({expected.size} tokens expected)"
     try:
-        actual = _rows_tokens(reader, rows_of, doc)
+        actual, actual_labels = _rows_tokens(reader, rows_of, doc)
     except FormatError:
         return f"{where}: its tokens differ from the re-tokenized input"
     if actual.size != expected.size:
@@ -1274,6 +1382,14 @@ def _describe_mismatch(
             f"{where}: token {j} is {actual[j]} in the rows, {expected[j]} after "
             f"re-tokenizing ({diff.size} of {expected.size} tokens differ)"
         )
+    if expected_labels is not None and actual_labels is not None:
+        diff = np.flatnonzero(actual_labels != expected_labels)
+        if diff.size:
+            j = int(diff[0])
+            return (
+                f"{where}: label {j} is {actual_labels[j]} in the rows, {expected_labels[j]} "
+                f"from the input's labels ({diff.size} of {expected.size} labels differ)"
+            )
     return f"{where}: its chunks are numbered or placed differently from a split of the input"
 
 
@@ -1359,6 +1475,8 @@ def verify(
         digests = _Digests(
             np.zeros(read, np.uint64), np.zeros(read, np.uint64), np.zeros(read, np.int64)
         )
+        if plan.labelled:
+            digests.label0, digests.label1 = np.zeros(read, np.uint64), np.zeros(read, np.uint64)
     segments, all_read = _check_shards(reader, rules, problems, report, digests, progress)
     if all_read:
         _check_coverage(segments, manifest, rules, problems, report)

@@ -147,3 +147,36 @@ def test_the_layers_are_those_of_the_docs() -> None:
     doc = (REPO / "docs" / "architecture.md").read_text(encoding="utf-8")
     missing = [m for m, layer in LAYERS.items() if f"| `{m}` | {layer} |" not in doc]
     assert not missing, f"docs/architecture.md's table of layers misses {missing}"
+
+
+def _manifest_key_reads(path: Path) -> list[str]:
+    """``manifest["key"]`` and ``manifest.get("key")`` (or ``x.manifest[...]``) in ``path``."""
+    import ast
+
+    def is_manifest(node: ast.AST) -> bool:
+        name = node.id if isinstance(node, ast.Name) else getattr(node, "attr", "")
+        return "manifest" in name.lower()
+
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Subscript) and is_manifest(node.value):
+            key = node.slice
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr == "get"
+            and is_manifest(node.func.value)
+            and node.args
+        ):
+            key = node.args[0]
+        else:
+            continue
+        if isinstance(key, ast.Constant) and isinstance(key.value, str):
+            found.append(f"{path.relative_to(REPO)}:{node.lineno}: manifest[{key.value!r}]")
+    return found
+
+
+def test_only_format_knows_the_manifest_keys() -> None:
+    """Other modules read the manifest through :class:`packtool.format.Manifest`'s accessors."""
+    bad = [hit for p in _sources() if _module_of(p) != "format" for hit in _manifest_key_reads(p)]
+    assert not bad, "\n".join(bad)

@@ -835,17 +835,16 @@ def test_documented_commands_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 )
 def test_property_cutting_labelled_examples(docs, max_len: int, policy: str) -> None:
     """Items, counts and stored labels of a batch of examples, against a plain-loop oracle."""
-    from packtool.packing import Overflow
-    from packtool.pipeline import _segment_labelled_items
-    from packtool.tokenize import EncodedBatch
+    from packtool.packing import Overflow, segment_labelled_items
 
     lengths = np.array([len(d) for d in docs], np.int64)
     learned = np.array([x for d in docs for x in d], bool)
     ids = np.arange(learned.size, dtype=np.int32) + 10
-    encoded = EncodedBatch(ids, lengths, lengths == 0, np.where(learned, ids, IGNORE))
-    doc, chunk, item_len, counts, labels = _segment_labelled_items(
-        encoded, max_len, Overflow(policy)
-    )
+    offsets = np.cumsum(lengths) - lengths
+    doc, chunk, item_len, counts, labels = segment_labelled_items(
+        lengths, lengths == 0, np.where(learned, ids, IGNORE), max_len, Overflow(policy),
+        ignore=IGNORE,
+    )  # fmt: skip
     want_items, want_labels = [], []
     want = dict.fromkeys(["packed", "split", "truncated", "dropped", "empty"], 0)
     chunks_dropped = 0
@@ -878,7 +877,7 @@ def test_property_cutting_labelled_examples(docs, max_len: int, policy: str) -> 
     assert counts["chunks_without_labels_dropped"] == chunks_dropped
     assert (labels != IGNORE).tolist() == want_labels
     assert counts["learned"] == sum(
-        sum(want_labels[int(encoded.offsets[d]) + c * max_len :][:n]) for d, c, n in want_items
+        sum(want_labels[int(offsets[d]) + c * max_len :][:n]) for d, c, n in want_items
     )
 
 

@@ -270,6 +270,93 @@ def test_verify_against_compares_the_ids(tmp_path: Path) -> None:
     assert "not the same file" not in bad.output
 
 
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    data=st.lists(
+        st.lists(st.tuples(st.integers(0, 20), st.booleans()), max_size=30), min_size=1, max_size=12
+    ),
+    max_len=st.integers(2, 12),
+    overflow=st.sampled_from(["split", "truncate", "drop"]),
+    mask=st.booleans(),
+    cut=st.sampled_from([None, 3]),
+)
+def test_verify_against_recovers_every_id_and_label(
+    tmp_path_factory, data, max_len: int, overflow: str, mask: bool, cut: int | None
+) -> None:
+    """Packed with labels (or a loss mask), through splits and EOS cuts: verify --against
+    re-reads the inputs and finds every document's ids and labels in the rows."""
+    from packtool.verify import verify
+
+    tmp = tmp_path_factory.mktemp("against")
+    docs = [[t for t, _ in d] for d in data]
+    columns = {"ids": pa.array(docs, pa.list_(pa.int32()))}
+    if mask:
+        columns["m"] = [[int(m) for _, m in d] for d in data]
+    else:
+        columns["y"] = [[t if m else IGNORE for t, m in d] for d in data]
+    pq.write_table(pa.table(columns), tmp / "a.parquet")
+    field = {"loss_mask_field": "m"} if mask else {"labels_field": "y"}
+    try:
+        report = packtool.pack(
+            [tmp / "a.parquet"], tmp / "o", max_len=max_len, ids_field="ids", pad_id=0,
+            overflow=overflow, split_on_eos=cut, vocab_size=21, **field,
+        )  # fmt: skip
+    except packtool.errors.NothingToPackError:
+        return
+    checked = verify(tmp / "o", against=[tmp / "a.parquet"])
+    assert checked.ok, checked.problems
+    assert checked.against is not None
+    _, rows = read_rows(tmp / "o")
+    assert checked.against.documents_compared == len({d for r in rows for d in r["doc_ids"]})
+    assert checked.against.tokens["learned"] == report.tokens_learned
+
+
+def test_a_changed_label_is_one_line_from_verify_against(tmp_path: Path) -> None:
+    from test_verify import rewrite_shard
+
+    docs, labels = _docs(5)
+    src = tmp_path / "a.parquet"
+    pq.write_table(pa.table({"ids": docs, "y": labels}), src)
+    out = tmp_path / "o"
+    args = ["--ids-field", "ids", "--labels-field", "y", "--pad-id", "0", "--overflow", "split"]
+    assert run("pack", src, "-L", "16", "-o", out, "-q", *args).exit_code == 0
+    ok = run("verify", out, "--against", src)
+    assert ok.exit_code == 0, ok.output
+    changed: list = []
+
+    def unlearn(rows: list[dict]) -> None:  # one learned label of a later chunk becomes -100
+        for row in rows:
+            for k, (doc, chunk) in enumerate(zip(row["doc_ids"], row["chunk_ids"], strict=True)):
+                start, end = row["cu_seqlens"][k], row["cu_seqlens"][k + 1]
+                learned = [j for j in range(start + 1, end) if row["labels"][j] != IGNORE]
+                if chunk > 0 and learned:
+                    row["labels"][learned[0]] = IGNORE
+                    changed.append((doc, chunk * 16 + learned[0] - start))
+                    return
+
+    rewrite_shard(out, unlearn)  # bytes and sha256 recorded anew: only --against can tell
+    assert run("verify", out).exit_code == 0
+    bad = run("verify", out, "--against", src)
+    assert bad.exit_code != 0
+    ((doc, j),) = changed
+    lines = [line for line in bad.output.splitlines() if line.startswith("problem")]
+    assert len(lines) == 1, bad.output
+    assert f"document {doc} (a.parquet record {doc}): label {j} is -100 in the rows" in lines[0]
+    # A label changed in the input instead: found the same way.
+    assert run("pack", src, "-L", "16", "-o", tmp_path / "o2", "-q", *args).exit_code == 0
+    moved = [list(y) for y in labels]
+    d = next(i for i, y in enumerate(moved) if len(y) > 3 and y[2] != IGNORE)
+    moved[d][2] = IGNORE
+    pq.write_table(pa.table({"ids": docs, "y": moved}), src)
+    bad = run("verify", tmp_path / "o2", "--against", src)
+    assert bad.exit_code != 0
+    assert f"document {d} (a.parquet record {d}): label 2 is {labels[d][2]} in the rows" in (
+        bad.output
+    )
+
+
 @pytest.mark.parametrize("dtype", [np.uint16, np.int32, np.int64, np.uint8, np.int16])
 def test_megatron_input_written_by_megatron_core_round_trips(tmp_path: Path, dtype) -> None:
     import torch
@@ -289,6 +376,7 @@ def test_megatron_input_written_by_megatron_core_round_trips(tmp_path: Path, dty
         _, rows = read_rows(out)
         assert _pieces(rows) == _expected(docs, None, 32)
         assert report.documents.read == 30
+    assert packtool.verify(tmp_path / "o", against=[prefix]).ok  # read again, compared
     # A stream of documents in one Megatron sequence, cut at the EOS.
     builder = IndexedDatasetBuilder(f"{prefix}2.bin", dtype=dtype)
     builder.add_document(torch.tensor([5, 6, 2, 7, 2, 8]), [6])
@@ -370,3 +458,266 @@ def test_a_directory_of_megatron_pairs_reads_each_once(tmp_path: Path) -> None:
     assert "skipped" not in result.stderr
     _, rows = read_rows(tmp_path / "o")
     assert sorted(ids for ids, _ in _pieces(rows).values()) == [[1, 2, 3], [4, 5], [6]]
+
+
+# -- JSON Lines (plain, gzip, zstd), JSON arrays and CSV as ids inputs -------------------------
+
+
+def _write_text_kind(kind: str, path: Path, docs: list[list[int]], labels: list[list[int]]) -> Path:
+    """``docs`` (and ``labels``) in a JSON or CSV input of ``kind`` (e.g. ``jsonl.gz``)."""
+    import gzip
+
+    import zstandard
+
+    records = [{"ids": d, "y": y, "text": "x"} for d, y in zip(docs, labels, strict=True)]
+    base = kind.split(".")[0]
+    if base == "jsonl":
+        data = "".join(json.dumps(r) + "\n" for r in records).encode()
+    elif base == "json":
+        data = json.dumps(records, indent=1).encode()
+    else:  # three spellings of a list in a cell: JSON's, space-separated, NumPy's
+        spell = [
+            lambda v: json.dumps(v),
+            lambda v: " ".join(map(str, v)),
+            lambda v: str(np.array(v, dtype=np.int64)).replace("\n", " "),
+        ]
+        lines = ["ids,text,y"] + [
+            f'"{spell[i % 3](d)}",x,"{spell[(i + 1) % 3](y)}"'
+            for i, (d, y) in enumerate(zip(docs, labels, strict=True))
+        ]
+        data = ("\n".join(lines) + "\n").encode()
+    if kind.endswith(".gz"):
+        data = gzip.compress(data)
+    elif kind.endswith(".zst"):
+        data = zstandard.ZstdCompressor().compress(data)
+    target = path / f"in.{kind}"
+    target.write_bytes(data)
+    return target
+
+
+@pytest.mark.parametrize("kind", ["jsonl", "jsonl.gz", "jsonl.zst", "json", "json.gz", "csv",
+                                  "csv.zst"])  # fmt: skip
+def test_json_and_csv_inputs_round_trip_ids_and_labels(tmp_path: Path, kind: str) -> None:
+    docs, labels = _docs(11)
+    src = _write_text_kind(kind, tmp_path, docs, labels)
+    report = packtool.pack(
+        [src], tmp_path / "o", max_len=16, ids_field="ids", labels_field="y", pad_id=0
+    )
+    _, rows = read_rows(tmp_path / "o")
+    assert _pieces(rows) == _expected(docs, labels, 16)
+    assert report.documents.read == 40
+    checked = packtool.verify(tmp_path / "o", against=[src])  # ids and labels read again
+    assert checked.ok and checked.against is not None, checked.problems
+    assert checked.against.documents_compared == len({d for d, _ in _expected(docs, labels, 16)})
+    packtool.pack([src], tmp_path / "p", max_len=16, ids_field="ids", pad_id=0)
+    _, rows = read_rows(tmp_path / "p")
+    assert _pieces(rows) == _expected(docs, None, 16)
+
+
+def test_jsonl_ids_across_pieces_long_lines_and_blank_lines(tmp_path: Path, monkeypatch) -> None:
+    # Many pieces (64 KB here, 8 MB by default), a line longer than pyarrow's 1 MB block,
+    # and blank lines: every document comes back, and a bad record is named by its line.
+    from packtool import sources
+
+    monkeypatch.setattr(sources, "_JSONL_CHUNK", 64 << 10)
+    rng = np.random.default_rng(3)
+    docs = [rng.integers(0, 50000, int(n)).tolist() for n in rng.integers(1, 300, 600)]
+    docs[7] = rng.integers(0, 50000, 200_000).tolist()  # ~1.2 MB on one line
+    lines = [json.dumps({"ids": d}) for d in docs]
+    text = "\n".join(lines[:300]) + "\n\n  \n" + "\n".join(lines[300:]) + "\n"
+    src = tmp_path / "big.jsonl"
+    src.write_text(text)
+    packtool.pack([src], tmp_path / "o", max_len=4096, ids_field="ids", pad_id=0)
+    _, rows = read_rows(tmp_path / "o")
+    assert _pieces(rows) == _expected(docs, None, 4096)
+    with src.open("a") as f:
+        f.write('{"ids": [1, "2"]}\n')
+    with pytest.raises(BadRecordError, match=rf"big\.jsonl:{len(docs) + 3}: 'ids'\[1\] is \"2\""):
+        packtool.pack([src], tmp_path / "p", max_len=4096, ids_field="ids", pad_id=0)
+
+
+_J = '{"ids": [1]}\n'  # a good first line
+
+
+@pytest.mark.parametrize(
+    ("name", "content", "pattern"),
+    [
+        ("a.jsonl", _J + '\n{"ids": "abc"}\n', r"a\.jsonl:3: 'ids' is string, not a list"),
+        ("a.jsonl", _J + '{"ids": [1, 2.5]}\n', r"a\.jsonl:2: 'ids'\[1\] is 2\.5, not an"),
+        ("a.jsonl", _J + "null\n", r"a\.jsonl:2: expected a JSON object, found null"),
+        ("a.jsonl", _J + '{"x": [1]}\n', r"a\.jsonl:2: no field 'ids' \(fields found: 'x'\)"),
+        ("a.jsonl", _J + '{"ids": [1]\n', r"a\.jsonl:2: malformed JSON"),
+        ("a.jsonl", '{"ids": [1]}{"ids": [2]}\n', r"a\.jsonl:1: malformed JSON: Extra data"),
+        ("a.jsonl", _J + '{"ids": [1, null]}\n', r"a\.jsonl:2: 'ids' holds nulls"),
+        ("a.jsonl", _J + '{"ids": [3000000000]}\n', r"a\.jsonl:2: 'ids'\[0\] is 3000000000"),
+        ("a.jsonl", '{"ids": [1], "y": [1]}\n{"ids": [1], "y": [1, 2]}\n', r":2: 'y' has 2"),
+        ("a.json", '[{"ids": [1]}, {"ids": [true]}]', r"a\.json: element 1: 'ids'\[0\] is true"),
+        ("a.json", '[{"ids": [1]}, 5]', r"a\.json: element 1: expected a JSON object, found int"),
+        ("a.csv", 'ids\n"[1,2]"\n"[1, 2.5]"\n', r"a\.csv: row 1: 'ids' is '\[1, 2\.5\]', not"),
+        ("a.csv", 'ids,y\n"[1,2]","[1,2]"\n"[1]","[1]",3\n', r"a\.csv:3: malformed CSV row"),
+        ("a.csv", "ids\n1 2\n" + "9" * 30 + "\n", r"a\.csv: row 1: 'ids' holds an integer too"),
+        ("a.txt", "1 2 3\n", r"a\.txt: a \.txt input holds text, not token ids"),
+    ],
+)
+def test_bad_json_and_csv_ids_records_are_one_line(tmp_path, name, content, pattern) -> None:
+    src = tmp_path / name
+    src.write_text(content)
+    args = ["pack", src, "-L", "8", "--ids-field", "ids", "--pad-id", "0", "-o", tmp_path / "o"]
+    if '"y"' in content or ",y" in content:
+        args += ["--labels-field", "y"]
+    assert_one_line_error(run(*args, "-q"), pattern)
+
+
+def test_bad_json_records_are_skipped_and_counted(tmp_path: Path) -> None:
+    src = tmp_path / "a.jsonl"
+    src.write_text('{"ids": [1, 2]}\n{"ids": "x"}\nnull\n{"ids": [3]}\n{"ids": [4]}{"ids": [5]}\n')
+    report = packtool.pack([src], tmp_path / "o", max_len=8, ids_field="ids", pad_id=0,
+                           skip_bad_records=True, shuffle=False)  # fmt: skip
+    assert report.documents.read == 5 and report.documents.bad_records_skipped == 3
+    _, rows = read_rows(tmp_path / "o")
+    assert {d: ids for (d, _), (ids, _) in _pieces(rows).items()} == {0: [1, 2], 3: [3]}
+    csv = tmp_path / "a.csv"
+    csv.write_text('ids,t\n"[1, 2]",a\n"[3]",b,c\nword,d\n"[4]",e\n')
+    report = packtool.pack([csv], tmp_path / "c", max_len=8, ids_field="ids", pad_id=0,
+                           skip_bad_records=True)  # fmt: skip
+    assert report.documents.read == 4 and report.documents.bad_records_skipped == 2
+    _, rows = read_rows(tmp_path / "c")
+    assert sorted(ids for ids, _ in _pieces(rows).values()) == [[1, 2], [4]]
+
+
+def test_a_truncated_compressed_ids_input_is_one_line(tmp_path: Path) -> None:
+    import gzip
+
+    data = gzip.compress(b"".join(b'{"ids": [%d, 2, 3]}\n' % i for i in range(5000)))
+    (tmp_path / "a.jsonl.gz").write_bytes(data[: len(data) // 2])
+    assert_one_line_error(
+        run("pack", tmp_path / "a.jsonl.gz", "-L", "8", "--ids-field", "ids", "--pad-id", "0",
+            "-o", tmp_path / "o"),
+        r"a\.jsonl\.gz: cannot read",
+    )  # fmt: skip
+    assert not (tmp_path / "o" / "manifest.json").exists()
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    cells=st.lists(
+        st.one_of(
+            st.lists(st.integers(-(10**18) + 1, 10**18 - 1), max_size=6).map(
+                lambda v: (v, st.sampled_from(["json", "spaces", "numpy", "commas"]))
+            ),
+            st.sampled_from(["1.5", "abc", "[1, x]", "--1", "1-2", "[1,,2]x"]).map(
+                lambda t: (t, None)
+            ),
+        ),
+        max_size=12,
+    ),
+    style=st.data(),
+)
+def test_csv_cells_parse_exactly_as_python_does(cells, style) -> None:
+    from packtool import sources
+
+    texts, expected = [], []
+    for value, spelling in cells:
+        if spelling is None:
+            texts.append(value)
+            expected.append(None)
+            continue
+        how = style.draw(spelling)
+        texts.append(
+            json.dumps(value) if how == "json"
+            else " ".join(map(str, value)) if how == "spaces"
+            else "[" + " ".join(map(str, value)) + "]" if how == "numpy"
+            else ",".join(map(str, value))
+        )  # fmt: skip
+        expected.append(value)
+    problems: dict[int, str] = {}
+    parsed = sources._int_list_cells(pa.array(texts, pa.string()), "ids", problems)
+    assert parsed.to_pylist() == expected
+    assert sorted(problems) == [i for i, e in enumerate(expected) if e is None]
+
+
+@settings(
+    max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    records=st.lists(st.lists(st.integers(0, 9), max_size=25), min_size=1, max_size=10),
+    kind=st.sampled_from(["jsonl", "jsonl.zst", "json", "csv", "parquet"]),
+    max_len=st.integers(2, 9),
+    blank=st.booleans(),
+)
+def test_every_document_of_an_eos_stream_comes_back(
+    tmp_path_factory, records, kind: str, max_len: int, blank: bool
+) -> None:
+    """Records of any input kind, cut at every EOS (id 0): each document, as a Python cut
+    makes it, is in the rows exactly once (in chunks of max_len), numbered in order."""
+    tmp = tmp_path_factory.mktemp("eos")
+    labels = [[t if t % 2 else IGNORE for t in r] for r in records]
+    if kind == "parquet":
+        src = tmp / "in.parquet"
+        pq.write_table(pa.table({"ids": pa.array(records, pa.list_(pa.int64())), "y": labels}), src)
+    else:
+        src = _write_text_kind(kind, tmp, records, labels)
+        if blank and kind == "jsonl":  # blank lines between records: not records
+            src.write_text(src.read_text().replace("\n", "\n\n  \n"))
+    docs: list[list[int]] = []
+    for r in records:  # the oracle: after every 0; a record's tail without a 0 is one more
+        start = 0
+        for i, t in enumerate(r):
+            if t == 0:
+                docs.append(r[start : i + 1])
+                start = i + 1
+        if start < len(r) or not r:
+            docs.append(r[start:])
+    try:
+        packtool.pack([src], tmp / "o", max_len=max_len, ids_field="ids", split_on_eos=0,
+                      pad_id=0, vocab_size=10)  # fmt: skip
+    except packtool.errors.NothingToPackError:
+        assert not any(docs)
+        return
+    _, rows = read_rows(tmp / "o")
+    for row in rows:
+        assert_row_invariants(row, max_len, 0)
+    assert _pieces(rows) == _expected(docs, None, max_len)
+
+
+_WORDS = st.text(alphabet=st.sampled_from(list('ab[]{},:"\\ \n\t\u00e9\U0001f600')), max_size=8)
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    docs=st.lists(st.lists(st.integers(0, 2**31 - 1), max_size=8), max_size=8),
+    notes=st.lists(_WORDS, min_size=8, max_size=8),
+    indent=st.sampled_from([None, 0, 1, 4]),
+    window=st.integers(1, 64),
+)
+def test_json_arrays_stream_exactly(tmp_path_factory, docs, notes, indent, window) -> None:
+    """A JSON array of objects (strings holding brackets, commas, quotes and backslashes,
+    any layout) is cut into elements by the NumPy scan, in windows of any size, and read by
+    pyarrow: the ids json.load gives, never falling back to json.load."""
+    from packtool import sources
+
+    tmp = tmp_path_factory.mktemp("array")
+    records = [
+        {"note": notes[i], "ids": d, "meta": {"ids": [notes[i]], "x": [[1], {}]}}
+        for i, d in enumerate(docs)
+    ]
+    (tmp / "a.json").write_text(json.dumps(records, indent=indent))
+    (inp,) = sources.resolve_inputs([tmp / "a.json"])
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(sources, "_JSON_ARRAY_WINDOW", window)
+        mp.setattr(sources, "_load_json_array", lambda *a: pytest.fail("fell back"))
+        batches = list(sources.column_batches(inp, ["ids"]))
+    got = [ids for b in batches for ids in b.batch.column(0).to_pylist()]
+    assert got == docs
+
+
+@pytest.mark.parametrize(
+    "text",
+    ['[{"ids": [1]},, {"ids": [2]}]', '[{"ids": [1]},]', '[{"ids": [1]}] x', '[{"ids": [1]}][]',
+     '[{"ids": [1]}, {"ids": [2]}', '[{"ids": [1]}, 7]', '[{"ids": [1]}, null]'],
+)  # fmt: skip
+def test_irregular_json_arrays_are_named_by_json_load(tmp_path: Path, text: str) -> None:
+    (tmp_path / "a.json").write_text(text)
+    result = run("pack", tmp_path / "a.json", "-L", "8", "--ids-field", "ids", "--pad-id", "0",
+                 "-o", tmp_path / "o")  # fmt: skip
+    assert_one_line_error(result, r"a\.json(:\d+: malformed JSON|: element 1: expected a JSON)")

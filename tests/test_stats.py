@@ -956,3 +956,83 @@ def test_balance_line_of_a_balanced_output(balanced_out: Path) -> None:
     assert result.exit_code == 0, result.output
     text = " ".join(result.stdout.split())
     assert re.search(r"world size 4 x 2 rows per step \([\d,]+ steps, balanced layout\)", text)
+
+
+# -- corpora of token ids (pack --ids-field), without a tokenizer -------------------------------
+
+
+def _ids_corpus(tmp_path: Path, kind: str) -> tuple[Path, dict[str, Any]]:
+    """A pre-tokenized corpus of ``kind`` and the options that read it."""
+    import gzip
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rng = np.random.default_rng(4)
+    docs = [rng.integers(3, 500, int(n)).tolist() for n in rng.integers(0, 60, 120)]
+    if kind == "parquet-stream":  # EOS-separated streams of documents, cut by --split-on-eos
+        stream = [[t for d in docs[i : i + 10] for t in [*d, 2]] for i in range(0, 120, 10)]
+        pq.write_table(pa.table({"ids": stream}), tmp_path / "s.parquet")
+        return tmp_path / "s.parquet", {"ids_field": "ids", "split_on_eos": 2}
+    if kind == "jsonl.gz":
+        data = "".join(json.dumps({"ids": d}) + "\n" for d in docs).encode()
+        (tmp_path / "a.jsonl.gz").write_bytes(gzip.compress(data))
+        return tmp_path / "a.jsonl.gz", {"ids_field": "ids", "eos_token": "2", "add_eos": True}
+    import torch
+    from megatron.core.datasets.indexed_dataset import IndexedDatasetBuilder
+
+    builder = IndexedDatasetBuilder(str(tmp_path / "m.bin"), dtype=np.uint16)
+    for d in docs:
+        builder.add_document(torch.tensor(d, dtype=torch.int64), [len(d)])
+    builder.finalize(str(tmp_path / "m.idx"))
+    return tmp_path / "m", {}
+
+
+@pytest.mark.parametrize(
+    ("kind", "overflow"),
+    [("parquet-stream", "split"), ("jsonl.gz", "truncate"), ("megatron", "drop")],
+)
+def test_corpus_of_ids_matches_packed(tmp_path: Path, kind: str, overflow: str) -> None:
+    src, options = _ids_corpus(tmp_path, kind)
+    c = corpus_stats([src], [16, 48], overflow=overflow, batch_size=3, use_cache=False, **options)
+    assert c.tokenizer == "none (pre-tokenized)"
+    for result in c.results:
+        out = tmp_path / f"out-{result.max_len}"
+        report = packtool.pack([src], out, max_len=result.max_len, overflow=overflow, pad_id=0,
+                               **options)  # fmt: skip
+        assert c.documents_read == report.documents.read
+        want = expected_dataset(out, batch_size=3)
+        got = result.to_dict()
+        assert_figures_equal(got, {k: want[k] for k in got})
+
+
+def test_ids_corpus_from_the_cli_and_its_mistakes(tmp_path: Path) -> None:
+    src, _ = _ids_corpus(tmp_path, "parquet-stream")
+    cache = tmp_path / "cache"
+    args = ["stats", src, "--ids-field", "ids", "--split-on-eos", "2", "-L", "16,48", "--json"]
+    first = run(*args, "--cache-dir", cache)
+    assert first.exit_code == 0, first.stderr
+    data = json.loads(first.stdout)
+    lib = corpus_stats([src], [16, 48], ids_field="ids", split_on_eos=2, use_cache=False)
+    assert data["max_lens"] == lib.to_dict()["max_lens"]
+    assert data["documents_read"] == 120 and data["tokenizer"] == "none (pre-tokenized)"
+    again = json.loads(run(*args, "--cache-dir", cache).stdout)
+    assert again["cache"]["hit"] is True and again["max_lens"] == data["max_lens"]
+    other = json.loads(run(*args[:4], "-L", "16,48", "--json", "--cache-dir", cache).stdout)
+    assert other["cache"]["hit"] is False  # not cut at the EOS: another key
+    assert other["documents_read"] == 12
+    with pytest.raises(OptionError, match=r"counts pre-tokenized ids only, not labels"):
+        corpus_stats([src], [16], ids_field="ids", labels_field="ids")
+    assert_one_line_error(
+        run("stats", src, "--ids-field", "ids", "--vocab-size", "100", "-L", "16", "--no-cache"),
+        r"s\.parquet: row 0: 'ids'\[\d+\] is \d+, outside the vocabulary \[0, 100\)",
+    )
+    assert_one_line_error(
+        run("stats", src, "--split-on-eos", "2", "-L", "16", "--no-cache"),
+        r"--split-on-eos cuts pre-tokenized records: give --ids-field",
+    )
+    out = tmp_path / "packed"
+    packtool.pack([src], out, max_len=16, ids_field="ids", pad_id=0)
+    assert_one_line_error(
+        run("stats", out, "--ids-field", "ids"), r"is a packed output: --ids-field applies to"
+    )

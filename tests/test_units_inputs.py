@@ -225,6 +225,7 @@ def test_a_bad_id_in_a_later_unit_names_its_row_in_the_file(tmp_path: Path) -> N
     for path in (src, tmp_path / "in.parquet"):
         args = ("pack", path, "-L", "64", "--ids-field", "ids", "--pad-id", "0", "-q")
         one = run(*args, "-o", tmp_path / f"one-{path.suffix}")
-        assert_one_line_error(one, r"row 250: ")
+        # JSON Lines names the line (251, counted from 1), Parquet the row (250, from 0)
+        assert_one_line_error(one, r"in\.jsonl:251: " if path == src else r"row 250: ")
         units = run(*args, "-o", tmp_path / f"u-{path.suffix}", "--units", "4", "--num-proc", "1")
         assert units.stderr.strip().splitlines()[-1] == one.stderr.strip().splitlines()[-1]
