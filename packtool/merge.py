@@ -262,6 +262,7 @@ def merge_units(
                 shard_size=shard_size,
                 world_size=world_size,
                 micro_batches=micro_batches,
+                copy=copy,
             ),
             progress,
         )

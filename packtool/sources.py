@@ -1218,23 +1218,8 @@ def _jsonl_columns(inp: InputFile, columns: Sequence[str]) -> Iterator[ColumnBat
 
 def _jsonl_arrow_piece(piece: memoryview, parse: Any, threaded: Any) -> pa.RecordBatch | None:
     """The piece parsed by pyarrow, or ``None`` where it must be read line by line."""
-    import pyarrow.json as pj
-
-    if _NULL_FIRST.match(piece) or _NULL_LINE.search(piece):
-        return None
-    try:
-        try:
-            table = pj.read_json(pa.py_buffer(piece), read_options=threaded, parse_options=parse)
-        except pa.ArrowInvalid as e:
-            if not _is_straddling(e):
-                raise
-            whole = pj.ReadOptions(block_size=len(piece) + 1, use_threads=False)
-            table = pj.read_json(pa.py_buffer(piece), read_options=whole, parse_options=parse)
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-        return None
-    if any(column.null_count for column in table.columns):
-        return None  # missing or null: the line-by-line reader says which
-    return table.combine_chunks().to_batches()[0] if table.num_rows else None
+    table = _array_piece(piece, parse, threaded)
+    return table.combine_chunks().to_batches()[0] if table is not None and table.num_rows else None
 
 
 def _json_array_columns(
@@ -1424,7 +1409,9 @@ def _json_array_arrow(inp: InputFile, columns: Sequence[str]) -> Iterator[Column
         raise _ArrowFailed("not one whole JSON array")
 
 
-def _array_piece(piece: bytes, parse: Any, options: Any) -> pa.Table | None:
+def _array_piece(piece: bytes | memoryview, parse: Any, options: Any) -> pa.Table | None:
+    """Whole JSON records parsed by pyarrow with the columns' types, or ``None`` where they
+    must be parsed in Python to name a bad record (a null, a value of another type)."""
     import pyarrow.json as pj
 
     if _NULL_FIRST.match(piece) or _NULL_LINE.search(piece):
@@ -1440,7 +1427,7 @@ def _array_piece(piece: bytes, parse: Any, options: Any) -> pa.Table | None:
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
         return None
     if any(column.null_count for column in table.columns):
-        return None
+        return None  # missing or null: the Python reader says which
     return table
 
 

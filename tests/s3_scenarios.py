@@ -253,6 +253,12 @@ def scenario_ray(workdir: Path) -> None:
     assert ray_rows == local_rows
     units = s3().list_objects_v2(Bucket="out", Prefix="ray/units/")["Contents"]
     assert sum(o["Key"].endswith("manifest.json") for o in units) == 4
+    # The merge wrote no token byte to the store: its manifest lists the units' shards.
+    top = s3().list_objects_v2(Bucket="out", Prefix="ray/", Delimiter="/")["Contents"]
+    assert not [o["Key"] for o in top if o["Key"].endswith(".arrow")], top
+    merged = json.loads((workdir / "ray" / "manifest.json").read_text())
+    assert merged["units"]["copied"] is False
+    assert all(s["file"].startswith("units/") for s in merged["shards"])
 
 
 if __name__ == "__main__":
