@@ -647,6 +647,7 @@ _CORPUS_OPTIONS = (
     "txt_unit",
     "parse_special",
     "num_proc",
+    "tokenizer_backend",
 )
 """The options of `stats` that apply to a corpus only (fields of PackOptions)."""
 
@@ -831,6 +832,14 @@ def stats(
             help="Corpus mode: tokenizer threads (default: all cores).", show_default=False
         ),
     ] = None,
+    tokenizer_backend: Annotated[
+        str,
+        typer.Option(
+            help="Corpus mode: tokenizer engine, as for `pack`: auto (fastokens where it loads "
+            "the file and passes the parity gate, else Hugging Face tokenizers), fastokens or "
+            "hf. The lengths are the same.",
+        ),
+    ] = "auto",
 ) -> None:
     """Report packing statistics: rows, efficiency, padding saved against padded batches.
 
