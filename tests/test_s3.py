@@ -185,3 +185,37 @@ def test_s3_kill_rerun_and_access_errors() -> None:
 @pytest.mark.xdist_group("ray")
 def test_s3_two_ray_nodes_give_the_local_rows() -> None:
     run_scenario("ray", timeout=900)
+
+
+def test_pre_tokenized_inputs_on_a_store_pack_as_local_ones(memory_prefix, tmp_path: Path) -> None:
+    """Ids from a store: a Megatron .bin/.idx (read in ranged reads, not memory-mapped) and a
+    Parquet file with labels give the rows of the same files on a local disk."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from test_units_inputs import write_megatron
+
+    fs, name = memory_prefix
+    rng = np.random.default_rng(3)
+    docs = [rng.integers(3, 900, int(rng.integers(1, 120))).tolist() for _ in range(400)]
+    prefix = write_megatron(tmp_path / "corpus_text_document", docs)
+    labels = [[t if i % 3 else -100 for i, t in enumerate(d)] for d in docs]
+    pq.write_table(pa.table({"ids": docs, "labels": labels}), tmp_path / "l.parquet",
+                   row_group_size=50)  # fmt: skip
+    for local in (Path(f"{prefix}.idx"), Path(f"{prefix}.bin"), tmp_path / "l.parquet"):
+        fs.pipe_file(f"/{name}/in/{local.name}", local.read_bytes())
+    cases = [
+        (f"{prefix}.idx", {"max_len": 256, "pad_id": 0, "vocab_size": 1000}),
+        (tmp_path / "l.parquet", {"max_len": 256, "pad_id": 0, "vocab_size": 1000,
+                                  "ids_field": "ids", "labels_field": "labels"}),
+    ]  # fmt: skip
+    for i, (local, opts) in enumerate(cases):
+        url = f"memory://{name}/in/{Path(local).name}"
+        pack([str(local)], tmp_path / f"local{i}", **opts)
+        pack([url], f"memory://{name}/out{i}", **opts)
+        _, want = read_rows(tmp_path / f"local{i}")
+        reader = packtool.open_packed(f"memory://{name}/out{i}")
+        got = [reader[r].input_ids.tolist() for r in range(len(reader))]
+        assert got == [row["input_ids"] for row in want]
+        if "labels_field" in opts:
+            assert reader[0].labels.tolist() == want[0]["labels"]
