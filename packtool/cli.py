@@ -426,6 +426,7 @@ def pack(
     chat_template: Annotated[
         Path | None,
         typer.Option(
+            parser=as_path,
             help="Jinja chat template for chat records, rendered in a sandbox \\[default: the "
             "chat_template of the tokenizer's tokenizer_config.json].",
             show_default=False,

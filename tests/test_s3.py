@@ -219,3 +219,26 @@ def test_pre_tokenized_inputs_on_a_store_pack_as_local_ones(memory_prefix, tmp_p
         assert got == [row["input_ids"] for row in want]
         if "labels_field" in opts:
             assert reader[0].labels.tolist() == want[0]["labels"]
+
+
+def test_chat_templates_on_a_store(memory_prefix, tmp_path: Path) -> None:
+    """--chat-template as a URL, and a chat_template.jinja beside a tokenizer on a store, give
+    the rows of the local template (a trial found both refused or crashing)."""
+    fs, name = memory_prefix
+    data = SAMPLE.parent
+    template = (data / "chatml.jinja").read_bytes()
+    bundled = REPO / "packtool" / "_data" / "tokenizer.json"
+    fs.pipe_file(f"/{name}/chatml.jinja", template)
+    fs.pipe_file(f"/{name}/tok/tokenizer.json", bundled.read_bytes())
+    fs.pipe_file(f"/{name}/tok/chat_template.jinja", template)
+    chat = [str(data / "chat.jsonl")]
+    local = pack(chat, tmp_path / "local", max_len=2048, chat_template=data / "chatml.jinja")
+    by_url = pack(
+        chat, tmp_path / "url", max_len=2048, chat_template=f"memory://{name}/chatml.jinja"
+    )
+    beside = pack(chat, tmp_path / "beside", max_len=2048, tokenizer=f"memory://{name}/tok/")
+    want = [s["sha256"] for s in local.manifest["shards"]]
+    assert [s["sha256"] for s in by_url.manifest["shards"]] == want
+    assert [s["sha256"] for s in beside.manifest["shards"]] == want
+    with pytest.raises(Exception, match="no such chat template file"):
+        pack(chat, tmp_path / "x", max_len=2048, chat_template=f"memory://{name}/nope.jinja")
