@@ -27,7 +27,7 @@ if TYPE_CHECKING:  # rich's progress and tables load when a command runs, not fo
 from ._stop import STOP, Terminated, install_stop_handlers
 from ._version import __version__
 from .errors import PacktoolError
-from .fs import as_path
+from .fs import as_path, is_url
 from .limits import read_token_count
 
 app = typer.Typer(
@@ -89,6 +89,14 @@ def handle_errors(func: F) -> F:
                 hint = " (rerun with --resume to continue from its checkpoint)"
             if kwargs.get("units") is not None:
                 hint = " (finished units are kept: run the same command again to go on)"
+            output = kwargs.get("output")
+            if output is not None and is_url(output) and kwargs.get("units") is None:
+                # a store has no rename: shards may be there, but no manifest (readers refuse)
+                raise fail(
+                    f"interrupted; {output} is not complete (no manifest; shards already "
+                    "uploaded are replaced by the next run)",
+                    code,
+                ) from None
             raise fail(f"interrupted; no output was written{hint}", code) from None
         finally:
             for signum, handler in previous.items():

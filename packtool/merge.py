@@ -41,7 +41,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ._version import __version__
-from .errors import FormatError, OptionError
+from .errors import FormatError, OptionError, PacktoolError
 from .format import (
     MANIFEST_FILE,
     DocumentCounts,
@@ -330,7 +330,13 @@ def _merge_on_store(
         if (out / MANIFEST_FILE).is_file():  # an earlier merge: kept if it is the same one
             (local / MANIFEST_FILE).write_bytes((out / MANIFEST_FILE).read_bytes())
         previous = (local / MANIFEST_FILE).read_bytes() if (local / MANIFEST_FILE).exists() else b""
-        report = merge_units(local, **options, progress=progress)
+        try:
+            report = merge_units(local, **options, progress=progress)
+        except PacktoolError as e:  # name the store's prefix, not the scratch copy
+            e.args = tuple(
+                a.replace(str(local), str(out)) if isinstance(a, str) else a for a in e.args
+            )
+            raise
         if (local / MANIFEST_FILE).read_bytes() != previous:
             publish(local, out)
     report.out_dir = out

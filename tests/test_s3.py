@@ -242,3 +242,15 @@ def test_chat_templates_on_a_store(memory_prefix, tmp_path: Path) -> None:
     assert [s["sha256"] for s in beside.manifest["shards"]] == want
     with pytest.raises(Exception, match="no such chat template file"):
         pack(chat, tmp_path / "x", max_len=2048, chat_template=f"memory://{name}/nope.jinja")
+
+
+def test_a_merge_on_a_store_names_the_store(memory_prefix) -> None:
+    """Errors of a merge on a store name its prefix, not the local scratch copy it works in."""
+    from packtool.merge import merge_units
+
+    fs, name = memory_prefix
+    fs.pipe_file(f"/{name}/out/notes.txt", b"not a unit")
+    with pytest.raises(FormatError) as caught:
+        merge_units(f"memory://{name}/out")
+    assert str(caught.value).startswith(f"memory://{name}/out: no units to merge")
+    assert "packtool-merge-" not in str(caught.value)
