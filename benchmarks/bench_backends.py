@@ -38,12 +38,13 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "sample_data"))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from bench_tokenizer import build  # noqa: E402
+from bench_tokenizer import build, build_metaspace  # noqa: E402
 
 _PEAK = r"""
 def _peak():
@@ -126,17 +127,25 @@ print(json.dumps({"seconds": time.perf_counter() - t0, "rows": len(packed), "kep
 )
 
 
-def _env() -> dict[str, str]:
+def _env(root: Path = ROOT, cache: Path | None = None) -> dict[str, str]:
     env = dict(os.environ)
-    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    env["PYTHONPATH"] = str(root) + os.pathsep + env.get("PYTHONPATH", "")
     env.update(HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", TOKENIZERS_PARALLELISM="true")
+    if cache is not None:  # where the parity gate's verdicts are cached
+        env["PACKTOOL_CACHE_DIR"] = str(cache)
     return env
 
 
-def _python(script: str, *args: str) -> tuple[str, str, float]:
+def _python(
+    script: str, *args: str, root: Path = ROOT, cache: Path | None = None
+) -> tuple[str, str, float]:
     t0 = time.perf_counter()
     proc = subprocess.run(
-        [sys.executable, "-c", script, *args], capture_output=True, text=True, env=_env()
+        [sys.executable, "-c", script, *args],
+        capture_output=True,
+        text=True,
+        env=_env(root, cache),
+        cwd=root,  # `python -c` puts the working directory first on sys.path
     )
     wall = time.perf_counter() - t0
     if proc.returncode != 0:
@@ -149,16 +158,42 @@ def alone(backend: str, tok: Path, corpus: Path) -> dict:
     return json.loads(out)
 
 
-def pack(backend: str, tok: Path, corpus: Path, out: Path) -> dict:
+def pack(backend: str, tok: Path, corpus: Path, out: Path, cache: Path, root: Path = ROOT) -> dict:
+    """``packtool pack`` of the code at ``root``, the parity gate's verdicts in ``cache``
+    (an empty directory: a cold gate)."""
     args = ["pack", str(corpus), "-L", "4096", "-o", str(out), "--overwrite", "--json"]
     stdout, stderr, wall = _python(
-        PACK, *args, "--tokenizer", str(tok), "--tokenizer-backend", backend
+        PACK,
+        *args,
+        "--tokenizer",
+        str(tok),
+        "--tokenizer-backend",
+        backend,
+        root=root,
+        cache=cache,
     )
     report = json.loads(stdout)
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["tokenizer"]["backend"]["name"] == backend, manifest["tokenizer"]
     rss = int(stderr.rsplit("PEAK=", 1)[1].split()[0])
-    return {"seconds": wall, "tokens": report["tokens"]["packed"], "rss": rss}
+    reason = manifest["tokenizer"]["backend"]["reason"]
+    return {"seconds": wall, "tokens": report["tokens"]["packed"], "rss": rss, "reason": reason}
+
+
+def cold_cache(tmp: Path) -> Path:
+    """A new, empty cache directory: the parity gate has no verdict."""
+    return Path(tempfile.mkdtemp(prefix="cold-", dir=tmp))
+
+
+def baseline_tree(rev: str, tmp: Path) -> Path:
+    """A checkout of ``rev`` of this repository (``git worktree``), to run its ``pack``."""
+    where = tmp / f"baseline-{rev}"
+    subprocess.run(
+        ["git", "-C", str(ROOT), "worktree", "add", "--detach", "-f", str(where), rev],
+        check=True,
+        capture_output=True,
+    )
+    return where
 
 
 def trl(tok: Path, corpus: Path, cache: Path) -> dict:
@@ -218,78 +253,173 @@ def _fmt(values: list[float], spec: str) -> str:
     return f"{format(med, spec)} ({format(min(values), spec)}-{format(max(values), spec)})"
 
 
+TOKENIZERS = {
+    "bpe151k": (build, "151k byte-level BPE (Qwen 2 layout)"),
+    "metaspace32k": (build_metaspace, "32k Metaspace BPE (Llama 2 layout, byte fallback)"),
+}
+
+
+def _warm(tok: Path, cache: Path, tmp: Path, root: Path = ROOT) -> None:
+    """Cache the parity gate's verdict for ``tok`` in ``cache`` (a pack of one document)."""
+    tiny = tmp / "tiny.jsonl"
+    tiny.write_text(json.dumps({"text": "One short document."}) + "\n", encoding="utf-8")
+    pack("fastokens", tok, tiny, tmp / "tiny-out", cache, root)
+
+
+def _measures(
+    kind: str, name: str, tok: Path, corpus: Path, tmp: Path, base: Path | None
+) -> list[tuple[str, Any]]:
+    out, warm = tmp / "o", tmp / "warm"
+    measures: list[tuple[str, Any]] = [
+        ("hf alone", lambda: alone("hf", tok, corpus)),
+        ("fastokens alone", lambda: alone("fastokens", tok, corpus)),
+        ("pack hf", lambda: pack("hf", tok, corpus, out, warm)),
+        ("pack fastokens", lambda: pack("fastokens", tok, corpus, out, warm)),
+        ("pack fast, cold", lambda: pack("fastokens", tok, corpus, out, cold_cache(tmp))),
+    ]
+    if base is not None:
+        measures.append(
+            ("pack fast, base", lambda: pack("fastokens", tok, corpus, out, warm, base))
+        )
+    if kind == "huge":  # memory: the fast path only
+        measures = [m for m in measures if m[0] in ("fastokens alone", "pack fastokens")]
+    elif name == "long x4":  # memory, and the ratio once the fixed costs are spread out
+        keep = ("hf alone", "fastokens alone", "pack fastokens")
+        measures = [m for m in measures if m[0] in keep]
+    return measures
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--no-trl", action="store_true")
-    parser.add_argument("--only", nargs="*", help="corpora to run (long short long-x4 huge)")
+    parser.add_argument(
+        "--only", nargs="*", help="corpora to run (long short long-code long-x4 huge)"
+    )
+    parser.add_argument("--tokenizers", nargs="*", default=list(TOKENIZERS), choices=TOKENIZERS)
+    parser.add_argument(
+        "--baseline",
+        metavar="REV",
+        help="also run `pack fastokens` of this git revision (a worktree), warm, in the rounds",
+    )
     args = parser.parse_args(argv)
     rounds = 1 if args.quick else args.rounds
     mb = 3 if args.quick else 30
-    tok = build()
+    with tempfile.TemporaryDirectory(prefix="packtool-bench-backends-") as tmp:
+        tmpdir = Path(tmp)
+        base = baseline_tree(args.baseline, tmpdir) if args.baseline else None
+        try:
+            for tok_name in args.tokenizers:
+                builder, label = TOKENIZERS[tok_name]
+                _run_tokenizer(args, builder(), label, tok_name, rounds, mb, tmpdir, base)
+        finally:
+            if base is not None:
+                subprocess.run(
+                    ["git", "-C", str(ROOT), "worktree", "remove", "--force", str(base)],
+                    capture_output=True,
+                )
+
+
+def _run_tokenizer(
+    args: argparse.Namespace,
+    tok: Path,
+    label: str,
+    tok_name: str,
+    rounds: int,
+    mb: int,
+    tmpdir: Path,
+    base: Path | None,
+) -> None:
     corpora = [("long", "long", mb, 3), ("short", "short", mb, 1), ("long code", "code", mb, 9)]
     corpora += [
         ("long x4", "long", 4 * mb, 5),
         ("one huge", "huge", 100 if not args.quick else 10, 7),
     ]
+    if tok_name != "bpe151k":  # the prose corpora
+        corpora = [c for c in corpora if c[1] in ("long", "short")]
     if args.only:
         corpora = [c for c in corpora if c[0].replace(" ", "-") in args.only]
     print(
         f"tokenizer backends: {platform.machine()}, {os.cpu_count()} cores, Python "
-        f"{platform.python_version()}, {time.strftime('%Y-%m-%d %H:%M')}; tokenizer "
-        f"{json.loads((tok / 'training.json').read_text())['vocab_size']:,}-token byte-level BPE"
+        f"{platform.python_version()}, {time.strftime('%Y-%m-%d %H:%M')}, load average "
+        f"{os.getloadavg()[0]:.1f}; tokenizer {label}"
+        + (f"; base = pack at {args.baseline}" if base is not None else "")
     )
     header = f"{'corpus':<10} {'run':<16} {'seconds':>22} {'tokens/s':>28} {'peak RSS MB':>18}"
     print(header)
     print("-" * len(header))
-    with tempfile.TemporaryDirectory(prefix="packtool-bench-backends-") as tmp:
-        tmpdir = Path(tmp)
-        for name, kind, size_mb, seed in corpora:
-            corpus = tmpdir / f"{kind}-{size_mb}.jsonl"
-            nbytes, ndocs = write_corpus(corpus, kind, size_mb, seed)
-            runs: dict[str, list[dict]] = {}
-            out = tmpdir / "o"
-            measures = [
-                ("hf alone", lambda c=corpus: alone("hf", tok, c)),
-                ("fastokens alone", lambda c=corpus: alone("fastokens", tok, c)),
-                ("pack hf", lambda c=corpus, o=out: pack("hf", tok, c, o)),
-                ("pack fastokens", lambda c=corpus, o=out: pack("fastokens", tok, c, o)),
-            ]
-            if kind == "huge" or name == "long x4":  # memory: the fast path only
-                measures = [m for m in measures if "fastokens" in m[0]]
-            for _ in range(rounds):
-                for label, fn in measures:
-                    runs.setdefault(label, []).append(fn())
-            if not args.quick and not args.no_trl and name in ("long", "short", "long code"):
-                runs["TRL map+pack"] = [trl(tok, corpus, tmpdir / "hf-cache")]
-                kept = runs["TRL map+pack"][0]["kept"]
-            tokens = runs[measures[0][0]][0]["tokens"]
-            print(f"{name:<10} {nbytes / 1e6:.1f} MB, {ndocs:,} documents, {tokens:,} tokens")
-            for label, results in runs.items():
-                secs = [r["seconds"] for r in results]
-                tps = [r["tokens"] / r["seconds"] for r in results]
-                rss = [r["rss"] / 1e6 for r in results]
-                print(
-                    f"{'':<10} {label:<16} {_fmt(secs, '.2f'):>22} {_fmt(tps, ',.0f'):>28} "
-                    f"{_fmt(rss, ',.0f'):>18}"
+    _warm(tok, tmpdir / "warm", tmpdir)
+    if base is not None:
+        _warm(tok, tmpdir / "warm", tmpdir, base)
+    for name, kind, size_mb, seed in corpora:
+        corpus = tmpdir / f"{kind}-{size_mb}.jsonl"
+        nbytes, ndocs = write_corpus(corpus, kind, size_mb, seed)
+        runs: dict[str, list[dict]] = {}
+        measures = _measures(kind, name, tok, corpus, tmpdir, base)
+        for _ in range(rounds):
+            for run_label, fn in measures:
+                runs.setdefault(run_label, []).append(fn())
+        if (
+            tok_name == "bpe151k"
+            and not args.quick
+            and not args.no_trl
+            and name in ("long", "short", "long code")
+        ):
+            runs["TRL map+pack"] = [trl(tok, corpus, tmpdir / "hf-cache")]
+            kept = runs["TRL map+pack"][0]["kept"]
+        tokens = runs[measures[0][0]][0]["tokens"]
+        print(f"{name:<10} {nbytes / 1e6:.1f} MB, {ndocs:,} documents, {tokens:,} tokens")
+        for run_label, results in runs.items():
+            secs = [r["seconds"] for r in results]
+            tps = [r["tokens"] / r["seconds"] for r in results]
+            rss = [r["rss"] / 1e6 for r in results]
+            print(
+                f"{'':<10} {run_label:<16} {_fmt(secs, '.2f'):>22} {_fmt(tps, ',.0f'):>28} "
+                f"{_fmt(rss, ',.0f'):>18}"
+            )
+        if "TRL map+pack" in runs:
+            print(f"{'':<10} TRL's bfd keeps {kept:,} of the tokens (it truncates documents)")
+        _ratios(runs)
+        sys.stdout.flush()
+
+
+def _ratios(runs: dict[str, list[dict]]) -> None:
+    """The ratios of the medians, and of each round's runs (the rounds alternate)."""
+    med = {k: statistics.median(r["seconds"] for r in v) for k, v in runs.items()}
+
+    def per_round(a: str, b: str) -> str:
+        rs = [x["seconds"] / y["seconds"] for x, y in zip(runs[a], runs[b], strict=False)]
+        return _fmt(rs, ".2f")
+
+    if "pack fastokens" in med and "fastokens alone" in med:
+        line = (
+            f"pack fastokens / fastokens alone speed: "
+            f"{med['fastokens alone'] / med['pack fastokens']:.0%}"
+        )
+        if "hf alone" in med:
+            line += (
+                f"; pack fastokens vs hf alone: {med['hf alone'] / med['pack fastokens']:.1f}x"
+                f" (rounds {per_round('hf alone', 'pack fastokens')})"
+                + (
+                    f"; vs pack hf: {med['pack hf'] / med['pack fastokens']:.1f}x"
+                    if "pack hf" in med
+                    else ""
                 )
-            if "TRL map+pack" in runs:
-                print(f"{'':<10} TRL's bfd keeps {kept:,} of the tokens (it truncates documents)")
-            med = {k: statistics.median(r["seconds"] for r in v) for k, v in runs.items()}
-            if "pack fastokens" in med and "fastokens alone" in med:
-                print(
-                    f"{'':<10} pack fastokens / fastokens alone speed: "
-                    f"{med['fastokens alone'] / med['pack fastokens']:.0%}"
-                    + (
-                        "; pack fastokens vs hf alone: "
-                        f"{med['hf alone'] / med['pack fastokens']:.1f}x"
-                        f"; vs pack hf: {med['pack hf'] / med['pack fastokens']:.1f}x"
-                        if "hf alone" in med
-                        else ""
-                    )
-                )
-            sys.stdout.flush()
+                + f"; fastokens alone vs hf alone: {med['hf alone'] / med['fastokens alone']:.1f}x"
+            )
+        print(f"{'':<10} {line}")
+    if "pack fast, base" in med:
+        print(
+            f"{'':<10} warm gate: pack fastokens {med['pack fastokens']:.2f} s against "
+            f"{med['pack fast, base']:.2f} s at the base revision (per round base/now "
+            f"{per_round('pack fast, base', 'pack fastokens')})"
+        )
+    if "pack fast, cold" in med:
+        print(
+            f"{'':<10} cold gate: {med['pack fast, cold']:.2f} s, warm {med['pack fastokens']:.2f}"
+            f" s (per round cold/warm {per_round('pack fast, cold', 'pack fastokens')})"
+        )
 
 
 if __name__ == "__main__":

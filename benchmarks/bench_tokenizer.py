@@ -117,6 +117,100 @@ def build(directory: Path = DATA / "bpe151k") -> Path:
     return directory
 
 
+METASPACE_VOCAB = 32_000
+_BYTE_TOKENS = [f"<0x{b:02X}>" for b in range(256)]
+_METASPACE_TRAIN_CHARS = 40_000_000
+
+
+def _prose(chars: int, seed: int) -> Iterator[str]:
+    """Documents of the benchmark's prose (wiki, web, news of ``make_corpus``), 50-120 KB."""
+    sys.path.insert(0, str(ROOT / "sample_data"))
+    from make_corpus import _Builder
+
+    builder, total, n = _Builder(seed), 0, 0
+    kinds = ("wiki", "web", "news")
+    while total < chars:
+        text = builder.build[kinds[n % 3]](50_000 + builder.u.randint(0, 70_000))
+        total, n = total + len(text), n + 1
+        yield text
+
+
+def _metaspace_texts() -> Iterator[str]:
+    """The prose, and the sample corpus (code, markup, many scripts): every printable ASCII
+    character is in the alphabet, as in Llama 2's, so that ``<s>`` spelled in text is built
+    by merges. (Without ``<`` in the alphabet, fastokens 0.3.5 encodes the text ``</s>``
+    as the vocabulary's ``</s>``, where `tokenizers` falls back to bytes: the parity gate
+    refuses it.)"""
+    yield from _prose(_METASPACE_TRAIN_CHARS, seed=101)
+    with open(ROOT / "sample_data" / "corpus.jsonl", encoding="utf-8") as f:
+        for line in f:
+            yield json.loads(line)["text"]
+
+
+def build_metaspace(directory: Path = DATA / "metaspace32k") -> Path:
+    """A Llama 2 / Mistral style BPE, built once: ``▁`` word marks (the normalizer prepends
+    one and turns spaces into them; no pre-tokenizer, so the BPE runs over whole documents),
+    byte fallback (``<0x00>``..``<0xFF>`` in the vocabulary), ``<unk>``/``<s>``/``</s>``,
+    a ``<s>`` post-processor; 32,000 tokens trained on 40M characters of the benchmark's
+    generated prose (another seed than its corpora) and the sample corpus. fastokens 0.3
+    loads this layout; it does not load the ``Metaspace`` pre-tokenizer that newer
+    conversions use."""
+    if (directory / "tokenizer.json").exists():
+        return directory
+    from tokenizers import (
+        Tokenizer,
+        decoders,
+        models,
+        normalizers,
+        pre_tokenizers,
+        processors,
+        trainers,
+    )
+
+    tok = Tokenizer(models.BPE(unk_token="<unk>", fuse_unk=True, byte_fallback=True))
+    tok.normalizer = normalizers.Sequence([normalizers.Prepend("▁"), normalizers.Replace(" ", "▁")])
+    tok.pre_tokenizer = pre_tokenizers.Split("▁", behavior="merged_with_next")  # training only
+    specials = ["<unk>", "<s>", "</s>"]
+    trainer = trainers.BpeTrainer(
+        vocab_size=METASPACE_VOCAB,
+        min_frequency=2,
+        special_tokens=[*specials, *_BYTE_TOKENS],  # ids 3..258 for the bytes, as in Llama 2
+        limit_alphabet=1000,
+        show_progress=False,
+    )
+    t0 = time.perf_counter()
+    tok.train_from_iterator(_metaspace_texts(), trainer=trainer)
+    data = json.loads(tok.to_str())
+    data["added_tokens"] = [t for t in data["added_tokens"] if t["content"] in specials]
+    tok = Tokenizer.from_str(json.dumps(data, ensure_ascii=False))
+    tok.pre_tokenizer = None
+    tok.decoder = decoders.Sequence(
+        [
+            decoders.Replace("▁", " "),
+            decoders.ByteFallback(),
+            decoders.Fuse(),
+            decoders.Strip(" ", 1, 0),
+        ]
+    )
+    tok.post_processor = processors.TemplateProcessing(
+        single="<s>:0 $A:0",
+        pair="<s>:0 $A:0 <s>:1 $B:1",
+        special_tokens=[("<s>", tok.token_to_id("<s>"))],
+    )
+    directory.mkdir(parents=True, exist_ok=True)
+    tok.save(str(directory / "tokenizer.json"))
+    config = {"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>"}
+    (directory / "tokenizer_config.json").write_text(json.dumps(config), encoding="utf-8")
+    info = {
+        "vocab_size": tok.get_vocab_size(),
+        "characters": _METASPACE_TRAIN_CHARS,
+        "seconds": round(time.perf_counter() - t0, 1),
+        "layout": "llama2 (Prepend + Replace normalizer, byte fallback)",
+    }
+    (directory / "training.json").write_text(json.dumps(info, indent=1), encoding="utf-8")
+    return directory
+
+
 if __name__ == "__main__":
-    where = build()
-    print(where, (where / "training.json").read_text())
+    for where in (build(), build_metaspace()):
+        print(where, (where / "training.json").read_text())

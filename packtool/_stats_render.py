@@ -295,7 +295,14 @@ def balance_parts(b: BalanceStats) -> list[RenderableType]:
 def render_corpus_stats(s: CorpusStats) -> RenderableType:
     """Everything ``packtool stats CORPUS --max-len ...`` prints."""
     inputs = s.inputs[0] if len(s.inputs) == 1 else f"{len(s.inputs):,} inputs"
-    source = "lengths from the cache" if s.cache_hit else "tokenized"
+    engine = (s.backend or {}).get("name")
+    source = (
+        "lengths from the cache"
+        if s.cache_hit
+        else f"tokenized with {engine}"
+        if engine in ("fastokens", "hf")
+        else "tokenized"
+    )
     head = Text.assemble(
         ("stats of corpus ", ""),
         (inputs, "bold"),

@@ -36,11 +36,11 @@ import threading
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 from typing import Any
 
 from ._stop import check_stop
 from .errors import ChatTemplateError
+from .fs import as_path
 
 __all__ = [
     "DEFAULT_TEMPLATE_TIMEOUT",
@@ -388,7 +388,7 @@ def load_chat_template(spec: str | os.PathLike[str] | None, tokenizer: Any) -> C
     """
     variables = _template_variables(tokenizer)
     if spec is not None:
-        path = Path(spec)
+        path = as_path(spec)  # a local file, or an fsspec URL (s3://...)
         try:
             text = path.read_text(encoding="utf-8")
         except FileNotFoundError:
@@ -410,8 +410,8 @@ def load_chat_template(spec: str | os.PathLike[str] | None, tokenizer: Any) -> C
             variables=variables,
         )
     directory = getattr(tokenizer, "directory", None)
-    if directory is not None and (Path(directory) / "chat_template.jinja").is_file():
-        path = Path(directory) / "chat_template.jinja"
+    if directory is not None and (as_path(directory) / "chat_template.jinja").is_file():
+        path = as_path(directory) / "chat_template.jinja"
         return ChatTemplate.from_string(
             path.read_text(encoding="utf-8"),
             name=str(path),

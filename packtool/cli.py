@@ -27,7 +27,7 @@ if TYPE_CHECKING:  # rich's progress and tables load when a command runs, not fo
 from ._stop import STOP, Terminated, install_stop_handlers
 from ._version import __version__
 from .errors import PacktoolError
-from .fs import as_path
+from .fs import as_path, is_url
 from .limits import read_token_count
 
 app = typer.Typer(
@@ -89,6 +89,14 @@ def handle_errors(func: F) -> F:
                 hint = " (rerun with --resume to continue from its checkpoint)"
             if kwargs.get("units") is not None:
                 hint = " (finished units are kept: run the same command again to go on)"
+            output = kwargs.get("output")
+            if output is not None and is_url(output) and kwargs.get("units") is None:
+                # a store has no rename: shards may be there, but no manifest (readers refuse)
+                raise fail(
+                    f"interrupted; {output} is not complete (no manifest; shards already "
+                    "uploaded are replaced by the next run)",
+                    code,
+                ) from None
             raise fail(f"interrupted; no output was written{hint}", code) from None
         finally:
             for signum, handler in previous.items():
@@ -298,6 +306,78 @@ def _summary_table(report: Any, *, tokenized: bool = True) -> Table:
     return table
 
 
+# -- options that pack and stats (corpus mode) share, declared once ----------------------
+
+_CORPUS_PANEL = "Corpus mode: with --max-len, INPUTS read and tokenized as pack would"
+
+
+def _shared(*decls: str, **kwargs: Any) -> tuple[Any, Any]:
+    """A `pack` option, and the same option in `stats`' corpus-mode help panel."""
+    return (
+        typer.Option(*decls, **kwargs),
+        typer.Option(*decls, rich_help_panel=_CORPUS_PANEL, **kwargs),
+    )
+
+
+_TOKENIZER, _TOKENIZER_CORPUS = _shared(
+    help="tokenizer.json path, local model directory, or hub name "
+    "(default: packtool's bundled byte-level BPE).",
+    show_default=False,
+)
+_TEXT_FIELD, _TEXT_FIELD_CORPUS = _shared(help="Field (column) holding the document text.")
+_BOS, _BOS_CORPUS = _shared(
+    "--bos/--no-bos",
+    help="Force one BOS at each document start, or no post-processor tokens at all "
+    "(default: the tokenizer's post-processor decides).",
+    show_default=False,
+)
+_EOS_TOKEN, _EOS_TOKEN_CORPUS = _shared(
+    help="EOS token: its text, or a number for an id; overrides the tokenizer's."
+)
+_BOS_TOKEN, _BOS_TOKEN_CORPUS = _shared(
+    help="BOS token: its text, or a number for an id; overrides the tokenizer's."
+)
+_SKIP_BAD_RECORDS, _SKIP_BAD_RECORDS_CORPUS = _shared(
+    "--skip-bad-records",
+    help="Skip malformed records (bad JSON, missing or non-string text), counting them, "
+    "instead of stopping at the first.",
+)
+_SPLIT, _SPLIT_CORPUS = _shared(
+    help="Split of a saved DatasetDict (default: train).", show_default=False
+)
+_TXT_UNIT, _TXT_UNIT_CORPUS = _shared(
+    help="A document in .txt inputs: line, paragraph or document."
+)
+_PARSE_SPECIAL, _PARSE_SPECIAL_CORPUS = _shared(
+    "--parse-special",
+    help="Parse special-token strings in the data (<|endoftext|>, <|im_end|>...) as "
+    "control tokens, for data that holds markup on purpose \\[default: they are text].",
+)
+_IDS_FIELD, _IDS_FIELD_CORPUS = _shared(
+    help="Pre-tokenized records: the field (a list of ints) holding each document's "
+    "token ids, packed as they are (Parquet, Arrow, saved datasets, JSON Lines, JSON, "
+    "CSV); no tokenizer is loaded unless --tokenizer is given.",
+    show_default=False,
+)
+_VOCAB_SIZE, _VOCAB_SIZE_CORPUS = _shared(
+    help="With --ids-field: ids must be below this \\[default: the tokenizer's vocabulary size].",
+    show_default=False,
+)
+_SPLIT_ON_EOS, _SPLIT_ON_EOS_CORPUS = _shared(
+    help="With --ids-field: cut each record into documents after every occurrence of "
+    "this id (an EOS-separated stream; the EOS stays with the document before it).",
+    show_default=False,
+)
+_NUM_PROC, _NUM_PROC_CORPUS = _shared(
+    help="Tokenizer threads (default: all cores).", show_default=False
+)
+_TOKENIZER_BACKEND, _TOKENIZER_BACKEND_CORPUS = _shared(
+    help="Tokenizer engine: auto (fastokens where it loads the file and passes the "
+    "parity gate, else Hugging Face tokenizers), fastokens (fail if it cannot) or hf. "
+    "The ids are the same.",
+)
+
+
 @app.command()
 @handle_errors
 def pack(
@@ -331,17 +411,8 @@ def pack(
             show_default=False,
         ),
     ] = None,
-    tokenizer: Annotated[
-        str | None,
-        typer.Option(
-            help="tokenizer.json path, local model directory, or hub name "
-            "(default: packtool's bundled byte-level BPE).",
-            show_default=False,
-        ),
-    ] = None,
-    text_field: Annotated[
-        str, typer.Option(help="Field (column) holding the document text.")
-    ] = "text",
+    tokenizer: Annotated[str | None, _TOKENIZER] = None,
+    text_field: Annotated[str, _TEXT_FIELD] = "text",
     input_shape: Annotated[
         str,
         typer.Option(
@@ -363,6 +434,7 @@ def pack(
     chat_template: Annotated[
         Path | None,
         typer.Option(
+            parser=as_path,
             help="Jinja chat template for chat records, rendered in a sandbox \\[default: the "
             "chat_template of the tokenizer's tokenizer_config.json].",
             show_default=False,
@@ -400,37 +472,16 @@ def pack(
             show_default=False,
         ),
     ] = None,
-    bos: Annotated[
-        bool | None,
-        typer.Option(
-            "--bos/--no-bos",
-            help="Force one BOS at each document start, or no post-processor tokens at all "
-            "(default: the tokenizer's post-processor decides).",
-            show_default=False,
-        ),
-    ] = None,
-    eos_token: Annotated[
-        str | None,
-        typer.Option(help="EOS token: its text, or a number for an id; overrides the tokenizer's."),
-    ] = None,
-    bos_token: Annotated[
-        str | None,
-        typer.Option(help="BOS token: its text, or a number for an id; overrides the tokenizer's."),
-    ] = None,
+    bos: Annotated[bool | None, _BOS] = None,
+    eos_token: Annotated[str | None, _EOS_TOKEN] = None,
+    bos_token: Annotated[str | None, _BOS_TOKEN] = None,
     pad_id: Annotated[
         int | None,
         typer.Option(
             help="Padding id (default: the tokenizer's pad token, else EOS).", show_default=False
         ),
     ] = None,
-    parse_special: Annotated[
-        bool,
-        typer.Option(
-            "--parse-special",
-            help="Parse special-token strings in the data (<|endoftext|>, <|im_end|>...) as "
-            "control tokens, for data that holds markup on purpose \\[default: they are text].",
-        ),
-    ] = False,
+    parse_special: Annotated[bool, _PARSE_SPECIAL] = False,
     shuffle: Annotated[
         bool,
         typer.Option("--shuffle/--no-shuffle", help="Shuffle rows (FFD puts long ones first)."),
@@ -462,30 +513,10 @@ def pack(
     overwrite: Annotated[
         bool, typer.Option("--overwrite", help="Replace the output directory if it exists.")
     ] = False,
-    skip_bad_records: Annotated[
-        bool,
-        typer.Option(
-            "--skip-bad-records",
-            help="Skip malformed records (bad JSON, missing or non-string text), counting them, "
-            "instead of stopping at the first.",
-        ),
-    ] = False,
-    split: Annotated[
-        str | None,
-        typer.Option(help="Split of a saved DatasetDict (default: train).", show_default=False),
-    ] = None,
-    txt_unit: Annotated[
-        str, typer.Option(help="A document in .txt inputs: line, paragraph or document.")
-    ] = "line",
-    ids_field: Annotated[
-        str | None,
-        typer.Option(
-            help="Pre-tokenized records: the field (a list of ints) holding each document's "
-            "token ids, packed as they are (Parquet, Arrow, saved datasets, JSON Lines, JSON, "
-            "CSV); no tokenizer is loaded unless --tokenizer is given.",
-            show_default=False,
-        ),
-    ] = None,
+    skip_bad_records: Annotated[bool, _SKIP_BAD_RECORDS] = False,
+    split: Annotated[str | None, _SPLIT] = None,
+    txt_unit: Annotated[str, _TXT_UNIT] = "line",
+    ids_field: Annotated[str | None, _IDS_FIELD] = None,
     labels_field: Annotated[
         str | None,
         typer.Option(
@@ -502,34 +533,10 @@ def pack(
             show_default=False,
         ),
     ] = None,
-    vocab_size: Annotated[
-        int | None,
-        typer.Option(
-            help="With --ids-field: ids must be below this \\[default: the tokenizer's "
-            "vocabulary size].",
-            show_default=False,
-        ),
-    ] = None,
-    split_on_eos: Annotated[
-        int | None,
-        typer.Option(
-            help="With --ids-field: cut each record into documents after every occurrence of "
-            "this id (an EOS-separated stream; the EOS stays with the document before it).",
-            show_default=False,
-        ),
-    ] = None,
-    num_proc: Annotated[
-        int | None,
-        typer.Option(help="Tokenizer threads (default: all cores).", show_default=False),
-    ] = None,
-    tokenizer_backend: Annotated[
-        str,
-        typer.Option(
-            help="Tokenizer engine: auto (fastokens where it loads the file and passes the "
-            "parity gate, else Hugging Face tokenizers), fastokens (fail if it cannot) or hf. "
-            "The ids are the same.",
-        ),
-    ] = "auto",
+    vocab_size: Annotated[int | None, _VOCAB_SIZE] = None,
+    split_on_eos: Annotated[int | None, _SPLIT_ON_EOS] = None,
+    num_proc: Annotated[int | None, _NUM_PROC] = None,
+    tokenizer_backend: Annotated[str, _TOKENIZER_BACKEND] = "auto",
     check_sample: Annotated[
         int,
         typer.Option(
@@ -647,6 +654,7 @@ _CORPUS_OPTIONS = (
     "txt_unit",
     "parse_special",
     "num_proc",
+    "tokenizer_backend",
 )
 """The options of `stats` that apply to a corpus only (fields of PackOptions)."""
 
@@ -692,8 +700,8 @@ def stats(
         typer.Option(
             "--max-len",
             "-L",
-            help="Corpus mode: the max-len values to compare, comma-separated "
-            "(e.g. 2048,4096,8192).",
+            rich_help_panel=_CORPUS_PANEL,
+            help="The max-len values to compare, comma-separated (e.g. 2048,4096,8192).",
             show_default=False,
         ),
     ] = None,
@@ -725,21 +733,13 @@ def stats(
     as_json: Annotated[
         bool, typer.Option("--json", help="Print the figures as one JSON object.")
     ] = False,
-    tokenizer: Annotated[
-        str | None,
-        typer.Option(
-            help="Corpus mode: tokenizer.json, model directory or hub name "
-            "(default: packtool's bundled byte-level BPE).",
-            show_default=False,
-        ),
-    ] = None,
-    text_field: Annotated[
-        str, typer.Option(help="Corpus mode: field (column) holding the text.")
-    ] = "text",
+    tokenizer: Annotated[str | None, _TOKENIZER_CORPUS] = None,
+    text_field: Annotated[str, _TEXT_FIELD_CORPUS] = "text",
     overflow: Annotated[
         str | None,
         typer.Option(
-            help="Corpus mode: split, truncate or drop documents over max-len \\[default: split].",
+            rich_help_panel=_CORPUS_PANEL,
+            help="Split, truncate or drop documents over max-len \\[default: split].",
             show_default=False,
         ),
     ] = None,
@@ -747,90 +747,40 @@ def stats(
         bool | None,
         typer.Option(
             "--eos/--no-eos",
-            help="Corpus mode: append EOS to every document \\[default: on].",
+            rich_help_panel=_CORPUS_PANEL,
+            help="Append EOS to every document \\[default: on].",
             show_default=False,
         ),
     ] = None,
-    bos: Annotated[
-        bool | None,
-        typer.Option(
-            "--bos/--no-bos",
-            help="Corpus mode: force one BOS, or no post-processor tokens "
-            "(default: the tokenizer's post-processor decides).",
-            show_default=False,
-        ),
-    ] = None,
-    eos_token: Annotated[
-        str | None, typer.Option(help="Corpus mode: EOS token (or id) override.")
-    ] = None,
-    bos_token: Annotated[
-        str | None, typer.Option(help="Corpus mode: BOS token (or id) override.")
-    ] = None,
-    skip_bad_records: Annotated[
-        bool,
-        typer.Option("--skip-bad-records", help="Corpus mode: skip (and count) bad records."),
-    ] = False,
-    split: Annotated[
-        str | None,
-        typer.Option(
-            help="Corpus mode: split of a saved DatasetDict (default: train).",
-            show_default=False,
-        ),
-    ] = None,
-    txt_unit: Annotated[
-        str, typer.Option(help="Corpus mode: a document in .txt inputs: line, paragraph, document.")
-    ] = "line",
-    parse_special: Annotated[
-        bool,
-        typer.Option(
-            "--parse-special",
-            help="Corpus mode: parse special-token strings in the text as control tokens, as "
-            "`pack --parse-special` does \\[default: they are text].",
-        ),
-    ] = False,
+    bos: Annotated[bool | None, _BOS_CORPUS] = None,
+    eos_token: Annotated[str | None, _EOS_TOKEN_CORPUS] = None,
+    bos_token: Annotated[str | None, _BOS_TOKEN_CORPUS] = None,
+    skip_bad_records: Annotated[bool, _SKIP_BAD_RECORDS_CORPUS] = False,
+    split: Annotated[str | None, _SPLIT_CORPUS] = None,
+    txt_unit: Annotated[str, _TXT_UNIT_CORPUS] = "line",
+    parse_special: Annotated[bool, _PARSE_SPECIAL_CORPUS] = False,
     cache_dir: Annotated[
         Path | None,
         typer.Option(
-            help="Corpus mode: where tokenized lengths are cached (default: $PACKTOOL_CACHE_DIR, "
+            rich_help_panel=_CORPUS_PANEL,
+            help="Where tokenized lengths are cached (default: $PACKTOOL_CACHE_DIR, "
             "else $XDG_CACHE_HOME/packtool, else ~/.cache/packtool).",
             show_default=False,
         ),
     ] = None,
     cache: Annotated[
         bool,
-        typer.Option("--cache/--no-cache", help="Corpus mode: reuse and keep tokenized lengths."),
+        typer.Option(
+            "--cache/--no-cache",
+            rich_help_panel=_CORPUS_PANEL,
+            help="Reuse and keep tokenized lengths.",
+        ),
     ] = True,
-    ids_field: Annotated[
-        str | None,
-        typer.Option(
-            help="Corpus mode: pre-tokenized records, the field (a list of ints) of each "
-            "document's token ids, counted as `pack --ids-field` reads them (no tokenizer is "
-            "loaded unless --tokenizer is given). Megatron .bin/.idx inputs need none.",
-            show_default=False,
-        ),
-    ] = None,
-    vocab_size: Annotated[
-        int | None,
-        typer.Option(
-            help="Corpus mode, with --ids-field: ids must be below this \\[default: the "
-            "tokenizer's vocabulary size].",
-            show_default=False,
-        ),
-    ] = None,
-    split_on_eos: Annotated[
-        int | None,
-        typer.Option(
-            help="Corpus mode, with --ids-field: cut each record into documents after every "
-            "occurrence of this id, as `pack --split-on-eos` does.",
-            show_default=False,
-        ),
-    ] = None,
-    num_proc: Annotated[
-        int | None,
-        typer.Option(
-            help="Corpus mode: tokenizer threads (default: all cores).", show_default=False
-        ),
-    ] = None,
+    ids_field: Annotated[str | None, _IDS_FIELD_CORPUS] = None,
+    vocab_size: Annotated[int | None, _VOCAB_SIZE_CORPUS] = None,
+    split_on_eos: Annotated[int | None, _SPLIT_ON_EOS_CORPUS] = None,
+    num_proc: Annotated[int | None, _NUM_PROC_CORPUS] = None,
+    tokenizer_backend: Annotated[str, _TOKENIZER_BACKEND_CORPUS] = "auto",
 ) -> None:
     """Report packing statistics: rows, efficiency, padding saved against padded batches.
 

@@ -1252,7 +1252,8 @@ class PackedReader:
         referenced = "/" in name
         whose = (
             f"a shard of {self.path}, referenced where the unit wrote it (merged without "
-            "copying): restore it, or pack that unit again and run `packtool merge`"
+            "copying): restore it, or pack that unit again (`packtool pack ... --units N "
+            "--unit I --overwrite`) and run `packtool merge`"
             if referenced
             else f"a shard of {self.path} (run `packtool verify`)"
         )

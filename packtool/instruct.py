@@ -771,6 +771,29 @@ def _check_named_fields(
         )
 
 
+def _check_ids_fields(files: Sequence[InputFile], o: PackOptions) -> None:
+    """``--ids-field`` (and the labels or mask field) that the first record of the first input
+    does not have is a mistyped name: the error, not every record skipped as bad. (Tables,
+    Parquet and CSV already say so: their columns are known before any record is read.)"""
+    first = next((f for f in files if f.kind != "megatron"), None)
+    if first is None or first.kind not in ("jsonl", "json"):
+        return
+    fields = first_record_fields(first, split=o.split) if first is not None else None
+    if not fields:
+        return
+    for flag, name in (
+        ("--ids-field", o.ids_field),
+        ("--labels-field", o.labels_field),
+        ("--loss-mask-field", o.loss_mask_field),
+    ):
+        if name is not None and name not in fields:
+            found = ", ".join(repr(f) for f in list(fields)[:20])
+            raise OptionError(
+                f"{first.path}: the first record has no field {name!r} ({flag}); its fields "
+                f"are {found}"
+            )
+
+
 def _check_every(files: Sequence[InputFile], sample: int) -> int:
     """Characters between two documents checked against `tokenizers` (``--check-sample N``:
     about N documents spread over the inputs; 0: none)."""
@@ -795,6 +818,7 @@ def plan_input(files: Sequence[InputFile], tokenizer: Tokenizer, options: PackOp
                 "--check-sample compares the fast tokenizer backend with Hugging Face "
                 "tokenizers, but pre-tokenized inputs (--ids-field) are not tokenized: drop it"
             )
+        _check_ids_fields(files, o)
         return _plan_ids(tokenizer, o)
     shape, shape_auto = input_shape(files, o)
     resolved_loss = resolve_loss_on(o.loss_on, shape)

@@ -26,11 +26,12 @@ write), beside ``rows`` and the per-unit figures under ``units``.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -40,7 +41,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ._version import __version__
-from .errors import FormatError, OptionError
+from .errors import FormatError, OptionError, PacktoolError
 from .format import (
     MANIFEST_FILE,
     DocumentCounts,
@@ -281,11 +282,7 @@ def merge_units(
     opts, layout = _resolve_options(manifests, given, shard_size)
     plan = _unit(first)["plan"]
     previous = merged_manifest(out)
-    if (
-        previous is not None
-        and (previous.units or {}).get("plan") == plan
-        and all(previous.options.get(k) == opts[k] for k in MERGE_KEYS)
-    ):
+    if previous is not None and _still_current(out, previous, manifests, plan, opts):
         return report_from_manifest(out, previous, time.perf_counter() - started)
     reason = "--copy" if opts["copy"] else _copy_reason(manifests, opts)
     if opts["copy"] is False and reason is not None:
@@ -333,7 +330,13 @@ def _merge_on_store(
         if (out / MANIFEST_FILE).is_file():  # an earlier merge: kept if it is the same one
             (local / MANIFEST_FILE).write_bytes((out / MANIFEST_FILE).read_bytes())
         previous = (local / MANIFEST_FILE).read_bytes() if (local / MANIFEST_FILE).exists() else b""
-        report = merge_units(local, **options, progress=progress)
+        try:
+            report = merge_units(local, **options, progress=progress)
+        except PacktoolError as e:  # name the store's prefix, not the scratch copy
+            e.args = tuple(
+                a.replace(str(local), str(out)) if isinstance(a, str) else a for a in e.args
+            )
+            raise
         if (local / MANIFEST_FILE).read_bytes() != previous:
             publish(local, out)
     report.out_dir = out
@@ -405,7 +408,8 @@ def _reference(
             if size != entry.bytes:
                 raise FormatError(
                     f"{out / file}: {size} bytes, its unit's manifest records "
-                    f"{entry.bytes}: the shard was altered; pack that unit again"
+                    f"{entry.bytes}: the shard was altered; pack that unit again "
+                    "(`packtool pack ... --units N --unit I --overwrite`)"
                 )
             shards.append(
                 {
@@ -665,6 +669,7 @@ def _manifest(
             "count": len(units),
             "plan": plan,
             "plan_version": _unit(first).get("plan_version"),
+            "units_sha256": units_fingerprint(manifests),
             "rows_over_global_ffd": n_rows - global_rows,
             "packing_loss": (n_rows - global_rows) / global_rows if global_rows else 0.0,
             "per_unit": per_unit,
@@ -673,6 +678,52 @@ def _manifest(
         },
         balance=balance,
     )
+
+
+def units_fingerprint(manifests: Sequence[Manifest]) -> str:
+    """What names the units' rows as they are now: each unit's shards (file, rows, sha256) in
+    order. A unit packed again (another seed, other bytes) changes it."""
+    digest = hashlib.sha256()
+    for m in manifests:
+        for entry in m.shards:
+            digest.update(f"{entry.file}:{entry.rows}:{entry.sha256}\n".encode())
+        digest.update(b"--\n")
+    return digest.hexdigest()
+
+
+def _still_current(
+    out: Path, merged: Manifest, manifests: Sequence[Manifest], plan: str, opts: dict[str, Any]
+) -> bool:
+    """Whether ``merged`` is the merge of these units as they are now, with these options,
+    and every shard it lists is still there at its size (the merge can then be skipped)."""
+    units = merged.units or {}
+    if units.get("plan") != plan or units.get("units_sha256") != units_fingerprint(manifests):
+        return False
+    if any(merged.options.get(k) != opts[k] for k in MERGE_KEYS):
+        return False
+    for entry in merged.shards:
+        try:
+            if (out / entry.file).stat().st_size != entry.bytes:
+                return False
+        except OSError:
+            return False
+    return True
+
+
+def up_to_date_merge(out: Path, plan: str, options: dict[str, Any]) -> Manifest | None:
+    """The merge in ``out`` if it is that of the finished units there, as they are now, under
+    ``plan`` with these merge options; else None (the merge must run)."""
+    merged = merged_manifest(out)
+    if merged is None:
+        return None
+    try:
+        manifests = [m for _, m in _load_units(out)]
+    except FormatError:
+        return None
+    if any(merged.options.get(k) != v for k, v in options.items()):
+        return None
+    recorded = {k: merged.options.get(k) for k in MERGE_KEYS}
+    return merged if _still_current(out, merged, manifests, plan, recorded) else None
 
 
 def merged_manifest(out: Path) -> Manifest | None:

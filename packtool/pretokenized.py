@@ -24,6 +24,7 @@ import numpy as np
 import pyarrow as pa
 
 from .errors import BadRecordError, InputError, OptionError
+from .fs import AnyPath, StorePath
 from .readers import InputFile, column_batches, first_row, part_of
 from .tokenize import EncodedBatch, SpecialTokens
 
@@ -344,11 +345,40 @@ MEGATRON_DTYPES = {
 _MEGATRON_HEADER = b"MMIDIDX\x00\x00"
 
 
+def _whole_file(path: AnyPath) -> np.ndarray:
+    """The bytes of ``path``: memory-mapped on a local disk, read whole from a store."""
+    if isinstance(path, StorePath):
+        return np.frombuffer(path.read_bytes(), np.uint8)
+    return np.memmap(path, np.uint8, mode="r")
+
+
+class _TokenFile:
+    """Tokens ``[a, b)`` of a Megatron data file: a slice of its map on a local disk, a ranged
+    read (one per batch of sequences, a few MB) from a store."""
+
+    def __init__(self, path: AnyPath, dtype: np.dtype, size: int) -> None:
+        self.dtype, self.file = dtype, None
+        if isinstance(path, StorePath):
+            self.file = path.open("rb")
+        else:
+            self.map = np.memmap(path, dtype, mode="r") if size else np.zeros(0, dtype)
+
+    def read(self, a: int, b: int) -> np.ndarray:
+        if self.file is None:
+            return np.asarray(self.map[a:b])
+        self.file.seek(a * self.dtype.itemsize)
+        return np.frombuffer(self.file.read((b - a) * self.dtype.itemsize), self.dtype)
+
+    def close(self) -> None:
+        if self.file is not None:
+            self.file.close()
+
+
 def megatron_index(inp: InputFile) -> tuple[np.ndarray, np.ndarray, np.dtype]:
     """The index of a Megatron-LM indexed dataset (``PREFIX.idx``), checked against its data
     file: each sequence's length (tokens) and byte offset in ``PREFIX.bin`` (memory-mapped),
     and the tokens' dtype."""
-    index = np.memmap(inp.path, np.uint8, mode="r")
+    index = _whole_file(inp.path)
     if index.size < 34 or bytes(index[:9]) != _MEGATRON_HEADER:
         raise InputError(f"{inp.path}: not a Megatron-LM index (no MMIDIDX header)")
     version, code, count = (
@@ -387,7 +417,7 @@ def _read_megatron(
     batch_tokens: int = 1 << 22,
 ) -> Iterator[IdsBatch]:
     """The sequences of a Megatron-LM indexed dataset (``PREFIX.idx`` + ``PREFIX.bin``), one
-    document each, read memory-mapped: a batch is a slice of the data file's map."""
+    document each, read memory-mapped (from a store: in ranged reads of a few MB a batch)."""
     where = str(inp.path.with_suffix(""))
     if fields.labels or fields.loss_mask:
         raise OptionError(
@@ -397,8 +427,27 @@ def _read_megatron(
     lengths, _, dtype = megatron_index(inp)
     data_path = inp.path.with_suffix(".bin")
     data_bytes = data_path.stat().st_size
+    tokens = _TokenFile(data_path, dtype, data_bytes)
+    try:
+        yield from _megatron_batches(
+            inp, fields, lengths, tokens, where, vocab_size, split_on_eos, skip_bad, batch_tokens
+        )
+    finally:
+        tokens.close()
+
+
+def _megatron_batches(
+    inp: InputFile,
+    fields: IdsFields,
+    lengths: np.ndarray,
+    tokens: _TokenFile,
+    where: str,
+    vocab_size: int | None,
+    split_on_eos: int | None,
+    skip_bad: bool,
+    batch_tokens: int,
+) -> Iterator[IdsBatch]:
     count = int(lengths.size)
-    tokens = np.memmap(data_path, dtype, mode="r") if data_bytes else np.zeros(0, dtype)
     ends = np.cumsum(lengths)
     starts = ends - lengths
     first, stop = part_of(inp, "sequences") or (0, count)  # a piece: sequences [first, stop)
@@ -406,7 +455,7 @@ def _read_megatron(
     while i < stop:
         j = max(i + 1, int(np.searchsorted(ends, starts[i] + batch_tokens, "right")))
         j = min(j, stop)
-        values = pa.array(np.asarray(tokens[starts[i] : ends[j - 1]]))
+        values = pa.array(tokens.read(int(starts[i]), int(ends[j - 1])))
         offsets = pa.array(np.concatenate([[0], ends[i:j] - starts[i]]).astype(np.int64))
         column = pa.LargeListArray.from_arrays(offsets, values)
         batch = pa.RecordBatch.from_arrays([column], names=[fields.ids])

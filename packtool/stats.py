@@ -56,7 +56,13 @@ from .order import attention_costs, balanced_share, rank_share, step_imbalance, 
 from .packing import Overflow, first_fit_decreasing, lower_bound_rows, segment_items
 from .pretokenized import IdsEncoder, IdsTokenizer
 from .readers import InputFile, first_record_fields, read_texts, resolve_inputs
-from .tokenize import DocumentEncoder, Tokenizer, load_tokenizer, set_tokenizer_threads
+from .tokenize import (
+    Backend,
+    DocumentEncoder,
+    Tokenizer,
+    load_tokenizer,
+    set_tokenizer_threads,
+)
 
 __all__ = [
     "BATCHINGS",
@@ -419,6 +425,8 @@ class CorpusStats:
     parse_special: bool = False  # whether those were parsed as control tokens
     notices: list[str] = field(default_factory=list)  # e.g. the tokenizer file's settings
     skipped_files: list[str] = field(default_factory=list)  # directory members not read
+    # The engine that tokenized (as in pack's manifest); None: the lengths came from the cache.
+    backend: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The ``packtool stats CORPUS --max-len ... --json`` object (docs/stats.md)."""
@@ -426,6 +434,7 @@ class CorpusStats:
             "kind": "corpus",
             "inputs": list(self.inputs),
             "tokenizer": self.tokenizer,
+            "tokenizer_backend": self.backend,
             "cache": {
                 "path": str(self.cache_path) if self.cache_path else None,
                 "hit": self.cache_hit,
@@ -1058,9 +1067,10 @@ def _lengths_of(
     o: PackOptions,
     directory: Path | None,
     progress: ProgressCallback | None,
-) -> tuple[_Tokenized, bool, str, Tokenizer, Overflow]:
-    """The lengths of a corpus (cached), the tokenizer, and the overflow policy: text
-    tokenized as ``pack`` does, or pre-tokenized ids read as they are."""
+) -> tuple[_Tokenized, bool, str, Tokenizer, Overflow, Backend | None]:
+    """The lengths of a corpus (cached), the tokenizer, the overflow policy and the engine
+    that tokenizes (``None`` for ids): text tokenized as ``pack`` does, through the same
+    backend layer, or pre-tokenized ids read as they are."""
     overflow = Overflow(o.overflow or Overflow.SPLIT)
     tok: Tokenizer
     if o.ids_field is not None:
@@ -1074,8 +1084,10 @@ def _lengths_of(
             tok = IdsTokenizer(  # type: ignore[assignment]
                 eos_token=o.eos_token, bos_token=o.bos_token, vocab_size=o.vocab_size
             )
-        elif isinstance(o.tokenizer, str):
-            tok = load_tokenizer(o.tokenizer, eos_token=o.eos_token, bos_token=o.bos_token)
+        elif isinstance(o.tokenizer, str):  # its special tokens and vocabulary size only
+            tok = load_tokenizer(
+                o.tokenizer, eos_token=o.eos_token, bos_token=o.bos_token, preload=False
+            )
         else:
             tok = o.tokenizer
         plan = plan_input(files, tok, o)
@@ -1098,15 +1110,24 @@ def _lengths_of(
             directory,
             progress,
         )
-        return data, hit, key, tok, overflow
+        return data, hit, key, tok, overflow, None
     _refuse_instruction_data(files[0], o.text_field, o.split)
     set_tokenizer_threads(o.num_proc)
     if o.tokenizer is None or isinstance(o.tokenizer, str):
-        tok = load_tokenizer(o.tokenizer, eos_token=o.eos_token, bos_token=o.bos_token)
+        # Nothing loaded until a document is encoded: cached lengths need no engine.
+        tok = load_tokenizer(
+            o.tokenizer, eos_token=o.eos_token, bos_token=o.bos_token, preload=False
+        )
     else:
         tok = o.tokenizer
     add_eos = True if o.add_eos is None else o.add_eos
-    text = DocumentEncoder(tok, add_eos=add_eos, bos=o.bos, parse_special=o.parse_special)
+    text = DocumentEncoder(
+        tok,
+        add_eos=add_eos,
+        bos=o.bos,
+        parse_special=o.parse_special,
+        backend=o.tokenizer_backend,
+    )
     read_options = {
         "text_field": o.text_field,
         "skip_bad_records": o.skip_bad_records,
@@ -1122,7 +1143,7 @@ def _lengths_of(
         directory,
         progress,
     )
-    return data, hit, key, tok, overflow
+    return data, hit, key, tok, overflow, text.backend
 
 
 def _stats_at(
@@ -1186,7 +1207,7 @@ def corpus_stats(
     if o.split_on_eos is not None and o.ids_field is None:
         raise OptionError("--split-on-eos cuts pre-tokenized records: give --ids-field NAME")
     directory = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
-    data, hit, key, tok, overflow = _lengths_of(
+    data, hit, key, tok, overflow, backend = _lengths_of(
         files, o, directory / "lengths" if use_cache else None, progress
     )
     lengths = data.lengths
@@ -1213,6 +1234,7 @@ def corpus_stats(
         seconds=time.perf_counter() - started,
         special_strings=data.special_strings,
         parse_special=o.parse_special,
-        notices=[n for n in (getattr(tok, "notice", None),) if n],
+        notices=[n for n in (getattr(tok, "notice", None), backend and backend.notice) if n],
         skipped_files=[str(p) for p in skipped],
+        backend=None if hit or backend is None else backend.describe(),
     )

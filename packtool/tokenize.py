@@ -48,6 +48,7 @@ import numpy as np
 
 from .errors import TokenizerError
 from .fs import AnyPath, as_path, is_url
+from .tokenizer_file import SpecialTokens, TokenizerFile, resolve_special_tokens, turned_off_notice
 
 __all__ = [
     "DEFAULT_TOKENIZER",
@@ -65,25 +66,12 @@ __all__ = [
 DEFAULT_TOKENIZER = "packtool-default"
 _DATA = Path(__file__).parent / "_data"
 
-_EOS_NAMES = ("<|endoftext|>", "</s>", "<|end_of_text|>", "<eos>", "<|eos|>", "<|im_end|>")
-_BOS_NAMES = ("<s>", "<|begin_of_text|>", "<bos>", "<|bos|>", "<|startoftext|>")
-_PAD_NAMES = ("<pad>", "<|pad|>", "[PAD]", "<|padding|>", "<|finetune_right_pad_id|>")
-
 ANCHOR = "\ufdd0packtool-anchor\ufdd1"
 """A non-special added token put in front of a piece of text that does not start a document, so
 the piece is encoded as it is in the middle of a text (after an added token): Metaspace's
 ``prepend_scheme="first"`` then adds no word-start mark. Its id is dropped again. Made of Unicode
 noncharacters, which never appear in interchanged text, and added to packtool's own copies of the
 tokenizer only."""
-
-
-@dataclass(frozen=True)
-class SpecialTokens:
-    """Ids of the special tokens packtool uses (``None`` where the tokenizer has none)."""
-
-    eos_id: int | None
-    bos_id: int | None
-    pad_id: int | None
 
 
 @runtime_checkable
@@ -108,7 +96,13 @@ class Tokenizer(Protocol):
 
 
 class HFTokenizer:
-    """A Hugging Face `tokenizers.Tokenizer` with its special tokens and provenance."""
+    """A Hugging Face tokenizer file: its special tokens and provenance, read from its JSON
+    (:class:`~packtool.tokenizer_file.TokenizerFile`), and `tokenizers` loaded from it only
+    when something is encoded or decoded with `tokenizers` (a run that encodes with fastokens
+    never loads it, unless a batch falls back or the parity gate has no cached verdict).
+
+    ``tokenizer``: a `tokenizers.Tokenizer` already loaded from ``json_bytes`` (or ``None``).
+    """
 
     def __init__(
         self,
@@ -122,43 +116,47 @@ class HFTokenizer:
         pad_token: str | None = None,
         directory: Path | None = None,
         fast: concurrent.futures.Future[tuple[Any, str]] | None = None,
+        file: TokenizerFile | None = None,
     ) -> None:
-        padding = tokenizer.padding
-        self._file_pad_id = int(padding["pad_id"]) if padding else None
-        self.notice = _disable_truncation_and_padding(tokenizer)
+        self.file = file if file is not None else TokenizerFile.parse(json_bytes)
+        self.notice = self.file.turned_off()
+        if tokenizer is not None:
+            _disable_truncation_and_padding(tokenizer)
         self.name = name
         self.directory = directory  # where tokenizer.json was found (chat_template.jinja)
         self.json_bytes = json_bytes
         self.sha256 = hashlib.sha256(json_bytes).hexdigest()
         self.config = config or {}
-        total = int(tokenizer.get_vocab_size(with_added_tokens=True))
-        known = tokenizer.token_to_id(ANCHOR)  # a file saved from one of packtool's copies
-        self.vocab_size = total if known is None else int(known)
-        added = tokenizer.get_added_tokens_decoder()
-        self._special_ids = frozenset(int(i) for i, t in added.items() if t.special)
-        self.special_strings: tuple[str, ...] = tuple(
-            sorted({t.content for t in added.values() if t.special and t.content}, key=len)
-        )
-        # Two copies of the Rust tokenizer, made as they are first needed: one parses
+        known = self.file.token_to_id(ANCHOR)  # a file saved from one of packtool's copies
+        self.vocab_size = self.file.vocab_size if known is None else known
+        self.anchor_id = self.vocab_size
+        self._special_ids = self.file.special_ids
+        self.special_strings: tuple[str, ...] = self.file.special_strings
+        self.added_strings: tuple[str, ...] = self.file.added_strings
+        # Copies of the Rust tokenizer, made as they are first needed: one parses
         # special-token strings (chat templates, --parse-special), one encodes them as text.
         # Each also knows ANCHOR; a copy's mode never changes, so threads may share them.
         self._lock = threading.Lock()
         self._copies: dict[bool, Any] = {}
         self._loaded: Any = tokenizer
-        self.anchor_id = total if known is None else int(known)
-        self.special = SpecialTokens(
-            eos_id=self._resolve("eos", eos_token, _EOS_NAMES),
-            bos_id=self._resolve("bos", bos_token, _BOS_NAMES),
-            pad_id=self._resolve("pad", pad_token, _PAD_NAMES),
-        )
-        self._n_special = tokenizer.num_special_tokens_to_add(False)
-        self.added_strings: tuple[str, ...] = tuple(t.content for t in added.values() if t.content)
+        try:
+            self.special = resolve_special_tokens(
+                self.file,
+                self.config,
+                overrides={"eos": eos_token, "bos": bos_token, "pad": pad_token},
+                vocab_size=self.vocab_size,
+                name=name,
+            )
+        except LookupError as e:
+            raise TokenizerError(str(e.args[0])) from None
+        self._n_special = self.file.num_special_tokens_to_add()
+        self._id_to_token: dict[int, str] | None = None
         self._fast = fast
 
     def fast(self) -> tuple[Any, str]:
         """fastokens' copy of this tokenizer (truncation and padding off, :data:`ANCHOR`
         added), or ``None`` and why not. Loaded once, in a thread started by
-        :func:`load_tokenizer` (``backend``) while `tokenizers` loads its own copy."""
+        :func:`load_tokenizer` (``backend``) or here."""
         with self._lock:
             if self._fast is None:
                 self._fast = _start_fast_load(self.json_bytes)
@@ -167,6 +165,11 @@ class HFTokenizer:
         if fast is not None and fast.token_to_id(ANCHOR) != self.anchor_id:
             return None, "fastokens gave packtool's anchor token another id than tokenizers"
         return fast, why
+
+    @property
+    def hf_loaded(self) -> bool:
+        """Whether `tokenizers` has loaded this file in this process (so far)."""
+        return self._loaded is not None or bool(self._copies)
 
     def _copy(self, parse_special: bool) -> Any:
         """The Rust tokenizer that parses special-token strings, or encodes them as text."""
@@ -178,10 +181,7 @@ class HFTokenizer:
                 if self._loaded is not None:
                     tok, self._loaded = self._loaded, None
                 else:
-                    from tokenizers import Tokenizer as RustTokenizer
-
-                    tok = RustTokenizer.from_str(self.json_bytes.decode("utf-8"))
-                    _disable_truncation_and_padding(tok)
+                    tok = _load_hf(self.json_bytes, self.name)
                 _add_anchor(tok, self.anchor_id)
                 tok.encode_special_tokens = not parse_special
                 self._copies[parse_special] = tok
@@ -192,7 +192,9 @@ class HFTokenizer:
         loaded = self._loaded
         if loaded is not None:
             return loaded
-        return next(iter(self._copies.values()))
+        for copy in list(self._copies.values()):
+            return copy
+        return self._copy(True)
 
     @property
     def tokenizer(self) -> Any:
@@ -224,38 +226,6 @@ class HFTokenizer:
         enc = self._copy(parse_special).encode(text, add_special_tokens=False)
         return list(enc.ids), [tuple(o) for o in enc.offsets]
 
-    def _resolve(self, kind: str, override: str | None, names: Sequence[str]) -> int | None:
-        if override is not None:
-            tid = self._token_id_or_int(override)
-            if tid is None:
-                raise TokenizerError(
-                    f"tokenizer {self.name}: no token {override!r} in its vocabulary "
-                    f"(given as --{kind}-token)"
-                )
-            return tid
-        configured = self.config.get(f"{kind}_token")
-        if isinstance(configured, dict):
-            configured = configured.get("content")
-        if isinstance(configured, str):
-            tid = self._loaded.token_to_id(configured)
-            if tid is not None:
-                return int(tid)
-        if kind == "pad" and self._file_pad_id in self._special_ids:
-            return self._file_pad_id  # the pad token of the file's (turned off) padding
-        for candidate in names:  # a usual name, where it is a special token
-            tid = self._loaded.token_to_id(candidate)
-            if tid is not None and int(tid) in self._special_ids:
-                return int(tid)
-        return None
-
-    def _token_id_or_int(self, token: str) -> int | None:
-        """A number is an id (``--eos-token 2``: id 2, not the digit token ``2`` that most
-        vocabularies have); anything else is a token's text."""
-        if token.isascii() and token.isdigit():
-            return int(token) if int(token) < self.vocab_size else None
-        tid = self._loaded.token_to_id(token)
-        return None if tid is None else int(tid)
-
     def encode_batch(
         self, texts: Sequence[str], add_special_tokens: bool = True, parse_special: bool = False
     ) -> list[list[int]]:
@@ -263,17 +233,25 @@ class HFTokenizer:
         return [e.ids for e in self.encodings(texts, add_special_tokens, parse_special)]
 
     def num_special_tokens_to_add(self) -> int:
+        if self._n_special is None:  # a post-processor the file reader does not know
+            self._n_special = int(self._any().num_special_tokens_to_add(False))
         return int(self._n_special)
 
     def decode(self, ids: Sequence[int], skip_special_tokens: bool = False) -> str:
         return str(self._any().decode(list(ids), skip_special_tokens=skip_special_tokens))
 
     def token_to_id(self, token: str) -> int | None:
-        tid = self._any().token_to_id(token)
+        tid = self.file.token_to_id(token)
         return None if tid is None or tid >= self.vocab_size else int(tid)
 
     def id_to_token(self, tid: int) -> str | None:
-        return self._any().id_to_token(int(tid)) if 0 <= tid < self.vocab_size else None
+        if not 0 <= tid < self.vocab_size:
+            return None
+        if self._id_to_token is None:
+            table = {i: t for t, i in self.file.vocab.items()}
+            table.update((a.id, a.content) for a in self.file.added)
+            self._id_to_token = table
+        return self._id_to_token.get(int(tid))
 
     def describe(self) -> dict[str, Any]:
         """The manifest's record of this tokenizer."""
@@ -290,27 +268,29 @@ class HFTokenizer:
         }
 
 
+def _load_hf(json_bytes: bytes, name: str, *, as_is: bool = False) -> Any:
+    """`tokenizers`' copy of a tokenizer.json, truncation and padding off (``as_is``: as
+    the file has them; :class:`HFTokenizer` turns them off)."""
+    from tokenizers import Tokenizer as RustTokenizer
+
+    try:
+        tok = RustTokenizer.from_str(json_bytes.decode("utf-8"))
+    except Exception as e:  # tokenizers raises a bare Exception on malformed files
+        raise TokenizerError(f"{name}: cannot load as a tokenizers tokenizer.json: {e}") from e
+    if not as_is:
+        _disable_truncation_and_padding(tok)
+    return tok
+
+
 def _disable_truncation_and_padding(tok: Any) -> str | None:
-    """Turn off the file's truncation and padding; say what was on (``None``: neither)."""
+    """Turn off a loaded tokenizer's truncation and padding; say what was on (``None``:
+    neither)."""
     truncation, padding = tok.truncation, tok.padding
-    if not truncation and not padding:
-        return None
-    said = []
     if truncation:
-        said.append(f"truncates to {truncation['max_length']}")
         tok.no_truncation()
     if padding:
-        length = padding.get("length")
-        multiple = padding.get("pad_to_multiple_of")
-        if length:
-            said.append(f"pads to {length}")
-        elif multiple:
-            said.append(f"pads to a multiple of {multiple}")
-        else:
-            said.append("pads to the longest in a batch")
         tok.no_padding()
-    both = "both" if truncation and padding else "it"
-    return f"tokenizer.json {' and '.join(said)}; packtool turned {both} off"
+    return turned_off_notice(truncation, padding)
 
 
 def _add_anchor(tok: Any, expected_id: int) -> None:
@@ -395,16 +375,22 @@ def _from_file(
     backend: str = "hf",
     **overrides: str | None,
 ) -> HFTokenizer:
-    from tokenizers import Tokenizer as RustTokenizer
-
-    fast = None
+    """The tokenizer of ``path``. With ``backend="hf"`` `tokenizers` loads it at once;
+    ``auto``/``fastokens``: fastokens starts loading it in a thread; ``lazy``: neither. Any
+    other engine loads when first needed."""
     try:
         data = path.read_bytes()
-        if backend != "hf":  # both loads at once: each is seconds for a large vocabulary
-            fast = _start_fast_load(data)
-        tok = RustTokenizer.from_str(data.decode("utf-8"))
-    except Exception as e:  # tokenizers raises a bare Exception on malformed files
-        raise TokenizerError(f"{path}: cannot load as a tokenizers tokenizer.json: {e}") from e
+    except Exception as e:  # a local OSError, or a store's own error types
+        raise TokenizerError(f"{path}: cannot read: {getattr(e, 'strerror', None) or e}") from e
+    tok = _load_hf(data, str(path), as_is=True) if backend == "hf" else None
+    try:
+        file = TokenizerFile.parse(data)
+    except (ValueError, KeyError, TypeError, IndexError):
+        # Not JSON that packtool reads: `tokenizers` says why (or reads it, and its own
+        # serialization is then read instead).
+        tok = tok if tok is not None else _load_hf(data, str(path), as_is=True)
+        file = TokenizerFile.parse(tok.to_str().encode("utf-8"))
+    fast = _start_fast_load(data) if backend in ("auto", "fastokens") else None
     return HFTokenizer(
         tok,
         name=name,
@@ -412,6 +398,7 @@ def _from_file(
         config=config,
         directory=path.parent,
         fast=fast,
+        file=file,
         **overrides,
     )
 
@@ -464,13 +451,19 @@ def load_tokenizer(
     bos_token: str | None = None,
     pad_token: str | None = None,
     backend: str = "hf",
+    preload: bool = True,
 ) -> HFTokenizer:
     """Load a tokenizer from a ``tokenizer.json``, a model directory, a hub name, or the default.
 
     ``eos_token``/``bos_token``/``pad_token`` (a token string, or an id) override the special
-    tokens found in the tokenizer's files. ``backend`` other than ``"hf"``: also load
-    fastokens' copy, in parallel (see :meth:`HFTokenizer.fast`).
+    tokens found in the tokenizer's files (read from its JSON). The engine that will encode
+    starts loading at once: `tokenizers` for ``backend="hf"``, else fastokens, in a thread
+    (see :meth:`HFTokenizer.fast`); `tokenizers` is then loaded only if something needs it.
+    ``preload=False``: neither, until first needed (``stats`` whose lengths are cached needs
+    no engine at all).
     """
+    if not preload:
+        backend = "lazy"
     overrides = {"eos_token": eos_token, "bos_token": bos_token, "pad_token": pad_token}
     if spec is None or str(spec) == DEFAULT_TOKENIZER:
         return _from_file(
@@ -626,10 +619,8 @@ def _cache_dir() -> Path:
 
 
 def _gate_key(tok: HFTokenizer, add_special: bool, parse_special: bool) -> str:
-    import tokenizers
-
     text = json.dumps(
-        [tok.sha256, _version("fastokens"), tokenizers.__version__, _PROBE_VERSION],
+        [tok.sha256, _version("fastokens"), _version("tokenizers"), _PROBE_VERSION],
     )
     text += f"{add_special:d}{parse_special:d}"
     return hashlib.sha256(text.encode()).hexdigest()
@@ -688,7 +679,13 @@ def _parity_gate(
 ) -> tuple[Any, Backend]:
     """fastokens' copy and its :class:`Backend` if it encodes the probes and the first
     documents exactly as `tokenizers` does; else `tokenizers` (``auto``) or an error
-    (``fastokens``)."""
+    (``fastokens``).
+
+    The probes' verdict is cached by the file's sha256 and both libraries' versions. When it
+    is cached (and good), `tokenizers` is not loaded at all: the first documents are not
+    compared either (``--check-sample`` compares documents of the run, at the cost of that
+    load); the :class:`Backend`'s reason says which gate was passed.
+    """
 
     def refuse(why: str) -> tuple[Any, Backend]:
         if choice == "fastokens":
@@ -702,22 +699,29 @@ def _parity_gate(
         return refuse(why)
     key = _gate_key(tok, add_special, parse_special)
     verdict = _cached_verdict(key)
-    if verdict is None:
-        probes = _probe_texts(tok)
-        at = _first_difference(tok, fast, probes, add_special, parse_special)
-        why = "" if at is None else f"fastokens differs from tokenizers on {probes[at][:40]!r}"
-        verdict = {"ok": at is None, "why": why}
-        _save_verdict(key, at is None, why)
-    if not verdict["ok"]:
-        return refuse(str(verdict["why"]))
+    if verdict is not None:
+        if not verdict["ok"]:
+            return refuse(str(verdict["why"]))
+        return fast, Backend("fastokens", _version("fastokens"), GATE_CACHED)
+    probes = _probe_texts(tok)
+    at = _first_difference(tok, fast, probes, add_special, parse_special)
+    why = "" if at is None else f"fastokens differs from tokenizers on {probes[at][:40]!r}"
+    _save_verdict(key, at is None, why)
+    if at is not None:
+        return refuse(why)
     data = [text[:_GATE_DOC_CHARS] for text in first_batch[:_GATE_DOCS]]
     if first_batch:
         data.append(max(first_batch, key=len)[:_GATE_LONGEST_CHARS])
     at = _first_difference(tok, fast, data, add_special, parse_special)
-    if at is not None:
+    if at is not None:  # remembered: a later run with a cached verdict would not look
         where = f"document {at + 1}" if at < len(data) - 1 else "the longest document"
+        _save_verdict(key, False, f"fastokens differed from tokenizers on {where} of a run's data")
         return refuse(f"fastokens differs from tokenizers on {where} of the first batch")
-    return fast, Backend("fastokens", _version("fastokens"), "passed the parity gate")
+    return fast, Backend("fastokens", _version("fastokens"), GATE_PASSED)
+
+
+GATE_PASSED = "passed the parity gate"
+GATE_CACHED = "passed the parity gate (cached verdict; tokenizers not loaded)"
 
 
 HUGE_CHARS = 8 << 20
@@ -761,12 +765,9 @@ def pieces_are_exact(tok: HFTokenizer) -> bool:
     leaves its ids unchanged:
     a byte-level BPE (no dropout) with no normalizer or NFC, one of the known regex splits,
     and no added token holding a line break (added tokens are matched before the split)."""
-    try:
-        spec = json.loads(tok.json_bytes)
-    except ValueError:  # pragma: no cover - tokenizers loaded it
-        return False
-    model, norm, pre = spec.get("model") or {}, spec.get("normalizer"), spec.get("pre_tokenizer")
-    if model.get("type") != "BPE" or model.get("dropout") not in (None, 0, 0.0):
+    file = tok.file
+    norm, pre = file.normalizer, file.pre_tokenizer
+    if file.model_type != "BPE" or file.dropout not in (None, 0, 0.0):
         return False
     if norm is not None and norm.get("type") != "NFC":
         return False
@@ -906,7 +907,8 @@ class DocumentEncoder:
         self._add_special = bos is None
         self._n_special = tokenizer.num_special_tokens_to_add() if bos is None else 0
         self._choice = backend
-        self._pieces = isinstance(tokenizer, HFTokenizer) and self._prefix_only(tokenizer)
+        # Huge documents in pieces: None until the first one (asked of the engine in use).
+        self._pieces: bool | None = None if isinstance(tokenizer, HFTokenizer) else False
         self._fast: Any = None
         self._check_every = check_every
         self._chars_seen = 0
@@ -924,17 +926,26 @@ class DocumentEncoder:
         else:
             self.backend = Backend("custom", None, type(tokenizer).__name__)
 
-    def _prefix_only(self, tok: HFTokenizer) -> bool:
+    def _in_pieces(self) -> bool:
         """Whether a huge document may be encoded in pieces: the tokenizer allows it, and the
         post-processor's tokens in this mode (if any) all go before the text (Llama 3's BOS),
         so that only the first piece gets them."""
-        if not pieces_are_exact(tok):
-            return False
-        if not self._add_special or not self._n_special:
-            return True
-        bare = tok.encode_batch(["a"], add_special_tokens=False)[0]
-        full = tok.encode_batch(["a"], add_special_tokens=True)[0]
-        return full[len(full) - len(bare) :] == bare
+        if self._pieces is None:
+            tok = self.tokenizer
+            assert isinstance(tok, HFTokenizer)
+            if not pieces_are_exact(tok):
+                self._pieces = False
+            elif not self._add_special or not self._n_special:
+                self._pieces = True
+            elif self._fast is not None:
+                bare = self._encode_flat(["a"], False, self._fast).ids.tolist()
+                full = self._encode_flat(["a"], True, self._fast).ids.tolist()
+                self._pieces = full[len(full) - len(bare) :] == bare
+            else:
+                bare = tok.encode_batch(["a"], add_special_tokens=False)[0]
+                full = tok.encode_batch(["a"], add_special_tokens=True)[0]
+                self._pieces = full[len(full) - len(bare) :] == bare
+        return self._pieces
 
     def _encode_huge(self, text: str, fast: Any) -> _Flat:
         """One document of more than :data:`HUGE_CHARS` characters, encoded a few pieces at
@@ -993,6 +1004,8 @@ class DocumentEncoder:
         offsets = np.concatenate([[0], np.cumsum(flat.lengths)])
         for i, text, enc in zip(picks.tolist(), chosen, want, strict=True):
             if flat.ids[offsets[i] : offsets[i + 1]].tolist() != enc.ids:
+                key = _gate_key(self.tokenizer, self._add_special, self.parse_special)
+                _save_verdict(key, False, "fastokens differed from tokenizers on a document")
                 raise TokenizerError(
                     f"--check-sample: fastokens and tokenizers give different ids for a "
                     f"document ({text[:40]!r}...): nothing was written; pack with "
@@ -1022,7 +1035,7 @@ class DocumentEncoder:
         if not self._gated:
             self._gate(texts)
         out: Any
-        if self._pieces and len(texts) == 1 and len(texts[0]) > HUGE_CHARS:
+        if len(texts) == 1 and len(texts[0]) > HUGE_CHARS and self._in_pieces():
             try:
                 out = self._encode_huge(texts[0], self._fast)
             except Exception:  # as below: the whole document with tokenizers, counted

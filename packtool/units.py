@@ -104,7 +104,10 @@ def unit_tokenizer(options: PackOptions) -> tuple[Tokenizer, bool]:
     cached = _TOKENIZERS.get(key)
     if cached is not None:
         return cached, False
-    tok = load_tokenizer(spec, eos_token=options.eos_token, bos_token=options.bos_token)
+    # The engine loads when a unit first encodes (text: the parity gate picks it).
+    tok = load_tokenizer(
+        spec, eos_token=options.eos_token, bos_token=options.bos_token, preload=False
+    )
     _TOKENIZERS[key] = tok
     return tok, True
 

@@ -190,6 +190,19 @@ def scenario_faults(workdir: Path) -> None:
     local = local_pack(workdir, "big-local", str(workdir / "big.jsonl"), "--rows-per-shard", "64",
                        "--tokenizer-backend", "hf")  # fmt: skip
     assert shard_bytes("s3://out/killed") == shard_bytes(local)
+    # Ctrl-C: the message says the prefix is not complete (a store keeps what was uploaded)
+    stop = [*args[:5], "s3://out/interrupted", *args[6:]]
+    proc = subprocess.Popen([sys.executable, "-m", "packtool.cli", *stop], stderr=subprocess.PIPE,
+                            text=True)  # fmt: skip
+    time.sleep(0.5)
+    while not any(p.name.startswith("packtool-store-") for p in scratch.iterdir()):
+        assert time.monotonic() < deadline + 120 and proc.poll() is None, "it never started"
+        time.sleep(0.05)
+    time.sleep(0.5)
+    proc.send_signal(signal.SIGINT)
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 130, stderr
+    assert "s3://out/interrupted is not complete (no manifest" in stderr, stderr
 
     def one_line_error(*args: str, expect: str) -> None:
         proc = cli(*args, check=False)

@@ -19,6 +19,7 @@ LAYERS: dict[str, int] = {
     "errors": 0,
     "_version": 0,
     "masks": 0,
+    "tokenizer_file": 0,
     # 1: the file-system seam (local paths, fsspec URLs)
     "fs": 1,
     # 2: the stages' own building blocks

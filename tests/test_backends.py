@@ -8,6 +8,7 @@ options, the manifest, and that ``verify --against`` re-tokenizes with `tokenize
 from __future__ import annotations
 
 import json
+import tempfile
 
 import numpy as np
 import pytest
@@ -57,6 +58,10 @@ class _Wrapped:
 
 
 def _faulty(monkeypatch, trigger: str, fault: str) -> list[_Wrapped]:
+    """Every fastokens loaded from now on is faulty; the parity gate starts from an empty
+    cache (a verdict cached by another test would skip the comparison of the first
+    documents, and a difference found here is cached too)."""
+    monkeypatch.setenv("PACKTOOL_CACHE_DIR", tempfile.mkdtemp(prefix="packtool-faulty-"))
     made: list[_Wrapped] = []
     real = HFTokenizer.fast
 
@@ -73,7 +78,7 @@ def test_auto_uses_fastokens_and_records_it(tmp_path) -> None:
     src = write_jsonl(tmp_path / "d.jsonl", [{"text": t} for t in TEXTS])
     report = packtool.pack([src], tmp_path / "out", max_len=32)
     backend = json.loads((tmp_path / "out" / "manifest.json").read_text())["tokenizer"]["backend"]
-    assert backend["name"] == "fastokens" and backend["reason"] == "passed the parity gate"
+    assert backend["name"] == "fastokens" and backend["reason"].startswith("passed the parity gate")
     assert backend["version"].count(".") >= 1 and backend["fallback_batches"] == 0
     assert report.backend == backend and report.notices == []
 
@@ -105,8 +110,8 @@ def test_a_difference_fails_when_fastokens_is_forced(tmp_path, monkeypatch) -> N
 def test_a_difference_on_the_probes_is_cached_by_the_file(tmp_path, monkeypatch) -> None:
     """The probe set (many scripts, whitespace, digits, long words, added tokens) is encoded
     once per tokenizer file; the verdict is kept, keyed by the file's hash."""
-    monkeypatch.setenv("PACKTOOL_CACHE_DIR", str(tmp_path / "cache"))
     made = _faulty(monkeypatch, "Привет, мир", "ids")  # in the probe set, not in the data
+    monkeypatch.setenv("PACKTOOL_CACHE_DIR", str(tmp_path / "cache"))
     src = write_jsonl(tmp_path / "d.jsonl", [{"text": t} for t in TEXTS[:1]])
     first = packtool.pack([src], tmp_path / "a", max_len=32)
     assert first.backend["name"] == "hf"
@@ -245,7 +250,7 @@ def test_a_huge_document_in_pieces_equals_it_whole(piece_dirs, monkeypatch, fami
     assert len(at_lines) > 10  # line breaks first; a line longer than a piece at a space
     assert all(c in at_lines or (text[c] == " " and text[c - 1].isalpha()) for c in cuts[1:-1])
     encoder = DocumentEncoder(tok, backend=backend)
-    assert encoder._pieces  # this tokenizer allows pieces
+    assert encoder._in_pieces()  # this tokenizer allows pieces
     pieces = encoder.encode([text])
     assert encoder.backend.name == backend and encoder.backend.fallback_batches == 0
     assert pieces.ids.tolist() == whole.ids.tolist()
@@ -275,7 +280,7 @@ def test_a_huge_one_line_document_in_pieces_equals_it_whole(
     cuts = tokenize.cut_points(text, 700)
     assert len(cuts) > 20 and all(text[c] == " " and text[c - 1].isalpha() for c in cuts[1:-1])
     encoder = DocumentEncoder(tok, backend=backend)
-    assert encoder._pieces
+    assert encoder._in_pieces()
     pieces = encoder.encode([text])
     assert encoder.backend.fallback_batches == 0
     assert pieces.ids.tolist() == whole.ids.tolist()
@@ -332,6 +337,41 @@ def test_check_sample_counts_the_documents_it_checked(tmp_path) -> None:
     assert report.backend["name"] == "fastokens" and 15 <= checked <= 25
     with pytest.raises(OptionError, match="--check-sample must be an integer from 0 to"):
         PackOptions(check_sample=-1)
+
+
+def test_stats_of_a_corpus_tokenizes_with_the_backend_layer(tmp_path, monkeypatch) -> None:
+    """`stats CORPUS` takes --tokenizer-backend like pack, behind the same gate: the same
+    figures on both engines, and the engine recorded."""
+    from packtool.stats import corpus_stats
+
+    got = {
+        b: corpus_stats([SAMPLE], [512, 4096], tokenizer_backend=b, use_cache=False).to_dict()
+        for b in ("hf", "fastokens", "auto")
+    }
+    assert got["hf"]["tokenizer_backend"]["name"] == "hf"
+    assert got["fastokens"]["tokenizer_backend"]["name"] == "fastokens"
+    assert got["auto"]["tokenizer_backend"]["name"] == "fastokens"
+    for key in ("document_lengths", "max_lens", "documents_read", "special_strings"):
+        assert got["hf"][key] == got["fastokens"][key] == got["auto"][key], key
+    # The same lengths as pack writes, on the fast engine.
+    report = packtool.pack([SAMPLE], tmp_path / "out", max_len=4096)
+    assert report.rows == got["fastokens"]["max_lens"][1]["rows"]
+    # The CLI: the flag, its check, and the line in the table.
+    cli = run("stats", SAMPLE, "-L", "512", "--tokenizer-backend", "fastokens", "--no-cache")
+    assert cli.exit_code == 0, cli.output
+    assert "tokenized with fastokens" in cli.stdout
+    bad = run("stats", SAMPLE, "-L", "512", "--tokenizer-backend", "rust")
+    assert_one_line_error(bad, "--tokenizer-backend must be one of", 2)
+    packed = run("stats", tmp_path / "out", "--tokenizer-backend", "hf")
+    assert_one_line_error(packed, "--tokenizer-backend applies to a corpus before packing", 2)
+    # A fastokens that differs (here on the probes too): auto says so and uses tokenizers.
+    _faulty(monkeypatch, "The", "ids")
+    fell = corpus_stats([SAMPLE], [512], use_cache=False)
+    assert fell.backend["name"] == "hf"
+    assert fell.to_dict()["max_lens"] == got["hf"]["max_lens"][:1]
+    assert fell.notices[-1].endswith(
+        "The quick brown fox jumps ': tokenizing with Hugging Face tokenizers"
+    )
 
 
 def test_check_sample_is_refused_where_there_is_nothing_to_compare(tmp_path) -> None:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import SAMPLE, CharTokenizer
+from conftest import SAMPLE, CharTokenizer, write_jsonl
 from helpers import read_rows
 from test_cli import assert_one_line_error, run
 from test_units import mixed_inputs
@@ -298,3 +298,34 @@ def test_cli_copy_and_no_copy(tmp_path: Path) -> None:
     )
     # The manifest is written aside and renamed: nothing hidden is left in OUT.
     assert not [p for p in out.iterdir() if p.name.startswith(".")]
+
+
+def test_a_merge_over_units_that_changed_is_redone_not_skipped(tmp_path: Path) -> None:
+    """A merge already there is skipped only while the units hold what it lists: a unit packed
+    again (another seed) or a unit shard deleted makes `merge` work again, never report the
+    old merge as done (a new-user trial found both)."""
+    src = write_jsonl(tmp_path / "in.jsonl", [{"text": "word " * (i % 40)} for i in range(300)])
+    out = tmp_path / "out"
+    args = ("pack", src, "-L", "64", "-o", out, "--units", "3")
+    assert run(*args).exit_code == 0
+    assert run("merge", out).exit_code == 0  # up to date: skipped
+    # unit 1 packed again with another seed: its rows are stored in another order
+    again = run("pack", src, "-L", "64", "-o", out, "--units", "3", "--unit", "1", "--seed", "7",
+                "--overwrite")  # fmt: skip
+    assert again.exit_code == 0, again.output
+    result = run("merge", out, "--seed", "0")
+    assert result.exit_code == 0, result.output
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["units"]["copied"] is True  # unit 1's order is not seed 0's: rows copied
+    assert run("verify", out, "-q").exit_code == 0
+    # unit 1 packed again as the others were (seed 0): the merge lists the shards again
+    again = run("pack", src, "-L", "64", "-o", out, "--units", "3", "--unit", "1", "--seed", "0",
+                "--overwrite")  # fmt: skip
+    assert again.exit_code == 0, again.output
+    assert run("merge", out, "--seed", "0").exit_code == 0
+    assert json.loads((out / "manifest.json").read_text())["units"]["copied"] is False
+    # a unit shard deleted under a merge that lists it: the merge says which, no silent success
+    shard = next((out / "units").glob("unit-00002-*/data-*.arrow"))
+    shard.unlink()
+    result = run("merge", out, "--seed", "0")
+    assert result.exit_code != 0 and shard.name in result.output, result.output

@@ -4,6 +4,7 @@ through splits, for each input kind; EOS-separated streams are cut; bad records 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -722,3 +723,19 @@ def test_irregular_json_arrays_are_named_by_json_load(tmp_path: Path, text: str)
     result = run("pack", tmp_path / "a.json", "-L", "8", "--ids-field", "ids", "--pad-id", "0",
                  "-o", tmp_path / "o")  # fmt: skip
     assert_one_line_error(result, r"a\.json(:\d+: malformed JSON|: element 1: expected a JSON)")
+
+
+def test_a_mistyped_ids_field_is_named_not_every_record_skipped(tmp_path: Path) -> None:
+    """A field option the first record lacks is a typo: one line naming the fields found,
+    without the --skip-bad-records hint (which would skip every record; a trial found it)."""
+    src = tmp_path / "ids.jsonl"
+    src.write_text('{"input_ids": [1, 2, 3], "labels": [1, 2, 3]}\n{"input_ids": [4]}\n')
+    base = ("pack", src, "--vocab-size", "10", "--pad-id", "0", "-L", "8")
+    for flags, name in (
+        (("--ids-field", "input_id"), "'input_id' (--ids-field)"),
+        (("--ids-field", "input_ids", "--labels-field", "label"), "'label' (--labels-field)"),
+    ):
+        result = run(*base, *flags, "-o", tmp_path / "o")
+        assert_one_line_error(result, f"first record has no field {re.escape(name)}")
+        assert "skip-bad-records" not in result.output
+    assert not (tmp_path / "o").exists()

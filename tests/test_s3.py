@@ -185,3 +185,72 @@ def test_s3_kill_rerun_and_access_errors() -> None:
 @pytest.mark.xdist_group("ray")
 def test_s3_two_ray_nodes_give_the_local_rows() -> None:
     run_scenario("ray", timeout=900)
+
+
+def test_pre_tokenized_inputs_on_a_store_pack_as_local_ones(memory_prefix, tmp_path: Path) -> None:
+    """Ids from a store: a Megatron .bin/.idx (read in ranged reads, not memory-mapped) and a
+    Parquet file with labels give the rows of the same files on a local disk."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from test_units_inputs import write_megatron
+
+    fs, name = memory_prefix
+    rng = np.random.default_rng(3)
+    docs = [rng.integers(3, 900, int(rng.integers(1, 120))).tolist() for _ in range(400)]
+    prefix = write_megatron(tmp_path / "corpus_text_document", docs)
+    labels = [[t if i % 3 else -100 for i, t in enumerate(d)] for d in docs]
+    pq.write_table(pa.table({"ids": docs, "labels": labels}), tmp_path / "l.parquet",
+                   row_group_size=50)  # fmt: skip
+    for local in (Path(f"{prefix}.idx"), Path(f"{prefix}.bin"), tmp_path / "l.parquet"):
+        fs.pipe_file(f"/{name}/in/{local.name}", local.read_bytes())
+    cases = [
+        (f"{prefix}.idx", {"max_len": 256, "pad_id": 0, "vocab_size": 1000}),
+        (tmp_path / "l.parquet", {"max_len": 256, "pad_id": 0, "vocab_size": 1000,
+                                  "ids_field": "ids", "labels_field": "labels"}),
+    ]  # fmt: skip
+    for i, (local, opts) in enumerate(cases):
+        url = f"memory://{name}/in/{Path(local).name}"
+        pack([str(local)], tmp_path / f"local{i}", **opts)
+        pack([url], f"memory://{name}/out{i}", **opts)
+        _, want = read_rows(tmp_path / f"local{i}")
+        reader = packtool.open_packed(f"memory://{name}/out{i}")
+        got = [reader[r].input_ids.tolist() for r in range(len(reader))]
+        assert got == [row["input_ids"] for row in want]
+        if "labels_field" in opts:
+            assert reader[0].labels.tolist() == want[0]["labels"]
+
+
+def test_chat_templates_on_a_store(memory_prefix, tmp_path: Path) -> None:
+    """--chat-template as a URL, and a chat_template.jinja beside a tokenizer on a store, give
+    the rows of the local template (a trial found both refused or crashing)."""
+    fs, name = memory_prefix
+    data = SAMPLE.parent
+    template = (data / "chatml.jinja").read_bytes()
+    bundled = REPO / "packtool" / "_data" / "tokenizer.json"
+    fs.pipe_file(f"/{name}/chatml.jinja", template)
+    fs.pipe_file(f"/{name}/tok/tokenizer.json", bundled.read_bytes())
+    fs.pipe_file(f"/{name}/tok/chat_template.jinja", template)
+    chat = [str(data / "chat.jsonl")]
+    local = pack(chat, tmp_path / "local", max_len=2048, chat_template=data / "chatml.jinja")
+    by_url = pack(
+        chat, tmp_path / "url", max_len=2048, chat_template=f"memory://{name}/chatml.jinja"
+    )
+    beside = pack(chat, tmp_path / "beside", max_len=2048, tokenizer=f"memory://{name}/tok/")
+    want = [s["sha256"] for s in local.manifest["shards"]]
+    assert [s["sha256"] for s in by_url.manifest["shards"]] == want
+    assert [s["sha256"] for s in beside.manifest["shards"]] == want
+    with pytest.raises(Exception, match="no such chat template file"):
+        pack(chat, tmp_path / "x", max_len=2048, chat_template=f"memory://{name}/nope.jinja")
+
+
+def test_a_merge_on_a_store_names_the_store(memory_prefix) -> None:
+    """Errors of a merge on a store name its prefix, not the local scratch copy it works in."""
+    from packtool.merge import merge_units
+
+    fs, name = memory_prefix
+    fs.pipe_file(f"/{name}/out/notes.txt", b"not a unit")
+    with pytest.raises(FormatError) as caught:
+        merge_units(f"memory://{name}/out")
+    assert str(caught.value).startswith(f"memory://{name}/out: no units to merge")
+    assert "packtool-merge-" not in str(caught.value)

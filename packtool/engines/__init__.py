@@ -281,11 +281,7 @@ def _run_pending(
 
 def _merged(out: Path, plan: str, merge_options: dict[str, Any]) -> PackReport | None:
     """The merged dataset in ``out`` if it is the merge of ``plan`` with these options."""
-    from ..merge import merged_manifest, report_from_manifest
+    from ..merge import report_from_manifest, up_to_date_merge
 
-    manifest = merged_manifest(out)
-    if manifest is None or (manifest.units or {}).get("plan") != plan:
-        return None
-    if any(manifest.options.get(k) != v for k, v in merge_options.items()):
-        return None
-    return report_from_manifest(out, manifest, 0.0)
+    manifest = up_to_date_merge(out, plan, merge_options)
+    return None if manifest is None else report_from_manifest(out, manifest, 0.0)

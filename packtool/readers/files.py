@@ -126,11 +126,6 @@ def _file_input(path: AnyPath) -> InputFile:
         path = path.with_suffix(".idx")  # the data file of a Megatron indexed dataset
     kind = _kind_of(path)
     if kind == ("megatron", None):
-        if isinstance(path, StorePath):
-            raise InputError(
-                f"{path}: Megatron .bin/.idx inputs are read memory-mapped: copy them to a "
-                "local disk first"
-            )
         data = path.with_suffix(".bin")
         if not data.is_file():
             raise InputError(f"{path}: a Megatron index without its data file {data.name}")

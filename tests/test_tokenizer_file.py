@@ -1,0 +1,149 @@
+"""What packtool reads from a tokenizer.json's JSON equals what `tokenizers` says, on every
+tokenizer family (plain, and saved with truncation and padding on); and a run that encodes
+with fastokens on a cached parity-gate verdict does not load `tokenizers` at all."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import tokenizer_families as tf
+from conftest import write_jsonl
+from tokenizers import Tokenizer
+
+import packtool
+from packtool.errors import TokenizerError
+from packtool.tokenize import GATE_CACHED, GATE_PASSED, DocumentEncoder, load_tokenizer
+from packtool.tokenizer_file import (
+    BOS_NAMES,
+    EOS_NAMES,
+    PAD_NAMES,
+    SpecialTokens,
+    TokenizerFile,
+    resolve_special_tokens,
+    turned_off_notice,
+)
+
+CASES = [(name, trap) for name in tf.FAMILIES for trap in (False, True)]
+
+
+@pytest.fixture(scope="module")
+def family_dirs(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, bool], Path]:
+    root = tmp_path_factory.mktemp("tokenizer-file")
+    return {
+        (name, trap): tf.build_family(name, root / f"{name}-{trap}", truncation_padding=trap)
+        for name, trap in CASES
+    }
+
+
+def _hf_special_tokens(tok: Tokenizer, config: dict, overrides: dict) -> SpecialTokens:
+    """The resolution of docs/tokenization.md (rule 3), asked of `tokenizers` itself."""
+    added = tok.get_added_tokens_decoder()
+    special = {int(i) for i, t in added.items() if t.special}
+    padding = tok.padding
+
+    def resolve(kind: str, names: tuple[str, ...]) -> int | None:
+        if overrides.get(kind) is not None:  # a number is an id
+            text = overrides[kind]
+            return int(text) if text.isdigit() else tok.token_to_id(text)
+        configured = config.get(f"{kind}_token")
+        if isinstance(configured, dict):
+            configured = configured.get("content")
+        if isinstance(configured, str) and tok.token_to_id(configured) is not None:
+            return tok.token_to_id(configured)
+        if kind == "pad" and padding and padding["pad_id"] in special:
+            return int(padding["pad_id"])
+        for name in names:
+            tid = tok.token_to_id(name)
+            if tid is not None and tid in special:
+                return tid
+        return None
+
+    return SpecialTokens(
+        resolve("eos", EOS_NAMES), resolve("bos", BOS_NAMES), resolve("pad", PAD_NAMES)
+    )
+
+
+@pytest.mark.parametrize(("family", "trap"), CASES)
+def test_the_json_says_what_tokenizers_says(family_dirs, family, trap) -> None:
+    directory = family_dirs[family, trap]
+    data = (directory / "tokenizer.json").read_bytes()
+    config = json.loads((directory / "tokenizer_config.json").read_text(encoding="utf-8"))
+    tok = Tokenizer.from_str(data.decode())
+    file = TokenizerFile.parse(data)
+
+    assert file.vocab_size == tok.get_vocab_size(with_added_tokens=True)
+    added = tok.get_added_tokens_decoder()
+    assert file.special_ids == {int(i) for i, t in added.items() if t.special}
+    assert set(file.added_strings) == {t.content for t in added.values()}
+    assert file.num_special_tokens_to_add() == tok.num_special_tokens_to_add(False)
+    assert file.turned_off() == turned_off_notice(tok.truncation, tok.padding)
+    assert (file.turned_off() is not None) == trap
+    # Every token string of the vocabulary and of the added tokens, and the usual names.
+    strings = [*tok.get_vocab(with_added_tokens=True), *EOS_NAMES, *BOS_NAMES, *PAD_NAMES, "?!"]
+    assert [file.token_to_id(s) for s in strings] == [tok.token_to_id(s) for s in strings]
+
+    vocab = file.vocab_size
+    some_added = sorted(t.content for t in added.values())[0]
+    some_word = sorted(tok.get_vocab())[len(tok.get_vocab()) // 2]
+    for overrides in ({}, {"eos": some_added, "bos": some_word}, {"pad": "5", "eos": "7"}):
+        for conf in (config, {}):
+            got = resolve_special_tokens(
+                file, conf, overrides=overrides, vocab_size=vocab, name=family
+            )
+            assert got == _hf_special_tokens(tok, conf, overrides), (overrides, conf)
+    loaded = load_tokenizer(directory, backend="auto")
+    assert loaded.special == _hf_special_tokens(tok, config, {})
+    assert not loaded.hf_loaded  # all of it from the JSON
+
+
+def test_a_file_in_another_key_order_reads_the_same(family_dirs, tmp_path) -> None:
+    """The reader stops before the merges when the file is laid out as tokenizers saves it;
+    a file in another order (model first, merges before the vocabulary) is read whole."""
+    data = (family_dirs["llama3", True].joinpath("tokenizer.json")).read_bytes()
+    spec = json.loads(data)
+    model = spec.pop("model")
+    model = {"merges": model.pop("merges"), **model}
+    reordered = json.dumps({"model": model, **spec}, ensure_ascii=False).encode()
+    a, b = TokenizerFile.parse(data), TokenizerFile.parse(reordered)
+    for attr in ("vocab", "added", "post_processor", "truncation", "padding", "pre_tokenizer"):
+        assert getattr(a, attr) == getattr(b, attr), attr
+    assert a.vocab_size == b.vocab_size and a.turned_off() == b.turned_off()
+
+
+def test_an_unknown_override_names_the_option(family_dirs) -> None:
+    with pytest.raises(TokenizerError, match=r"no token '<nope>' in its vocabulary \(given as "):
+        load_tokenizer(family_dirs["gpt2", False], eos_token="<nope>", backend="auto")
+
+
+def test_a_broken_file_is_one_clear_error_on_every_backend(tmp_path) -> None:
+    path = tmp_path / "tokenizer.json"
+    path.write_text('{"model": {"type": "BPE", "vocab": ', encoding="utf-8")
+    for backend in ("hf", "auto"):
+        with pytest.raises(TokenizerError, match=r"cannot load as a tokenizers tokenizer\.json"):
+            load_tokenizer(path, backend=backend)
+
+
+def test_a_cached_verdict_runs_without_tokenizers(tmp_path, monkeypatch) -> None:
+    """First run: the gate loads tokenizers for the probes and the first documents. Second
+    run, verdict cached: fastokens alone, and the same ids."""
+    monkeypatch.setenv("PACKTOOL_CACHE_DIR", str(tmp_path / "cache"))
+    texts = ["A first document.", "Ein zweites Dokument, 12345.", "第三个文件 🙂"]
+    cold_tok = load_tokenizer(backend="auto")
+    cold = DocumentEncoder(cold_tok, backend="auto")
+    want = cold.encode(texts)
+    assert cold.backend.reason == GATE_PASSED and cold_tok.hf_loaded
+    warm_tok = load_tokenizer(backend="auto")
+    warm = DocumentEncoder(warm_tok, backend="auto")
+    got = warm.encode(texts)
+    assert warm.backend.name == "fastokens" and warm.backend.reason == GATE_CACHED
+    assert not warm_tok.hf_loaded
+    assert got.ids.tolist() == want.ids.tolist() and got.lengths.tolist() == want.lengths.tolist()
+    # pack on the cached verdict: recorded as such; the same rows as with tokenizers.
+    src = write_jsonl(tmp_path / "d.jsonl", [{"text": t} for t in texts])
+    report = packtool.pack([src], tmp_path / "fast", max_len=16)
+    assert report.backend["reason"] == GATE_CACHED
+    packtool.pack([src], tmp_path / "hf", max_len=16, tokenizer_backend="hf")
+    for shard in sorted((tmp_path / "hf").glob("*.arrow")):
+        assert (tmp_path / "fast" / shard.name).read_bytes() == shard.read_bytes()
