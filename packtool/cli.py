@@ -635,7 +635,7 @@ def pack(
             )
 
 
-# == stats (issue 4): add the `stats` command below this line ==
+# -- stats --------------------------------------------------------------------------------
 
 
 _CORPUS_OPTIONS = (
@@ -657,6 +657,17 @@ _CORPUS_OPTIONS = (
     "tokenizer_backend",
 )
 """The options of `stats` that apply to a corpus only (fields of PackOptions)."""
+
+
+def _refuse_corpus_flags(path: Any, given: list[str]) -> None:
+    """Corpus-mode flags given with a packed output: the usage error naming them."""
+    if given:
+        raise fail(
+            f"{path} is a packed output: {', '.join(given)} appl"
+            f"{'ies' if len(given) == 1 else 'y'} to a corpus before packing; drop "
+            f"{'it' if len(given) == 1 else 'them'}",
+            2,
+        )
 
 
 def _not_a_packed_output(first: Path) -> typer.Exit:
@@ -806,13 +817,7 @@ def stats(
         given = ["--max-len"] if max_len is not None else []
         given += options.changed(*_CORPUS_OPTIONS)
         given += [n for n, on in (("--cache-dir", cache_dir), ("--no-cache", not cache)) if on]
-        if given:
-            raise fail(
-                f"{paths[0]} is a packed output: {', '.join(given)} appl"
-                f"{'ies' if len(given) == 1 else 'y'} to a corpus before packing; drop "
-                f"{'it' if len(given) == 1 else 'them'}",
-                2,
-            )
+        _refuse_corpus_flags(paths[0], given)
         result: Any = dataset_stats(paths[0], batch_size=batch_size, seed=seed, **balance)
         renderable = None if as_json else render_dataset_stats(result)
     else:
@@ -848,10 +853,7 @@ def stats(
         err.print(f"[yellow]skipped:[/] {line}", highlight=False, soft_wrap=True)
 
 
-# == end of stats ==
-
-
-# == inspect (issue 5): add the `inspect` command below this line ==
+# -- inspect ------------------------------------------------------------------------------
 
 
 @app.command("inspect")
@@ -960,10 +962,7 @@ def inspect_command(
         html.write_text(console.export_html(clear=False), encoding="utf-8")
 
 
-# == end of inspect ==
-
-
-# == verify (issue 8): add the `verify` command below this line ==
+# -- verify -------------------------------------------------------------------------------
 
 
 class _VerifyProgress(_RichProgress):
@@ -1133,10 +1132,7 @@ def verify(
         raise typer.Exit(1)
 
 
-# == end of verify ==
-
-
-# == export: other training stacks' formats ==
+# -- export: other training stacks' formats --------------------------------------------
 
 
 @app.command()
@@ -1205,7 +1201,7 @@ def export(
             )
 
 
-# == merge (issue 9): work units (`pack --units`) and the `merge` command ==
+# -- work units (`pack --units`) and `merge` -------------------------------------------
 
 
 def _units_table(report: Any) -> Table:
@@ -1387,9 +1383,6 @@ def merge(
     elif not quiet:
         out.print(_summary_table(report, tokenized=False))
         out.print(_units_line(report.manifest), highlight=False)
-
-
-# == end of merge ==
 
 
 def main() -> None:

@@ -60,6 +60,7 @@ __all__ = [
     "PackedBatch",
     "PackedReader",
     "PackedRow",
+    "RunFigures",
     "Segment",
     "ShardEntry",
     "ShardWriter",
@@ -755,6 +756,22 @@ class TokenCounts:
         )
 
 
+@dataclass(frozen=True)
+class RunFigures:
+    """What a pack (or a merge) counted: the figures of its manifest."""
+
+    documents: DocumentCounts
+    segments: int
+    tokens: TokenCounts
+    rows: int
+    lower_bound_rows: int
+    max_len: int
+    bad_records: list[Any]
+    special_strings: int  # documents that held special-token strings
+    parse_special: bool
+    seconds: float
+
+
 def _section(value: Any) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
@@ -815,16 +832,7 @@ class Manifest(Mapping[str, Any]):
         tokenizer: Mapping[str, Any],
         options: Mapping[str, Any],
         inputs: list[dict[str, Any]],
-        documents: DocumentCounts,
-        segments: int,
-        tokens: TokenCounts,
-        rows: int,
-        lower_bound_rows: int,
-        max_len: int,
-        bad_records: list[Any],
-        special_strings: int,
-        parse_special: bool,
-        seconds: float,
+        figures: RunFigures,
         balance: Mapping[str, Any] | None = None,
         labels: Mapping[str, Any] | None = None,
         global_ffd_rows: int | None = None,
@@ -833,6 +841,8 @@ class Manifest(Mapping[str, Any]):
     ) -> Manifest:
         """The body of a pack's manifest (a merge's: with ``global_ffd_rows`` and ``units``);
         :meth:`ShardWriter.commit` adds the layout."""
+        f = figures
+        documents, tokens, rows = f.documents, f.tokens, f.rows
         token_record: dict[str, Any] = {
             "packed": tokens.packed,
             "truncated_away": tokens.truncated_away,
@@ -847,15 +857,15 @@ class Manifest(Mapping[str, Any]):
             "options": dict(options),
             "inputs": inputs,
             "documents": asdict(documents),
-            "segments": segments,
+            "segments": f.segments,
             "tokens": token_record,
             "rows": rows,
-            "lower_bound_rows": lower_bound_rows,
-            "rows_over_lower_bound": rows - lower_bound_rows,
-            "efficiency": tokens.packed / (rows * max_len) if rows else 0.0,
-            "bad_records": bad_records,
-            "special_strings": {"documents": special_strings, "parsed": parse_special},
-            "seconds": round(seconds, 3),
+            "lower_bound_rows": f.lower_bound_rows,
+            "rows_over_lower_bound": rows - f.lower_bound_rows,
+            "efficiency": tokens.packed / (rows * f.max_len) if rows else 0.0,
+            "bad_records": f.bad_records,
+            "special_strings": {"documents": f.special_strings, "parsed": f.parse_special},
+            "seconds": round(f.seconds, 3),
             **(extra or {}),
         }
         if global_ffd_rows is not None:

@@ -1096,13 +1096,10 @@ def _check_against(
 ) -> AgainstReport:
     """Re-read and re-tokenize the inputs as ``pack`` did; compare digests and counts."""
     started = time.perf_counter()
-    manifest = reader.manifest
-    files, options, overflow, encoder = plan.files, plan.options, plan.overflow, plan.encoder
-    max_len = reader.max_len
-    known = digests.length.size  # documents.read of the manifest
+    files, options = plan.files, plan.options
     doc_seg, _, _, seg_rows, _ = segments.arrays()
     by_doc = np.argsort(doc_seg, kind="stable")
-    doc_sorted = doc_seg[by_doc]
+    where = _DocumentRows(doc_seg[by_doc], seg_rows[by_doc])
     counts = asdict(DocumentCounts())  # read, packed, split, ... all 0
     tokens = {"packed": 0, "truncated_away": 0, "dropped": 0}
     label_counts = dict.fromkeys(_LABEL_COUNT_KEYS, 0) if digests.label0 is not None else None
@@ -1118,43 +1115,83 @@ def _check_against(
             txt_unit=options.txt_unit,
         ):
             expected = _expect_batch(
-                batch, counts, tokens, encoder, overflow, max_len, label_counts
+                batch, counts, tokens, plan.encoder, plan.overflow, reader.max_len, label_counts
             )
-            lo, hi = expected.first, min(expected.first + len(batch.records), known)
-            if hi > lo:
-                w = hi - lo
-                wrong = (
-                    (digests.length[lo:hi] != expected.length[:w])
-                    | (digests.lane0[lo:hi] != expected.lane0[:w])
-                    | (digests.lane1[lo:hi] != expected.lane1[:w])
-                )
-                if digests.label0 is not None and expected.label0 is not None:
-                    wrong |= digests.label0[lo:hi] != expected.label0[:w]
-                    wrong |= digests.label1[lo:hi] != expected.label1[:w]  # type: ignore[index]
-                compared += int(
-                    np.count_nonzero((expected.length[:w] > 0) | (digests.length[lo:hi] > 0))
-                )
-                bad = np.flatnonzero(wrong)
-                problems.count("against", int(bad.size))
-                for i in bad[: problems.room()]:
-                    d = lo + int(i)
-                    rows_of = seg_rows[
-                        by_doc[
-                            np.searchsorted(doc_sorted, d) : np.searchsorted(
-                                doc_sorted, d, side="right"
-                            )
-                        ]
-                    ]
-                    problems.keep(
-                        "against",
-                        _describe_mismatch(reader, d, rows_of, expected.tokens(int(i)), overflow),
-                        None,
-                        int(rows_of.min()) if rows_of.size else None,
-                    )
+            compared += _compare_batch(reader, plan, digests, expected, len(batch.records),
+                                       where, problems)  # fmt: skip
             if progress:
                 progress("against", bytes_before + batch.bytes_done, total_bytes)
         bytes_before += inp.size_bytes
+    _compare_counts(reader.manifest, digests, counts, tokens, label_counts, problems)
+    return AgainstReport(
+        inputs=[str(f.path) for f in files],
+        documents=counts,
+        tokens=tokens,
+        documents_compared=compared,
+        seconds=time.perf_counter() - started,
+    )
 
+
+@dataclass(frozen=True)
+class _DocumentRows:
+    """The rows of each document: segment document ids (sorted) and the row of each."""
+
+    doc_sorted: np.ndarray
+    rows: np.ndarray
+
+    def of(self, doc: int) -> np.ndarray:
+        lo = np.searchsorted(self.doc_sorted, doc)
+        return self.rows[lo : np.searchsorted(self.doc_sorted, doc, side="right")]
+
+
+def _compare_batch(
+    reader: PackedReader,
+    plan: _AgainstPlan,
+    digests: _Digests,
+    expected: Any,
+    n_records: int,
+    where: _DocumentRows,
+    problems: _Problems,
+) -> int:
+    """Compare one batch of re-read documents with the rows' digests; returns how many
+    documents were compared (those with tokens on either side)."""
+    known = digests.length.size  # documents.read of the manifest
+    lo, hi = expected.first, min(expected.first + n_records, known)
+    if hi <= lo:
+        return 0
+    w = hi - lo
+    wrong = (
+        (digests.length[lo:hi] != expected.length[:w])
+        | (digests.lane0[lo:hi] != expected.lane0[:w])
+        | (digests.lane1[lo:hi] != expected.lane1[:w])
+    )
+    if digests.label0 is not None and expected.label0 is not None:
+        wrong |= digests.label0[lo:hi] != expected.label0[:w]
+        wrong |= digests.label1[lo:hi] != expected.label1[:w]  # type: ignore[index]
+    bad = np.flatnonzero(wrong)
+    problems.count("against", int(bad.size))
+    for i in bad[: problems.room()]:
+        d = lo + int(i)
+        rows_of = where.of(d)
+        problems.keep(
+            "against",
+            _describe_mismatch(reader, d, rows_of, expected.tokens(int(i)), plan.overflow),
+            None,
+            int(rows_of.min()) if rows_of.size else None,
+        )
+    return int(np.count_nonzero((expected.length[:w] > 0) | (digests.length[lo:hi] > 0)))
+
+
+def _compare_counts(
+    manifest: Manifest,
+    digests: _Digests,
+    counts: dict[str, int],
+    tokens: dict[str, int],
+    label_counts: dict[str, int] | None,
+    problems: _Problems,
+) -> None:
+    """The inputs' document, token and label counts against the manifest's; documents in the
+    rows beyond the end of the inputs."""
     beyond = np.flatnonzero(digests.length[counts["read"] :] > 0) + counts["read"]
     problems.count("against", int(beyond.size))
     for d in beyond[: problems.room()]:
@@ -1188,16 +1225,9 @@ def _check_against(
         if manifest.tokens_recorded.get(key) not in (None, value):
             problems.add(
                 "against",
-                f"re-tokenizing gives {value} tokens {key.replace('_', ' ')}, the manifest "
-                f"says {manifest.tokens_recorded.get(key)}",
+                f"re-reading the inputs gives {value} tokens {key.replace('_', ' ')}, the "
+                f"manifest says {manifest.tokens_recorded.get(key)}",
             )
-    return AgainstReport(
-        inputs=[str(f.path) for f in files],
-        documents=counts,
-        tokens=tokens,
-        documents_compared=compared,
-        seconds=time.perf_counter() - started,
-    )
 
 
 def _check_tokenizer(tok: Tokenizer, manifest: Manifest, problems: _Problems) -> None:
