@@ -242,7 +242,7 @@ def _print_notices(report: Any, *, quiet: bool) -> None:
 
 def _say_skipped(skipped: list[str], quiet: bool) -> None:
     """The one line on directory members of an unknown type that were not read."""
-    from .sources import describe_skipped
+    from .readers import describe_skipped
 
     if skipped and not quiet:
         err.print(

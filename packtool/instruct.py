@@ -49,7 +49,7 @@ from .format import IGNORE_INDEX
 from .options import PackOptions
 from .packing import Overflow
 from .pretokenized import IdsBatch, IdsEncoder, IdsFields, ids_reader
-from .sources import (
+from .readers import (
     InputFile,
     RecordBatch,
     TextBatch,

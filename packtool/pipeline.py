@@ -65,7 +65,7 @@ from .packing import (
     segment_labelled_items,
 )
 from .pretokenized import IdsTokenizer
-from .sources import InputFile, RecordBatch, TextBatch, resolve_inputs, skip_records
+from .readers import InputFile, RecordBatch, TextBatch, resolve_inputs, skip_records
 from .store import TokenStore, lock_output
 from .tokenize import (
     Backend,
@@ -263,7 +263,7 @@ def pack(
 
     For work units (``packtool.units``): ``files`` are inputs already resolved (then
     ``inputs`` is ignored; it may be empty), whole or pieces of them
-    (:class:`~packtool.sources.Piece`, read by the same readers); ``extra_manifest`` keys
+    (:class:`~packtool.readers.Piece`, read by the same readers); ``extra_manifest`` keys
     are added to the manifest; ``allow_empty`` writes an output of no rows when nothing is
     left to pack (a unit whose range is empty), which is otherwise a
     :class:`~packtool.errors.NothingToPackError`.

@@ -2,7 +2,7 @@
 
 Each record's list of ints is a document as it is. The list column of an Arrow record batch
 (Parquet, Arrow, a saved dataset; JSON Lines, JSON and CSV parsed to Arrow by
-:func:`~packtool.sources.column_batches`) is read as one flat NumPy array with the record
+:func:`~packtool.readers.column_batches`) is read as one flat NumPy array with the record
 offsets: no Python per token or per document. Optional ``--labels-field`` (ints,
 -100 where not learned) or ``--loss-mask-field`` (0/1 per token) give the labels.
 ``--split-on-eos ID`` cuts every record into documents after each occurrence of ``ID``.
@@ -25,7 +25,7 @@ import pyarrow as pa
 
 from .errors import BadRecordError, InputError, OptionError
 from .fs import AnyPath, StorePath
-from .sources import InputFile, column_batches, first_row, part_of
+from .readers import InputFile, column_batches, first_row, part_of
 from .tokenize import EncodedBatch, SpecialTokens
 
 __all__ = ["IdsBatch", "IdsEncoder", "IdsTokenizer", "megatron_index", "read_ids"]

@@ -55,7 +55,7 @@ from .options import PackOptions
 from .order import attention_costs, balanced_share, rank_share, step_imbalance, step_loads
 from .packing import Overflow, first_fit_decreasing, lower_bound_rows, segment_items
 from .pretokenized import IdsEncoder, IdsTokenizer
-from .sources import InputFile, first_record_fields, read_texts, resolve_inputs
+from .readers import InputFile, first_record_fields, read_texts, resolve_inputs
 from .tokenize import (
     Backend,
     DocumentEncoder,

@@ -57,7 +57,7 @@ from .limits import MAX_UNITS, check_int
 from .options import PackOptions
 from .order import unit_row_seed
 from .pretokenized import IdsTokenizer, megatron_index
-from .sources import InputFile, Piece
+from .readers import InputFile, Piece
 from .tokenize import Tokenizer, load_tokenizer
 
 __all__ = [

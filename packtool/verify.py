@@ -65,7 +65,7 @@ from .instruct import plan_input
 from .options import PackOptions
 from .packing import Overflow, segment_labelled_items
 from .pretokenized import IdsEncoder, IdsTokenizer
-from .sources import read_texts, resolve_inputs
+from .readers import read_texts, resolve_inputs
 from .tokenize import DocumentEncoder, Tokenizer, load_tokenizer
 
 __all__ = ["AgainstReport", "Problem", "VerifyReport", "verify"]

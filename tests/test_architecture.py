@@ -28,7 +28,7 @@ LAYERS: dict[str, int] = {
     "order": 2,
     "packing": 2,
     "chat": 2,
-    "sources": 2,
+    "readers": 2,
     "tokenize": 2,
     # 3: the options record; the on-disk format and manifest
     "options": 3,

@@ -26,7 +26,7 @@ import packtool
 from packtool.chat import ChatTemplate, load_chat_template
 from packtool.errors import BadRecordError, ChatTemplateError, InputError, OptionError
 from packtool.instruct import InputShape, InstructEncoder, LossOn
-from packtool.sources import read_records, resolve_inputs
+from packtool.readers import read_records, resolve_inputs
 
 CHAT = REPO / "sample_data" / "chat.jsonl"
 PROMPT_COMPLETION = REPO / "sample_data" / "prompt_completion.jsonl"

@@ -404,7 +404,7 @@ def test_megatron_ids_outside_the_vocabulary_name_the_sequence(tmp_path: Path) -
 
 def test_resuming_skips_whole_documents_of_pre_tokenized_batches(tmp_path: Path) -> None:
     from packtool.pretokenized import IdsFields, read_ids
-    from packtool.sources import resolve_inputs, skip_records
+    from packtool.readers import resolve_inputs, skip_records
 
     docs, labels = _docs(7, n=60)
     src = _write("arrow", tmp_path, pa.table({"ids": docs, "y": labels}))
@@ -518,9 +518,9 @@ def test_json_and_csv_inputs_round_trip_ids_and_labels(tmp_path: Path, kind: str
 def test_jsonl_ids_across_pieces_long_lines_and_blank_lines(tmp_path: Path, monkeypatch) -> None:
     # Many pieces (64 KB here, 8 MB by default), a line longer than pyarrow's 1 MB block,
     # and blank lines: every document comes back, and a bad record is named by its line.
-    from packtool import sources
+    from packtool.readers import jsonl
 
-    monkeypatch.setattr(sources, "_JSONL_CHUNK", 64 << 10)
+    monkeypatch.setattr(jsonl, "_JSONL_CHUNK", 64 << 10)
     rng = np.random.default_rng(3)
     docs = [rng.integers(0, 50000, int(n)).tolist() for n in rng.integers(1, 300, 600)]
     docs[7] = rng.integers(0, 50000, 200_000).tolist()  # ~1.2 MB on one line
@@ -615,7 +615,7 @@ def test_a_truncated_compressed_ids_input_is_one_line(tmp_path: Path) -> None:
     style=st.data(),
 )
 def test_csv_cells_parse_exactly_as_python_does(cells, style) -> None:
-    from packtool import sources
+    from packtool.readers import csv as csv_reader
 
     texts, expected = [], []
     for value, spelling in cells:
@@ -632,7 +632,7 @@ def test_csv_cells_parse_exactly_as_python_does(cells, style) -> None:
         )  # fmt: skip
         expected.append(value)
     problems: dict[int, str] = {}
-    parsed = sources._int_list_cells(pa.array(texts, pa.string()), "ids", problems)
+    parsed = csv_reader._int_list_cells(pa.array(texts, pa.string()), "ids", problems)
     assert parsed.to_pylist() == expected
     assert sorted(problems) == [i for i, e in enumerate(expected) if e is None]
 
@@ -695,7 +695,8 @@ def test_json_arrays_stream_exactly(tmp_path_factory, docs, notes, indent, windo
     """A JSON array of objects (strings holding brackets, commas, quotes and backslashes,
     any layout) is cut into elements by the NumPy scan, in windows of any size, and read by
     pyarrow: the ids json.load gives, never falling back to json.load."""
-    from packtool import sources
+    from packtool import readers
+    from packtool.readers import json_array
 
     tmp = tmp_path_factory.mktemp("array")
     records = [
@@ -703,11 +704,11 @@ def test_json_arrays_stream_exactly(tmp_path_factory, docs, notes, indent, windo
         for i, d in enumerate(docs)
     ]
     (tmp / "a.json").write_text(json.dumps(records, indent=indent))
-    (inp,) = sources.resolve_inputs([tmp / "a.json"])
+    (inp,) = readers.resolve_inputs([tmp / "a.json"])
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(sources, "_JSON_ARRAY_WINDOW", window)
-        mp.setattr(sources, "_load_json_array", lambda *a: pytest.fail("fell back"))
-        batches = list(sources.column_batches(inp, ["ids"]))
+        mp.setattr(json_array, "_JSON_ARRAY_WINDOW", window)
+        mp.setattr(json_array, "_load_json_array", lambda *a: pytest.fail("fell back"))
+        batches = list(readers.column_batches(inp, ["ids"]))
     got = [ids for b in batches for ids in b.batch.column(0).to_pylist()]
     assert got == docs
 

@@ -12,7 +12,7 @@ import pytest
 from conftest import write_jsonl
 
 from packtool.errors import BadRecordError, InputError
-from packtool.sources import read_texts, resolve_inputs
+from packtool.readers import read_texts, resolve_inputs
 
 TEXTS = ["first doc", 'second, with "quotes"\nand a newline', "", "ünïcödé 文字 🎉"]
 
@@ -104,7 +104,7 @@ def test_saved_dataset_is_read_not_mapped(tmp_path: Path) -> None:
     assert done == sorted(done) and done[0] > 0 and len(set(done)) >= 3
 
     from packtool.instruct import check_prompt_completion
-    from packtool.sources import read_records
+    from packtool.readers import read_records
 
     pairs = datasets.Dataset.from_dict({"prompt": ["p1", "p2"], "completion": ["c1", "c2"]})
     datasets.DatasetDict({"train": pairs}).save_to_disk(str(tmp_path / "pairs"))
@@ -124,20 +124,20 @@ def test_saved_dataset_with_an_index_mapping(tmp_path: Path) -> None:
     left to datasets.load_from_disk."""
     import datasets
 
-    from packtool import sources
+    from packtool.readers import hf_dataset
 
     ds = datasets.Dataset.from_dict({"text": TEXTS})
     ds.save_to_disk(str(tmp_path / "ds"))
     state_path = tmp_path / "ds" / "state.json"
     state = json.loads(state_path.read_text())
-    assert sources._saved_dataset_files(str(tmp_path / "ds"), None) == [
+    assert hf_dataset.saved_dataset_files(str(tmp_path / "ds"), None) == [
         str(tmp_path / "ds" / state["_data_files"][0]["filename"])
     ]
     state["_indices_data_files"] = [{"filename": "indices.arrow"}]
     state_path.write_text(json.dumps(state))
-    assert sources._saved_dataset_files(str(tmp_path / "ds"), None) is None
+    assert hf_dataset.saved_dataset_files(str(tmp_path / "ds"), None) is None
     (tmp_path / "ds" / "state.json").unlink()
-    assert sources._saved_dataset_files(str(tmp_path / "ds"), None) is None
+    assert hf_dataset.saved_dataset_files(str(tmp_path / "ds"), None) is None
 
 
 def test_directory_and_glob(tmp_path: Path) -> None:
@@ -178,6 +178,44 @@ def test_bad_jsonl_names_the_line(tmp_path: Path, lines: list[str], message: str
         texts_of(path)
     skipped = texts_of(path, skip_bad_records=True)
     assert skipped[0] == "a" and None in skipped
+
+
+def test_bad_json_array_elements_are_named(tmp_path: Path) -> None:
+    """A JSON array's texts come from its records reader (each element checked to be its
+    text): a bad element is named by its index, the hint names the flag; skipped, it keeps its
+    place as None, its error in the batch; batches end where the records reader's do."""
+    elements = [
+        {"text": "a"},
+        {"body": "b", "id": 3},
+        {"text": 5},
+        "x",
+        {"text": "\ud800"},
+        {"text": "f"},
+        {"text": None},
+    ]
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps(elements))
+    with pytest.raises(
+        BadRecordError,
+        match=r"bad\.json: element 1: no field 'text' \(fields found: 'body', 'id'\).*"
+        r"--text-field.*--skip-bad-records",
+    ):
+        texts_of(path)
+    (inp,) = resolve_inputs([path])
+    batches = list(read_texts(inp, skip_bad_records=True, batch_docs=4))
+    assert [b.texts for b in batches] == [["a", None, None, None], [None, "f", None]]
+    assert [str(e) for b in batches for e in b.bad] == [
+        "bad.json: element 1: no field 'text' (fields found: 'body', 'id')".replace(
+            "bad.json", str(path)
+        )
+        + " (choose the field with --text-field)",
+        f"{path}: element 2: field 'text' is int, not a string",
+        f"{path}: element 3: expected a JSON object, found string",
+        f"{path}: element 4: field 'text' holds an unpaired surrogate \\ud800 at character 0: "
+        "not valid Unicode",
+        f"{path}: element 6: field 'text' is null, not a string",
+    ]
+    assert [b.bytes_done for b in batches] == [0, path.stat().st_size]
 
 
 def test_bad_record_deep_in_a_large_file(tmp_path: Path) -> None:
@@ -230,14 +268,14 @@ def test_jsonl_fast_path_reads_in_bounded_pieces(
 ) -> None:
     """The fast JSONL path parses pieces of whole lines; with pieces far smaller than the
     file (and than some lines), every record still comes back, once, in order."""
-    import packtool.sources as sources
+    from packtool.readers import jsonl
 
     texts = [("x" * (i % 7) * 40) + f"doc {i}" for i in range(300)]
     body = "\n".join(json.dumps({"text": t}) for t in texts) + ("\n" if trailing_newline else "")
     path = tmp_path / "c.jsonl"
     path.write_text(body)
     pieces: list[int] = []
-    real = sources._line_chunks
+    real = jsonl._line_chunks
 
     def small_pieces(stream, size=0):
         for piece in real(stream, 97):
@@ -245,7 +283,7 @@ def test_jsonl_fast_path_reads_in_bounded_pieces(
             pieces.append(len(piece))
             yield piece
 
-    monkeypatch.setattr(sources, "_line_chunks", small_pieces)
+    monkeypatch.setattr(jsonl, "_line_chunks", small_pieces)
     got = [t for b in read_texts(resolve_inputs([path])[0]) for t in b.texts]
     assert got == texts
     assert len(pieces) > 20 and sum(pieces) == len(body.encode())
@@ -253,14 +291,14 @@ def test_jsonl_fast_path_reads_in_bounded_pieces(
 
 def test_jsonl_null_line_in_a_later_piece(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A line holding a bare null far into the file (where pyarrow would crash) is named."""
-    import packtool.sources as sources
+    from packtool.readers import jsonl
 
     lines = [json.dumps({"text": f"doc {i}"}) for i in range(200)]
     lines[150] = "null"
     path = tmp_path / "n.jsonl"
     path.write_text("\n".join(lines) + "\n")
-    real = sources._line_chunks
-    monkeypatch.setattr(sources, "_line_chunks", lambda stream, size=0: real(stream, 256))
+    real = jsonl._line_chunks
+    monkeypatch.setattr(jsonl, "_line_chunks", lambda stream, size=0: real(stream, 256))
     with pytest.raises(BadRecordError, match=r"n\.jsonl:151: expected a JSON object, found null"):
         list(read_texts(resolve_inputs([path])[0]))
 
@@ -271,11 +309,11 @@ def test_csv_reading_ahead_is_bounded(tmp_path: Path, monkeypatch: pytest.Monkey
     import csv
     import time
 
-    import packtool.sources as sources
+    from packtool.readers import csv as csv_reader
 
     block = 16 << 10
-    monkeypatch.setattr(sources, "_CSV_BLOCK", block)
-    monkeypatch.setattr(sources, "_PACE_WAIT", 0.05)
+    monkeypatch.setattr(csv_reader, "_CSV_BLOCK", block)
+    monkeypatch.setattr(csv_reader, "_PACE_WAIT", 0.05)
     texts = [
         f"row {i} " + "word " * (i % 50) + ("\nsecond line" if i % 7 == 0 else "")
         for i in range(4000)
@@ -287,14 +325,14 @@ def test_csv_reading_ahead_is_bounded(tmp_path: Path, monkeypatch: pytest.Monkey
         writer.writerow(["id", "text"])
         writer.writerows([i, t] for i, t in enumerate(texts))
     ahead_seen: list[int] = []
-    real = sources._PacedReader
+    real = csv_reader._PacedReader
 
     class Spy(real):  # type: ignore[misc, valid-type]
         def advance(self, nbytes: int) -> None:
             ahead_seen.append(self.delivered - self.consumed)
             super().advance(nbytes)
 
-    monkeypatch.setattr(sources, "_PacedReader", Spy)
+    monkeypatch.setattr(csv_reader, "_PacedReader", Spy)
     got: list[str | None] = []
     for batch in read_texts(resolve_inputs([path])[0]):
         got.extend(batch.texts)
@@ -326,10 +364,10 @@ def test_csv_cell_longer_than_a_block(
     reader retries with larger blocks and goes on after the records it already gave, so
     every record comes exactly once, in order (batches were given before the long row).
     Gzipped, the file is smaller than one block: its size must not stop the retries."""
-    import packtool.sources as sources
+    from packtool.readers import csv as csv_reader
 
     block = 16 << 10
-    monkeypatch.setattr(sources, "_CSV_BLOCK", block)
+    monkeypatch.setattr(csv_reader, "_CSV_BLOCK", block)
     path = tmp_path / "long.csv"
     rows = _csv_with_a_long_cell(path, block, ["id", "text"], lambda i, t: [str(i), t])
     if gzipped:
@@ -346,9 +384,9 @@ def test_csv_cell_longer_than_a_block(
             parse_options=pc.ParseOptions(newlines_in_values=True),
         ).read_all()
     passes: list[int] = []
-    real_pass = sources._csv_text_pass
+    real_pass = csv_reader._csv_text_pass
     monkeypatch.setattr(
-        sources,
+        csv_reader,
         "_csv_text_pass",
         lambda inp, field, skip, docs, blk: (
             passes.append(blk) or real_pass(inp, field, skip, docs, blk)
@@ -362,12 +400,12 @@ def test_csv_cell_longer_than_a_block(
 
 
 def test_csv_records_with_a_long_cell(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import packtool.sources as sources
     from packtool.instruct import check_prompt_completion
-    from packtool.sources import read_records
+    from packtool.readers import csv as csv_reader
+    from packtool.readers import read_records
 
     block = 16 << 10
-    monkeypatch.setattr(sources, "_CSV_BLOCK", block)
+    monkeypatch.setattr(csv_reader, "_CSV_BLOCK", block)
     path = tmp_path / "pc.csv"
     rows = _csv_with_a_long_cell(
         path, block, ["prompt", "completion"], lambda i, t: [f"question {i}", t]

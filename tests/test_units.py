@@ -27,7 +27,7 @@ from packtool.engines import pack_units
 from packtool.errors import BadRecordError, FormatError, OptionError, OutputExistsError
 from packtool.merge import merge_units, segment_lengths
 from packtool.options import PackOptions
-from packtool.sources import InputFile, read_texts, resolve_inputs
+from packtool.readers import InputFile, read_texts, resolve_inputs
 from packtool.units import plan_units
 
 PROPS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])

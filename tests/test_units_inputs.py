@@ -24,7 +24,7 @@ from test_cli import assert_one_line_error, run
 import packtool
 from packtool.engines import pack_units
 from packtool.merge import merge_units
-from packtool.sources import resolve_inputs
+from packtool.readers import resolve_inputs
 from packtool.units import plan_units
 from packtool.verify import verify
 

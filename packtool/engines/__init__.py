@@ -29,7 +29,7 @@ from ..instruct import has_labels
 from ..merge import merge_units
 from ..options import ENGINES, PackOptions
 from ..pipeline import PackReport
-from ..sources import resolve_inputs
+from ..readers import resolve_inputs
 from ..units import (
     UNITS_DIR,
     Unit,

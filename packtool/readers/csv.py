@@ -1,0 +1,384 @@
+"""CSV inputs (plain, gzip or zstd) through pyarrow's CSV reader, paced so that it does not
+read ahead without bound: texts, records, and token-id lists held in cells."""
+
+from __future__ import annotations
+
+import csv
+import io
+import threading
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from ..errors import BadRecordError, InputError
+from .batches import (
+    ColumnBatch,
+    RecordBatch,
+    RecordCollector,
+    TextBatch,
+    check_record_columns,
+    is_straddling,
+    skip_records,
+    table_records,
+    table_texts,
+)
+from .files import (
+    InputFile,
+    arrow_stream,
+)
+
+
+def read_header(inp: InputFile) -> list[str]:
+    """The column names on the first line of a CSV input."""
+    stream, _ = arrow_stream(inp)
+    try:
+        head = stream.read(1 << 16).decode("utf-8", errors="replace")
+    except OSError as e:  # a corrupt compressed file
+        raise InputError(f"{inp.path}: cannot read: {e}") from None
+    finally:
+        stream.close()
+    try:
+        return next(csv.reader(io.StringIO(head, newline="")), [])
+    except csv.Error as e:  # e.g. a lone carriage return inside an unquoted header field
+        raise InputError(f"{inp.path}: cannot read the CSV header: {e}") from None
+
+
+_CSV_BLOCK = 4 << 20
+
+
+_CSV_MAX_BLOCK = 1 << 30  # pyarrow's block size is a 32-bit int
+
+
+class _PacedReader:
+    """A file for pyarrow's CSV reader that keeps its reading thread at most ``ahead`` bytes
+    in front of the consumer.
+
+    pyarrow reads a CSV input ahead in a thread of its own without bound; with a consumer
+    slower than the disk (the tokenizer) it ended up holding the whole input in memory
+    (96 MB read after three 4 MB batches of a 101 MB file). The consumer reports what it
+    took with :meth:`advance`; a read from another thread waits while too far ahead, at most
+    ``_PACE_WAIT`` seconds at a time (so a row longer than ``ahead`` still gets read).
+    """
+
+    def __init__(self, stream: Any, ahead: int, block: int) -> None:
+        self.stream, self.ahead, self.block = stream, ahead, block
+        self.delivered = self.consumed = 0
+        self.closed = False
+        self.consumer = threading.get_ident()
+        self._cond = threading.Condition()
+
+    def read(self, size: int = -1) -> bytes:
+        with self._cond:
+            if threading.get_ident() != self.consumer:
+                self._cond.wait_for(
+                    lambda: self.closed or self.delivered - self.consumed < self.ahead,
+                    timeout=_PACE_WAIT,
+                )
+        data = self.stream.read() if size is None or size < 0 else self.stream.read(size)
+        with self._cond:
+            self.delivered += len(data)
+        return bytes(data)
+
+    def advance(self, nbytes: int) -> None:
+        with self._cond:
+            self.consumed += nbytes
+            self._cond.notify_all()
+
+    def batches(self, reader: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        """``reader``'s batches, each reported as a block of the input taken."""
+        for batch in reader:
+            self.advance(self.block)
+            yield batch
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return False
+
+    def tell(self) -> int:
+        return self.delivered
+
+    def close(self) -> None:
+        with self._cond:
+            self.closed = True
+            self._cond.notify_all()
+
+
+_PACE_WAIT = 1.0
+
+
+class _CsvBlockTooSmall(Exception):
+    """pyarrow's CSV reader met a row longer than its block size."""
+
+
+def _bigger_blocks(inp: InputFile, read_pass: Callable[[int, int], Iterator[Any]]) -> Iterator[Any]:
+    """``read_pass(block, skip)`` with blocks of ``_CSV_BLOCK`` bytes, then, each time a row
+    turns out longer than a block (pyarrow cannot read it), again with blocks 8x larger,
+    skipping the ``skip`` records already given. Long cells are rare: the usual block keeps
+    memory small, and a larger one is used only for the file that needs it."""
+    block, done = _CSV_BLOCK, 0
+    while True:
+        try:
+            for batch in read_pass(block, done):
+                done += len(batch.records)
+                yield batch
+            return
+        except _CsvBlockTooSmall as e:
+            # A block that held the whole file (or the largest one pyarrow takes) failed:
+            # the row is not the problem. A compressed file's size says nothing of its rows.
+            limit = inp.size_bytes if inp.compression is None else _CSV_MAX_BLOCK
+            if block >= min(limit, _CSV_MAX_BLOCK):
+                raise InputError(f"{inp.path}: cannot read as CSV: {e}") from None
+            block = min(block * 8, _CSV_MAX_BLOCK)
+
+
+def read_texts(
+    inp: InputFile, text_field: str, skip_bad: bool, batch_docs: int
+) -> Iterator[TextBatch]:
+    header = read_header(inp)
+    if text_field not in header:
+        fields = ", ".join(repr(n) for n in header[:20]) or "none"
+        raise InputError(
+            f"{inp.path}: no column {text_field!r} (columns found: {fields}); "
+            "choose the column with --text-field"
+        )
+    yield from _bigger_blocks(
+        inp,
+        lambda block, skip: skip_records(
+            _csv_text_pass(inp, text_field, skip_bad, batch_docs, block), skip
+        ),
+    )
+
+
+def _csv_text_pass(
+    inp: InputFile, text_field: str, skip_bad: bool, batch_docs: int, block: int
+) -> Iterator[TextBatch]:
+    import pyarrow.csv as pc
+
+    bad: list[BadRecordError] = []
+
+    def on_invalid(row: Any) -> str:
+        where = f"{inp.path}:{row.number}" if row.number is not None else str(inp.path)
+        bad.append(
+            BadRecordError(
+                where,
+                f"malformed CSV row {row.text[:60]!r} ({row.actual_columns} columns, "
+                f"expected {row.expected_columns})",
+            )
+        )
+        return "skip" if skip_bad else "error"
+
+    stream, raw = arrow_stream(inp)
+    paced = _PacedReader(stream, ahead=3 * block, block=block)
+    try:
+        reader = pc.open_csv(
+            pa.PythonFile(paced, mode="r"),
+            read_options=pc.ReadOptions(block_size=block, use_threads=False),
+            parse_options=pc.ParseOptions(newlines_in_values=True, invalid_row_handler=on_invalid),
+            convert_options=pc.ConvertOptions(
+                include_columns=[text_field],
+                column_types={text_field: pa.string()},
+                strings_can_be_null=False,
+                quoted_strings_can_be_null=False,
+            ),
+        )
+
+        for batch in table_texts(
+            paced.batches(reader), text_field, str(inp.path), skip_bad, batch_docs, raw.tell
+        ):
+            # Rows skipped as invalid have no place in the stream: count them as bad records.
+            if bad:
+                batch.texts = [None] * len(bad) + batch.texts
+                batch.bad = bad + batch.bad
+                bad = []
+            yield batch
+    except (pa.ArrowInvalid, OSError) as e:
+        if bad and not skip_bad:
+            raise bad[0].with_skip_hint() from None
+        if is_straddling(e):
+            raise _CsvBlockTooSmall(str(e)) from e
+        raise InputError(f"{inp.path}: cannot read as CSV: {e}") from e
+    finally:
+        paced.close()
+        stream.close()
+    if bad:
+        yield TextBatch([None] * len(bad), bad=bad, bytes_done=inp.size_bytes)
+
+
+def read_records(
+    inp: InputFile, fields: Sequence[str], collect: RecordCollector, batch_docs: int
+) -> Iterator[RecordBatch]:
+    check_record_columns(read_header(inp), fields, str(inp.path))
+    yield from _bigger_blocks(
+        inp,
+        lambda block, skip: skip_records(
+            _csv_records_pass(inp, fields, collect, batch_docs, block), skip
+        ),
+    )
+
+
+def _csv_records_pass(
+    inp: InputFile,
+    fields: Sequence[str],
+    collect: RecordCollector,
+    batch_docs: int,
+    block: int,
+) -> Iterator[RecordBatch]:
+    import pyarrow.csv as pc
+
+    collect.batch = RecordBatch([], [])  # a failed pass may have left records half-collected
+    stream, raw = arrow_stream(inp)
+    paced = _PacedReader(stream, ahead=3 * block, block=block)
+    try:
+        reader = pc.open_csv(
+            pa.PythonFile(paced, mode="r"),
+            read_options=pc.ReadOptions(block_size=block, use_threads=False),
+            parse_options=pc.ParseOptions(newlines_in_values=True),
+            convert_options=pc.ConvertOptions(
+                include_columns=list(fields),
+                column_types={f: pa.string() for f in fields},
+                strings_can_be_null=False,
+                quoted_strings_can_be_null=False,
+            ),
+        )
+        yield from table_records(
+            paced.batches(reader), fields, str(inp.path), collect, batch_docs, raw.tell
+        )
+    except (pa.ArrowInvalid, OSError) as e:
+        if is_straddling(e):
+            raise _CsvBlockTooSmall(str(e)) from e
+        raise InputError(f"{inp.path}: cannot read as CSV: {e}") from e
+    finally:
+        paced.close()
+        stream.close()
+
+
+def read_columns(inp: InputFile, columns: Sequence[str]) -> Iterator[ColumnBatch]:
+    header = read_header(inp)
+    for name in columns:
+        if name not in header:
+            found = ", ".join(repr(n) for n in header[:20]) or "none"
+            raise InputError(f"{inp.path}: no column {name!r} (columns found: {found})")
+    yield from _bigger_blocks(
+        inp, lambda block, skip: skip_records(_csv_columns_pass(inp, columns, block), skip)
+    )
+
+
+def _csv_columns_pass(inp: InputFile, columns: Sequence[str], block: int) -> Iterator[ColumnBatch]:
+    import pyarrow.csv as pc
+
+    malformed: list[BadRecordError] = []
+
+    def on_invalid(row: Any) -> str:
+        where = f"{inp.path}:{row.number}" if row.number is not None else str(inp.path)
+        malformed.append(
+            BadRecordError(
+                where,
+                f"malformed CSV row {row.text[:60]!r} ({row.actual_columns} columns, "
+                f"expected {row.expected_columns})",
+            )
+        )
+        return "skip"
+
+    stream, raw = arrow_stream(inp)
+    paced = _PacedReader(stream, ahead=3 * block, block=block)
+    try:
+        reader = pc.open_csv(
+            pa.PythonFile(paced, mode="r"),
+            read_options=pc.ReadOptions(block_size=block, use_threads=False),
+            parse_options=pc.ParseOptions(newlines_in_values=True, invalid_row_handler=on_invalid),
+            convert_options=pc.ConvertOptions(
+                include_columns=list(columns),
+                column_types={c: pa.string() for c in columns},
+                strings_can_be_null=False,
+                quoted_strings_can_be_null=False,
+            ),
+        )
+        for batch in paced.batches(reader):
+            bad, malformed = malformed, []  # rows pyarrow skipped: bad records, first
+            problems = {i: e.problem for i, e in enumerate(bad)}
+            k, names = len(bad), [e.location for e in bad]
+            arrays = []
+            for name in columns:
+                cells: dict[int, str] = {}
+                parsed = _int_list_cells(batch.column(name), name, cells)
+                for r, problem in cells.items():
+                    problems.setdefault(r + k, problem)
+                arrays.append(pa.concat_arrays([pa.nulls(k, parsed.type), parsed]) if k else parsed)
+            out = pa.RecordBatch.from_arrays(arrays, names=list(columns))
+            yield ColumnBatch(
+                out, raw.tell(), problems, lambda r, n=names: n[r] if r < len(n) else None
+            )
+    except (pa.ArrowInvalid, OSError) as e:
+        if is_straddling(e):
+            raise _CsvBlockTooSmall(str(e)) from e
+        raise InputError(f"{inp.path}: cannot read as CSV: {e}") from e
+    finally:
+        paced.close()
+        stream.close()
+    if malformed:
+        problems = {i: e.problem for i, e in enumerate(malformed)}
+        names = [e.location for e in malformed]
+        empty = pa.RecordBatch.from_arrays(
+            [pa.nulls(len(malformed), pa.large_list(pa.int64())) for _ in columns],
+            names=list(columns),
+        )
+        yield ColumnBatch(empty, inp.size_bytes, problems, lambda r, n=names: n[r])
+
+
+# A CSV cell holding a list of integers: "[1, 2, 3]" (pandas, json), "1 2 3", "[1 2 3]" (NumPy).
+_INT_LIST_CELL = r"^\s*\[?\s*(-?\d+(\s*,\s*|\s+))*(-?\d+)?\s*,?\s*\]?\s*$"
+
+
+_POW10 = 10 ** np.arange(19, dtype=np.int64)
+
+
+def _int_list_cells(column: pa.Array, name: str, problems: dict[int, str]) -> pa.Array:
+    """A string column of integer lists, one a cell (``"[1, 2, 3]"``, ``"1 2 3"``), as a
+    list<int64> column, parsed with NumPy over the column's bytes (no Python per token).
+    A cell that is not such a list goes into ``problems`` and is null."""
+    import pyarrow.compute as pc
+
+    n = len(column)
+    column = column.cast(pa.large_string())
+    ok = np.asarray(pc.match_substring_regex(column, _INT_LIST_CELL).fill_null(False), bool)
+    for r in np.flatnonzero(~ok):
+        cell = column[int(r)].as_py()
+        problems.setdefault(int(r), f"{name!r} is {str(cell)[:40]!r}, not a list of integer ids")
+    buffers = column.buffers()
+    cell_off = np.frombuffer(buffers[1], np.int64, n + 1, column.offset * 8)
+    data = np.frombuffer(buffers[2], np.uint8)[cell_off[0] : cell_off[-1]]
+    cell_off = cell_off - cell_off[0]
+    good = np.repeat(ok, np.diff(cell_off))
+    digit = (data >= 0x30) & (data <= 0x39) & good
+    part = digit | ((data == 0x2D) & good)  # a '-' is always right before a digit (checked)
+    boundary = np.zeros(data.size + 1, bool)
+    boundary[cell_off] = True
+    before = np.concatenate([[False], part[:-1]]) & ~boundary[:-1]
+    after = np.concatenate([part[1:], [False]]) & ~boundary[1:]
+    starts = np.flatnonzero(part & ~before)
+    ends = np.flatnonzero(part & ~after) + 1
+    negative = data[starts] == 0x2D
+    first_digit = starts + negative
+    width = ends - first_digit
+    too_long = width > 18
+    if too_long.any():
+        for t in np.flatnonzero(too_long):
+            r = int(np.searchsorted(cell_off, starts[t], "right") - 1)
+            problems.setdefault(r, f"{name!r} holds an integer too large for a token id")
+    at = np.flatnonzero(digit)
+    token = np.searchsorted(starts, at, "right") - 1
+    place = np.minimum(ends[token] - 1 - at, 18)
+    terms = (data[at] - 0x30).astype(np.int64) * _POW10[place]
+    values = np.add.reduceat(terms, np.searchsorted(at, first_digit)) if at.size else terms
+    values = np.where(negative, -values, values)
+    record = np.searchsorted(cell_off, starts, "right") - 1
+    offsets = np.concatenate([[0], np.cumsum(np.bincount(record, minlength=n))])
+    bad = np.zeros(n, bool)
+    bad[list(problems)] = True
+    return pa.LargeListArray.from_arrays(
+        pa.array(offsets.astype(np.int64)), pa.array(values), mask=pa.array(bad)
+    )

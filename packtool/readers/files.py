@@ -1,0 +1,320 @@
+"""What the inputs are and how their bytes are opened.
+
+:func:`resolve_inputs` expands paths, directories, globs and URLs into :class:`InputFile` (a
+:class:`Piece` is a contiguous part of one, a work unit's share); :func:`open_binary` and
+:func:`arrow_stream` open one (decompressed; a piece by bytes gives only its range);
+:func:`guarded` turns low-level read errors into one-line :class:`~packtool.errors.InputError`.
+"""
+
+from __future__ import annotations
+
+import glob as globlib
+import gzip
+import io
+import os
+import zlib
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+import pyarrow as pa
+
+from ..errors import InputError
+from ..fs import AnyPath, StorePath, arrow_input, as_path, open_input
+
+_KINDS = {
+    ".jsonl": "jsonl",
+    ".ndjson": "jsonl",
+    ".json": "json",
+    ".parquet": "parquet",
+    ".arrow": "arrow",
+    ".csv": "csv",
+    ".txt": "txt",
+    ".idx": "megatron",  # a Megatron-LM indexed dataset: PREFIX.idx beside PREFIX.bin
+}
+
+
+_COMPRESSED = {".gz": "gzip", ".zst": "zstd"}
+
+
+SUPPORTED = ", ".join(
+    [*_KINDS, *(k + c for k in (".jsonl", ".json", ".csv", ".txt") for c in _COMPRESSED)]
+)
+
+
+BATCH_DOCS = 1024
+
+
+TXT_UNITS = ("line", "paragraph", "document")
+
+
+@dataclass(frozen=True)
+class InputFile:
+    """One input: a file, or a directory holding a dataset saved with `datasets`."""
+
+    path: AnyPath  # a local Path, or a StorePath (a file on an object store)
+    kind: str  # jsonl, json, parquet, arrow, csv, txt, hf_dataset
+    compression: str | None
+    size_bytes: int
+
+
+@dataclass(frozen=True)
+class Piece(InputFile):
+    """A contiguous part of one input (a work unit's share of it), read by the same readers
+    as the whole input.
+
+    ``split_by`` is ``"file"`` (the whole input), ``"bytes"`` (bytes ``[start, stop)`` of an
+    uncompressed JSON Lines file; both are line starts or the end), ``"row_groups"`` (row
+    groups ``[start, stop)`` of a Parquet file) or ``"sequences"`` (sequences ``[start,
+    stop)`` of a Megatron indexed dataset). ``size_bytes`` is the size of the piece,
+    ``file_size`` that of the whole input. Errors name lines and rows counted from the start
+    of the input, as a read of the whole input names them.
+    """
+
+    file_size: int = 0
+    split_by: str = "file"
+    start: int = 0
+    stop: int = 0
+
+    @property
+    def whole(self) -> bool:
+        return self.split_by == "file"
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "path": str(self.path),
+            "kind": self.kind,
+            "compression": self.compression,
+            "file_size": self.file_size,
+            "split_by": self.split_by,
+            "start": self.start,
+            "stop": self.stop,
+        }
+
+
+def part_of(inp: InputFile, split_by: str) -> tuple[int, int] | None:
+    """``(start, stop)`` when ``inp`` is a piece cut by ``split_by``, else ``None`` (all of it)."""
+    if isinstance(inp, Piece) and inp.split_by == split_by:
+        return inp.start, inp.stop
+    return None
+
+
+def _kind_of(path: AnyPath) -> tuple[str, str | None] | None:
+    suffixes = [s.lower() for s in path.suffixes]
+    if not suffixes:
+        return None
+    compression = _COMPRESSED.get(suffixes[-1])
+    if compression is not None:
+        if len(suffixes) < 2 or suffixes[-2] not in (".jsonl", ".ndjson", ".json", ".csv", ".txt"):
+            return None
+        return _KINDS[suffixes[-2]], compression
+    kind = _KINDS.get(suffixes[-1])
+    return (kind, None) if kind else None
+
+
+def _is_hf_dataset(path: AnyPath) -> bool:
+    return (path / "state.json").exists() or (path / "dataset_dict.json").exists()
+
+
+def _tree_size(path: AnyPath) -> int:
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+
+
+def _file_input(path: AnyPath) -> InputFile:
+    if path.suffix == ".bin" and path.with_suffix(".idx").is_file():
+        path = path.with_suffix(".idx")  # the data file of a Megatron indexed dataset
+    kind = _kind_of(path)
+    if kind == ("megatron", None):
+        data = path.with_suffix(".bin")
+        if not data.is_file():
+            raise InputError(f"{path}: a Megatron index without its data file {data.name}")
+        return InputFile(path, "megatron", None, path.stat().st_size + data.stat().st_size)
+    if kind is None:
+        raise InputError(f"{path}: unsupported file type (supported: {SUPPORTED})")
+    return InputFile(path, kind[0], kind[1], path.stat().st_size)
+
+
+def resolve_inputs(
+    specs: Sequence[str | os.PathLike[str]] | str | os.PathLike[str],
+    *,
+    skipped: list[AnyPath] | None = None,
+) -> list[InputFile]:
+    """Expand paths, directories and globs into a list of inputs, in a stable order.
+
+    ``specs`` is a list of them, or one (a string is one path, never its characters).
+
+    A directory is a `datasets` dataset if it holds ``state.json`` or ``dataset_dict.json``;
+    otherwise its supported files are taken, recursively, sorted by path (hidden files and
+    directories are skipped). Its other files are skipped too, and added to ``skipped`` (to
+    say so); a file named itself, or matched by a glob, of an unknown type is an error.
+
+    A URL (``s3://bucket/prefix``, any fsspec protocol) is a file, a prefix read like a
+    directory, or a glob, on the store.
+    """
+    if isinstance(specs, (str, os.PathLike)):
+        specs = [specs]
+    if not specs:
+        raise InputError("no input given")
+    out: list[InputFile] = []
+    for spec in specs:
+        path = as_path(spec)
+        is_glob = globlib.has_magic(str(spec))
+        if isinstance(path, StorePath) and is_glob:
+            files = [p for p in path.glob() if _kind_of(p) is not None or p.is_file()]
+            if not files:
+                raise InputError(f"{spec}: the pattern matches no files")
+            out.extend(_file_input(p) for p in files)
+        elif path.is_dir():
+            if _is_hf_dataset(path):
+                out.append(InputFile(path, "hf_dataset", None, _tree_size(path)))
+                continue
+            members = sorted(
+                p
+                for p in path.rglob("*")
+                if p.is_file()
+                and not any(part.startswith(".") for part in p.relative_to(path).parts)
+            )
+            files = [p for p in members if _kind_of(p) is not None]
+            pairs = {p.with_suffix(".bin") for p in files if p.suffix == ".idx"}  # Megatron
+            unknown = [p for p in members if _kind_of(p) is None and p not in pairs]
+            if not files:
+                s = "s" if len(unknown) != 1 else ""
+                others = f" (only {len(unknown):,} file{s} of an unknown type)" if unknown else ""
+                raise InputError(
+                    f"{path}: directory holds no supported files{others}; supported: {SUPPORTED}"
+                )
+            if skipped is not None:
+                skipped.extend(unknown)
+            out.extend(_file_input(p) for p in files)
+        elif path.is_file():
+            out.append(_file_input(path))
+        elif as_path(f"{spec}.idx").is_file():  # a Megatron prefix
+            out.append(_file_input(as_path(f"{spec}.idx")))
+        elif is_glob:
+            matches = sorted(Path(p) for p in globlib.glob(str(spec), recursive=True))
+            files = [p for p in matches if p.is_file()]
+            if not files:
+                raise InputError(f"{spec}: the pattern matches no files")
+            out.extend(_file_input(p) for p in files)
+        else:
+            raise InputError(f"{spec}: no such file or directory")
+    return out
+
+
+def describe_skipped(skipped: Sequence[AnyPath | str], shown: int = 3) -> str:
+    """One line on the directory members that :func:`resolve_inputs` skipped."""
+    names = ", ".join(str(p) for p in skipped[:shown])
+    more = f" and {len(skipped) - shown:,} more" if len(skipped) > shown else ""
+    return (
+        f"{len(skipped):,} file{'s' if len(skipped) != 1 else ''} of an unknown type in the "
+        f"input directories, not read: {names}{more} (supported: {SUPPORTED})"
+    )
+
+
+class CountingReader(io.RawIOBase):
+    """Counts bytes read from the underlying file (for progress on compressed inputs), and
+    stops after ``limit`` bytes (a byte range of the file) if given."""
+
+    def __init__(self, raw: IO[bytes], limit: int | None = None) -> None:
+        self.raw = raw
+        self.count = 0
+        self.limit = limit
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b: Any) -> int:
+        if self.limit is not None:
+            room = self.limit - self.count
+            if room <= 0:
+                return 0
+            if room < len(b):
+                b = memoryview(b)[:room]
+        n = self.raw.readinto(b)  # type: ignore[attr-defined]
+        self.count += n or 0
+        return n or 0
+
+    def close(self) -> None:
+        self.raw.close()
+        super().close()
+
+
+def open_binary(inp: InputFile) -> tuple[IO[bytes], CountingReader]:
+    """The input's bytes (decompressed), and the counter of bytes read from the file. A piece
+    by bytes gives only its range."""
+    f = open_input(inp.path)
+    span = part_of(inp, "bytes")
+    if span is not None:
+        f.seek(span[0])
+    counter = CountingReader(f, None if span is None else span[1] - span[0])
+    raw: IO[bytes] = io.BufferedReader(counter, 1 << 20)
+    if inp.compression == "gzip":
+        return gzip.GzipFile(fileobj=raw), counter  # type: ignore[return-value]
+    if inp.compression == "zstd":
+        if pa.Codec.is_available("zstd"):
+            # pyarrow's decoder reports a truncated stream; zstandard's stream reader just
+            # stops, which would lose the end of a damaged file without a word.
+            native = pa.CompressedInputStream(pa.PythonFile(raw, mode="r"), "zstd")
+            return io.BufferedReader(native, 1 << 20), counter  # type: ignore[arg-type]
+        import zstandard
+
+        stream = zstandard.ZstdDecompressor().stream_reader(raw, read_across_frames=True)
+        return io.BufferedReader(stream, 1 << 20), counter  # type: ignore[arg-type]
+    return raw, counter
+
+
+class _ArrowRange:
+    """Bytes ``[start, stop)`` of a file, read as a stream; ``tell()`` counts from ``start``."""
+
+    def __init__(self, path: Any, start: int, stop: int) -> None:
+        self.file = arrow_input(path)
+        self.file.seek(start)
+        self.left, self.done = stop - start, 0
+
+    def read(self, size: int = -1) -> bytes:
+        data = self.file.read(self.left if size < 0 else min(size, self.left))
+        self.left -= len(data)
+        self.done += len(data)
+        return data  # type: ignore[no-any-return]
+
+    def tell(self) -> int:
+        return self.done
+
+    def close(self) -> None:
+        self.file.close()
+
+
+def arrow_stream(inp: InputFile) -> tuple[Any, Any]:
+    """(stream to parse, raw file whose tell() gives progress)."""
+    span = part_of(inp, "bytes")
+    if span is not None:
+        ranged = _ArrowRange(inp.path, *span)
+        return ranged, ranged
+    raw = arrow_input(inp.path)
+    if inp.compression is None:
+        return raw, raw
+    if inp.compression == "zstd" and not pa.Codec.is_available("zstd"):
+        raise NoArrowCodec
+    return pa.CompressedInputStream(raw, inp.compression), raw
+
+
+class NoArrowCodec(Exception):
+    pass
+
+
+def guarded(inp: InputFile, batches: Iterator[Any]) -> Iterator[Any]:
+    """Turn low-level read errors (a truncated or corrupt compressed file) into one-line
+    :class:`~packtool.errors.InputError` naming the file."""
+    try:
+        yield from batches
+    except (EOFError, zlib.error) as e:
+        raise InputError(f"{inp.path}: the file ends early or is corrupt ({e})") from None
+    except OSError as e:
+        if getattr(e, "filename", None):
+            raise
+        raise InputError(f"{inp.path}: cannot read: {e}") from None
+    except Exception as e:
+        if type(e).__module__.startswith("zstandard"):
+            raise InputError(f"{inp.path}: corrupt zstd data ({e})") from None
+        raise
