@@ -153,23 +153,31 @@ def read_texts(
     )
 
 
-def _csv_text_pass(
-    inp: InputFile, text_field: str, skip_bad: bool, batch_docs: int, block: int
-) -> Iterator[TextBatch]:
-    import pyarrow.csv as pc
-
-    bad: list[BadRecordError] = []
+def _on_invalid_row(inp: InputFile, sink: list[BadRecordError], then: str) -> Any:
+    """pyarrow's ``invalid_row_handler``: a malformed row becomes a bad record in ``sink``
+    (naming its line), then ``then`` ("skip" or "error")."""
 
     def on_invalid(row: Any) -> str:
         where = f"{inp.path}:{row.number}" if row.number is not None else str(inp.path)
-        bad.append(
+        sink.append(
             BadRecordError(
                 where,
                 f"malformed CSV row {row.text[:60]!r} ({row.actual_columns} columns, "
                 f"expected {row.expected_columns})",
             )
         )
-        return "skip" if skip_bad else "error"
+        return then
+
+    return on_invalid
+
+
+def _csv_text_pass(
+    inp: InputFile, text_field: str, skip_bad: bool, batch_docs: int, block: int
+) -> Iterator[TextBatch]:
+    import pyarrow.csv as pc
+
+    bad: list[BadRecordError] = []
+    on_invalid = _on_invalid_row(inp, bad, "skip" if skip_bad else "error")
 
     stream, raw = arrow_stream(inp)
     paced = _PacedReader(stream, ahead=3 * block, block=block)
@@ -271,17 +279,7 @@ def _csv_columns_pass(inp: InputFile, columns: Sequence[str], block: int) -> Ite
     import pyarrow.csv as pc
 
     malformed: list[BadRecordError] = []
-
-    def on_invalid(row: Any) -> str:
-        where = f"{inp.path}:{row.number}" if row.number is not None else str(inp.path)
-        malformed.append(
-            BadRecordError(
-                where,
-                f"malformed CSV row {row.text[:60]!r} ({row.actual_columns} columns, "
-                f"expected {row.expected_columns})",
-            )
-        )
-        return "skip"
+    on_invalid = _on_invalid_row(inp, malformed, "skip")
 
     stream, raw = arrow_stream(inp)
     paced = _PacedReader(stream, ahead=3 * block, block=block)
