@@ -770,6 +770,21 @@ class RunFigures:
     special_strings: int  # documents that held special-token strings
     parse_special: bool
     seconds: float
+    segment_lengths: np.ndarray | None = None  # every segment's length (any order)
+
+
+_HISTOGRAM_MAX_VALUES = 1 << 16  # distinct lengths; beyond, the record is left out
+
+
+def _length_histogram(lengths: np.ndarray | None) -> dict[str, list[int]] | None:
+    """The segment lengths as a histogram (``values``, ``counts``): what a merge of work units
+    needs to count the global FFD rows without reading the units' shards."""
+    if lengths is None:
+        return None
+    values, counts = np.unique(np.asarray(lengths, dtype=np.int64), return_counts=True)
+    if values.size > _HISTOGRAM_MAX_VALUES:
+        return None
+    return {"values": values.tolist(), "counts": counts.tolist()}
 
 
 def _section(value: Any) -> dict[str, Any]:
@@ -868,6 +883,9 @@ class Manifest(Mapping[str, Any]):
             "seconds": round(f.seconds, 3),
             **(extra or {}),
         }
+        histogram = _length_histogram(f.segment_lengths)
+        if histogram is not None:
+            data["segment_lengths"] = histogram
         if global_ffd_rows is not None:
             data["global_ffd_rows"] = global_ffd_rows
         if units is not None:
@@ -1167,6 +1185,20 @@ class Manifest(Mapping[str, Any]):
         """A merged dataset's ``units`` record (plan, per_unit, ...), else None."""
         value = self._data.get("units")
         return dict(value) if isinstance(value, dict) else None
+
+    @property
+    def segment_lengths(self) -> np.ndarray | None:
+        """Every segment's length (sorted), from the recorded histogram; None if there is none
+        or it does not add up to the segments recorded."""
+        h = _section(self._data.get("segment_lengths"))
+        values, counts = h.get("values"), h.get("counts")
+        if not isinstance(values, list) or not isinstance(counts, list):
+            return None
+        try:
+            out = np.repeat(np.asarray(values, np.int64), np.asarray(counts, np.int64))
+        except (TypeError, ValueError):
+            return None
+        return out if out.size == (self.segments or 0) else None
 
     @property
     def global_ffd_rows(self) -> int | None:

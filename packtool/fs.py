@@ -400,9 +400,20 @@ def remove_tree(path: AnyPath) -> None:
     shutil.rmtree(path, ignore_errors=True)
 
 
-def download_tree(url: StorePath, directory: Path) -> None:
-    """Copy every object below ``url`` into ``directory`` (same relative names)."""
+def download_tree(
+    url: StorePath,
+    directory: Path,
+    *,
+    skip_suffix: str | None = None,
+    only_suffix: str | None = None,
+) -> None:
+    """Copy the objects below ``url`` into ``directory`` (same relative names): all of them,
+    or all but those ending in ``skip_suffix``, or only those ending in ``only_suffix``."""
     for member in url.rglob("*"):
+        if skip_suffix is not None and member.name.endswith(skip_suffix):
+            continue
+        if only_suffix is not None and not member.name.endswith(only_suffix):
+            continue
         target = directory.joinpath(*member.relative_to(url).parts)
         target.parent.mkdir(parents=True, exist_ok=True)
         url._call("read it", lambda m=member, t=target: m.fs.get_file(m._key, str(t)))

@@ -55,7 +55,7 @@ from .format import (
     read_manifest,
     row_bytes,
 )
-from .fs import StorePath, as_path, check_writable, download_tree
+from .fs import AnyPath, StorePath, as_path, check_writable, download_tree
 from .limits import MAX_ROWS_PER_SHARD, MAX_SEED, check_int
 from .options import DEFAULT_SHARD_SIZE, NO_COPY_BALANCE, PackOptions, parse_size
 from .order import (
@@ -254,24 +254,6 @@ def merge_units(
     """
     started = time.perf_counter()
     out = as_path(out_dir)
-    if isinstance(out, StorePath):
-        return _merge_on_store(
-            out,
-            dict(
-                shuffle=shuffle,
-                seed=seed,
-                rows_per_shard=rows_per_shard,
-                shard_size=shard_size,
-                world_size=world_size,
-                micro_batches=micro_batches,
-                copy=copy,
-            ),
-            progress,
-        )
-    units = _load_units(out)
-    manifests = [m for _, m in units]
-    first = manifests[0]
-    max_len = first.max_len
     given = {
         "shuffle": shuffle,
         "seed": seed,
@@ -280,27 +262,58 @@ def merge_units(
         "micro_batches": micro_batches,
         "copy": copy,
     }
+    if isinstance(out, StorePath):
+        return _merge_on_store(out, given, shard_size, progress, started)
+    return _merge(out, given, shard_size, progress, started, shards_at=out)
+
+
+def _merge(
+    out: Path,
+    given: dict[str, Any],
+    shard_size: str | int | None,
+    progress: Callable[[str, int, int | None], None] | None,
+    started: float,
+    *,
+    shards_at: AnyPath,
+    fetch_shards: Callable[[], None] | None = None,
+) -> PackReport:
+    """The merge in ``out`` (a local directory holding the units' manifests). The units'
+    shards lie under ``shards_at`` (``out``, or the store a scratch copy was made from);
+    ``fetch_shards`` brings them into ``out`` where rows must be read (a copying merge, or
+    units without a recorded length histogram)."""
+    units = _load_units(out)
+    manifests = [m for _, m in units]
+    first = manifests[0]
     opts, layout = _resolve_options(manifests, given, shard_size)
     plan = _unit(first)["plan"]
     previous = merged_manifest(out)
-    if previous is not None and _still_current(out, previous, manifests, plan, opts):
+    if previous is not None and _still_current(shards_at, previous, manifests, plan, opts):
         return report_from_manifest(out, previous, time.perf_counter() - started)
     reason = "--copy" if opts["copy"] else _copy_reason(manifests, opts)
     if opts["copy"] is False and reason is not None:
         raise OptionError(f"the merge cannot list the units' shards as they are: {reason}")
-
+    first_docs = _first_docs(out, manifests)
+    n_rows = sum(m.rows for m in manifests)
+    recorded = _recorded_lengths(manifests)
+    if reason is None and recorded is not None:  # no shard is read
+        merged = _Merged(first_docs, opts, n_rows, _global_rows([recorded], first.max_len), plan,
+                         reason)  # fmt: skip
+        manifest = _reference(out, units, first_docs, opts, _manifest(units, merged, started),
+                              started, shards_at)  # fmt: skip
+        if progress:
+            progress("merge", n_rows, n_rows)
+        return report_from_manifest(out, manifest, time.perf_counter() - started)
+    if fetch_shards is not None:
+        fetch_shards()
     src = _sources(out, units)
     if progress:
         progress("merge", 0, src.n_rows)
     lengths = [segment_lengths(t) for t in src.tables]
-    all_lengths = np.concatenate(lengths) if lengths else np.zeros(0, np.int64)
-    global_rows = (
-        int(first_fit_decreasing(all_lengths, max_len).max()) + 1 if all_lengths.size else 0
-    )
-    merged = _Merged(src.first_docs, opts, src.n_rows, global_rows, plan, reason)
+    merged = _Merged(first_docs, opts, src.n_rows, _global_rows(lengths, first.max_len), plan,
+                     reason)  # fmt: skip
     if reason is None:
         record = _manifest(units, merged, started)
-        manifest = _reference(out, units, src, opts, record, started)
+        manifest = _reference(out, units, first_docs, opts, record, started, shards_at)
         if progress:
             progress("merge", src.n_rows, src.n_rows)
         return report_from_manifest(out, manifest, time.perf_counter() - started)
@@ -318,21 +331,55 @@ def merge_units(
     return report_from_manifest(out, manifest, time.perf_counter() - started)
 
 
+def _recorded_lengths(manifests: Sequence[Manifest]) -> np.ndarray | None:
+    """Every unit's segment lengths from their manifests, or None if one records none."""
+    recorded = [m.segment_lengths for m in manifests]
+    if any(r is None for r in recorded):
+        return None
+    return np.concatenate(recorded) if recorded else np.zeros(0, np.int64)  # type: ignore[arg-type]
+
+
+def _global_rows(lengths: Sequence[np.ndarray], max_len: int) -> int:
+    """Rows one first-fit-decreasing over every unit's segments would need."""
+    every = np.concatenate(list(lengths)) if lengths else np.zeros(0, np.int64)
+    return int(first_fit_decreasing(every, max_len).max()) + 1 if every.size else 0
+
+
+def _first_docs(out: Path, manifests: Sequence[Manifest]) -> list[int]:
+    """The corpus-wide number of each unit's first document; an empty corpus is the error."""
+    if not any(m.segments for m in manifests):  # every unit is empty: so is the corpus
+        counts = DocumentCounts.total(m.documents for m in manifests)
+        paths = list(dict.fromkeys(p for m in manifests for p in m.input_paths))
+        raise counts.nothing_to_pack(paths or [str(out)])
+    docs_read = [m.documents.read for m in manifests]
+    return [int(x) for x in np.concatenate([[0], np.cumsum(docs_read)[:-1]])]
+
+
 def _merge_on_store(
-    out: StorePath, options: dict[str, Any], progress: Callable[..., None] | None
+    out: StorePath,
+    given: dict[str, Any],
+    shard_size: str | int | None,
+    progress: Callable[..., None] | None,
+    started: float,
 ) -> PackReport:
-    """Merge the units under a store's prefix: they are copied to a local scratch directory,
-    merged there, and the merged shards published to ``out`` (shards first, manifest last);
-    the units stay where they are."""
+    """Merge the units under a store's prefix in a local scratch directory that holds their
+    manifests (and their shards only where rows must be read: a copying merge, or units
+    without a length histogram); what the merge writes is published to ``out`` (shards first,
+    manifest last). A merge without copying reads no shard and uploads only metadata."""
     check_writable(out)
     with tempfile.TemporaryDirectory(prefix="packtool-merge-") as scratch:
         local = Path(scratch) / "out"
-        download_tree(out / UNITS_DIR, local / UNITS_DIR)
+        download_tree(out / UNITS_DIR, local / UNITS_DIR, skip_suffix=".arrow")  # metadata
+
+        def fetch_shards() -> None:  # only where rows must be read
+            download_tree(out / UNITS_DIR, local / UNITS_DIR, only_suffix=".arrow")
+
         if (out / MANIFEST_FILE).is_file():  # an earlier merge: kept if it is the same one
             (local / MANIFEST_FILE).write_bytes((out / MANIFEST_FILE).read_bytes())
         previous = (local / MANIFEST_FILE).read_bytes() if (local / MANIFEST_FILE).exists() else b""
         try:
-            report = merge_units(local, **options, progress=progress)
+            report = _merge(local, given, shard_size, progress, started, shards_at=out,
+                            fetch_shards=fetch_shards)  # fmt: skip
         except PacktoolError as e:  # name the store's prefix, not the scratch copy
             e.args = tuple(
                 a.replace(str(local), str(out)) if isinstance(a, str) else a for a in e.args
@@ -387,28 +434,31 @@ def _ffd_rows(manifests: list[Manifest]) -> np.ndarray:
 def _reference(
     out: Path,
     units: list[tuple[Path, Manifest]],
-    src: _Sources,
+    first_docs: list[int],
     opts: dict[str, Any],
-    record: dict[str, Any],
+    record: Manifest,
     started: float,
+    shards_at: AnyPath,
 ) -> Manifest:
-    """Commit a manifest that lists the units' shards where they lie (no row is written)."""
+    """Commit a manifest that lists the units' shards where they lie (no row is written);
+    each is checked to be there (under ``shards_at``) with the size its unit records."""
     shards: list[dict[str, Any]] = []
-    for (path, m), first_doc in zip(units, src.first_docs, strict=True):
+    for (path, m), first_doc in zip(units, first_docs, strict=True):
         for entry in m.shards:
             if not entry.rows:
                 continue  # an empty unit's empty shard
             file = f"{UNITS_DIR}/{path.name}/{entry.file}"
             try:
-                size = (out / file).stat().st_size
+                size = (shards_at / file).stat().st_size
             except OSError as e:
                 raise FormatError(
-                    f"{out / file}: cannot read the unit's shard ({e.strerror}): pack that "
-                    "unit again"
+                    f"{shards_at / file}: cannot read the unit's shard "
+                    f"({e.strerror or 'missing'}): pack that unit again "
+                    "(`packtool pack ... --units N --unit I --overwrite`)"
                 ) from e
             if size != entry.bytes:
                 raise FormatError(
-                    f"{out / file}: {size} bytes, its unit's manifest records "
+                    f"{shards_at / file}: {size} bytes, its unit's manifest records "
                     f"{entry.bytes}: the shard was altered; pack that unit again "
                     "(`packtool pack ... --units N --unit I --overwrite`)"
                 )
@@ -502,12 +552,7 @@ def _sources(out: Path, units: list[tuple[Path, Manifest]]) -> _Sources:
         raise FormatError(
             f"{out}: units hold {int(starts[-1])} rows, their manifests say {expected_rows}"
         )
-    if not any(m.segments for m in manifests):  # every unit is empty: so is the corpus
-        counts = DocumentCounts.total(m.documents for m in manifests)
-        paths = list(dict.fromkeys(p for m in manifests for p in m.input_paths))
-        raise counts.nothing_to_pack(paths or [str(out)])
-    docs_read = [m.documents.read for m in manifests]
-    first_docs = [int(x) for x in np.concatenate([[0], np.cumsum(docs_read)[:-1]])]
+    first_docs = _first_docs(out, manifests)
     doc_offset = np.asarray(first_docs, dtype=np.int64)[np.asarray(table_unit, dtype=np.int64)]
     return _Sources(tables, starts, first_docs, doc_offset)
 
@@ -665,6 +710,7 @@ def _manifest(
             special_strings=sum(m.special_strings for m in manifests),
             parse_special=first.parse_special,
             seconds=time.perf_counter() - started,
+            segment_lengths=_recorded_lengths(manifests),
         ),
         labels=Manifest.summed_labels(manifests),
         global_ffd_rows=global_rows,

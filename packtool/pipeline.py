@@ -585,6 +585,7 @@ def _manifest(
             special_strings=state.special_strings,
             parse_special=o.parse_special,
             seconds=seconds,
+            segment_lengths=layout.plan.length,
         ),
         balance=layout.balance,
         labels=_describe_labels(run.plan, state.label_counts) if run.plan.labelled else None,

@@ -254,3 +254,32 @@ def test_a_merge_on_a_store_names_the_store(memory_prefix) -> None:
         merge_units(f"memory://{name}/out")
     assert str(caught.value).startswith(f"memory://{name}/out: no units to merge")
     assert "packtool-merge-" not in str(caught.value)
+
+
+def test_a_merge_on_a_store_reads_no_shard(memory_prefix, tmp_path: Path) -> None:
+    """The default merge on a store works from the units' manifests (their segment-length
+    histograms) and writes only metadata: with every unit shard replaced on the store by bytes
+    of the same size, it still merges (a read would fail), and `verify` then finds them."""
+    from packtool.engines import pack_units
+    from packtool.merge import merge_units
+    from packtool.verify import verify
+
+    fs, name = memory_prefix
+    local = tmp_path / "units-out"
+    for i in range(3):  # the units alone (as array tasks run them), no merge
+        pack_units([SAMPLE], local, units=3, unit=i, max_len=2048)
+    for path in (local / "units").rglob("*"):
+        if path.is_file():
+            rel = path.relative_to(local).as_posix()
+            data = path.read_bytes()
+            fs.pipe_file(
+                f"/{name}/out/{rel}", b"\0" * len(data) if path.suffix == ".arrow" else data
+            )
+    report = merge_units(f"memory://{name}/out")
+    merged = packtool.open_packed(f"memory://{name}/out").manifest
+    assert merged.units["copied"] is False and report.rows == merged.rows
+    assert all(s.file.startswith("units/") for s in merged.shards)
+    assert not [p for p in fs.ls(f"/{name}/out", detail=False) if p.endswith(".arrow")]
+    assert merged.global_ffd_rows is not None and merged.global_ffd_rows <= merged.rows
+    result = verify(f"memory://{name}/out")
+    assert not result.ok and any("sha256" in p for p in map(str, result.problems))
