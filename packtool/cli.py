@@ -997,7 +997,8 @@ def _verify_table(report: Any) -> Table:
     table.add_row("shards (bytes, sha256, rows)", f"{report.shards_checked:,}")
     table.add_row("rows", f"{report.rows_checked:,}")
     table.add_row("document segments", f"{report.segments:,}")
-    table.add_row("documents in rows", f"{report.documents:,}")
+    documents = "not counted" if report.documents is None else f"{report.documents:,}"
+    table.add_row("documents in rows", documents)
     table.add_row("tokens", f"{report.tokens:,}")
     if report.against is not None:
         a = report.against

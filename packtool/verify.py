@@ -116,7 +116,7 @@ class VerifyReport:
     shards_checked: int = 0
     rows_checked: int = 0
     segments: int = 0
-    documents: int = 0  # distinct documents in the rows
+    documents: int | None = None  # distinct documents in the rows (None: not counted)
     tokens: int = 0  # real tokens in the rows
     bytes_hashed: int = 0
     problems: list[Problem] = field(default_factory=list)  # the first max_problems

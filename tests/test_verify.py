@@ -419,6 +419,8 @@ def test_missing_shard(tmp_path: Path) -> None:
     report = verify(out)
     assert [(p.shard, p.check) for p in report.problems] == [(path.name, "files")]
     assert any("skipped" in n for n in report.notes)
+    assert report.documents is None  # not counted (the table says so), never "0 documents"
+    assert report.to_dict()["documents"] is None
 
 
 @pytest.mark.parametrize("keep", [0.0, 0.3, 0.9, 0.999])
