@@ -1187,6 +1187,10 @@ class Manifest(Mapping[str, Any]):
         return dict(value) if isinstance(value, dict) else None
 
     @property
+    def has_segment_lengths(self) -> bool:
+        return "segment_lengths" in self._data
+
+    @property
     def segment_lengths(self) -> np.ndarray | None:
         """Every segment's length (sorted), from the recorded histogram; None if there is none
         or it does not add up to the segments recorded."""

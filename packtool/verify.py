@@ -875,6 +875,7 @@ def _check_coverage(
     n_docs = int(np.count_nonzero(new_doc))
     report.documents = n_docs
     chunks_per_doc = np.diff(np.append(np.flatnonzero(new_doc), doc.size))
+    _check_lengths(manifest, length, problems)
     _check_counts(
         manifest,
         report,
@@ -885,6 +886,22 @@ def _check_coverage(
         dropped_chunks=rules.dropped_chunks,
         single_full=int(np.count_nonzero((chunks_per_doc == 1) & (length[new_doc] == L))),
     )
+
+
+def _check_lengths(manifest: Manifest, length: np.ndarray, problems: _Problems) -> None:
+    """The manifest's segment-length histogram (what a merge of units counts the global FFD
+    rows from) against the segments in the rows."""
+    recorded = manifest.segment_lengths
+    if manifest.has_segment_lengths and recorded is None:
+        problems.add("manifest", "segment_lengths does not add up to the segments recorded")
+    elif (
+        recorded is not None
+        and not (length < 0).any()  # malformed rows are reported on their own
+        and (recorded.size != length.size or (recorded != np.sort(length)).any())
+    ):
+        problems.add(
+            "counts", "the segment lengths in the rows differ from the manifest's segment_lengths"
+        )
 
 
 def _check_counts(

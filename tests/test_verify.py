@@ -742,3 +742,20 @@ def test_text_with_labels_whose_last_chunk_is_only_eos_verifies(tmp_path: Path) 
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["labels"]["chunks_without_labels_dropped"] == 1
     assert verify(out).ok
+
+
+def test_the_segment_length_histogram_is_checked(tmp_path: Path) -> None:
+    """The manifest's segment_lengths (what a merge of units counts the global FFD rows from)
+    must be the rows' segment lengths."""
+    _, out = pack_chars(tmp_path, rows_per_shard=4)
+    assert verify(out).ok
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert sum(manifest["segment_lengths"]["counts"]) == manifest["segments"]
+
+    def shift(m: dict) -> None:  # one segment moved to another length, the total kept
+        h = m["segment_lengths"]
+        h["values"][-1] += 1
+
+    edit_manifest(out, shift)
+    report = verify(out)
+    assert any("segment_lengths" in p.what for p in report.problems), report.problems
