@@ -640,6 +640,7 @@ class InputPlan:
     parse_special: bool = False
     read_ids: Callable[..., Iterator[IdsBatch]] | None = None  # pre-tokenized inputs
     ids_fields: IdsFields | None = None
+    notice: str | None = None  # an option given that this input does not use, said once
 
     @property
     def labelled(self) -> bool:
@@ -872,7 +873,14 @@ def plan_input(files: Sequence[InputFile], tokenizer: Tokenizer, options: PackOp
             bos=o.bos,
             parse_special=o.parse_special,
         )
+    notice = None
+    if shape is InputShape.CHAT and not add_eos and o.eos_token is not None:
+        notice = (
+            f"--eos-token {o.eos_token} names the EOS, but chats get none (the template closes "
+            "every turn): add --eos to append it to every conversation"
+        )
     return InputPlan(
+        notice=notice,
         shape=shape,
         shape_auto=shape_auto,
         loss_on=resolved_loss,

@@ -617,7 +617,11 @@ def _report(
         tokens_learned=state.label_counts["learned"] if run.plan.labelled else None,
         special_strings=state.special_strings,
         parse_special=o.parse_special,
-        notices=[n for n in (getattr(run.tok, "notice", None), _backend(run.plan).notice) if n],
+        notices=[
+            n
+            for n in (getattr(run.tok, "notice", None), _backend(run.plan).notice, run.plan.notice)
+            if n
+        ],
         backend=manifest.backend,
     )
 

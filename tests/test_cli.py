@@ -262,3 +262,14 @@ def test_a_number_given_as_eos_token_is_an_id(tmp_path: Path) -> None:
     )
     result = run("pack", SAMPLE, "-L", "512", "--eos-token", "8192", "-o", tmp_path / "o")
     assert result.exit_code != 0 and "no token '8192'" in result.output
+
+
+def test_an_eos_token_on_chats_without_eos_is_said(tmp_path: Path) -> None:
+    """Chats get no EOS by default (the template closes every turn): --eos-token alone would
+    change nothing, so a note says to add --eos; with --eos there is no note."""
+    data = SAMPLE.parent
+    base = ("pack", data / "chat.jsonl", "--chat-template", data / "chatml.jinja", "-L", "2048")
+    alone = run(*base, "--eos-token", "2", "-o", tmp_path / "a", "-q")
+    assert alone.exit_code == 0 and "add --eos to append it" in alone.stderr
+    both = run(*base, "--eos-token", "2", "--eos", "-o", tmp_path / "b", "-q")
+    assert both.exit_code == 0 and "--eos-token" not in both.stderr
