@@ -443,3 +443,19 @@ def test_stats_of_unmerged_units_names_merge(tmp_path: Path) -> None:
         r"holds work units but no merged output yet: join them with `packtool merge",
         2,
     )
+
+
+def test_a_failed_units_run_leaves_no_empty_output(tmp_path: Path) -> None:
+    """Units that fail before any finishes leave nothing (a trial found an empty OUT/units/);
+    a finished unit is kept, for the rerun to skip."""
+    lines = ['{"text": "word ' + "x " * (i % 9) + '"}' for i in range(60)]
+    src = tmp_path / "in.jsonl"
+    src.write_text("\n".join([*lines, "{broken"]) + "\n")
+    out = tmp_path / "out"
+    result = run("pack", src, "-L", "64", "-o", out, "--units", "1")
+    assert_one_line_error(result, r"in\.jsonl:61: ")
+    assert not out.exists()
+    result = run("pack", src, "-L", "64", "-o", out, "--units", "2", "--num-proc", "1")
+    assert result.exit_code != 0
+    finished = list((out / "units").glob("*/manifest.json"))
+    assert len(finished) == 1  # unit 0 (the first half) finished and is kept

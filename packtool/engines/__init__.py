@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import NothingToPackError, OptionError, OutputExistsError, PacktoolError
-from ..format import row_bytes
+from ..format import MANIFEST_FILE, row_bytes
 from ..fs import AnyPath, StorePath, as_path, check_writable, remove_tree
 from ..instruct import has_labels
 from ..merge import merge_units
@@ -216,7 +216,12 @@ def pack_units(
     merged_before = _merged(out, plan[0].plan, merge_options)
     if merged_before is not None:
         return UnitsReport(out, options.engine, [], merged_before, skipped_files=skipped_files)
-    results = _run_pending(plan, out, options, merge_options, progress)
+    try:
+        results = _run_pending(plan, out, options, merge_options, progress)
+    except PacktoolError:  # a unit failed (a bad record...): no half-made output left behind
+        if created and isinstance(out, Path) and not _any_unit_finished(out):
+            remove_tree(out)
+        raise
     try:
         merged = merge_units(out, **merge_options, progress=progress)  # type: ignore[arg-type]
     except NothingToPackError:  # every unit is empty: no output, as without --units
@@ -226,6 +231,11 @@ def pack_units(
     merged.seconds = time.perf_counter() - started  # the whole run (the manifest: the merge)
     ran = [results[i] for i in range(options.units)]
     return UnitsReport(out, options.engine, ran, merged, skipped_files=skipped_files)
+
+
+def _any_unit_finished(out: Path) -> bool:
+    """Whether a unit under ``out`` has its manifest (a rerun would then skip it)."""
+    return any((out / UNITS_DIR).glob(f"*/{MANIFEST_FILE}"))
 
 
 def _check(options: PackOptions) -> PackOptions:
