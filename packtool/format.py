@@ -781,7 +781,13 @@ def _length_histogram(lengths: np.ndarray | None) -> dict[str, list[int]] | None
     needs to count the global FFD rows without reading the units' shards."""
     if lengths is None:
         return None
-    values, counts = np.unique(np.asarray(lengths, dtype=np.int64), return_counts=True)
+    lengths = np.asarray(lengths)
+    if lengths.size and int(lengths.min()) >= 0 and int(lengths.max()) < (1 << 22):
+        every = np.bincount(lengths)  # one pass, no sort: 20M segments in about 0.1 s
+        values = np.flatnonzero(every)
+        counts = every[values]
+    else:
+        values, counts = np.unique(lengths.astype(np.int64), return_counts=True)
     if values.size > _HISTOGRAM_MAX_VALUES:
         return None
     return {"values": values.tolist(), "counts": counts.tolist()}

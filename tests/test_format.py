@@ -165,3 +165,21 @@ def test_golden_v1_output_still_reads_and_is_reproduced(tmp_path: Path) -> None:
     ):
         assert manifest[key] == golden_manifest[key], key
     assert [s["rows"] for s in manifest["shards"]] == [s["rows"] for s in golden_manifest["shards"]]
+
+
+def test_the_segment_length_histogram_is_exact(tmp_path: Path) -> None:
+    """`segment_lengths` gives back every segment's length, whichever way it is counted."""
+    import numpy as np
+
+    from packtool.format import DocumentCounts, Manifest, RunFigures, TokenCounts
+
+    rng = np.random.default_rng(5)
+    for lengths in (rng.integers(1, 4097, 5000), rng.integers(1, 1 << 24, 300), np.zeros(0)):
+        lengths = lengths.astype(np.int32)
+        m = Manifest.for_pack(
+            version="0", tokenizer={}, options={}, inputs=[],
+            figures=RunFigures(DocumentCounts(), int(lengths.size), TokenCounts(), 1, 1, 1 << 24,
+                               [], 0, False, 0.0, segment_lengths=lengths),
+        )  # fmt: skip
+        assert m.segment_lengths is not None
+        assert m.segment_lengths.tolist() == sorted(lengths.tolist())
