@@ -20,9 +20,11 @@ __all__ = [
     "check_stop",
     "install_stop_handlers",
     "on_signal",
+    "stop_signal",
 ]
 
 STOP = threading.Event()
+_SIGNAL: list[int] = []  # the signal that set STOP
 
 
 class Stopped(KeyboardInterrupt):
@@ -44,8 +46,14 @@ def on_signal(signum: int, frame: Any) -> None:
     the cleanup of the first."""
     if STOP.is_set():
         return
+    _SIGNAL[:] = [signum]
     STOP.set()
     raise Terminated if signum == signal.SIGTERM else KeyboardInterrupt
+
+
+def stop_signal() -> int | None:
+    """The signal that set the stop flag (``signal.SIGTERM``, ``signal.SIGINT``), if one did."""
+    return _SIGNAL[0] if STOP.is_set() and _SIGNAL else None
 
 
 def install_stop_handlers() -> dict[int, Any]:

@@ -24,7 +24,7 @@ if TYPE_CHECKING:  # rich's progress and tables load when a command runs, not fo
     from rich.progress import TaskID
     from rich.table import Table
 
-from ._stop import STOP, Terminated, install_stop_handlers
+from ._stop import STOP, Terminated, install_stop_handlers, stop_signal
 from ._version import __version__
 from .errors import PacktoolError
 from .fs import as_path, is_url
@@ -76,34 +76,45 @@ def handle_errors(func: F) -> F:
         except EOFError as e:  # e.g. from a decompressor; named by the readers where they can
             raise fail(f"an input ends early: {e}") from None
         except KeyboardInterrupt as e:
-            code = 143 if isinstance(e, Terminated) else 130
-            written = _written_by_this_run(kwargs, started)
-            if written is not None:  # the signal came after the manifest: nothing was lost
-                raise fail(
-                    f"interrupted after {written} was complete: the output is kept "
-                    f"(packtool verify {written} checks it)",
-                    code,
-                ) from None
-            hint = ""
-            if kwargs.get("resume") and _checkpointed(kwargs):
-                hint = " (rerun with --resume to continue from its checkpoint)"
-            if kwargs.get("units") is not None:
-                hint = " (finished units are kept: run the same command again to go on)"
-            output = kwargs.get("output")
-            if output is not None and is_url(output) and kwargs.get("units") is None:
-                # a store has no rename: shards may be there, but no manifest (readers refuse)
-                raise fail(
-                    f"interrupted; {output} is not complete (no manifest; shards already "
-                    "uploaded are replaced by the next run)",
-                    code,
-                ) from None
-            raise fail(f"interrupted; no output was written{hint}", code) from None
+            raise _interrupted(kwargs, started, isinstance(e, Terminated)) from None
+        except Exception:
+            # A signal's exception raised inside a lock's bookkeeping (a queue's get) can come
+            # out as another error ("release unlocked lock"): the stop flag says what it was.
+            if not STOP.is_set():
+                raise
+            raise _interrupted(kwargs, started, stop_signal() == signal.SIGTERM) from None
         finally:
             for signum, handler in previous.items():
                 signal.signal(signum, handler)
             STOP.clear()
 
     return wrapper  # type: ignore[return-value]
+
+
+def _interrupted(kwargs: dict[str, Any], started: float, terminated: bool) -> typer.Exit:
+    """The one line, and the exit (143 for SIGTERM, 130 for Ctrl-C), of an interrupted run."""
+    code = 143 if terminated else 130
+    written = _written_by_this_run(kwargs, started)
+    if written is not None:  # the signal came after the manifest: nothing was lost
+        return fail(
+            f"interrupted after {written} was complete: the output is kept "
+            f"(packtool verify {written} checks it)",
+            code,
+        )
+    output = kwargs.get("output")
+    if output is not None and is_url(output) and kwargs.get("units") is None:
+        # a store has no rename: shards may be there, but no manifest (readers refuse)
+        return fail(
+            f"interrupted; {output} is not complete (no manifest; shards already uploaded "
+            "are replaced by the next run)",
+            code,
+        )
+    hint = ""
+    if kwargs.get("resume") and _checkpointed(kwargs):
+        hint = " (rerun with --resume to continue from its checkpoint)"
+    if kwargs.get("units") is not None:
+        hint = " (finished units are kept: run the same command again to go on)"
+    return fail(f"interrupted; no output was written{hint}", code)
 
 
 def _checkpointed(kwargs: dict[str, Any]) -> bool:

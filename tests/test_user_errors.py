@@ -196,3 +196,34 @@ def test_a_field_named_by_option_that_the_data_lacks_is_the_error(tmp_path: Path
     )  # fmt: skip
     assert_one_line_error(result, r"no field 'question' \(--prompt-field\); its fields are 'id'")
     assert not (tmp_path / "o").exists()
+
+
+def test_a_signal_that_surfaces_as_another_error_is_still_an_interrupt() -> None:
+    """SIGTERM raised inside a lock's bookkeeping (a queue's get) can come out as
+    "RuntimeError: release unlocked lock"; the run still ends as interrupted (exit 143, one
+    line), never with a traceback (it happened once in CI)."""
+    import signal as signals
+
+    import typer
+
+    from packtool import _stop
+    from packtool.cli import handle_errors
+
+    @handle_errors
+    def work() -> None:
+        try:
+            _stop.on_signal(signals.SIGTERM, None)
+        except KeyboardInterrupt:
+            raise RuntimeError("release unlocked lock") from None
+
+    with pytest.raises(typer.Exit) as caught:
+        work()
+    assert caught.value.exit_code == 143
+    assert not _stop.STOP.is_set()  # cleared for the next command
+
+    @handle_errors
+    def plain_bug() -> None:
+        raise RuntimeError("a bug, not a signal")
+
+    with pytest.raises(RuntimeError, match="a bug"):
+        plain_bug()
