@@ -171,10 +171,27 @@ def _on_invalid_row(inp: InputFile, sink: list[BadRecordError], then: str) -> An
     return on_invalid
 
 
+def _string_columns(paced: Any, columns: Sequence[str], block: int, on_invalid: Any = None) -> Any:
+    """pyarrow's streaming CSV reader of ``columns``, as strings (no type guessing, no nulls),
+    ``block`` bytes at a time; ``on_invalid``: its handler of malformed rows (else they fail)."""
+    import pyarrow.csv as pc
+
+    return pc.open_csv(
+        pa.PythonFile(paced, mode="r"),
+        read_options=pc.ReadOptions(block_size=block, use_threads=False),
+        parse_options=pc.ParseOptions(newlines_in_values=True, invalid_row_handler=on_invalid),
+        convert_options=pc.ConvertOptions(
+            include_columns=list(columns),
+            column_types={c: pa.string() for c in columns},
+            strings_can_be_null=False,
+            quoted_strings_can_be_null=False,
+        ),
+    )
+
+
 def _csv_text_pass(
     inp: InputFile, text_field: str, skip_bad: bool, batch_docs: int, block: int
 ) -> Iterator[TextBatch]:
-    import pyarrow.csv as pc
 
     bad: list[BadRecordError] = []
     on_invalid = _on_invalid_row(inp, bad, "skip" if skip_bad else "error")
@@ -182,17 +199,7 @@ def _csv_text_pass(
     stream, raw = arrow_stream(inp)
     paced = _PacedReader(stream, ahead=3 * block, block=block)
     try:
-        reader = pc.open_csv(
-            pa.PythonFile(paced, mode="r"),
-            read_options=pc.ReadOptions(block_size=block, use_threads=False),
-            parse_options=pc.ParseOptions(newlines_in_values=True, invalid_row_handler=on_invalid),
-            convert_options=pc.ConvertOptions(
-                include_columns=[text_field],
-                column_types={text_field: pa.string()},
-                strings_can_be_null=False,
-                quoted_strings_can_be_null=False,
-            ),
-        )
+        reader = _string_columns(paced, [text_field], block, on_invalid)
 
         for batch in table_texts(
             paced.batches(reader), text_field, str(inp.path), skip_bad, batch_docs, raw.tell
@@ -235,23 +242,12 @@ def _csv_records_pass(
     batch_docs: int,
     block: int,
 ) -> Iterator[RecordBatch]:
-    import pyarrow.csv as pc
 
     collect.batch = RecordBatch([], [])  # a failed pass may have left records half-collected
     stream, raw = arrow_stream(inp)
     paced = _PacedReader(stream, ahead=3 * block, block=block)
     try:
-        reader = pc.open_csv(
-            pa.PythonFile(paced, mode="r"),
-            read_options=pc.ReadOptions(block_size=block, use_threads=False),
-            parse_options=pc.ParseOptions(newlines_in_values=True),
-            convert_options=pc.ConvertOptions(
-                include_columns=list(fields),
-                column_types={f: pa.string() for f in fields},
-                strings_can_be_null=False,
-                quoted_strings_can_be_null=False,
-            ),
-        )
+        reader = _string_columns(paced, list(fields), block)
         yield from table_records(
             paced.batches(reader), fields, str(inp.path), collect, batch_docs, raw.tell
         )
@@ -276,7 +272,6 @@ def read_columns(inp: InputFile, columns: Sequence[str]) -> Iterator[ColumnBatch
 
 
 def _csv_columns_pass(inp: InputFile, columns: Sequence[str], block: int) -> Iterator[ColumnBatch]:
-    import pyarrow.csv as pc
 
     malformed: list[BadRecordError] = []
     on_invalid = _on_invalid_row(inp, malformed, "skip")
@@ -284,17 +279,7 @@ def _csv_columns_pass(inp: InputFile, columns: Sequence[str], block: int) -> Ite
     stream, raw = arrow_stream(inp)
     paced = _PacedReader(stream, ahead=3 * block, block=block)
     try:
-        reader = pc.open_csv(
-            pa.PythonFile(paced, mode="r"),
-            read_options=pc.ReadOptions(block_size=block, use_threads=False),
-            parse_options=pc.ParseOptions(newlines_in_values=True, invalid_row_handler=on_invalid),
-            convert_options=pc.ConvertOptions(
-                include_columns=list(columns),
-                column_types={c: pa.string() for c in columns},
-                strings_can_be_null=False,
-                quoted_strings_can_be_null=False,
-            ),
-        )
+        reader = _string_columns(paced, list(columns), block, on_invalid)
         for batch in paced.batches(reader):
             bad, malformed = malformed, []  # rows pyarrow skipped: bad records, first
             problems = {i: e.problem for i, e in enumerate(bad)}
