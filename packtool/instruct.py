@@ -57,6 +57,7 @@ from .readers import (
     read_records,
     read_texts,
 )
+from .readers.batches import describe_value
 from .tokenize import (
     ANCHOR,
     DocumentEncoder,
@@ -167,11 +168,6 @@ def detect_shape(
     return InputShape.TEXT
 
 
-def _kind(value: Any) -> str:
-    kind = type(value).__name__
-    return {"NoneType": "null", "dict": "object", "list": "array", "str": "string"}.get(kind, kind)
-
-
 def check_prompt_completion(
     prompt_field: str = "prompt", completion_field: str = "completion"
 ) -> Callable[[dict[str, Any], str], tuple[str, str]]:
@@ -190,7 +186,9 @@ def check_prompt_completion(
                 )
             value = record[name]
             if not isinstance(value, str):
-                raise BadRecordError(location, f"field {name!r} is {_kind(value)}, not a string")
+                raise BadRecordError(
+                    location, f"field {name!r} is {describe_value(value)}, not a string"
+                )
             values.append(value)
         return values[0], values[1]
 
@@ -215,18 +213,19 @@ def check_chat(
         messages = record[messages_field]
         if not isinstance(messages, list):
             raise BadRecordError(
-                location, f"field {messages_field!r} is {_kind(messages)}, not a list of messages"
+                location,
+                f"field {messages_field!r} is {describe_value(messages)}, not a list of messages",
             )
         out = []
         for i, m in enumerate(messages):
             if not isinstance(m, dict):
-                raise BadRecordError(location, f"message {i} is {_kind(m)}, not an object")
+                raise BadRecordError(location, f"message {i} is {describe_value(m)}, not an object")
             for key in ("role", "content"):
                 if m.get(key) is None:
                     raise BadRecordError(location, f"message {i} has no {key!r}")
                 if not isinstance(m[key], str):
                     raise BadRecordError(
-                        location, f"message {i}: {key!r} is {_kind(m[key])}, not a string"
+                        location, f"message {i}: {key!r} is {describe_value(m[key])}, not a string"
                     )
             if m["role"] not in known:
                 raise BadRecordError(
