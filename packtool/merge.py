@@ -294,33 +294,31 @@ def _merge(
         raise OptionError(f"the merge cannot list the units' shards as they are: {reason}")
     first_docs = _first_docs(out, manifests)
     n_rows = sum(m.rows for m in manifests)
-    recorded = _recorded_lengths(manifests)
-    if reason is None and recorded is not None:  # no shard is read
-        merged = _Merged(first_docs, opts, n_rows, _global_rows([recorded], first.max_len), plan,
-                         reason)  # fmt: skip
+    lengths = _recorded_lengths(manifests)  # the units' histograms: no shard need be read
+    src = None
+    if reason is not None or lengths is None:  # rows to copy, or lengths to count
+        if fetch_shards is not None:
+            fetch_shards()
+        src = _sources(out, units)
+        if lengths is None:
+            per_table = [segment_lengths(t) for t in src.tables]
+            lengths = np.concatenate(per_table) if per_table else np.zeros(0, np.int64)
+    global_rows = _global_rows(lengths, first.max_len)
+    merged = _Merged(first_docs, opts, n_rows, global_rows, plan, reason, lengths)
+    if reason is None:
         manifest = _reference(out, units, first_docs, opts, _manifest(units, merged, started),
                               started, shards_at)  # fmt: skip
         if progress:
             progress("merge", n_rows, n_rows)
         return report_from_manifest(out, manifest, time.perf_counter() - started)
-    if fetch_shards is not None:
-        fetch_shards()
-    src = _sources(out, units)
+    assert src is not None
     if progress:
         progress("merge", 0, src.n_rows)
-    lengths = [segment_lengths(t) for t in src.tables]
-    merged = _Merged(first_docs, opts, src.n_rows, _global_rows(lengths, first.max_len), plan,
-                     reason)  # fmt: skip
-    if reason is None:
-        record = _manifest(units, merged, started)
-        manifest = _reference(out, units, first_docs, opts, record, started, shards_at)
-        if progress:
-            progress("merge", src.n_rows, src.n_rows)
-        return report_from_manifest(out, manifest, time.perf_counter() - started)
     ffd = _ffd_rows(manifests)  # global FFD row k is stored row ffd[k]
     balance = None
     if layout.world_size is not None:
-        order, balance = _balanced_order(src.tables, lengths, layout, ffd)
+        per_table = [segment_lengths(t) for t in src.tables]
+        order, balance = _balanced_order(src.tables, per_table, layout, ffd)
     elif layout.shuffle:
         order = ffd[row_shuffle(src.n_rows, layout.seed)]
     else:
@@ -339,10 +337,9 @@ def _recorded_lengths(manifests: Sequence[Manifest]) -> np.ndarray | None:
     return np.concatenate(recorded) if recorded else np.zeros(0, np.int64)  # type: ignore[arg-type]
 
 
-def _global_rows(lengths: Sequence[np.ndarray], max_len: int) -> int:
+def _global_rows(lengths: np.ndarray, max_len: int) -> int:
     """Rows one first-fit-decreasing over every unit's segments would need."""
-    every = np.concatenate(list(lengths)) if lengths else np.zeros(0, np.int64)
-    return int(first_fit_decreasing(every, max_len).max()) + 1 if every.size else 0
+    return int(first_fit_decreasing(lengths, max_len).max()) + 1 if lengths.size else 0
 
 
 def _first_docs(out: Path, manifests: Sequence[Manifest]) -> list[int]:
@@ -658,6 +655,7 @@ class _Merged:
     global_rows: int
     plan: str
     copy_reason: str | None
+    segment_lengths: np.ndarray  # every segment's length, over all the units
 
 
 def _manifest(
@@ -710,7 +708,7 @@ def _manifest(
             special_strings=sum(m.special_strings for m in manifests),
             parse_special=first.parse_special,
             seconds=time.perf_counter() - started,
-            segment_lengths=_recorded_lengths(manifests),
+            segment_lengths=merged.segment_lengths,
         ),
         labels=Manifest.summed_labels(manifests),
         global_ffd_rows=global_rows,
