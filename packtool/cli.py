@@ -1077,6 +1077,7 @@ def verify(
         Path | None,
         typer.Option(
             "--export",
+            parser=as_path,
             help="Also check an export of OUT_DIR (`packtool export`): its files' sha256 and "
             "its contents against the rows.",
             show_default=False,
@@ -1101,6 +1102,10 @@ def verify(
             f"unexpected argument {str(inputs[0])!r}: to compare with inputs, pass --against",
             2,
         )
+    if export_dir is not None:
+        from .export.common import local_export_dir
+
+        export_dir = local_export_dir(export_dir)  # a store URL: one line before any work
     with _VerifyProgress(enabled=not quiet and not as_json) as progress:
         report = run_verify(
             out_dir,
@@ -1167,7 +1172,11 @@ def export(
     output: Annotated[
         Path,
         typer.Option(
-            "--output", "-o", help="A new directory to write (never replaced).", show_default=False
+            "--output",
+            "-o",
+            parser=as_path,
+            help="A new local directory to write (never replaced).",
+            show_default=False,
         ),
     ],
     npy: Annotated[
@@ -1207,7 +1216,7 @@ def export(
         out.print(table)
         if "data_path" in record:
             out.print(
-                f"train with --data-path {output / record['data_path']}",
+                f"train with --data-path {report.path / record['data_path']}",
                 highlight=False,
                 soft_wrap=True,
             )
