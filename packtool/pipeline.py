@@ -297,7 +297,14 @@ def pack(
             )
         layout = _plan_stage(store, run.options, progress)
         manifest = _write_stage(run, store, state, layout, started, progress, extra_manifest)
-    return _report(run, state, manifest, resumed, time.perf_counter() - started)
+    stale = _STALE_CHECKPOINT.format(store.directory) if store.stale_checkpoint else None
+    return _report(run, state, manifest, resumed, time.perf_counter() - started, stale)
+
+
+_STALE_CHECKPOINT = (
+    "--resume: the checkpoint in {} was made with other inputs, options or tokenizer (or an "
+    "input changed since), so it was discarded and the run started over"
+)
 
 
 def _pack_to_store(
@@ -594,7 +601,12 @@ def _manifest(
 
 
 def _report(
-    run: _Run, state: _ReadState, manifest: Manifest, resumed: bool, seconds: float
+    run: _Run,
+    state: _ReadState,
+    manifest: Manifest,
+    resumed: bool,
+    seconds: float,
+    resume_notice: str | None = None,
 ) -> PackReport:
     o = run.options
     assert o.max_len is not None
@@ -619,7 +631,12 @@ def _report(
         parse_special=o.parse_special,
         notices=[
             n
-            for n in (getattr(run.tok, "notice", None), _backend(run.plan).notice, run.plan.notice)
+            for n in (
+                getattr(run.tok, "notice", None),
+                _backend(run.plan).notice,
+                run.plan.notice,
+                resume_notice,
+            )
             if n
         ],
         backend=manifest.backend,
