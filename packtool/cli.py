@@ -307,7 +307,7 @@ def _summary_table(report: Any, *, tokenized: bool = True) -> Table:
     speed = f" ({report.tokens_per_second:,.0f} tokens/s)" if tokenized else ""
     table.add_row("time", f"{report.seconds:.1f} s{speed}")
     backend = report.backend
-    if backend:
+    if backend and backend["name"] != "none":  # "none": pre-tokenized, nothing encoded
         fell_back = backend.get("fallback_batches", 0)
         table.add_row(
             "tokenizer backend",

@@ -644,7 +644,8 @@ def _report(
 
 
 def _backend(plan: InputPlan) -> Backend:
-    """Which engine encoded the documents (instruction data: `tokenizers`, piece by piece)."""
+    """Which engine encoded the documents (instruction data: `tokenizers`, piece by piece;
+    pre-tokenized ids: none)."""
     backend = getattr(plan.encoder, "backend", None)
     if backend is None:
         import tokenizers

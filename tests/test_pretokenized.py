@@ -166,6 +166,21 @@ def test_split_on_eos_cuts_a_stream_after_each_eos(tmp_path: Path) -> None:
         assert_row_invariants(row, 8, 0)
 
 
+def test_no_tokenizer_backend_is_claimed_for_ids(tmp_path: Path) -> None:
+    """Pre-tokenized ids are encoded by no engine: the manifest and the summary do not name
+    `tokenizers` (they said "hf ..., instruction data is encoded in pieces")."""
+    pq.write_table(pa.table({"ids": [[5, 6, 2], [7, 2]], "y": [[5, 6, 2], [-100, 2]]}),
+                   tmp_path / "s.parquet")  # fmt: skip
+    for labels in ([], ["--labels-field", "y"]):
+        out = tmp_path / f"o{len(labels)}"
+        result = run("pack", tmp_path / "s.parquet", "--ids-field", "ids", *labels,
+                     "--pad-id", "0", "-L", "8", "-o", out)  # fmt: skip
+        assert result.exit_code == 0, result.output
+        assert "tokenizer backend" not in result.stdout and "hf 0." not in result.stdout
+        backend = json.loads((out / "manifest.json").read_text())["tokenizer"]["backend"]
+        assert backend["name"] == "none" and "pre-tokenized" in backend["reason"], backend
+
+
 def test_eos_and_bos_added_when_asked(tmp_path: Path) -> None:
     pq.write_table(pa.table({"ids": [[5, 6], [7, 1], []], "y": [[5, 6], [7, 1], []]}),
                    tmp_path / "a.parquet")  # fmt: skip
