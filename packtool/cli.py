@@ -6,6 +6,7 @@ library's own exceptions become one-line errors and a non-zero exit code, never 
 
 from __future__ import annotations
 
+import datetime
 import functools
 import json
 import re
@@ -157,6 +158,10 @@ def _main(
     """Offline sequence packing for LLM training data."""
 
 
+LOG_PROGRESS_SECONDS = 30.0
+"""Off a terminal, seconds between the plain progress lines of a stage."""
+
+
 class _RichProgress:
     """Renders the library's progress callback as rich progress bars (on stderr)."""
 
@@ -187,6 +192,8 @@ class _RichProgress:
             transient=False,
         )
         self.tasks: dict[str, TaskID] = {}
+        self.begun: dict[str, float] = {}  # monotonic time of each stage's first report
+        self.logged: dict[str, float] = {}  # ... and of its last plain progress line
 
     started = False  # at the first report, so that an early error prints its line alone
 
@@ -213,18 +220,37 @@ class _RichProgress:
             self.progress.__enter__()
             self.started = True
 
+    def _detail(self, stage: str, completed: int, total: int | None) -> str:
+        if stage == "tokenize":
+            return f"{completed / 1e6:,.1f}/{(total or 0) / 1e6:,.1f} MB"
+        return "" if total is None else f"{completed:,}/{total:,}"
+
     def __call__(self, stage: str, completed: int, total: int | None) -> None:
         self._start()
         task = self.tasks.get(stage)
         if task is None:
             task = self.progress.add_task(self._LABELS.get(stage, stage), total=total, detail="")
             self.tasks[stage] = task
-        detail = ""
-        if stage == "tokenize":
-            detail = f"{completed / 1e6:,.1f}/{(total or 0) / 1e6:,.1f} MB"
-        elif total is not None:
-            detail = f"{completed:,}/{total:,}"
+        detail = self._detail(stage, completed, total)
         self.progress.update(task, completed=completed, total=total or 1, detail=detail)
+        if not err.is_terminal and not self.progress.disable:
+            self._log(stage, completed, total, detail)
+
+    def _log(self, stage: str, completed: int, total: int | None, detail: str) -> None:
+        """Off a terminal (a Slurm or CI log), the bars are drawn only at the end: a plain
+        line per stage every LOG_PROGRESS_SECONDS instead, so a long run shows it moves."""
+        now = time.monotonic()
+        first = self.begun.setdefault(stage, now)
+        if now - self.logged.get(stage, first) < LOG_PROGRESS_SECONDS:
+            return
+        self.logged[stage] = now
+        share = f"{completed / total:4.0%} " if total else ""
+        elapsed = datetime.timedelta(seconds=int(now - first))
+        err.print(
+            f"{self._LABELS.get(stage, stage)}: {share}{detail} ({elapsed} elapsed)",
+            highlight=False,
+            soft_wrap=True,
+        )
 
 
 def special_strings_line(documents: int, parsed: bool) -> str | None:
@@ -985,17 +1011,10 @@ class _VerifyProgress(_RichProgress):
         "against": "re-tokenize inputs",
     }
 
-    def __call__(self, stage: str, completed: int, total: int | None) -> None:
-        self._start()
-        task = self.tasks.get(stage)
-        if task is None:
-            task = self.progress.add_task(self._LABELS.get(stage, stage), total=total, detail="")
-            self.tasks[stage] = task
+    def _detail(self, stage: str, completed: int, total: int | None) -> str:
         if stage in ("hash", "against"):
-            detail = f"{completed / 1e6:,.1f}/{(total or 0) / 1e6:,.1f} MB"
-        else:
-            detail = f"{completed:,}/{total or 0:,}"
-        self.progress.update(task, completed=completed, total=total or 1, detail=detail)
+            return f"{completed / 1e6:,.1f}/{(total or 0) / 1e6:,.1f} MB"
+        return f"{completed:,}/{total or 0:,}"
 
 
 def _verify_table(report: Any) -> Table:

@@ -43,6 +43,24 @@ def test_pack_sample_and_summary(tmp_path: Path) -> None:
     assert len(rows) == manifest["rows"] > 0
 
 
+def test_progress_lines_off_a_terminal(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """In a log file (a Slurm job, CI) the bars are drawn only at the end: plain lines say
+    that a long stage moves (every LOG_PROGRESS_SECONDS; 0 here), and -q silences them."""
+    from packtool import cli
+
+    monkeypatch.setattr(cli, "LOG_PROGRESS_SECONDS", 0.0)
+    result = run("pack", SAMPLE, "--max-len", "4096", "-o", tmp_path / "out")
+    assert result.exit_code == 0, result.output + result.stderr
+    lines = result.stderr.splitlines()
+    assert any(line.startswith("read + tokenize: 100% 5.4/5.4 MB (") for line in lines), lines
+    assert any(line.startswith("write rows: 100% 296/296 (") for line in lines), lines
+    quiet = run("pack", SAMPLE, "--max-len", "4096", "-o", tmp_path / "q", "-q")
+    assert quiet.exit_code == 0 and quiet.stderr == "", quiet.stderr
+    monkeypatch.setattr(cli, "LOG_PROGRESS_SECONDS", 30.0)  # the default: a short run, no line
+    result = run("pack", SAMPLE, "--max-len", "4096", "-o", tmp_path / "short")
+    assert "read + tokenize:" not in result.stderr
+
+
 def test_pack_json_summary(tmp_path: Path) -> None:
     result = run("pack", SAMPLE, "--max-len", "2048", "-o", tmp_path / "o", "--json")
     assert result.exit_code == 0, result.stderr
