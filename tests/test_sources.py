@@ -79,6 +79,9 @@ def test_saved_hf_dataset_and_dict(tmp_path: Path) -> None:
     dd2.save_to_disk(str(tmp_path / "dd2"))
     with pytest.raises(InputError, match="splits a, b: choose one with --split"):
         texts_of(tmp_path / "dd2")
+    # a mistyped --split is named (it read as if no split had been given)
+    with pytest.raises(InputError, match="splits train, test: no split 'tset' in it; choose"):
+        texts_of(tmp_path / "dd", split="tset")
 
 
 def test_saved_dataset_is_read_not_mapped(tmp_path: Path) -> None:
