@@ -123,6 +123,18 @@ def test_error_missing_field_lists_fields(tmp_path: Path) -> None:
     assert ok.exit_code == 0, ok.stderr
 
 
+def test_error_missing_field_names_a_chat_field(tmp_path: Path) -> None:
+    """Chats under another field than `messages` read as text (auto shape): the error names
+    --messages-field with the field that holds them, not only --text-field."""
+    chat = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]
+    write_jsonl(tmp_path / "c.jsonl", [{"id": 3, "conversation": chat}])
+    assert_one_line_error(
+        run("pack", tmp_path / "c.jsonl", "--max-len", "64", "-o", tmp_path / "o"),
+        r"c\.jsonl:1: no field 'text' \(fields found: 'id', 'conversation'\) \(choose the field "
+        r"with --text-field; for these chats, --messages-field conversation; or pass --skip",
+    )
+
+
 def test_error_non_string_text(tmp_path: Path) -> None:
     write_jsonl(tmp_path / "in.jsonl", [{"text": "a"}, {"text": ["a", "list"]}])
     assert_one_line_error(
