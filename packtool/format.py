@@ -176,10 +176,14 @@ class DocumentCounts:
             raise AssertionError(f"documents read {self.read} != accounted {accounted}: {self}")
 
     def nothing_to_pack(
-        self, paths: Sequence[Path | str], without_labels: int = 0
+        self,
+        paths: Sequence[Path | str],
+        without_labels: int = 0,
+        bad_records: Sequence[str] = (),
     ) -> NothingToPackError:
         """The error for inputs that give no segment to pack, saying what became of what was
-        read (``without_labels``: examples with nothing to learn, counted as empty too)."""
+        read (``without_labels``: examples with nothing to learn, counted as empty too), and
+        the first of the ``bad_records`` skipped, which often says why."""
         where = str(paths[0]) if len(paths) == 1 else f"{len(paths):,} inputs ({paths[0]}, ...)"
         if not self.read:
             return NothingToPackError(f"no documents in {where}: nothing to pack")
@@ -190,8 +194,10 @@ class DocumentCounts:
             (self.bad_records_skipped, "bad and skipped"),
         ]
         told = ", ".join(f"{n:,} {what}" for n, what in why if n)
+        first = f" (the first bad record: {bad_records[0]})" if bad_records else ""
         return NothingToPackError(
-            f"no documents to pack in {where}: of {self.read:,} read, {told or 'none has tokens'}"
+            f"no documents to pack in {where}: of {self.read:,} read, "
+            f"{told or 'none has tokens'}{first}"
         )
 
 

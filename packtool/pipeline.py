@@ -293,7 +293,9 @@ def pack(
         state, resumed = _tokenize_stage(run, store, progress)
         if store.num_items == 0 and not allow_empty:
             raise state.counts.nothing_to_pack(
-                [f.path for f in run.files], state.label_counts["documents_without_labels"]
+                [f.path for f in run.files],
+                state.label_counts["documents_without_labels"],
+                state.bad_records,
             )
         layout = _plan_stage(store, run.options, progress)
         manifest = _write_stage(run, store, state, layout, started, progress, extra_manifest)

@@ -413,6 +413,13 @@ def test_a_named_file_of_an_unknown_type_fails(tmp_path: Path) -> None:
             r"no documents to pack in {src}: of 2 read, 1 empty \(no tokens\), 1 longer than "
             r"--max-len, dropped \(--overflow drop\)$",
         ),
+        (  # the first bad record says why (a mistyped field, a failing template...)
+            '{"text": ""}\n{"txt": "hello"}\n',
+            ["--skip-bad-records"],
+            r"no documents to pack in {src}: of 2 read, 1 empty \(no tokens\), 1 bad and "
+            r"skipped \(the first bad record: {src}:2: no field 'text' \(fields found: 'txt'\) "
+            r"\(choose the field with --text-field\)\)$",
+        ),
     ],
 )
 @pytest.mark.parametrize("units", [[], ["--units", "2"]])
