@@ -162,6 +162,29 @@ def test_directory_and_glob(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
+    "specs",
+    [
+        ["d/b.jsonl", "d/b.jsonl"],  # the same file twice
+        ["d", "d/b.jsonl"],  # a directory and a file in it
+        ["d/*.jsonl", "d"],  # a glob and the directory it lists
+        ["d/b.jsonl", "d/../d/b.jsonl"],  # another spelling of the same path
+    ],
+)
+def test_an_input_named_twice_is_refused(
+    tmp_path: Path, specs: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its documents would be packed twice, silently (they were: 600 documents of a 300-line
+    file given twice)."""
+    (tmp_path / "d").mkdir()
+    write_jsonl(tmp_path / "d" / "b.jsonl", [{"text": "b"}])
+    write_jsonl(tmp_path / "d" / "c.jsonl", [{"text": "c"}])
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(InputError, match=r"b\.jsonl: named twice by the inputs \('"):
+        resolve_inputs(specs)
+    assert len(resolve_inputs(["d/b.jsonl", "d/c.jsonl"])) == 2
+
+
+@pytest.mark.parametrize(
     ("lines", "message"),
     [
         (['{"text": "a"}', '{"text": "b"', '{"text": "c"}'], r"bad\.jsonl:2: malformed JSON"),
