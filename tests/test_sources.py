@@ -179,7 +179,7 @@ def test_an_input_named_twice_is_refused(
     write_jsonl(tmp_path / "d" / "b.jsonl", [{"text": "b"}])
     write_jsonl(tmp_path / "d" / "c.jsonl", [{"text": "c"}])
     monkeypatch.chdir(tmp_path)
-    with pytest.raises(InputError, match=r"b\.jsonl: named twice by the inputs \('"):
+    with pytest.raises(InputError, match=r"b\.jsonl: named twice by the inputs, so its"):
         resolve_inputs(specs)
     assert len(resolve_inputs(["d/b.jsonl", "d/c.jsonl"])) == 2
 

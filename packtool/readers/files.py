@@ -157,66 +157,64 @@ def resolve_inputs(
     if not specs:
         raise InputError("no input given")
     out: list[InputFile] = []
-    named_by: dict[str, str] = {}  # each input -> the spec that named it first
     for spec in specs:
-        first = len(out)
-        _resolve_one(spec, out, skipped)
-        for inp in out[first:]:
-            key = str(inp.path) if is_url(inp.path) else str(Path(inp.path).resolve())
-            if key in named_by:
-                by = f"{named_by[key]!r} and {str(spec)!r}"
+        path = as_path(spec)
+        is_glob = globlib.has_magic(str(spec))
+        if isinstance(path, StorePath) and is_glob:
+            files = [p for p in path.glob() if _kind_of(p) is not None or p.is_file()]
+            if not files:
+                raise InputError(f"{spec}: the pattern matches no files")
+            out.extend(_file_input(p) for p in files)
+        elif path.is_dir():
+            if _is_hf_dataset(path):
+                out.append(InputFile(path, "hf_dataset", None, _tree_size(path)))
+                continue
+            members = sorted(
+                p
+                for p in path.rglob("*")
+                if p.is_file()
+                and not any(part.startswith(".") for part in p.relative_to(path).parts)
+            )
+            files = [p for p in members if _kind_of(p) is not None]
+            pairs = {p.with_suffix(".bin") for p in files if p.suffix == ".idx"}  # Megatron
+            unknown = [p for p in members if _kind_of(p) is None and p not in pairs]
+            if not files:
+                s = "s" if len(unknown) != 1 else ""
+                others = f" (only {len(unknown):,} file{s} of an unknown type)" if unknown else ""
                 raise InputError(
-                    f"{inp.path}: named twice by the inputs ({by}), so its documents would be "
-                    "packed twice: name each input once (to repeat one on purpose, give a copy)"
+                    f"{path}: directory holds no supported files{others}; supported: {SUPPORTED}"
                 )
-            named_by[key] = str(spec)
+            if skipped is not None:
+                skipped.extend(unknown)
+            out.extend(_file_input(p) for p in files)
+        elif path.is_file():
+            out.append(_file_input(path))
+        elif as_path(f"{spec}.idx").is_file():  # a Megatron prefix
+            out.append(_file_input(as_path(f"{spec}.idx")))
+        elif is_glob:
+            matches = sorted(Path(p) for p in globlib.glob(str(spec), recursive=True))
+            files = [p for p in matches if p.is_file()]
+            if not files:
+                raise InputError(f"{spec}: the pattern matches no files")
+            out.extend(_file_input(p) for p in files)
+        else:
+            raise InputError(f"{spec}: no such file or directory")
+    _refuse_repeats(out)
     return out
 
 
-def _resolve_one(
-    spec: str | os.PathLike[str], out: list[InputFile], skipped: list[AnyPath] | None
-) -> None:
-    """Append the inputs that one path, directory or glob names to ``out``."""
-    path = as_path(spec)
-    is_glob = globlib.has_magic(str(spec))
-    if isinstance(path, StorePath) and is_glob:
-        files = [p for p in path.glob() if _kind_of(p) is not None or p.is_file()]
-        if not files:
-            raise InputError(f"{spec}: the pattern matches no files")
-        out.extend(_file_input(p) for p in files)
-    elif path.is_dir():
-        if _is_hf_dataset(path):
-            out.append(InputFile(path, "hf_dataset", None, _tree_size(path)))
-            return
-        members = sorted(
-            p
-            for p in path.rglob("*")
-            if p.is_file() and not any(part.startswith(".") for part in p.relative_to(path).parts)
-        )
-        files = [p for p in members if _kind_of(p) is not None]
-        pairs = {p.with_suffix(".bin") for p in files if p.suffix == ".idx"}  # Megatron
-        unknown = [p for p in members if _kind_of(p) is None and p not in pairs]
-        if not files:
-            s = "s" if len(unknown) != 1 else ""
-            others = f" (only {len(unknown):,} file{s} of an unknown type)" if unknown else ""
+def _refuse_repeats(inputs: Sequence[InputFile]) -> None:
+    """An input named twice (twice over, by a directory and a file in it, by a glob and its
+    directory) would have its documents packed twice."""
+    seen: set[str] = set()
+    for inp in inputs:
+        key = str(inp.path) if is_url(inp.path) else str(Path(inp.path).resolve())
+        if key in seen:
             raise InputError(
-                f"{path}: directory holds no supported files{others}; supported: {SUPPORTED}"
+                f"{inp.path}: named twice by the inputs, so its documents would be packed "
+                "twice: name each input once (to repeat one on purpose, give a copy)"
             )
-        if skipped is not None:
-            skipped.extend(unknown)
-        out.extend(_file_input(p) for p in files)
-    elif path.is_file():
-        out.append(_file_input(path))
-    elif as_path(f"{spec}.idx").is_file():  # a Megatron prefix
-        out.append(_file_input(as_path(f"{spec}.idx")))
-    elif is_glob:
-        matches = sorted(Path(p) for p in globlib.glob(str(spec), recursive=True))
-        files = [p for p in matches if p.is_file()]
-        if not files:
-            raise InputError(f"{spec}: the pattern matches no files")
-        out.extend(_file_input(p) for p in files)
-    else:
-        raise InputError(f"{spec}: no such file or directory")
+        seen.add(key)
 
 
 def describe_skipped(skipped: Sequence[AnyPath | str], shown: int = 3) -> str:
