@@ -472,8 +472,9 @@ def pack(
         Path | None,
         typer.Option(
             parser=as_path,
-            help="Jinja chat template for chat records, rendered in a sandbox \\[default: the "
-            "chat_template of the tokenizer's tokenizer_config.json].",
+            help="Jinja chat template for chat records (or a tokenizer_config.json holding "
+            "one), rendered in a sandbox \\[default: the chat_template of the tokenizer's "
+            "tokenizer_config.json].",
             show_default=False,
         ),
     ] = None,
