@@ -257,13 +257,14 @@ def special_strings_line(documents: int, parsed: bool) -> str | None:
     """The line about special-token strings found in the data (``None``: there were none)."""
     if not documents:
         return None
+    hold = "document holds" if documents == 1 else "documents hold"
     if parsed:
         return (
-            f"{documents:,} documents hold special-token strings; parsed as control tokens "
+            f"{documents:,} {hold} special-token strings; parsed as control tokens "
             "(--parse-special)"
         )
     return (
-        f"{documents:,} documents hold special-token strings of the tokenizer; encoded as "
+        f"{documents:,} {hold} special-token strings of the tokenizer; encoded as "
         "the text they spell (--parse-special parses them)"
     )
 

@@ -303,3 +303,12 @@ def test_an_eos_token_on_chats_without_eos_is_said(tmp_path: Path) -> None:
     assert alone.exit_code == 0 and "add --eos to append it" in alone.stderr
     both = run(*base, "--eos-token", "2", "--eos", "-o", tmp_path / "b", "-q")
     assert both.exit_code == 0 and "--eos-token" not in both.stderr
+
+
+def test_special_strings_note_counts_in_english() -> None:
+    from packtool.cli import special_strings_line
+
+    assert special_strings_line(0, False) is None
+    assert special_strings_line(1, False).startswith("1 document holds special-token strings")
+    assert special_strings_line(1, True).startswith("1 document holds special-token strings;")
+    assert special_strings_line(12, False).startswith("12 documents hold special-token strings")
