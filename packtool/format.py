@@ -1291,7 +1291,9 @@ class PackedReader:
             value = None
         if value is None:
             raise FormatError(
-                f"{self.path / MANIFEST_FILE}: the manifest records no tokenizer vocab_size"
+                f"{self.path / MANIFEST_FILE}: the manifest records no tokenizer vocab_size "
+                "(a pre-tokenized pack records one when packed with --vocab-size N or "
+                "--tokenizer)"
             )
         return value
 

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from test_cli import assert_one_line_error, run
 
 import packtool
-from packtool.errors import BadRecordError, InputError, OptionError
+from packtool.errors import BadRecordError, FormatError, InputError, OptionError
 from packtool.options import PackOptions
 
 IGNORE = -100
@@ -179,6 +179,19 @@ def test_no_tokenizer_backend_is_claimed_for_ids(tmp_path: Path) -> None:
         assert "tokenizer backend" not in result.stdout and "hf 0." not in result.stdout
         backend = json.loads((out / "manifest.json").read_text())["tokenizer"]["backend"]
         assert backend["name"] == "none" and "pre-tokenized" in backend["reason"], backend
+
+
+def test_the_vocabulary_size_of_a_pre_tokenized_pack(tmp_path: Path) -> None:
+    """Training code sizes its embeddings from ``reader.vocab_size``: a pack without a
+    tokenizer records it from --vocab-size, and without one the error names that option."""
+    pq.write_table(pa.table({"ids": [[5, 6, 2], [7, 2]]}), tmp_path / "s.parquet")
+    packtool.pack([tmp_path / "s.parquet"], tmp_path / "a", max_len=8, ids_field="ids", pad_id=0,
+                  vocab_size=100)  # fmt: skip
+    assert packtool.open_packed(tmp_path / "a").vocab_size == 100
+    packtool.pack([tmp_path / "s.parquet"], tmp_path / "b", max_len=8, ids_field="ids", pad_id=0)
+    with pytest.raises(FormatError, match=r"records no tokenizer vocab_size \(a pre-tokenized "
+                       r"pack records one when packed with --vocab-size N"):  # fmt: skip
+        packtool.open_packed(tmp_path / "b").vocab_size  # noqa: B018
 
 
 def test_eos_and_bos_added_when_asked(tmp_path: Path) -> None:
