@@ -58,6 +58,7 @@ def stderr() -> Console:
 
     return Console(stderr=True)
 
+
 F = TypeVar("F", bound=Callable[..., Any])
 
 
@@ -185,6 +186,10 @@ class _RichProgress:
     }
 
     def __init__(self, enabled: bool) -> None:
+        self.enabled = enabled
+        self.tasks: dict[str, TaskID] = {}
+        if not enabled:  # --quiet, --json: rich's progress module is not even imported
+            return
         from rich.progress import (
             BarColumn,
             Progress,
@@ -201,10 +206,8 @@ class _RichProgress:
             TimeElapsedColumn(),
             TimeRemainingColumn(),
             console=stderr(),
-            disable=not enabled,
             transient=False,
         )
-        self.tasks: dict[str, TaskID] = {}
 
     started = False  # at the first report, so that an early error prints its line alone
 
@@ -233,6 +236,8 @@ class _RichProgress:
             self.started = True
 
     def __call__(self, stage: str, completed: int, total: int | None) -> None:
+        if not self.enabled:
+            return
         self._start()
         task = self.tasks.get(stage)
         if task is None:
@@ -1007,6 +1012,8 @@ class _VerifyProgress(_RichProgress):
     }
 
     def __call__(self, stage: str, completed: int, total: int | None) -> None:
+        if not self.enabled:
+            return
         self._start()
         task = self.tasks.get(stage)
         if task is None:
@@ -1155,10 +1162,14 @@ def verify(
         hidden = report.problems_total - len(report.problems)
         if hidden > 0:
             counts = ", ".join(f"{k} {v:,}" for k, v in sorted(report.problem_counts.items()))
-            stdout().print(f"... and {hidden:,} more problems (by check: {counts})", highlight=False)
+            stdout().print(
+                f"... and {hidden:,} more problems (by check: {counts})", highlight=False
+            )
         if export_check is not None:
             state = "verified" if export_check.ok else "FAILED"
-            stdout().print(f"export ({export_check.to}) {state}: {export_check.path}", highlight=False)
+            stdout().print(
+                f"export ({export_check.to}) {state}: {export_check.path}", highlight=False
+            )
             for problem in export_check.problems:
                 stdout().print(f"[red]problem:[/] {problem}", highlight=False, soft_wrap=True)
     if not report.ok or (export_check is not None and not export_check.ok):
