@@ -1100,6 +1100,14 @@ def verify(
             show_default=False,
         ),
     ] = None,
+    chat_template: Annotated[
+        str | None,
+        typer.Option(
+            help="With --against, chat records: the Jinja template they were packed with "
+            "[default: the file the manifest names, else the tokenizer's].",
+            show_default=False,
+        ),
+    ] = None,
     max_problems: Annotated[int, typer.Option(help="Problems to list (all are counted).")] = 20,
     export_dir: Annotated[
         Path | None,
@@ -1137,6 +1145,7 @@ def verify(
             max_problems=max_problems,
             progress=progress,
             parse_special=parse_special,
+            chat_template=chat_template,
         )
     export_check = None
     if export_dir is not None:
