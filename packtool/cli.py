@@ -293,13 +293,34 @@ def special_strings_line(documents: int, parsed: bool) -> str | None:
     )
 
 
+BUNDLED_TOKENIZER_NOTE = (
+    "tokenized with packtool's bundled sample tokenizer (an 8,192-id BPE trained on "
+    "sample_data, for trying packtool out): pass --tokenizer for your model's"
+)
+
+
+def _tokenizer_name(report: Any) -> str | None:
+    """The tokenizer a pack (or a corpus's stats) used, as the manifest names it."""
+    manifest = getattr(report, "manifest", None)
+    if manifest is not None:
+        return manifest.tokenizer.get("name")  # type: ignore[no-any-return]
+    return getattr(report, "tokenizer", None)
+
+
 def _print_notices(report: Any, *, quiet: bool) -> None:
-    """The tokenizer's notices (always, on stderr) and the special-token strings line."""
+    """The tokenizer's notices (always, on stderr), the special-token strings line, and
+    a reminder when the bundled sample tokenizer was used (without --tokenizer)."""
     for notice in report.notices:
         stderr().print(f"[yellow]note:[/] {notice}", highlight=False, soft_wrap=True)
     line = special_strings_line(report.special_strings, report.parse_special)
     if line and not quiet:
         stderr().print(f"[yellow]note:[/] {line}", highlight=False, soft_wrap=True)
+    from .tokenize import DEFAULT_TOKENIZER
+
+    if not quiet and _tokenizer_name(report) == DEFAULT_TOKENIZER:
+        stderr().print(
+            f"[yellow]note:[/] {BUNDLED_TOKENIZER_NOTE}", highlight=False, soft_wrap=True
+        )
 
 
 def _say_skipped(skipped: list[str], quiet: bool) -> None:
@@ -329,6 +350,9 @@ def _summary_table(report: Any, *, tokenized: bool = True) -> Table:
         "  dropped / empty / bad skipped",
         f"{d.dropped:,} / {d.empty:,} / {d.bad_records_skipped:,}",
     )
+    tokenizer = report.manifest.tokenizer
+    vocab = tokenizer.get("vocab_size")
+    table.add_row("tokenizer", f"{tokenizer.get('name')}" + (f" ({vocab:,} ids)" if vocab else ""))
     table.add_row("segments", f"{report.segments:,}")
     table.add_row("tokens in rows", f"{report.tokens:,}")
     if report.tokens_learned is not None:

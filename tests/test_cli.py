@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import SAMPLE, write_jsonl
+from conftest import REPO, SAMPLE, write_jsonl
 from helpers import read_rows
 from typer.testing import CliRunner
 
@@ -312,3 +312,20 @@ def test_special_strings_note_counts_in_english() -> None:
     assert special_strings_line(1, False).startswith("1 document holds special-token strings")
     assert special_strings_line(1, True).startswith("1 document holds special-token strings;")
     assert special_strings_line(12, False).startswith("12 documents hold special-token strings")
+
+
+def test_the_bundled_tokenizer_is_said(tmp_path: Path) -> None:
+    """Without --tokenizer the ids are those of a toy 8,192-id BPE, valid ids for any larger
+    model: the summary names the tokenizer, and a note says to pass --tokenizer."""
+    src = write_jsonl(tmp_path / "c.jsonl", [{"text": "hello world"}])
+    result = run("pack", src, "-L", "64", "-o", tmp_path / "a")
+    assert result.exit_code == 0, result.output
+    assert "bundled sample tokenizer" in result.stderr and "pass --tokenizer" in result.stderr
+    assert "packtool-default (8,192 ids)" in result.stdout
+    bundled = REPO / "packtool" / "_data" / "tokenizer.json"  # the same file, named by the user
+    result = run("pack", src, "-L", "64", "-o", tmp_path / "b", "--tokenizer", bundled)
+    assert result.exit_code == 0, result.output
+    assert "bundled sample tokenizer" not in result.stderr
+    assert "packtool-default" not in result.stdout and "(8,192 ids)" in result.stdout
+    stats = run("stats", src, "-L", "64", "--cache-dir", tmp_path / "cache")
+    assert "bundled sample tokenizer" in stats.stderr
