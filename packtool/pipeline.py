@@ -390,6 +390,8 @@ def _prepare(
     options = megatron_ids(files, options)
     if options.split_on_eos is not None and options.ids_field is None:
         raise OptionError("--split-on-eos cuts pre-tokenized records: give --ids-field NAME")
+    if options.vocab_size is not None and options.ids_field is None:  # text: the tokenizer's bounds
+        raise OptionError("--vocab-size bounds pre-tokenized ids: give --ids-field NAME")
     # Only text documents use the fast backend: for instruction data and ids, fastokens' copy
     # is not even loaded.
     text = options.ids_field is None and input_shape(files, options)[0] is InputShape.TEXT

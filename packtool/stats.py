@@ -1219,6 +1219,8 @@ def corpus_stats(
         o = o.replace(ids_field="tokens")  # Megatron data is ids; a name to show
     if o.split_on_eos is not None and o.ids_field is None:
         raise OptionError("--split-on-eos cuts pre-tokenized records: give --ids-field NAME")
+    if o.vocab_size is not None and o.ids_field is None:  # text: the tokenizer's bounds
+        raise OptionError("--vocab-size bounds pre-tokenized ids: give --ids-field NAME")
     directory = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
     data, hit, key, tok, overflow, backend = _lengths_of(
         files, o, directory / "lengths" if use_cache else None, progress

@@ -11,6 +11,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from conftest import write_jsonl
 from helpers import assert_row_invariants, read_rows
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -269,6 +270,13 @@ def test_bad_loss_mask_and_option_mistakes(tmp_path: Path) -> None:
     )
     with pytest.raises(OptionError, match="not both"):
         PackOptions(ids_field="ids", labels_field="a", loss_mask_field="b")
+    # --vocab-size on text was ignored without a word: the tokenizer bounds text ids
+    text = write_jsonl(tmp_path / "t.jsonl", [{"text": "hello"}])
+    pack = run("pack", text, "-L", "8", "--vocab-size", "10", "-o", tmp_path / "t")
+    stats = run("stats", text, "-L", "8", "--vocab-size", "10", "--no-cache")
+    for result in (pack, stats):
+        assert_one_line_error(result, r"--vocab-size bounds pre-tokenized ids: give --ids-field", 2)
+    assert not (tmp_path / "t").exists()
 
 
 def test_ids_checked_against_the_tokenizer_vocabulary(tmp_path: Path) -> None:
