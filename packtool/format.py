@@ -590,6 +590,12 @@ def check_output_dir(out_dir: Path, overwrite: bool) -> None:
     is replaced: ``--overwrite`` must never delete a directory of other files by mistake.
     """
     if not out_dir.exists():
+        above = next((p for p in out_dir.parents if p.exists()), None)
+        if above is not None and not above.is_dir():  # -o corpus.jsonl/out
+            raise OutputExistsError(
+                f"output directory {out_dir} cannot be made: {above} is a file, not a "
+                "directory; choose another --output"
+            )
         return
     if not out_dir.is_dir():
         raise OutputExistsError(

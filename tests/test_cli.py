@@ -241,6 +241,12 @@ def test_error_output_exists(tmp_path: Path) -> None:
         run("pack", SAMPLE, "--max-len", "64", "-o", tmp_path / "o"),
         r"already exists \(pass --overwrite to replace it\)",
     )
+    # under a file (it said only "File exists", naming the file)
+    src = write_jsonl(tmp_path / "c.jsonl", [{"text": "hi"}])
+    assert_one_line_error(
+        run("pack", src, "--max-len", "64", "-o", tmp_path / "c.jsonl" / "out"),
+        r"output directory .*c\.jsonl/out cannot be made: .*c\.jsonl is a file, not a directory",
+    )
 
 
 def test_error_bad_overflow_and_eos_token(tmp_path: Path) -> None:
