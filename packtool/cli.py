@@ -379,6 +379,8 @@ def _summary_table(report: Any, *, tokenized: bool = True) -> Table:
         f"{report.padding_saved:.1%} of slots vs padding every segment to max-len "
         f"({report.unpacked_slots:,} -> {report.rows * report.max_len:,} slots)",
     )
+    # (a rerun of --units whose units and merge were all done tokenized nothing: no speed)
+    tokenized = tokenized and report.tokens_per_second > 0
     speed = f" ({report.tokens_per_second:,.0f} tokens/s)" if tokenized else ""
     table.add_row("time", f"{report.seconds:.1f} s{speed}")
     backend = report.backend

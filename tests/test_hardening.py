@@ -437,6 +437,18 @@ def test_empty_input_is_an_error_at_the_top_level(
         assert stats.stderr.startswith("Error: ")  # no progress bar left above it
 
 
+def test_a_units_rerun_with_nothing_to_do_claims_no_speed(tmp_path: Path) -> None:
+    """Every unit and the merge already done: nothing was tokenized (it said "0 tokens/s")."""
+    src = tmp_path / "in.jsonl"
+    src.write_text('{"text": "hello world"}\n{"text": "and more"}\n')
+    args = ("pack", src, "-L", "64", "-o", tmp_path / "out", "--units", "2")
+    first = run(*args)
+    assert first.exit_code == 0 and " tokens/s)" in first.stdout, first.output
+    again = run(*args)
+    assert again.exit_code == 0, again.output
+    assert "tokens/s" not in again.stdout and "rows" in again.stdout
+
+
 def test_an_empty_unit_is_fine(tmp_path: Path) -> None:
     src = tmp_path / "in.jsonl"
     src.write_text('{"text": "hello world"}\n')
