@@ -335,3 +335,24 @@ def test_the_bundled_tokenizer_is_said(tmp_path: Path) -> None:
     assert "packtool-default" not in result.stdout and "(8,192 ids)" in result.stdout
     stats = run("stats", src, "-L", "64", "--cache-dir", tmp_path / "cache")
     assert "bundled sample tokenizer" in stats.stderr
+
+
+def test_a_pack_inside_its_input_directory_is_not_read_again(tmp_path: Path) -> None:
+    """`pack DIR -o DIR/packed`, run again with --overwrite, read its own earlier shards and
+    JSON files as inputs (an error naming a shard, or, with --ids-field, packed rows taken for
+    documents): a packtool output inside an input directory is skipped, and said."""
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    write_jsonl(corpus / "a.jsonl", [{"text": f"document {i}"} for i in range(5)])
+    args = ("pack", corpus, "-L", "64", "-o", corpus / "packed", "--json")
+    first = run(*args)
+    assert first.exit_code == 0, first.output
+    again = run(*args, "--overwrite")
+    assert again.exit_code == 0, again.output
+    assert json.loads(again.stdout)["documents"] == json.loads(first.stdout)["documents"]
+    assert "skipped: 1 packtool output in the input directories, not read as inputs: " in (
+        again.stderr
+    )
+    assert str(corpus / "packed") in again.stderr
+    _, rows = read_rows(corpus / "packed")
+    assert sum(len(r["doc_ids"]) for r in rows) == 5

@@ -175,6 +175,9 @@ def resolve_inputs(
                 if p.is_file()
                 and not any(part.startswith(".") for part in p.relative_to(path).parts)
             )
+            members, outputs = _without_packed_outputs(members)
+            if skipped is not None:
+                skipped.extend(outputs)
             files = [p for p in members if _kind_of(p) is not None]
             pairs = {p.with_suffix(".bin") for p in files if p.suffix == ".idx"}  # Megatron
             unknown = [p for p in members if _kind_of(p) is None and p not in pairs]
@@ -217,14 +220,46 @@ def _refuse_repeats(inputs: Sequence[InputFile]) -> None:
         seen.add(key)
 
 
-def describe_skipped(skipped: Sequence[AnyPath | str], shown: int = 3) -> str:
-    """One line on the directory members that :func:`resolve_inputs` skipped."""
-    names = ", ".join(str(p) for p in skipped[:shown])
-    more = f" and {len(skipped) - shown:,} more" if len(skipped) > shown else ""
-    return (
-        f"{len(skipped):,} file{'s' if len(skipped) != 1 else ''} of an unknown type in the "
-        f"input directories, not read: {names}{more} (supported: {SUPPORTED})"
+def _without_packed_outputs(members: list[AnyPath]) -> tuple[list[AnyPath], list[AnyPath]]:
+    """The members of an input directory outside packtool outputs (a directory holding a
+    ``manifest.json`` beside a ``state.json``, as ``pack -o DIR/packed`` leaves inside
+    ``DIR``), and those outputs: their shards are packed rows, not documents."""
+    names = {str(p) for p in members}
+    outputs = sorted(
+        {
+            p.parent
+            for p in members
+            if p.name == "manifest.json" and str(p.parent / "state.json") in names
+        },
+        key=str,
     )
+    if not outputs:
+        return members, []
+    prefixes = tuple(f"{o}/" for o in outputs)
+    return [p for p in members if not str(p).startswith(prefixes)], outputs
+
+
+def describe_skipped(skipped: Sequence[AnyPath | str], shown: int = 3) -> str:
+    """One line on the directory members that :func:`resolve_inputs` skipped: files of an
+    unknown type, and packtool outputs (directories) inside the input directories."""
+    outputs = [p for p in skipped if as_path(p).is_dir()]
+    files = [p for p in skipped if p not in outputs]
+    said = []
+    if files:
+        names = ", ".join(str(p) for p in files[:shown])
+        more = f" and {len(files) - shown:,} more" if len(files) > shown else ""
+        said.append(
+            f"{len(files):,} file{'s' if len(files) != 1 else ''} of an unknown type in the "
+            f"input directories, not read: {names}{more} (supported: {SUPPORTED})"
+        )
+    if outputs:
+        names = ", ".join(str(p) for p in outputs[:shown])
+        more = f" and {len(outputs) - shown:,} more" if len(outputs) > shown else ""
+        said.append(
+            f"{len(outputs):,} packtool output{'s' if len(outputs) != 1 else ''} in the input "
+            f"directories, not read as inputs: {names}{more}"
+        )
+    return "; ".join(said)
 
 
 class CountingReader(io.RawIOBase):
