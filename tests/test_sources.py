@@ -84,6 +84,25 @@ def test_saved_hf_dataset_and_dict(tmp_path: Path) -> None:
         texts_of(tmp_path / "dd", split="tset")
 
 
+def test_saved_datasets_inside_an_input_directory(tmp_path: Path) -> None:
+    """A dataset saved with save_to_disk inside an input directory is one input, read as when
+    named itself (its state.json and dataset_info.json were read as JSON Lines records: an
+    error, or with --skip-bad-records bad records around its rows)."""
+    import datasets
+
+    d = tmp_path / "d"
+    d.mkdir()
+    write_jsonl(d / "a.jsonl", [{"text": "from jsonl"}])
+    datasets.Dataset.from_dict({"text": ["saved 1", "saved 2"]}).save_to_disk(str(d / "ds"))
+    train = datasets.Dataset.from_dict({"text": ["train 1"]})
+    datasets.DatasetDict({"train": train, "test": train.select([])}).save_to_disk(str(d / "dd"))
+    inputs = resolve_inputs([str(d)])
+    assert [(i.path.name, i.kind) for i in inputs] == [
+        ("a.jsonl", "jsonl"), ("dd", "hf_dataset"), ("ds", "hf_dataset")
+    ]  # fmt: skip
+    assert texts_of(d) == ["from jsonl", "train 1", "saved 1", "saved 2"]
+
+
 def test_saved_dataset_is_read_not_mapped(tmp_path: Path) -> None:
     """A saved dataset's Arrow shards are read batch by batch, in order, one after another
     (datasets.load_from_disk maps them, and memory grew with the dataset); progress moves

@@ -178,10 +178,11 @@ def resolve_inputs(
             members, outputs = _without_packed_outputs(members)
             if skipped is not None:
                 skipped.extend(outputs)
+            members, saved = _saved_datasets(members)
             files = [p for p in members if _kind_of(p) is not None]
             pairs = {p.with_suffix(".bin") for p in files if p.suffix == ".idx"}  # Megatron
             unknown = [p for p in members if _kind_of(p) is None and p not in pairs]
-            if not files:
+            if not files and not saved:
                 s = "s" if len(unknown) != 1 else ""
                 others = f" (only {len(unknown):,} file{s} of an unknown type)" if unknown else ""
                 raise InputError(
@@ -189,7 +190,9 @@ def resolve_inputs(
                 )
             if skipped is not None:
                 skipped.extend(unknown)
-            out.extend(_file_input(p) for p in files)
+            found = [(str(p), _file_input(p)) for p in files]
+            found += [(str(d), InputFile(d, "hf_dataset", None, _tree_size(d))) for d in saved]
+            out.extend(inp for _, inp in sorted(found, key=lambda pair: pair[0]))
         elif path.is_file():
             out.append(_file_input(path))
         elif as_path(f"{spec}.idx").is_file():  # a Megatron prefix
@@ -237,6 +240,21 @@ def _without_packed_outputs(members: list[AnyPath]) -> tuple[list[AnyPath], list
         return members, []
     prefixes = tuple(f"{o}/" for o in outputs)
     return [p for p in members if not str(p).startswith(prefixes)], outputs
+
+
+def _saved_datasets(members: list[AnyPath]) -> tuple[list[AnyPath], list[AnyPath]]:
+    """The members of an input directory outside datasets saved with ``save_to_disk`` (a
+    directory holding ``dataset_dict.json``, else ``state.json``), and those datasets: each is
+    one input, read as when named itself (its JSON files are not records)."""
+    dicts = {p.parent for p in members if p.name == "dataset_dict.json"}
+    inside = tuple(f"{d}/" for d in dicts)
+    roots = dicts | {
+        p.parent for p in members if p.name == "state.json" and not str(p).startswith(inside)
+    }
+    if not roots:
+        return members, []
+    prefixes = tuple(f"{r}/" for r in roots)
+    return [p for p in members if not str(p).startswith(prefixes)], sorted(roots, key=str)
 
 
 def describe_skipped(skipped: Sequence[AnyPath | str], shown: int = 3) -> str:
