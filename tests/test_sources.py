@@ -103,6 +103,32 @@ def test_saved_datasets_inside_an_input_directory(tmp_path: Path) -> None:
     assert texts_of(d) == ["from jsonl", "train 1", "saved 1", "saved 2"]
 
 
+def test_a_pattern_that_matches_directories(tmp_path: Path) -> None:
+    """A glob's directories were dropped without a word (`d/*` read d/a.jsonl, not d/sub/);
+    now a saved dataset it matches is an input, another directory is named on the skipped:
+    line (unless the pattern matched its files, as ``**`` does), and a pattern of only such
+    directories says so."""
+    import datasets
+
+    from packtool.readers import describe_skipped
+
+    d = tmp_path / "d"
+    (d / "sub").mkdir(parents=True)
+    write_jsonl(d / "a.jsonl", [{"text": "top"}])
+    write_jsonl(d / "sub" / "b.jsonl", [{"text": "below"}])
+    datasets.Dataset.from_dict({"text": ["saved"]}).save_to_disk(str(d / "ds"))
+    skipped: list = []
+    inputs = resolve_inputs([str(d / "*")], skipped=skipped)
+    assert [(i.path.name, i.kind) for i in inputs] == [("a.jsonl", "jsonl"), ("ds", "hf_dataset")]
+    assert skipped == [d / "sub"]
+    assert "1 directory matched by a pattern, not read: " in describe_skipped(skipped)
+    skipped = []
+    every = resolve_inputs([str(d / "**")], skipped=skipped)
+    assert [i.path.name for i in every] == ["a.jsonl", "ds", "b.jsonl"] and skipped == []
+    with pytest.raises(InputError, match=r"matches no files \(only directories: .*sub\)"):
+        resolve_inputs([str(d / "su*")])
+
+
 def test_saved_dataset_is_read_not_mapped(tmp_path: Path) -> None:
     """A saved dataset's Arrow shards are read batch by batch, in order, one after another
     (datasets.load_from_disk maps them, and memory grew with the dataset); progress moves

@@ -199,10 +199,24 @@ def resolve_inputs(
             out.append(_file_input(as_path(f"{spec}.idx")))
         elif is_glob:
             matches = sorted(Path(p) for p in globlib.glob(str(spec), recursive=True))
-            files = [p for p in matches if p.is_file()]
-            if not files:
-                raise InputError(f"{spec}: the pattern matches no files")
-            out.extend(_file_input(p) for p in files)
+            saved = [p for p in matches if p.is_dir() and _is_hf_dataset(p)]
+            inside = tuple(f"{d}/" for d in saved)
+            files = [p for p in matches if p.is_file() and not str(p).startswith(inside)]
+            others = [p for p in matches if p.is_dir() and p not in saved]
+            if not files and not saved:
+                dirs = f" (only directories: {', '.join(map(str, others[:3]))})" if others else ""
+                raise InputError(f"{spec}: the pattern matches no files{dirs}")
+            if skipped is not None:  # said on the skipped: line, not dropped without a word
+                read = [str(p) for p in files] + [str(d) for d in saved]
+                skipped.extend(  # (``**`` matches the directories of the files it matches)
+                    d
+                    for d in others
+                    if not str(d).startswith(inside)
+                    and not any(r.startswith(f"{d}/") for r in read)
+                )
+            found = [(str(p), _file_input(p)) for p in files]
+            found += [(str(d), InputFile(d, "hf_dataset", None, _tree_size(d))) for d in saved]
+            out.extend(inp for _, inp in sorted(found, key=lambda pair: pair[0]))
         else:
             raise InputError(f"{spec}: no such file or directory")
     _refuse_repeats(out)
@@ -260,8 +274,10 @@ def _saved_datasets(members: list[AnyPath]) -> tuple[list[AnyPath], list[AnyPath
 def describe_skipped(skipped: Sequence[AnyPath | str], shown: int = 3) -> str:
     """One line on the directory members that :func:`resolve_inputs` skipped: files of an
     unknown type, and packtool outputs (directories) inside the input directories."""
-    outputs = [p for p in skipped if as_path(p).is_dir()]
-    files = [p for p in skipped if p not in outputs]
+    dirs = [p for p in skipped if as_path(p).is_dir()]
+    outputs = [p for p in dirs if (as_path(p) / "manifest.json").is_file()]
+    matched = [p for p in dirs if p not in outputs]  # directories a pattern matched
+    files = [p for p in skipped if p not in dirs]
     said = []
     if files:
         names = ", ".join(str(p) for p in files[:shown])
@@ -276,6 +292,14 @@ def describe_skipped(skipped: Sequence[AnyPath | str], shown: int = 3) -> str:
         said.append(
             f"{len(outputs):,} packtool output{'s' if len(outputs) != 1 else ''} in the input "
             f"directories, not read as inputs: {names}{more}"
+        )
+    if matched:
+        names = ", ".join(str(p) for p in matched[:shown])
+        more = f" and {len(matched) - shown:,} more" if len(matched) > shown else ""
+        said.append(
+            f"{len(matched):,} director{'ies' if len(matched) != 1 else 'y'} matched by a "
+            f"pattern, not read: {names}{more} (name a directory to read its files, or match "
+            "them: DIR/**/*.jsonl)"
         )
     return "; ".join(said)
 
