@@ -18,9 +18,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, ClassVar, TypeVar
 
 import typer
-from rich.console import Console
 
-if TYPE_CHECKING:  # rich's progress and tables load when a command runs, not for --help
+from ._help import PanelCommand, PanelGroup
+
+if TYPE_CHECKING:  # rich loads when a command runs, not for --help
+    from rich.console import Console
     from rich.progress import TaskID
     from rich.table import Table
 
@@ -32,13 +34,30 @@ from .limits import read_token_count
 
 app = typer.Typer(
     name="packtool",
+    cls=PanelGroup,
     help="Offline sequence packing for LLM training data.",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    rich_markup_mode=None,  # plain help (see _help.py); reports and errors still use rich
 )
-out = Console()
-err = Console(stderr=True)
+
+
+@functools.cache
+def stdout() -> Console:
+    """The rich console of the reports, made on first use (``--help`` does not import rich)."""
+    from rich.console import Console
+
+    return Console()
+
+
+@functools.cache
+def stderr() -> Console:
+    """The rich console of errors, notes and progress, made on first use."""
+    from rich.console import Console
+
+    return Console(stderr=True)
+
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -53,7 +72,7 @@ def _token_count(text: str) -> int:
 
 def fail(message: str, code: int = 1) -> typer.Exit:
     """Print a one-line error to stderr; return the Exit to raise."""
-    err.print(f"[bold red]Error:[/] {message}", highlight=False, soft_wrap=True)
+    stderr().print(f"[bold red]Error:[/] {message}", highlight=False, soft_wrap=True)
     return typer.Exit(code)
 
 
@@ -143,7 +162,7 @@ def _written_by_this_run(kwargs: dict[str, Any], started: float) -> Path | None:
 
 def _version(value: bool) -> None:
     if value:
-        out.print(f"packtool {__version__}")
+        stdout().print(f"packtool {__version__}")
         raise typer.Exit()
 
 
@@ -167,6 +186,10 @@ class _RichProgress:
     }
 
     def __init__(self, enabled: bool) -> None:
+        self.enabled = enabled
+        self.tasks: dict[str, TaskID] = {}
+        if not enabled:  # --quiet, --json: rich's progress module is not even imported
+            return
         from rich.progress import (
             BarColumn,
             Progress,
@@ -182,11 +205,9 @@ class _RichProgress:
             TextColumn("{task.fields[detail]}"),
             TimeElapsedColumn(),
             TimeRemainingColumn(),
-            console=err,
-            disable=not enabled,
+            console=stderr(),
             transient=False,
         )
-        self.tasks: dict[str, TaskID] = {}
 
     started = False  # at the first report, so that an early error prints its line alone
 
@@ -202,11 +223,12 @@ class _RichProgress:
         # An error follows, on one line: the bars go (a terminal erases them; elsewhere
         # nothing more is written).
         self.progress.live.transient = True
-        quiet, err.quiet = err.quiet, not err.is_terminal
+        console = stderr()
+        quiet, console.quiet = console.quiet, not console.is_terminal
         try:
             self.progress.__exit__(*exc)
         finally:
-            err.quiet = quiet
+            console.quiet = quiet
 
     def _start(self) -> None:
         if not self.started:
@@ -214,6 +236,8 @@ class _RichProgress:
             self.started = True
 
     def __call__(self, stage: str, completed: int, total: int | None) -> None:
+        if not self.enabled:
+            return
         self._start()
         task = self.tasks.get(stage)
         if task is None:
@@ -245,10 +269,10 @@ def special_strings_line(documents: int, parsed: bool) -> str | None:
 def _print_notices(report: Any, *, quiet: bool) -> None:
     """The tokenizer's notices (always, on stderr) and the special-token strings line."""
     for notice in report.notices:
-        err.print(f"[yellow]note:[/] {notice}", highlight=False, soft_wrap=True)
+        stderr().print(f"[yellow]note:[/] {notice}", highlight=False, soft_wrap=True)
     line = special_strings_line(report.special_strings, report.parse_special)
     if line and not quiet:
-        err.print(f"[yellow]note:[/] {line}", highlight=False, soft_wrap=True)
+        stderr().print(f"[yellow]note:[/] {line}", highlight=False, soft_wrap=True)
 
 
 def _say_skipped(skipped: list[str], quiet: bool) -> None:
@@ -256,7 +280,7 @@ def _say_skipped(skipped: list[str], quiet: bool) -> None:
     from .readers import describe_skipped
 
     if skipped and not quiet:
-        err.print(
+        stderr().print(
             f"[yellow]skipped:[/] {describe_skipped(skipped)}", highlight=False, soft_wrap=True
         )
 
@@ -362,7 +386,7 @@ _TXT_UNIT, _TXT_UNIT_CORPUS = _shared(
 _PARSE_SPECIAL, _PARSE_SPECIAL_CORPUS = _shared(
     "--parse-special",
     help="Parse special-token strings in the data (<|endoftext|>, <|im_end|>...) as "
-    "control tokens, for data that holds markup on purpose \\[default: they are text].",
+    "control tokens, for data that holds markup on purpose [default: they are text].",
 )
 _IDS_FIELD, _IDS_FIELD_CORPUS = _shared(
     help="Pre-tokenized records: the field (a list of ints) holding each document's "
@@ -371,7 +395,7 @@ _IDS_FIELD, _IDS_FIELD_CORPUS = _shared(
     show_default=False,
 )
 _VOCAB_SIZE, _VOCAB_SIZE_CORPUS = _shared(
-    help="With --ids-field: ids must be below this \\[default: the tokenizer's vocabulary size].",
+    help="With --ids-field: ids must be below this [default: the tokenizer's vocabulary size].",
     show_default=False,
 )
 _SPLIT_ON_EOS, _SPLIT_ON_EOS_CORPUS = _shared(
@@ -389,7 +413,7 @@ _TOKENIZER_BACKEND, _TOKENIZER_BACKEND_CORPUS = _shared(
 )
 
 
-@app.command()
+@app.command(cls=PanelCommand)
 @handle_errors
 def pack(
     inputs: Annotated[
@@ -446,7 +470,7 @@ def pack(
         Path | None,
         typer.Option(
             parser=as_path,
-            help="Jinja chat template for chat records, rendered in a sandbox \\[default: the "
+            help="Jinja chat template for chat records, rendered in a sandbox [default: the "
             "chat_template of the tokenizer's tokenizer_config.json].",
             show_default=False,
         ),
@@ -454,7 +478,7 @@ def pack(
     loss_on: Annotated[
         str | None,
         typer.Option(
-            help="Tokens learned (labels column): completion, assistant or all \\[default: "
+            help="Tokens learned (labels column): completion, assistant or all [default: "
             "completion for prompt-completion, assistant for chat].",
             show_default=False,
         ),
@@ -470,7 +494,7 @@ def pack(
         str | None,
         typer.Option(
             help="What to do with documents longer than --max-len: split (into chunks), "
-            "truncate, or drop \\[default: split for text, drop for prompt-completion and chat].",
+            "truncate, or drop [default: split for text, drop for prompt-completion and chat].",
             show_default=False,
         ),
     ] = None,
@@ -478,7 +502,7 @@ def pack(
         bool | None,
         typer.Option(
             "--eos/--no-eos",
-            help="Append EOS to every document \\[default: on, except for chats, whose template "
+            help="Append EOS to every document [default: on, except for chats, whose template "
             "closes every turn].",
             show_default=False,
         ),
@@ -633,13 +657,13 @@ def pack(
     _print_notices(report, quiet=quiet)
     if not quiet:
         if report.resumed:
-            err.print("[green]resumed[/] from the checkpoint of an interrupted run")
-        out.print(_summary_table(report))
+            stderr().print("[green]resumed[/] from the checkpoint of an interrupted run")
+        stdout().print(_summary_table(report))
         for line in report.bad_records[:5]:
-            err.print(f"[yellow]skipped:[/] {line}", highlight=False, soft_wrap=True)
+            stderr().print(f"[yellow]skipped:[/] {line}", highlight=False, soft_wrap=True)
         more = report.documents.bad_records_skipped - min(5, len(report.bad_records))
         if more > 0:
-            err.print(
+            stderr().print(
                 f"[yellow]skipped:[/] ... and {more:,} more bad records",
                 highlight=False,
                 soft_wrap=True,
@@ -705,7 +729,7 @@ def _not_a_packed_output(first: Path) -> typer.Exit:
     )
 
 
-@app.command()
+@app.command(cls=PanelCommand)
 @handle_errors
 def stats(
     paths: Annotated[
@@ -740,14 +764,14 @@ def stats(
         int | None,
         typer.Option(
             help="Packed output: the step imbalance across W data-parallel ranks, stored order "
-            "against a random one \\[default: the world size the output records].",
+            "against a random one [default: the world size the output records].",
             show_default=False,
         ),
     ] = None,
     micro_batches: Annotated[
         int | None,
         typer.Option(
-            help="Packed output: rows a rank reads per step, for --world-size \\[default: the "
+            help="Packed output: rows a rank reads per step, for --world-size [default: the "
             "recorded one, else 1].",
             show_default=False,
         ),
@@ -761,7 +785,7 @@ def stats(
         str | None,
         typer.Option(
             rich_help_panel=_CORPUS_PANEL,
-            help="Split, truncate or drop documents over max-len \\[default: split].",
+            help="Split, truncate or drop documents over max-len [default: split].",
             show_default=False,
         ),
     ] = None,
@@ -770,7 +794,7 @@ def stats(
         typer.Option(
             "--eos/--no-eos",
             rich_help_panel=_CORPUS_PANEL,
-            help="Append EOS to every document \\[default: on].",
+            help="Append EOS to every document [default: on].",
             show_default=False,
         ),
     ] = None,
@@ -859,15 +883,15 @@ def stats(
     if renderable is None:
         print(json.dumps(result.to_dict(), indent=2))
         return
-    out.print(renderable)
+    stdout().print(renderable)
     for line in result.bad_records[:5]:
-        err.print(f"[yellow]skipped:[/] {line}", highlight=False, soft_wrap=True)
+        stderr().print(f"[yellow]skipped:[/] {line}", highlight=False, soft_wrap=True)
 
 
 # -- inspect ------------------------------------------------------------------------------
 
 
-@app.command("inspect")
+@app.command("inspect", cls=PanelCommand)
 @handle_errors
 def inspect_command(
     out_dir: Annotated[
@@ -946,6 +970,8 @@ def inspect_command(
         no_tokenizer = str(e)
     view = inspect_row(reader, index, tokenizer)
 
+    from rich.console import Console
+
     console = Console(width=width, record=svg is not None or html is not None, highlight=False)
     start, end = span if span is not None else (0, view.max_len)
     label_width, max_cells = render.mask_layout(console.width, end)
@@ -986,6 +1012,8 @@ class _VerifyProgress(_RichProgress):
     }
 
     def __call__(self, stage: str, completed: int, total: int | None) -> None:
+        if not self.enabled:
+            return
         self._start()
         task = self.tasks.get(stage)
         if task is None:
@@ -1029,7 +1057,7 @@ def _verify_table(report: Any) -> Table:
     return table
 
 
-@app.command()
+@app.command(cls=PanelCommand)
 @handle_errors
 def verify(
     out_dir: Annotated[
@@ -1042,7 +1070,7 @@ def verify(
         list[Path] | None,
         typer.Argument(
             parser=as_path,
-            help="With --against: the inputs given to pack \\[default: the paths recorded in "
+            help="With --against: the inputs given to pack [default: the paths recorded in "
             "the manifest].",
             show_default=False,
         ),
@@ -1058,7 +1086,7 @@ def verify(
     tokenizer: Annotated[
         str | None,
         typer.Option(
-            help="With --against: the tokenizer to re-tokenize with \\[default: the copy of "
+            help="With --against: the tokenizer to re-tokenize with [default: the copy of "
             "tokenizer.json in the output].",
             show_default=False,
         ),
@@ -1068,7 +1096,15 @@ def verify(
         typer.Option(
             "--parse-special/--no-parse-special",
             help="With --against: re-tokenize with special-token strings in the inputs parsed "
-            "as control tokens, or as text \\[default: as the manifest records].",
+            "as control tokens, or as text [default: as the manifest records].",
+            show_default=False,
+        ),
+    ] = None,
+    chat_template: Annotated[
+        str | None,
+        typer.Option(
+            help="With --against, chat records: the Jinja template they were packed with "
+            "[default: the file the manifest names, else the tokenizer's].",
             show_default=False,
         ),
     ] = None,
@@ -1109,6 +1145,7 @@ def verify(
             max_problems=max_problems,
             progress=progress,
             parse_special=parse_special,
+            chat_template=chat_template,
         )
     export_check = None
     if export_dir is not None:
@@ -1126,20 +1163,24 @@ def verify(
             }
         print(json.dumps(summary, indent=2))
     elif not quiet:
-        out.print(_verify_table(report))
+        stdout().print(_verify_table(report))
         for note in report.notes:
-            out.print(f"[dim]note:[/] {note}", highlight=False, soft_wrap=True)
+            stdout().print(f"[dim]note:[/] {note}", highlight=False, soft_wrap=True)
         for problem in report.problems:
-            out.print(f"[red]problem:[/] {problem}", highlight=False, soft_wrap=True)
+            stdout().print(f"[red]problem:[/] {problem}", highlight=False, soft_wrap=True)
         hidden = report.problems_total - len(report.problems)
         if hidden > 0:
             counts = ", ".join(f"{k} {v:,}" for k, v in sorted(report.problem_counts.items()))
-            out.print(f"... and {hidden:,} more problems (by check: {counts})", highlight=False)
+            stdout().print(
+                f"... and {hidden:,} more problems (by check: {counts})", highlight=False
+            )
         if export_check is not None:
             state = "verified" if export_check.ok else "FAILED"
-            out.print(f"export ({export_check.to}) {state}: {export_check.path}", highlight=False)
+            stdout().print(
+                f"export ({export_check.to}) {state}: {export_check.path}", highlight=False
+            )
             for problem in export_check.problems:
-                out.print(f"[red]problem:[/] {problem}", highlight=False, soft_wrap=True)
+                stdout().print(f"[red]problem:[/] {problem}", highlight=False, soft_wrap=True)
     if not report.ok or (export_check is not None and not export_check.ok):
         raise typer.Exit(1)
 
@@ -1147,7 +1188,7 @@ def verify(
 # -- export: other training stacks' formats --------------------------------------------
 
 
-@app.command()
+@app.command(cls=PanelCommand)
 @handle_errors
 def export(
     out_dir: Annotated[
@@ -1204,9 +1245,9 @@ def export(
         for name, info in record["files"].items():
             table.add_row(name, f"{info['bytes']:,} bytes")
         table.add_row("time", f"{report.seconds:.1f} s")
-        out.print(table)
+        stdout().print(table)
         if "data_path" in record:
-            out.print(
+            stdout().print(
                 f"train with --data-path {output / record['data_path']}",
                 highlight=False,
                 soft_wrap=True,
@@ -1278,7 +1319,7 @@ def _pack_units(
             print(json.dumps({"out_dir": str(report.out_dir), **result.to_dict()}, indent=2))
         elif not quiet:
             what = "already finished, skipped" if result.skipped else "packed"
-            out.print(
+            stdout().print(
                 f"{result.name}: {what}: {result.documents:,} documents, {result.rows:,} rows "
                 f"-> {report.out_dir / 'units' / result.name}",
                 highlight=False,
@@ -1293,15 +1334,15 @@ def _pack_units(
         return
     if not quiet:
         if report.units:
-            out.print(_units_table(report))
+            stdout().print(_units_table(report))
         else:
-            out.print(f"{report.out_dir}: already packed and merged with these options")
+            stdout().print(f"{report.out_dir}: already packed and merged with these options")
         _print_notices(report.merged, quiet=quiet)
-        out.print(_summary_table(report.merged))
-        out.print(_units_line(report.merged.manifest), highlight=False)
+        stdout().print(_summary_table(report.merged))
+        stdout().print(_units_line(report.merged.manifest), highlight=False)
 
 
-@app.command()
+@app.command(cls=PanelCommand)
 @handle_errors
 def merge(
     out_dir: Annotated[
@@ -1393,8 +1434,8 @@ def merge(
     if as_json:
         print(json.dumps(_merged_json(report), indent=2))
     elif not quiet:
-        out.print(_summary_table(report, tokenized=False))
-        out.print(_units_line(report.manifest), highlight=False)
+        stdout().print(_summary_table(report, tokenized=False))
+        stdout().print(_units_line(report.manifest), highlight=False)
 
 
 def main() -> None:

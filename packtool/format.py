@@ -39,7 +39,7 @@ import os
 import re
 import shutil
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -621,6 +621,39 @@ def check_store_output(url: StorePath, overwrite: bool) -> None:
 
 def _ours(name: str) -> bool:
     return bool(_SHARD_RE.fullmatch(name)) or name in (*_OUTPUT_FILES, _UNITS_DIR)
+
+
+def write_dataset(
+    writer: ShardWriter,
+    blocks: Iterable[pa.Table | pa.RecordBatch],
+    manifest: Callable[[], Mapping[str, Any]],
+    *,
+    tokenizer: bytes | Path | None = None,
+    progress: Callable[[int], None] | None = None,
+) -> Manifest:
+    """The write tail of ``pack`` and of a copying merge: the rows of ``blocks`` through
+    ``writer`` (entered here), the tokenizer copy (its bytes, or a file to copy), then the
+    manifest, made once the rows are written (so its ``seconds`` count the writing), and the
+    commit. ``progress`` gets the rows written so far after each block (0 when none)."""
+    with writer:
+        done = 0
+        for block in blocks:
+            writer.write(block)
+            done += block.num_rows
+            if progress:
+                progress(done)
+        if progress and done == 0:
+            progress(0)
+        if tokenizer is not None:
+            copy = writer.staging / "tokenizer.json"
+            try:
+                if isinstance(tokenizer, bytes):
+                    copy.write_bytes(tokenizer)
+                else:
+                    shutil.copyfile(tokenizer, copy)
+            except OSError as e:
+                raise write_error(e, copy, "cannot write the tokenizer copy") from e
+        return writer.commit(manifest())
 
 
 def publish(local: Path, url: StorePath) -> None:

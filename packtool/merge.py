@@ -54,19 +54,12 @@ from .format import (
     publish,
     read_manifest,
     row_bytes,
+    write_dataset,
 )
 from .fs import AnyPath, StorePath, as_path, check_writable, download_tree
 from .limits import MAX_ROWS_PER_SHARD, MAX_SEED, check_int
 from .options import DEFAULT_SHARD_SIZE, NO_COPY_BALANCE, PackOptions, parse_size
-from .order import (
-    attention_costs,
-    balance_record,
-    balanced_order,
-    check_world_size,
-    row_shuffle,
-    shard_order,
-    unit_row_seed,
-)
+from .order import attention_costs, row_shuffle, shard_order, stored_order, unit_row_seed
 from .packing import first_fit_decreasing, lower_bound_rows
 from .pipeline import PackReport
 from .units import UNITS_DIR, unit_dirs
@@ -204,30 +197,6 @@ def _global_inputs(units: list[tuple[Path, Manifest]], first_docs: list[int]) ->
     return out
 
 
-def report_from_manifest(out: Path, manifest: Manifest, seconds: float) -> PackReport:
-    tokens = manifest.tokens
-    return PackReport(
-        out_dir=out,
-        max_len=manifest.max_len,
-        documents=manifest.documents,
-        segments=int(manifest.segments or 0),
-        tokens=tokens.packed,
-        tokens_truncated=tokens.truncated_away,
-        tokens_dropped=tokens.dropped,
-        rows=manifest.rows,
-        lower_bound_rows=manifest.lower_bound_rows,
-        shards=len(manifest.shards),
-        seconds=seconds,
-        bad_records=list(manifest.bad_records),
-        manifest=manifest,
-        special_strings=manifest.special_strings,
-        parse_special=manifest.parse_special,
-        notices=manifest.notices,
-        tokens_learned=tokens.learned,
-        backend=manifest.backend or {},
-    )
-
-
 def merge_units(
     out_dir: str | os.PathLike[str],
     *,
@@ -288,7 +257,7 @@ def _merge(
     plan = _unit(first)["plan"]
     previous = merged_manifest(out)
     if previous is not None and _still_current(shards_at, previous, manifests, plan, opts):
-        return report_from_manifest(out, previous, time.perf_counter() - started)
+        return PackReport.from_manifest(out, previous, time.perf_counter() - started)
     reason = "--copy" if opts["copy"] else _copy_reason(manifests, opts)
     if opts["copy"] is False and reason is not None:
         raise OptionError(f"the merge cannot list the units' shards as they are: {reason}")
@@ -310,23 +279,25 @@ def _merge(
                               started, shards_at)  # fmt: skip
         if progress:
             progress("merge", n_rows, n_rows)
-        return report_from_manifest(out, manifest, time.perf_counter() - started)
+        return PackReport.from_manifest(out, manifest, time.perf_counter() - started)
     assert src is not None
     if progress:
         progress("merge", 0, src.n_rows)
     ffd = _ffd_rows(manifests)  # global FFD row k is stored row ffd[k]
-    balance = None
-    if layout.world_size is not None:
-        per_table = [segment_lengths(t) for t in src.tables]
-        order, balance = _balanced_order(src.tables, per_table, layout, ffd)
-    elif layout.shuffle:
-        order = ffd[row_shuffle(src.n_rows, layout.seed)]
-    else:
-        order = ffd
+    order, balance = stored_order(
+        src.n_rows,
+        lambda: _row_costs(src.tables, ffd),
+        world_size=layout.world_size,
+        micro_batches=layout.micro_batches,
+        seed=layout.seed,
+        shuffle=layout.shuffle,
+        where="the merge",
+    )
+    order = ffd[order]
     record = _manifest(units, merged, started, balance)
     rows_per_shard = int(opts["rows_per_shard"])
     manifest = _write(out, units, src, order, rows_per_shard, record, started, progress)
-    return report_from_manifest(out, manifest, time.perf_counter() - started)
+    return PackReport.from_manifest(out, manifest, time.perf_counter() - started)
 
 
 def _recorded_lengths(manifests: Sequence[Manifest]) -> np.ndarray | None:
@@ -472,7 +443,9 @@ def _reference(
         shards = [shards[i] for i in shard_order(len(shards), int(opts["seed"]))]
     first = units[0][1]
     _clear_merged(out)
-    _copy_tokenizer(units, out)
+    tokenizer = _tokenizer_copy(units)
+    if tokenizer is not None:
+        shutil.copyfile(tokenizer, out / "tokenizer.json")
     record = record.with_seconds(time.perf_counter() - started)
     return commit_in_place(
         out,
@@ -483,11 +456,11 @@ def _reference(
     )
 
 
-def _copy_tokenizer(units: list[tuple[Path, Manifest]], directory: Path) -> None:
+def _tokenizer_copy(units: list[tuple[Path, Manifest]]) -> Path | None:
+    """The first unit's copy of the tokenizer, which the merged output copies (if any)."""
     first = units[0][1]
     tokenizer_file = units[0][0] / first.tokenizer_file
-    if first.tokenizer_copied and tokenizer_file.exists():
-        shutil.copyfile(tokenizer_file, directory / "tokenizer.json")
+    return tokenizer_file if first.tokenizer_copied and tokenizer_file.exists() else None
 
 
 def _resolve_options(
@@ -567,40 +540,39 @@ def _write(
     """Write the rows in ``order`` to a staging directory, then install it into ``out``
     (the manifest ``record`` last, its ``seconds`` counted from ``started``)."""
     first = units[0][1]
-    max_len = first.max_len
     n_rows = src.n_rows
     stage = out / _STAGE
-    with_labels = first.has_labels
-    with ShardWriter(
+    writer = ShardWriter(
         stage,
-        max_len=max_len,
+        max_len=first.max_len,
         num_rows=n_rows,
         rows_per_shard=rows_per_shard,
-        with_labels=with_labels,
+        with_labels=first.has_labels,
         overwrite=True,
-    ) as writer:
-        block = max(1, min(rows_per_shard, (64 << 20) // row_bytes(max_len, with_labels)))
-        for start in range(0, n_rows, block):
-            rows = order[start : start + block]
-            writer.write(_gather(src.tables, src.starts, src.doc_offset, rows))
-            if progress:
-                progress("merge", min(start + block, n_rows), n_rows)
-        _copy_tokenizer(units, writer.staging)
-        manifest = writer.commit(record.with_seconds(time.perf_counter() - started))
+    )
+    block = max(1, min(rows_per_shard, (64 << 20) // row_bytes(first.max_len, first.has_labels)))
+    manifest = write_dataset(
+        writer,
+        (
+            _gather(src.tables, src.starts, src.doc_offset, order[start : start + block])
+            for start in range(0, n_rows, block)
+        ),
+        lambda: record.with_seconds(time.perf_counter() - started),
+        tokenizer=_tokenizer_copy(units),
+        progress=(lambda done: progress("merge", done, n_rows)) if progress else None,
+    )
     _install(stage, out)
     return manifest
 
 
-def _balanced_order(
-    tables: list[pa.Table], lengths: list[np.ndarray], layout: PackOptions, ffd: np.ndarray
-) -> tuple[np.ndarray, dict[str, Any]]:
-    """The balanced order (``--world-size``) of the units' FFD rows laid end to end, as
-    stored rows, and its manifest record: the same function ``pack`` uses, over the same
-    per-row costs (``ffd``: see :func:`_ffd_rows`)."""
+def _row_costs(tables: list[pa.Table], ffd: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each row's attention cost and tokens, in the global FFD order ``ffd`` (stored row
+    ``ffd[k]`` is FFD row ``k``): what ``pack`` balances over, for the same rows."""
     per_row = [
         np.asarray(pc.list_value_length(t.column("doc_ids")).to_numpy(), dtype=np.int64)
         for t in tables
     ]
+    lengths = [segment_lengths(t) for t in tables]
     costs = np.concatenate(
         [attention_costs(seg, n) for seg, n in zip(lengths, per_row, strict=True)]
         or [np.zeros(0, np.int64)]
@@ -609,12 +581,7 @@ def _balanced_order(
         [np.asarray(t.column("num_tokens").to_numpy(), dtype=np.int64) for t in tables]
         or [np.zeros(0, np.int64)]
     )
-    assert layout.world_size is not None
-    check_world_size(int(costs.size), layout.world_size, "the merge")
-    costs, tokens = costs[ffd], tokens[ffd]
-    kw = {"world_size": layout.world_size, "micro_batches": layout.micro_batches}
-    order = balanced_order(costs, tokens, seed=layout.seed, **kw)
-    return ffd[order], balance_record(costs[order], tokens[order], seed=layout.seed, **kw)
+    return costs[ffd], tokens[ffd]
 
 
 def _gather(

@@ -18,6 +18,8 @@ Torch-free: ``import packtool`` imports this module.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from .errors import OptionError
@@ -265,6 +267,31 @@ def balanced_order(
     last = _mix(_deal(tail[: short * world_size].reshape(1, -1), costs, world_size), rng)
     rest = rng.permutation(tail[short * world_size :])
     return np.concatenate([full.reshape(-1), last.reshape(-1), rest]).astype(np.int64)
+
+
+def stored_order(
+    num_rows: int,
+    costs_and_tokens: Callable[[], tuple[np.ndarray, np.ndarray]],
+    *,
+    world_size: int | None,
+    micro_batches: int,
+    seed: int,
+    shuffle: bool,
+    where: str,
+) -> tuple[np.ndarray, dict[str, object] | None]:
+    """The order rows are stored in, and the manifest's ``balance`` record (with a world
+    size), for ``pack`` and a copying merge alike: balanced over ``world_size`` ranks (the
+    rows' attention costs and tokens, asked for only then), else the seeded shuffle, else as
+    they are. ``where`` names the rows in the error of too small a world."""
+    if world_size is not None:
+        check_world_size(num_rows, world_size, where)
+        costs, tokens = costs_and_tokens()
+        kw = {"world_size": world_size, "micro_batches": micro_batches, "seed": seed}
+        order = balanced_order(costs, tokens, **kw)
+        return order, balance_record(costs[order], tokens[order], **kw)
+    if shuffle:
+        return row_shuffle(num_rows, seed), None
+    return np.arange(num_rows, dtype=np.int64), None
 
 
 def balanced_epoch_order(

@@ -10,6 +10,7 @@ from __future__ import annotations
 import collections
 import concurrent.futures
 import contextlib
+import dataclasses
 import hashlib
 import json
 import os
@@ -41,20 +42,13 @@ from .format import (
     publish,
     remove_stale_temporaries,
     row_bytes,
-    write_error,
+    write_dataset,
 )
 from .fs import AnyPath, StorePath, as_path
 from .gather import gather_rows, warm_up_gather
 from .instruct import InputPlan, InputShape, input_shape, megatron_ids, plan_input
 from .options import PackOptions
-from .order import (
-    attention_costs,
-    balance_record,
-    balanced_order,
-    check_world_size,
-    row_shuffle,
-    row_sums,
-)
+from .order import attention_costs, row_sums, stored_order
 from .packing import (
     Overflow,
     RowPlan,
@@ -109,6 +103,31 @@ class PackReport:
     parse_special: bool = False  # whether those strings were parsed as control tokens
     notices: list[str] = field(default_factory=list)  # e.g. the tokenizer file's settings
     backend: dict[str, Any] = field(default_factory=dict)  # the tokenizer backend, its version
+
+    @classmethod
+    def from_manifest(cls, out: AnyPath, manifest: Manifest, seconds: float) -> PackReport:
+        """The report of the output whose manifest is ``manifest`` (a merge's, a pack's)."""
+        tokens = manifest.tokens
+        return cls(
+            out_dir=out,
+            max_len=manifest.max_len,
+            documents=manifest.documents,
+            segments=int(manifest.segments or 0),
+            tokens=tokens.packed,
+            tokens_truncated=tokens.truncated_away,
+            tokens_dropped=tokens.dropped,
+            rows=manifest.rows,
+            lower_bound_rows=manifest.lower_bound_rows,
+            shards=len(manifest.shards),
+            seconds=seconds,
+            bad_records=list(manifest.bad_records),
+            manifest=manifest,
+            special_strings=manifest.special_strings,
+            parse_special=manifest.parse_special,
+            notices=manifest.notices,
+            tokens_learned=tokens.learned,
+            backend=manifest.backend or {},
+        )
 
     @property
     def efficiency(self) -> float:
@@ -480,24 +499,17 @@ def _plan_stage(store: TokenStore, o: PackOptions, progress: ProgressCallback | 
     if progress:
         progress("pack", int(item_len.size), int(item_len.size))
     plan = RowPlan(items["offset"], item_len, items["doc_id"], items["chunk_id"], order, row_starts)
-    if o.world_size is not None:
-        output_order, balance = _balanced(item_len[order], np.diff(row_starts), o)
-        return _Layout(plan, output_order, balance)
-    output_order = row_shuffle(n_rows, o.seed) if o.shuffle else np.arange(n_rows)
-    return _Layout(plan, output_order)
-
-
-def _balanced(
-    segment_lengths: np.ndarray, segments_per_row: np.ndarray, o: PackOptions
-) -> tuple[np.ndarray, dict[str, Any]]:
-    """The balanced row order (``--world-size``) of FFD rows and its manifest record."""
-    assert o.world_size is not None
-    check_world_size(int(segments_per_row.size), o.world_size, "the pack")
-    costs = attention_costs(segment_lengths, segments_per_row)
-    tokens = row_sums(segment_lengths, segments_per_row)
-    kw = {"world_size": o.world_size, "micro_batches": o.micro_batches, "seed": o.seed}
-    output_order = balanced_order(costs, tokens, **kw)
-    return output_order, balance_record(costs[output_order], tokens[output_order], **kw)
+    seg_lengths, per_row = item_len[order], np.diff(row_starts)
+    output_order, balance = stored_order(
+        n_rows,
+        lambda: (attention_costs(seg_lengths, per_row), row_sums(seg_lengths, per_row)),
+        world_size=o.world_size,
+        micro_batches=o.micro_batches,
+        seed=o.seed,
+        shuffle=o.shuffle,
+        where="the pack",
+    )
+    return _Layout(plan, output_order, balance)
 
 
 def _write_stage(
@@ -508,50 +520,40 @@ def _write_stage(
     started: float,
     progress: ProgressCallback | None,
     extra_manifest: Mapping[str, Any] | None,
-) -> dict[str, Any]:
+) -> Manifest:
     """Gather the rows from the store and write them, then the manifest (last)."""
     o = run.options
     assert o.max_len is not None and o.rows_per_shard is not None and o.pad_id is not None
     n_rows = layout.n_rows
-    with ShardWriter(
+    # Rows are gathered, and written as Arrow record batches, _GATHER_BYTES at a time: a
+    # block's rows hold documents from all over the store, so the store's pages a block
+    # touches, like the blocks in flight (three: being gathered, queued, being written), are
+    # bounded by the block size, not the corpus.
+    block = max(1, min(o.rows_per_shard, _GATHER_BYTES // run.row_bytes))
+
+    def gather_blocks() -> Iterator[Any]:
+        with store.reader() as source:
+            for start in range(0, n_rows, block):
+                plan_block = layout.output_order[start : start + block]
+                yield gather_rows(source, layout.plan, plan_block, o.max_len, o.pad_id)
+
+    writer = ShardWriter(
         run.out,
         max_len=o.max_len,
         num_rows=n_rows,
         rows_per_shard=o.rows_per_shard,
         with_labels=run.plan.labelled,
         overwrite=o.overwrite,
-    ) as writer:
-        # Rows are gathered, and written as Arrow record batches, _GATHER_BYTES at a
-        # time: a block's rows hold documents from all over the store, so the store's
-        # pages a block touches, like the blocks in flight (three: being gathered,
-        # queued, being written), are bounded by the block size, not the corpus.
-        block = max(1, min(o.rows_per_shard, _GATHER_BYTES // run.row_bytes))
-
-        def gather_blocks() -> Iterator[tuple[int, Any]]:
-            with store.reader() as source:
-                for start in range(0, n_rows, block):
-                    plan_block = layout.output_order[start : start + block]
-                    yield (
-                        start + plan_block.size,
-                        gather_rows(source, layout.plan, plan_block, o.max_len, o.pad_id),
-                    )
-
+    )
+    return write_dataset(
+        writer,
         # Gathering (a thread; the copy kernel runs without the GIL) overlaps writing
         # (Arrow, hashing and file I/O, which release it too).
-        for done, batch_out in _background(gather_blocks(), ahead=1):
-            writer.write(batch_out)
-            if progress:
-                progress("write", done, n_rows)
-        if progress and n_rows == 0:
-            progress("write", 0, 0)
-        manifest = _manifest(run, state, layout, time.perf_counter() - started, extra_manifest)
-        if isinstance(run.tok, HFTokenizer):
-            tok_copy = writer.staging / "tokenizer.json"
-            try:
-                tok_copy.write_bytes(run.tok.json_bytes)
-            except OSError as e:
-                raise write_error(e, tok_copy, "cannot write the tokenizer copy") from e
-        return writer.commit(manifest)
+        _background(gather_blocks(), ahead=1),
+        lambda: _manifest(run, state, layout, time.perf_counter() - started, extra_manifest),
+        tokenizer=run.tok.json_bytes if isinstance(run.tok, HFTokenizer) else None,
+        progress=(lambda done: progress("write", done, n_rows)) if progress else None,
+    )
 
 
 def _manifest(
@@ -596,33 +598,14 @@ def _manifest(
 def _report(
     run: _Run, state: _ReadState, manifest: Manifest, resumed: bool, seconds: float
 ) -> PackReport:
-    o = run.options
-    assert o.max_len is not None
-    return PackReport(
-        out_dir=run.out,
-        max_len=o.max_len,
-        documents=state.counts,
-        segments=manifest.segments or 0,
-        tokens=manifest.tokens.packed,
-        tokens_truncated=state.tokens_truncated,
-        tokens_dropped=state.tokens_dropped,
-        rows=manifest.rows,
-        lower_bound_rows=manifest.lower_bound_rows,
-        shards=len(manifest.shards),
-        seconds=seconds,
-        bad_records=state.bad_records,
-        manifest=manifest,
+    """The manifest's report, with what only the run knows: a resume, the directory members
+    not read, the notices printed."""
+    notices = (getattr(run.tok, "notice", None), _backend(run.plan).notice, run.plan.notice)
+    return dataclasses.replace(
+        PackReport.from_manifest(run.out, manifest, seconds),
         resumed=resumed,
         skipped_files=run.skipped,
-        tokens_learned=state.label_counts["learned"] if run.plan.labelled else None,
-        special_strings=state.special_strings,
-        parse_special=o.parse_special,
-        notices=[
-            n
-            for n in (getattr(run.tok, "notice", None), _backend(run.plan).notice, run.plan.notice)
-            if n
-        ],
-        backend=manifest.backend,
+        notices=[n for n in notices if n],
     )
 
 

@@ -148,11 +148,11 @@ def lock_output(out_dir: Path) -> Iterator[None]:
     import fcntl
 
     out_dir = Path(out_dir)
-    path = out_dir.parent / f".{out_dir.name}.packtool-lock"
+    path = lock_path(out_dir)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-    refused = False
-    try:
+    fd, refused = -1, False
+    try:  # the file is made inside the try: a signal right after still removes it
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
@@ -168,9 +168,35 @@ def lock_output(out_dir: Path) -> Iterator[None]:
     finally:
         # Ours to remove unless another run holds it, also after a signal at any point
         # above (even between taking the lock and knowing it): flock again to know.
-        if not refused and _holds_or_takes(fd):
+        if fd < 0:
             with contextlib.suppress(OSError):
-                path.unlink()
+                remove_unheld_lock(out_dir)  # a signal between the open and the assignment
+        else:
+            if not refused and _holds_or_takes(fd):
+                with contextlib.suppress(OSError):
+                    path.unlink()
+            os.close(fd)
+
+
+def lock_path(out_dir: Path) -> Path:
+    """The hidden sibling file whose ``flock`` :func:`lock_output` holds."""
+    return out_dir.parent / f".{out_dir.name}.packtool-lock"
+
+
+def remove_unheld_lock(out_dir: Path) -> bool:
+    """Remove ``out_dir``'s lock file if no process holds its lock: what a run stopped
+    while taking it, or killed, left behind (the kernel released the lock itself)."""
+    path = lock_path(Path(out_dir))
+    try:
+        fd = os.open(path, os.O_RDWR)
+    except OSError:
+        return False
+    try:
+        if not _holds_or_takes(fd):
+            return False
+        path.unlink(missing_ok=True)
+        return True
+    finally:
         os.close(fd)
 
 

@@ -561,9 +561,9 @@ class Backend:
 
 
 def _hf_backend(reason: str, notice: str | None = None) -> Backend:
-    import tokenizers
-
-    return Backend("hf", tokenizers.__version__, reason, notice=notice)
+    # The installed version, read without importing `tokenizers` (a warm fastokens run
+    # never loads it).
+    return Backend("hf", _version("tokenizers"), reason, notice=notice)
 
 
 _PROBES: tuple[str, ...] = (

@@ -41,7 +41,7 @@ import hashlib
 import os
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -60,8 +60,8 @@ from .format import (
     open_packed,
     packed_schema,
 )
-from .fs import AnyPath, as_path, open_input
-from .instruct import plan_input
+from .fs import AnyPath, as_path, is_url, open_input
+from .instruct import InputPlan, InstructEncoder, plan_input
 from .options import PackOptions
 from .packing import Overflow, segment_labelled_items
 from .pretokenized import IdsEncoder, IdsTokenizer
@@ -1020,20 +1020,26 @@ class _AgainstPlan:
     files: list[Any]
     options: PackOptions  # as recorded in the manifest
     overflow: Overflow
-    encoder: DocumentEncoder | IdsEncoder
-    read: Callable[..., Iterator[Any]] | None = None  # pre-tokenized inputs: the plan's reader
-    labelled: bool = False  # pre-tokenized with labels: the labels are compared too
+    encoder: DocumentEncoder | IdsEncoder | InputPlan  # the plan itself for instruction data
+    read: Callable[..., Iterator[Any]] | None = None  # ids or records: the plan's reader
+    labelled: bool = False  # labels (instruction data, pre-tokenized labels) compared too
 
 
-def _recorded_options(reader: PackedReader, parse_special: bool | None) -> PackOptions:
+def _recorded_options(
+    reader: PackedReader, parse_special: bool | None, chat_template: AnyPath | None
+) -> PackOptions:
     """The options ``pack`` recorded in the manifest, as a :class:`PackOptions`: what
-    re-tokenizing needs (``parse_special``, when given, overrides the record)."""
+    re-tokenizing needs (``parse_special``, when given, overrides the record). A chat
+    template is ``chat_template``, else the file the manifest names if it is still there,
+    else the tokenizer's own (checked against the recorded sha256 once loaded)."""
     where = reader.path / MANIFEST_FILE
     recorded = reader.manifest.options
     needed = ("text_field", "overflow", "add_eos", "bos", "skip_bad_records", "split", "txt_unit")
     if any(k not in recorded for k in needed):
         raise FormatError(f"{where}: 'options' does not record how the data was packed")
     values = {k: v for k, v in recorded.items() if k != "chat_template"}  # a record, not a path
+    if values.get("input_shape") == "chat":
+        values["chat_template"] = chat_template or _recorded_template_file(recorded)
     if values.get("loss_on") == "labels":  # pre-tokenized labels: read from a field
         values.pop("loss_on")
     values.setdefault("parse_special", True)  # packed before the option existed: parsed
@@ -1044,13 +1050,35 @@ def _recorded_options(reader: PackedReader, parse_special: bool | None) -> PackO
         options = PackOptions.from_mapping(values)
     except OptionError as e:
         raise FormatError(f"{where}: 'options' are not options of pack: {e}") from None
-    if options.input_shape not in ("text", "ids") or options.overflow is None:
-        shape = options.input_shape
-        raise OptionError(
-            f"--against re-tokenizes text inputs only; {reader.path} holds {shape} records "
-            "(its rows, counts and checksums are checked without --against)"
-        )
+    if options.overflow is None:
+        raise FormatError(f"{where}: 'options' does not record the overflow policy")
     return options
+
+
+def _recorded_template_file(recorded: Mapping[str, Any]) -> str | None:
+    """The chat template file the manifest names, if it was a file and is still there."""
+    record = recorded.get("chat_template")
+    if isinstance(record, Mapping) and record.get("source") == "file":
+        name = record.get("name")
+        if isinstance(name, str) and (is_url(name) or Path(name).is_file()):
+            return name
+    return None
+
+
+def _check_template(plan: InputPlan, recorded: Mapping[str, Any]) -> None:
+    """Refuse a chat template other than the one the data was packed with: every label
+    would differ."""
+    record = recorded.get("chat_template")
+    if plan.template is None or not isinstance(record, Mapping):
+        return
+    packed_with = record.get("sha256")
+    if packed_with and plan.template.sha256 != packed_with:
+        raise OptionError(
+            f"--against: the chat template {plan.template.name} (sha256 "
+            f"{plan.template.sha256[:12]}...) is not the one the data was packed with "
+            f"({record.get('name')}, sha256 {str(packed_with)[:12]}...): pass that one "
+            "with --chat-template"
+        )
 
 
 def _prepare_against(
@@ -1059,9 +1087,10 @@ def _prepare_against(
     tokenizer: Tokenizer | str | os.PathLike[str] | None,
     problems: _Problems,
     parse_special: bool | None = None,
+    chat_template: AnyPath | None = None,
 ) -> _AgainstPlan:
     manifest = reader.manifest
-    options = _recorded_options(reader, parse_special)
+    options = _recorded_options(reader, parse_special, chat_template)
     overflow = Overflow(options.overflow)
     if not inputs:
         inputs = manifest.input_paths
@@ -1084,8 +1113,10 @@ def _prepare_against(
         tok = _resolve_tokenizer(reader, tokenizer)
     _check_tokenizer(tok, manifest, problems)
     input_plan = plan_input(files, tok, options)  # as pack built it
-    encoder = input_plan.encoder
-    assert isinstance(encoder, (DocumentEncoder, IdsEncoder))
+    _check_template(input_plan, manifest.options)
+    instruct = isinstance(input_plan.encoder, InstructEncoder)
+    encoder = input_plan if instruct else input_plan.encoder
+    assert isinstance(encoder, (DocumentEncoder, IdsEncoder, InputPlan))
     recorded = manifest.input_sizes
     if len(files) != len(recorded):
         problems.add(
@@ -1098,8 +1129,9 @@ def _prepare_against(
                 f"input {i} ({inp.path}) has {inp.size_bytes} bytes; the manifest recorded "
                 f"{rec_size} bytes for {rec_path}: not the same file",
             )
-    read = input_plan.read if options.ids_field is not None else None
-    labelled = options.ids_field is not None and input_plan.labelled and reader.has_labels
+    read = input_plan.read if options.ids_field is not None or instruct else None
+    labelled = (options.ids_field is not None or instruct) and input_plan.labelled
+    labelled = labelled and reader.has_labels
     return _AgainstPlan(files, options, overflow, encoder, read, labelled)
 
 
@@ -1132,7 +1164,14 @@ def _check_against(
             txt_unit=options.txt_unit,
         ):
             expected = _expect_batch(
-                batch, counts, tokens, plan.encoder, plan.overflow, reader.max_len, label_counts
+                batch,
+                counts,
+                tokens,
+                plan.encoder,
+                plan.overflow,
+                reader.max_len,
+                label_counts,
+                options.skip_bad_records,
             )
             compared += _compare_batch(reader, plan, digests, expected, len(batch.records),
                                        where, problems)  # fmt: skip
@@ -1269,24 +1308,29 @@ def _expect_batch(
     batch: Any,
     counts: dict[str, int],
     tokens: dict[str, int],
-    encoder: DocumentEncoder | IdsEncoder,
+    encoder: DocumentEncoder | IdsEncoder | InputPlan,
     overflow: Overflow,
     max_len: int,
     label_counts: dict[str, int] | None = None,
+    skip_bad_records: bool = False,
 ) -> _Expected:
     """Encode one batch as ``pack`` does, count outcomes, and digest what would be packed."""
     first = counts["read"]
     n = len(batch.records)
     counts["read"] += n
-    counts["bad_records_skipped"] += len(batch.bad)
-    if isinstance(encoder, IdsEncoder):  # pre-tokenized: the ids as read, compared directly
-        good = batch.good
-        encoded = encoder.finish(batch)
+    if isinstance(encoder, (IdsEncoder, InputPlan)):
+        if isinstance(encoder, InputPlan):  # instruction records: rendered, tokenized
+            encoded = encoder.finish(encoder.tokenize(batch, skip_bad_records))
+            good = np.array([i for i, r in enumerate(batch.records) if r is not None], np.int64)
+        else:  # pre-tokenized: the ids as read, compared directly
+            encoded, good = encoder.finish(batch), batch.good
+        counts["bad_records_skipped"] += len(batch.bad)  # with the records a template failed
         if encoded.labels is not None and label_counts is not None:
             return _expect_labelled(
                 encoded, good, first, n, counts, tokens, label_counts, overflow, max_len
             )
     else:
+        counts["bad_records_skipped"] += len(batch.bad)
         good = np.array([i for i, t in enumerate(batch.texts) if t is not None], np.int64)
         encoded = encoder.encode([batch.texts[i] for i in good])
     lengths, empty = encoded.lengths, encoded.empty
@@ -1435,7 +1479,7 @@ def _describe_mismatch(
             j = int(diff[0])
             return (
                 f"{where}: label {j} is {actual_labels[j]} in the rows, {expected_labels[j]} "
-                f"from the input's labels ({diff.size} of {expected.size} labels differ)"
+                f"from the input ({diff.size} of {expected.size} labels differ)"
             )
     return f"{where}: its chunks are numbered or placed differently from a split of the input"
 
@@ -1451,6 +1495,7 @@ def verify(
     max_problems: int = 20,
     progress: VerifyProgress | None = None,
     parse_special: bool | None = None,
+    chat_template: str | os.PathLike[str] | None = None,
 ) -> VerifyReport:
     """Check the packed dataset at ``path``; with ``against``, also against its inputs.
 
@@ -1469,6 +1514,10 @@ def verify(
     Special-token strings in the inputs are re-tokenized as the manifest records
     (``options.parse_special``; a manifest from before that option parsed them); a
     ``parse_special`` given here overrides it.
+
+    Chat records are rendered with ``chat_template``, else the template file the manifest
+    names (if it is still there), else the tokenizer's; one whose sha256 is not the recorded
+    one is refused. Their labels are compared with the rows', as are prompt/completion ones.
     """
     if max_problems < 0:
         raise OptionError(f"--max-problems must be >= 0, got {max_problems}")
@@ -1518,7 +1567,8 @@ def verify(
                 f"{reader.path / MANIFEST_FILE}: no documents.read count: cannot compare "
                 "with the inputs"
             )
-        plan = _prepare_against(reader, against, tokenizer, problems, parse_special)
+        plan = _prepare_against(reader, against, tokenizer, problems, parse_special,
+                                chat_template)  # fmt: skip
         digests = _Digests(
             np.zeros(read, np.uint64), np.zeros(read, np.uint64), np.zeros(read, np.int64)
         )

@@ -51,13 +51,14 @@ LAYERS: dict[str, int] = {
     # 9: what renders or adapts for others
     "_stats_render": 9,
     "_render_inspect": 9,
+    "_help": 9,
     "torch": 9,
     # 10: the command line (11: ``python -m packtool``)
     "cli": 10,
     "__main__": 11,
 }
 CLI_ONLY = ("typer", "rich")
-CLI_MODULES = {"cli", "_stats_render", "_render_inspect"}
+CLI_MODULES = {"cli", "_stats_render", "_render_inspect", "_help"}
 
 
 def _module_of(path: Path) -> str:

@@ -519,3 +519,46 @@ def test_a_signal_after_the_manifest_says_the_output_is_complete(tmp_path, monke
     from packtool import verify
 
     assert verify(out).ok
+
+
+def test_a_lock_left_by_a_stopped_or_killed_run_is_removed_and_a_held_one_kept(
+    tmp_path: Path,
+) -> None:
+    """A run stopped while taking its lock (or SIGKILLed) leaves the lock file, the lock
+    itself released by the kernel: removed when nobody holds it, kept while somebody does."""
+    from packtool.store import lock_output, lock_path, remove_unheld_lock
+
+    out = tmp_path / "out"
+    lock_path(out).write_text("12345")  # left by a killed run: no process holds it
+    assert remove_unheld_lock(out) and not lock_path(out).exists()
+    assert not remove_unheld_lock(out)  # nothing left to remove
+    with lock_output(out):
+        assert lock_path(out).exists()
+        assert not remove_unheld_lock(out)  # held (by this process's open lock)
+        assert lock_path(out).exists()
+    assert not lock_path(out).exists()
+
+
+def test_a_signal_while_the_lock_file_is_made_leaves_no_lock_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The race behind a leftover ``.unit-*.packtool-lock`` after SIGTERM: the signal's
+    exception raised just as the lock file has been made, before its cleanup is armed."""
+    import packtool.store as store
+
+    real_open, signalled = os.open, []
+
+    def open_then_signal(path: str, flags: int, *args: int) -> int:
+        fd = real_open(path, flags, *args)
+        if str(path).endswith(".packtool-lock") and not signalled:
+            signalled.append(path)
+            os.close(fd)
+            raise KeyboardInterrupt  # as the SIGINT handler would, right after the open
+        return fd
+
+    out = tmp_path / "out"
+    monkeypatch.setattr(store.os, "open", open_then_signal)
+    with pytest.raises(KeyboardInterrupt), store.lock_output(out):
+        pass
+    monkeypatch.undo()
+    assert not store.lock_path(out).exists()

@@ -701,19 +701,82 @@ def test_any_single_change_to_a_row_is_found_and_never_crashes(
     assert all(p.shard is None or p.shard.endswith(".arrow") for p in report.problems)
 
 
-def test_against_names_instruction_data_as_unsupported(tmp_path: Path) -> None:
-    """--against re-tokenizes text; a chat pack is refused in one line (its rows still check)."""
+def _chat_pack(tmp_path: Path, **options: object) -> tuple[Path, Path, Path]:
     repo = Path(__file__).resolve().parent.parent
     chat, template = repo / "sample_data" / "chat.jsonl", repo / "sample_data" / "chatml.jinja"
     out = tmp_path / "out"
-    packtool.pack([chat], out, max_len=2048, chat_template=template)
+    packtool.pack([chat], out, max_len=2048, chat_template=template, **options)
+    return chat, template, out
+
+
+def _first_learned_label_unlearned(changed: list) -> Callable[[list[dict]], None]:
+    def unlearn(rows: list[dict]) -> None:  # the first learned label of a segment -> -100
+        for row in rows:
+            for k, doc in enumerate(row["doc_ids"]):
+                start, end = row["cu_seqlens"][k], row["cu_seqlens"][k + 1]
+                learned = [j for j in range(start + 1, end) if row["labels"][j] != -100]
+                if learned:
+                    row["labels"][learned[0]] = -100
+                    changed.append((doc, learned[0] - start))
+                    return
+
+    return unlearn
+
+
+def test_against_checks_chat_records_ids_and_labels(tmp_path: Path) -> None:
+    """Chats are rendered with the template the manifest names and re-tokenized; every
+    document's ids and labels are compared: a label changed in a shard (its sha256 recorded
+    anew, so only --against can tell) is one problem naming the document."""
+    chat, _, out = _chat_pack(tmp_path)
+    report = verify(out, against=[chat])
+    assert report.ok, report.problems
+    assert report.against is not None and report.against.documents_compared > 250
+    changed: list = []
+    rewrite_shard(out, _first_learned_label_unlearned(changed))
     assert verify(out).ok
-    result = CliRunner().invoke(app, ["verify", str(out), "--against"])
+    result = CliRunner().invoke(app, ["verify", str(out), "--against", str(chat)])
+    assert result.exit_code == 1, result.output
+    ((doc, j),) = changed
+    lines = [line for line in result.stdout.splitlines() if line.startswith("problem")]
+    assert len(lines) == 1, result.output
+    assert f"document {doc} (chat.jsonl record {doc}): label {j} is -100 in the rows" in lines[0]
+
+
+def test_against_checks_prompt_completion_records(tmp_path: Path) -> None:
+    repo = Path(__file__).resolve().parent.parent
+    src = repo / "sample_data" / "prompt_completion.jsonl"
+    out = tmp_path / "out"
+    packtool.pack([src], out, max_len=2048)
+    assert verify(out, against=[src]).ok
+    changed: list = []
+    rewrite_shard(out, _first_learned_label_unlearned(changed))
+    report = verify(out, against=[src])
+    assert [p.check for p in report.problems] == ["against"], report.problems
+    assert f"document {changed[0][0]} " in report.problems[0].what
+
+
+def test_against_refuses_another_chat_template_in_one_line(tmp_path: Path) -> None:
+    """A template other than the one packed with would change every label: refused, naming
+    both, before any row is read; the template given with --chat-template is used."""
+    chat, template, out = _chat_pack(tmp_path)
+    other = tmp_path / "other.jinja"
+    other.write_text(template.read_text(encoding="utf-8").replace("<|im_start|>", "<|im_start|> "))
+    result = CliRunner().invoke(
+        app, ["verify", str(out), "--against", str(chat), "--chat-template", str(other)]
+    )
     assert result.exit_code == 2, result.output
     lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and "Traceback" not in result.output
-    assert "--against re-tokenizes text inputs only" in lines[0]
-    assert "holds chat records" in lines[0]
+    assert len(lines) == 1 and "Traceback" not in result.output, result.output
+    assert "is not the one the data was packed with" in lines[0]
+    assert str(other) in lines[0] and str(template) in lines[0]
+    moved = tmp_path / "moved.jinja"  # the recorded file gone: the same text, given again
+    moved.write_bytes(template.read_bytes())
+    template_copy = tmp_path / "t.jinja"
+    template_copy.write_bytes(template.read_bytes())
+    out2 = tmp_path / "out2"
+    packtool.pack([chat], out2, max_len=2048, chat_template=template_copy)
+    template_copy.unlink()
+    assert verify(out2, against=[chat], chat_template=moved).ok
 
 
 def test_split_examples_whose_chunks_had_nothing_to_learn_verify(tmp_path: Path) -> None:

@@ -291,7 +291,8 @@ def _run_pending(
 
 def _merged(out: Path, plan: str, merge_options: dict[str, Any]) -> PackReport | None:
     """The merged dataset in ``out`` if it is the merge of ``plan`` with these options."""
-    from ..merge import report_from_manifest, up_to_date_merge
+    from ..merge import up_to_date_merge
+    from ..pipeline import PackReport
 
     manifest = up_to_date_merge(out, plan, merge_options)
-    return None if manifest is None else report_from_manifest(out, manifest, 0.0)
+    return None if manifest is None else PackReport.from_manifest(out, manifest, 0.0)

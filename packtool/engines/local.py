@@ -21,6 +21,7 @@ from typing import Any
 
 from .. import _stop
 from ..options import PackOptions
+from ..store import remove_unheld_lock
 from ..units import Unit, UnitResult
 from . import UnitFailedError, call_unit, unwrap
 
@@ -87,6 +88,10 @@ def run_local(
                 child.join(max(0.0, deadline - time.monotonic()))
                 if child.is_alive():
                     child.kill()
+            for unit in units:  # a unit stopped while taking its lock, or killed, left it
+                directory = unit.directory(out_dir)
+                if isinstance(directory, Path):
+                    remove_unheld_lock(directory)
             raise
     return sorted(results, key=lambda r: r.index)
 
