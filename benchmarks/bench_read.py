@@ -3,6 +3,7 @@
     python benchmarks/bench_read.py --make /tmp/bench-read     # the inputs (~150 MB each), once
     python benchmarks/bench_read.py /tmp/bench-read            # every format, best of 3
     python benchmarks/bench_read.py /tmp/bench-read --only jsonl-short --runs 1
+    python benchmarks/bench_read.py /tmp/bench-read --records  # the instruction-records path
 
 The inputs are the sample corpus generator's documents (about 2.3 kB of text each) as JSON
 Lines, Parquet and CSV, and short records (about 100 bytes each, where per-record costs
@@ -70,14 +71,19 @@ def make(out: Path, megabytes: int) -> None:
         print(f"{out / name}: {(out / name).stat().st_size / 1e6:.1f} MB")
 
 
-def read_all(path: Path) -> tuple[int, int]:
-    from packtool.readers import read_texts, resolve_inputs
+def read_all(path: Path, records: bool = False) -> tuple[int, int]:
+    from packtool.readers import read_records, read_texts, resolve_inputs
 
     (inp,) = resolve_inputs([path])
     docs = chars = 0
-    for batch in read_texts(inp):
-        docs += len(batch.texts)
-        chars += sum(len(t) for t in batch.texts if t is not None)
+    if records:  # the instruction-records path: each record a dict, made by a check
+        check = lambda r, loc: r["text"]  # noqa: E731
+        batches = read_records(inp, fields=["text"], check=check)
+    else:
+        batches = read_texts(inp)
+    for batch in batches:
+        docs += len(batch.records)
+        chars += sum(len(t) for t in batch.records if t is not None)
     return docs, chars
 
 
@@ -88,6 +94,9 @@ def main() -> None:
     parser.add_argument("--megabytes", type=int, default=150)
     parser.add_argument("--only", choices=list(INPUTS), action="append")
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument(
+        "--records", action="store_true", help="read_records (a dict per record), not read_texts"
+    )
     args = parser.parse_args()
     if args.make:
         make(args.dir, args.megabytes)
@@ -97,7 +106,7 @@ def main() -> None:
         seconds = []
         for _ in range(args.runs):
             start = time.perf_counter()
-            docs, chars = read_all(path)
+            docs, chars = read_all(path, args.records)
             seconds.append(time.perf_counter() - start)
         mb = path.stat().st_size / 1e6
         print(

@@ -68,12 +68,12 @@ def _texts(part: Records, text_field: str, skip_bad: bool) -> TextBatch:
         out.texts = texts
         return out
     bad = part.bad
-    for i, obj in enumerate(part.values or ()):
+    for i, (obj, location) in enumerate(zip(part.values or (), part.locations(), strict=True)):
         try:
             error = bad.get(i) if bad else None
             if error is not None:
                 raise error
-            out.texts.append(record_text(obj, text_field, part.locate(i)))
+            out.texts.append(record_text(obj, text_field, location))
         except BadRecordError as e:
             if not skip_bad:
                 raise e.with_skip_hint() from None
@@ -125,11 +125,15 @@ def as_records(
                 rows = part.values or []
         else:
             rows = part.values or []
-        bad = part.bad
-        for i, obj in enumerate(rows):
-            collect.add(obj, part.locate(i), bad.get(i))
-            if len(collect.batch.records) >= batch_docs:
+        bad, add, records = part.bad, collect.add, collect.batch.records
+        for i, (obj, location) in enumerate(zip(rows, part.locations(), strict=True)):
+            if bad and i in bad:
+                add(obj, location, bad[i])
+            else:
+                add(obj, location)
+            if len(records) >= batch_docs:
                 yield collect.take(bytes_done)
+                records = collect.batch.records
     if collect.batch.records:
         yield collect.take(bytes_done)
 

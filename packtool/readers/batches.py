@@ -53,13 +53,22 @@ class Records:
     row0: int = 0
     lines: Callable[[int], Any] | None = None
     reparse: Callable[[], Records] | None = None
+    places: list[Any] | None = None  # every record's location, where the reader made them
 
     def __len__(self) -> int:
         return self.table.num_rows if self.table is not None else len(self.values or ())
 
     def locate(self, i: int) -> Any:
         """Where record ``i`` is (a ``str``, or an object that becomes one when shown)."""
+        if self.places is not None:
+            return self.places[i]
         return self.lines(i) if self.lines is not None else f"{self.where}: row {self.row0 + i}"
+
+    def locations(self) -> Sequence[Any]:
+        """Every record's location (see :meth:`locate`)."""
+        if self.places is not None:
+            return self.places
+        return [self.locate(i) for i in range(len(self))]
 
     def drop_first(self, n: int) -> Records:
         """These records without the first ``n`` (a CSV pass that starts again)."""
@@ -72,6 +81,7 @@ class Records:
             {i - n: e for i, e in self.bad.items() if i >= n},
             self.row0 + n,
             None if lines is None else (lambda i: lines(i + n)),
+            places=None if self.places is None else self.places[n:],
         )
 
 

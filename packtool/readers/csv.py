@@ -213,14 +213,13 @@ def _csv_pass(inp: InputFile, fields: Sequence[str], want: Want, block: int) -> 
 
 def _malformed(where: str, bytes_done: int, errors: list[BadRecordError], row: int) -> Records:
     """Malformed rows as bad records (no values), each named by its line."""
-    names = [e.location for e in errors]
     return Records(
         where,
         bytes_done,
         values=[None] * len(errors),
         bad=dict(enumerate(errors)),
         row0=row,
-        lines=names.__getitem__,
+        places=[e.location for e in errors],
     )
 
 
