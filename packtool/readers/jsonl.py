@@ -253,7 +253,8 @@ def _arrow_piece(piece: memoryview, options: tuple[Any, Any], lines: int) -> Any
         line_of = _nonblank_lines(piece)  # blank lines: the records' own lines
         if line_of.size != table.num_rows:  # two objects on a line: a bad record
             return None
-    return table.combine_chunks().to_batches()[0], line_of
+    batches = table.to_batches()  # one block: one batch, not copied again
+    return (batches[0] if len(batches) == 1 else table.combine_chunks().to_batches()[0]), line_of
 
 
 def read(inp: InputFile, fields: Sequence[str], want: Want) -> Iterator[Records]:
