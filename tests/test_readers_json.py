@@ -92,6 +92,34 @@ def test_arrow_and_json_loads_give_the_same_texts(
         assert str(error).startswith(f"{path}:"), error  # named by its line
 
 
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    texts=st.lists(st.text(ANY_CHAR, max_size=40), min_size=1, max_size=4),
+    how=st.lists(st.booleans(), max_size=7),
+    gaps=st.lists(st.sampled_from(["", " ", "\n", "\n  ", "\r\n\t"]), min_size=1, max_size=5),
+)
+@example(texts=["\x00", "\ud83d\ude00", "\ud800", 'x]},{["\\'], how=[True, False], gaps=["\n"])
+def test_a_json_array_streamed_gives_json_loads_texts(
+    texts: list[str], how: list[bool], gaps: list[str]
+) -> None:
+    """A JSON array's texts stream through pyarrow (its elements cut by a NumPy scan): each
+    is what ``json.load`` gives (which decodes bytes with "surrogatepass": a surrogate
+    written as raw UTF-8 becomes a lone surrogate), or a named bad element."""
+    elements = ['{"text": ' + _escaped(t, how) + "}" for t in texts]
+    body = "[" + gaps[0] + ("," + gaps[-1]).join(elements) + gaps[len(gaps) // 2] + "]"
+    data = body.encode("utf-8", "surrogatepass")
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "a.json"
+        path.write_bytes(data)
+        loaded = json.loads(data)  # bytes, as json.load reads them
+        got, bad = _read(path)
+    expected = [t if _valid_unicode(t) else None for t in (e["text"] for e in loaded)]
+    assert got == expected
+    assert [str(e).split(": ")[1] for e in bad] == [
+        f"element {i}" for i, t in enumerate(expected) if t is None
+    ]
+
+
 @settings(max_examples=50, deadline=None)
 @given(texts=st.lists(st.text(ANY_CHAR, max_size=30), min_size=1, max_size=4))
 def test_records_are_json_loads_values(texts: list[str]) -> None:
@@ -120,6 +148,10 @@ def test_the_texts_of_good_pieces_come_from_pyarrow(tmp_path: Path) -> None:
     assert part.table is not None and part.table.column(0).to_pylist() == ["aé😀\x00"]
     (part,) = read(resolve_inputs([bad])[0], ["text"], Want.TEXT)
     assert part.table is None and part.values == [{"text": "\ud800"}]
+    array = tmp_path / "array.json"
+    array.write_text('[{"text": "a"},\n {"text": "b\\n", "id": 2}]', encoding="utf-8")
+    (part,) = read(resolve_inputs([array])[0], ["text"], Want.TEXT)
+    assert part.table is not None and part.table.column(0).to_pylist() == ["a", "b\n"]
 
 
 def test_a_text_longer_than_a_piece(tmp_path: Path) -> None:

@@ -1,10 +1,12 @@
 """JSON inputs holding one array of objects (or JSON Lines named .json): one reader,
-:func:`read`. The array is loaded whole for texts and records; token-id columns stream
-through pyarrow's parser, cut into elements by a NumPy scan.
+:func:`read`. Texts and token-id columns stream through pyarrow's parser, cut into
+elements by a NumPy scan; instruction records, and an array the stream finds irregular,
+are loaded whole with ``json.load``.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import zlib
 from collections.abc import Iterator, Sequence
@@ -162,8 +164,8 @@ class _ArrayScan:
         return data[:cut], elements
 
 
-def _json_array_arrow(inp: InputFile, columns: Sequence[str]) -> Iterator[Records]:
-    """The token-id columns of a JSON array streamed through pyarrow; raises
+def _json_array_arrow(inp: InputFile, columns: Sequence[str], want: Want) -> Iterator[Records]:
+    """The texts or token-id columns of a JSON array streamed through pyarrow; raises
     :class:`ArrowFailed` where it must be parsed whole."""
     where = str(inp.path)
     try:
@@ -172,11 +174,12 @@ def _json_array_arrow(inp: InputFile, columns: Sequence[str]) -> Iterator[Record
         raise ArrowFailed("no codec") from None
     import pyarrow.json as pj
 
-    schema = pa.schema([(c, pa.list_(pa.int32())) for c in columns])
+    kind = pa.string() if want is Want.TEXT else pa.list_(pa.int32())
+    schema = pa.schema([(c, kind) for c in columns])
     parse = pj.ParseOptions(
         explicit_schema=schema, unexpected_field_behavior="ignore", newlines_in_values=True
     )
-    options = pj.ReadOptions(block_size=1 << 20, use_threads=True)
+    threaded = pj.ReadOptions(block_size=1 << 20, use_threads=True)
     scan = _ArrayScan()
     element = 0
     try:
@@ -187,12 +190,18 @@ def _json_array_arrow(inp: InputFile, columns: Sequence[str]) -> Iterator[Record
             piece, elements = scan.feed(raw_bytes)
             if not elements:
                 continue
+            options = threaded
+            if want is Want.TEXT:  # one block, as JSON Lines texts
+                options = pj.ReadOptions(block_size=len(piece) + 1, use_threads=False)
             table = None if null_line(piece) else arrow_json_piece(piece, parse, options)
             if table is None or table.num_rows != elements:
                 raise ArrowFailed("irregular")
-            batch = table.combine_chunks().to_batches()[0]
             yield Records(
-                where, raw.tell(), batch, lines=lambda r, f=element: f"{where}: element {f + r}"
+                where,
+                raw.tell(),
+                table.combine_chunks().to_batches()[0],
+                lines=lambda r, f=element: f"{where}: element {f + r}",
+                reparse=functools.partial(_reparse, inp, element, elements),
             )
             element += elements
     except (OSError, EOFError, zlib.error) as e:
@@ -201,6 +210,15 @@ def _json_array_arrow(inp: InputFile, columns: Sequence[str]) -> Iterator[Record
         stream.close()
     if not scan.closed or scan.carry.strip():
         raise ArrowFailed("not one whole JSON array")
+
+
+def _reparse(inp: InputFile, first: int, count: int) -> Records:
+    """Elements ``[first, first + count)`` parsed by ``json.load`` (the whole array): where a
+    streamed text does not convert (a surrogate written as raw UTF-8), to name it."""
+    stream, _ = open_binary(inp)
+    with stream:
+        data = _load_json_array(inp, stream)
+    return next(_elements(inp, data[: first + count], first, count))
 
 
 def _elements(inp: InputFile, data: list[Any], first: int, batch_rows: int) -> Iterator[Records]:
@@ -219,8 +237,8 @@ def _elements(inp: InputFile, data: list[Any], first: int, batch_rows: int) -> I
 def read(inp: InputFile, fields: Sequence[str], want: Want, batch_rows: int) -> Iterator[Records]:
     """The elements of a JSON array (JSON Lines named .json: :func:`.jsonl.read`).
 
-    Token ids stream through pyarrow's parser (:class:`_ArrayScan`); if anything is
-    irregular, and for texts and records, the array is loaded whole with ``json.load``
+    Texts and token ids stream through pyarrow's parser (:class:`_ArrayScan`); if anything
+    is irregular, and for instruction records, the array is loaded whole with ``json.load``
     (from the element the stream stopped at), which names a bad element exactly."""
     stream, _ = open_binary(inp)
     with stream:
@@ -229,9 +247,9 @@ def read(inp: InputFile, fields: Sequence[str], want: Want, batch_rows: int) -> 
         yield from jsonl.read(inp, fields, want)
         return
     done = 0
-    if want is Want.IDS:
+    if want is not Want.RECORDS:
         try:
-            for part in _json_array_arrow(inp, fields):
+            for part in _json_array_arrow(inp, fields, want):
                 done += len(part)
                 yield part
             return
