@@ -38,6 +38,7 @@ import json
 import os
 import re
 import shutil
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, fields
@@ -48,7 +49,15 @@ import numpy as np
 import pyarrow as pa
 
 from .errors import FormatError, NothingToPackError, OutputExistsError, RowIndexError
-from .fs import AnyPath, StorePath, arrow_input, as_path, check_writable, upload_file
+from .fs import (
+    AnyPath,
+    StorePath,
+    arrow_input,
+    as_path,
+    check_writable,
+    open_input,
+    upload_file,
+)
 
 __all__ = [
     "FORMAT_NAME",
@@ -1285,9 +1294,11 @@ class PackedRow:
 class PackedReader:
     """Read access to a packed dataset, memory-mapped; see :func:`open_packed`."""
 
-    def __init__(self, path: AnyPath, manifest: Manifest) -> None:
+    def __init__(self, path: AnyPath, manifest: Manifest, cache_dir: Path | None = None) -> None:
         self.path = path
         self.manifest = manifest
+        self.cache_dir = cache_dir
+        """Where shards of an output on a store are kept once fetched (``None``: streamed)."""
         self.max_len: int = manifest.max_len
         self.shard_files: list[str] = [s.file for s in manifest.shards]
         """The shards as the manifest lists them: paths relative to ``path``."""
@@ -1396,7 +1407,7 @@ class PackedReader:
             path = self.shard_paths[shard]
             self._check_shard_file(shard)
             try:
-                table = self._read_shard(path)
+                table = self._read_shard(shard)
                 # A damaged shard can parse and still hold lengths or offsets that point
                 # outside its buffers; reading such rows would crash the process.
                 table.validate(full=True)
@@ -1410,20 +1421,50 @@ class PackedReader:
                     f"{path}: shard holds {table.num_rows} rows, the manifest says "
                     f"{self.shard_rows[shard]} (run `packtool verify`)"
                 )
-            if isinstance(path, StorePath):  # streamed: one shard in memory at a time
-                self._tables.clear()
+            if isinstance(path, StorePath) and self.cache_dir is None:
+                self._tables.clear()  # streamed: one shard in memory at a time
             if self._doc_offsets[shard]:
                 table = _offset_doc_ids(table, self._doc_offsets[shard])
             self._tables[shard] = table
         return table
 
-    @staticmethod
-    def _read_shard(path: AnyPath) -> pa.Table:
+    def _read_shard(self, shard: int) -> pa.Table:
+        path = self.shard_paths[shard]
+        if isinstance(path, StorePath) and self.cache_dir is not None:
+            path = self._cached(path, self.manifest.shards[shard])
         if isinstance(path, StorePath):
             with arrow_input(path) as source:
                 return pa.ipc.open_stream(source).read_all()
         with pa.memory_map(str(path)) as source:
             return pa.ipc.open_stream(source).read_all()
+
+    def _cached(self, path: StorePath, entry: ShardEntry) -> Path:
+        """The local copy of a shard on a store, fetched once into :attr:`cache_dir` under
+        its sha256 (so a copy is never stale), its bytes hashed as they arrive."""
+        assert self.cache_dir is not None
+        if not entry.sha256:
+            raise FormatError(f"{path}: the manifest records no sha256 to cache the shard by")
+        local = self.cache_dir / f"{entry.sha256}.arrow"
+        if local.is_file() and (not _is_count(entry.bytes) or local.stat().st_size == entry.bytes):
+            return local
+        try:
+            self.cache_dir.mkdir(parents=True, exist_ok=True)
+            part = local.with_name(f".{local.name}.{os.getpid()}-{threading.get_ident()}")
+            digest = hashlib.sha256()
+            with open_input(path) as source, open(part, "wb") as sink:
+                while block := source.read(8 << 20):
+                    digest.update(block)
+                    sink.write(block)
+        except OSError as e:
+            raise FormatError(f"{path}: cannot copy the shard into {self.cache_dir}: {e}") from e
+        if digest.hexdigest() != entry.sha256:
+            part.unlink(missing_ok=True)
+            raise FormatError(
+                f"{path}: the shard's sha256 is {digest.hexdigest()[:12]}..., the manifest "
+                f"records {entry.sha256[:12]}... (run `packtool verify`)"
+            )
+        os.replace(part, local)
+        return local
 
     def iter_tables(self, columns: Sequence[str] | None = None) -> Iterator[pa.Table]:
         """Each shard in order, restricted to ``columns``."""
@@ -1615,10 +1656,17 @@ def _shard_entry_problem(i: int, shard: Any) -> str | None:
     return None
 
 
-def open_packed(path: str | os.PathLike[str] | StorePath) -> PackedReader:
+def open_packed(
+    path: str | os.PathLike[str] | StorePath, *, cache_dir: str | os.PathLike[str] | None = None
+) -> PackedReader:
     """Open the packed dataset written by ``packtool pack`` at ``path``.
 
-    Raises :class:`~packtool.errors.FormatError` if the directory is not a complete packtool
-    output or has a format version this packtool does not read.
+    An output on an object store is streamed a shard at a time; with ``cache_dir`` (a local
+    directory), each shard is fetched once, checked against its recorded sha256, kept there
+    under that hash and memory-mapped, as a local output is: a shuffled epoch then reads
+    each shard from the store once, not once per visit. Raises
+    :class:`~packtool.errors.FormatError` if the directory is not a complete packtool output
+    or has a format version this packtool does not read.
     """
-    return PackedReader(as_path(path), read_manifest(path))
+    cache = None if cache_dir is None else Path(cache_dir)
+    return PackedReader(as_path(path), read_manifest(path), cache)

@@ -115,6 +115,11 @@ class PackedDataset(Dataset):
         for epoch in range(start_epoch, epochs):
             ds.set_epoch(epoch)
             for batch in loader: ...            # checkpoint loader.state_dict() with the model
+
+    **Object stores.** ``path`` may be a URL (``s3://bucket/out``). Give ``cache_dir`` (a
+    local directory) to keep each shard there once fetched (checked against its sha256), so
+    a shuffled epoch reads each shard from the store once; without it one shard is held in
+    memory at a time and a random order fetches shards again and again.
     """
 
     def __init__(
@@ -124,6 +129,7 @@ class PackedDataset(Dataset):
         rank: int = 0,
         world_size: int = 1,
         seed: int = 0,
+        cache_dir: str | os.PathLike[str] | None = None,
     ) -> None:
         if not isinstance(world_size, int) or world_size < 1:
             raise OptionError(f"world_size must be an integer >= 1, got {world_size!r}")
@@ -135,7 +141,8 @@ class PackedDataset(Dataset):
         self.rank = rank
         self.world_size = world_size
         self.seed = seed
-        self._reader: PackedReader | None = open_packed(path)
+        self.cache_dir = cache_dir
+        self._reader: PackedReader | None = open_packed(path, cache_dir=cache_dir)
         reader = self._reader
         self.max_len: int = reader.max_len
         self.has_labels: bool = reader.has_labels
@@ -240,7 +247,7 @@ class PackedDataset(Dataset):
     def reader(self) -> PackedReader:
         """The underlying :class:`~packtool.format.PackedReader` (opened lazily after pickling)."""
         if self._reader is None:
-            self._reader = open_packed(self.path)
+            self._reader = open_packed(self.path, cache_dir=self.cache_dir)
         return self._reader
 
     def __getstate__(self) -> dict[str, Any]:

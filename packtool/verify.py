@@ -1487,6 +1487,21 @@ def _describe_mismatch(
 # -- the entry point -----------------------------------------------------------------------
 
 
+def _against_digests(reader: PackedReader, read: int | None, labelled: bool) -> _Digests:
+    """Empty digests of the ``read`` documents, filled from the rows, then compared."""
+    if read is None:
+        raise FormatError(
+            f"{reader.path / MANIFEST_FILE}: no documents.read count: cannot compare with the "
+            "inputs"
+        )
+    digests = _Digests(
+        np.zeros(read, np.uint64), np.zeros(read, np.uint64), np.zeros(read, np.int64)
+    )
+    if labelled:
+        digests.label0, digests.label1 = np.zeros(read, np.uint64), np.zeros(read, np.uint64)
+    return digests
+
+
 def verify(
     path: str | os.PathLike[str],
     against: Sequence[str | os.PathLike[str]] | None = None,
@@ -1560,20 +1575,11 @@ def verify(
         has_labels=reader.has_labels,
         dropped_chunks=_int(manifest.labels.get("chunks_without_labels_dropped")) or 0,
     )
-    digests = plan = None
+    plan, digests = None, None
     if against is not None:
-        if read is None:
-            raise FormatError(
-                f"{reader.path / MANIFEST_FILE}: no documents.read count: cannot compare "
-                "with the inputs"
-            )
         plan = _prepare_against(reader, against, tokenizer, problems, parse_special,
                                 chat_template)  # fmt: skip
-        digests = _Digests(
-            np.zeros(read, np.uint64), np.zeros(read, np.uint64), np.zeros(read, np.int64)
-        )
-        if plan.labelled:
-            digests.label0, digests.label1 = np.zeros(read, np.uint64), np.zeros(read, np.uint64)
+        digests = _against_digests(reader, read, plan.labelled)
     segments, all_read = _check_shards(reader, rules, problems, report, digests, progress)
     if all_read:
         _check_coverage(segments, manifest, rules, problems, report)

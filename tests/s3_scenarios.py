@@ -142,12 +142,15 @@ def scenario_pack(workdir: Path) -> None:
     for i in (0, len(store) // 2, len(store) - 1):
         assert np.array_equal(store[i].input_ids, local[i].input_ids)
     ds_store, ds_local = PackedDataset("s3://out/case0"), PackedDataset(workdir / "local0")
-    assert len(ds_store) == len(ds_local)
+    cached = PackedDataset("s3://out/case0", cache_dir=workdir / "shard-cache")
+    assert len(ds_store) == len(ds_local) == len(cached)
     for i in (0, 5, len(ds_local) - 1):
-        assert all(
-            np.array_equal(np.asarray(ds_store[i][k]), np.asarray(ds_local[i][k]))
-            for k in ds_local[i]
-        )
+        for ds in (ds_store, cached):
+            assert all(
+                np.array_equal(np.asarray(ds[i][k]), np.asarray(ds_local[i][k]))
+                for k in ds_local[i]
+            )
+    assert len(list((workdir / "shard-cache").glob("*.arrow"))) >= 1
     # a prefix without a manifest is refused by every reader, in one line
     s3().put_object(Bucket="out", Key="half/data-00000-of-00002.arrow", Body=b"partial")
     for command in (["verify"], ["stats"], ["inspect", "--row", "0"]):

@@ -16,13 +16,16 @@ import sys
 import tempfile
 import uuid
 from pathlib import Path
+from typing import Any
 
+import numpy as np
 import pytest
 from conftest import REPO, SAMPLE
 from helpers import read_rows
 
 import packtool
 from packtool.errors import FormatError, OutputExistsError, StoreError
+from packtool.format import open_packed
 from packtool.fs import StorePath, as_path, is_url
 from packtool.pipeline import pack
 
@@ -283,3 +286,49 @@ def test_a_merge_on_a_store_reads_no_shard(memory_prefix, tmp_path: Path) -> Non
     assert merged.global_ffd_rows is not None and merged.global_ffd_rows <= merged.rows
     result = verify(f"memory://{name}/out")
     assert not result.ok and any("sha256" in p for p in map(str, result.problems))
+
+
+def test_a_shard_cache_fetches_each_shard_of_a_store_output_once(
+    memory_prefix, tmp_path: Path
+) -> None:
+    """open_packed/PackedDataset with cache_dir: each shard fetched once, kept under its
+    sha256 and mapped; rows equal the local output's in any order; a shard altered on the
+    store is refused by its sha256 (one line naming it), and nothing half-copied stays."""
+    pytest.importorskip("torch")
+    from packtool.torch import PackedDataset
+
+    fs, name = memory_prefix
+    local = tmp_path / "local"
+    packtool.pack([SAMPLE], local, max_len=512, rows_per_shard=40)
+    url = f"memory://{name}/out"
+    packtool.pack([SAMPLE], url, max_len=512, rows_per_shard=40)
+    shards = open_packed(local).manifest.shards
+    assert len(shards) > 3
+    fetched: list[str] = []
+    original = fs.open
+
+    def counting_open(path: str, mode: str = "rb", **kw: Any) -> Any:
+        if path.endswith(".arrow"):
+            fetched.append(path)
+        return original(path, mode, **kw)
+
+    fs.open = counting_open  # type: ignore[method-assign]
+    try:
+        cache = tmp_path / "cache"
+        ds, ref = PackedDataset(url, cache_dir=cache), PackedDataset(local)
+        order = np.random.default_rng(0).permutation(len(ref))
+        for i in [*order, *order]:  # two shuffled passes
+            assert all(np.array_equal(np.asarray(ds[i][k]), np.asarray(ref[i][k])) for k in ref[i])
+    finally:
+        fs.open = original  # type: ignore[method-assign]
+    assert len(fetched) == len(shards)  # each shard read from the store once
+    assert sorted(p.name for p in cache.iterdir()) == sorted(f"{s.sha256}.arrow" for s in shards)
+    # A shard changed on the store (same size): a new cache refuses it by its sha256.
+    first = f"/{name}/out/{shards[0].file}"
+    data = bytearray(fs.cat_file(first))
+    data[-100] ^= 0xFF
+    fs.pipe_file(first, bytes(data))
+    reader = open_packed(url, cache_dir=tmp_path / "cache2")
+    with pytest.raises(FormatError, match=r"sha256 is .* the manifest records .*packtool verify"):
+        reader[0]
+    assert list((tmp_path / "cache2").iterdir()) == []
