@@ -181,3 +181,28 @@ def test_only_format_knows_the_manifest_keys() -> None:
     """Other modules read the manifest through :class:`packtool.format.Manifest`'s accessors."""
     bad = [hit for p in _sources() if _module_of(p) != "format" for hit in _manifest_key_reads(p)]
     assert not bad, "\n".join(bad)
+
+
+def test_a_pack_option_lives_in_the_options_record() -> None:
+    """An option is added in one place: every `pack` flag but the CLI's own is a field of
+    PackOptions (from_mapping would drop any other silently), every field is a flag, and
+    the library's entry points take the record whole instead of spelling options."""
+    import dataclasses
+    import inspect
+
+    from packtool import cli, engines, pipeline, stats, units
+    from packtool.options import PackOptions
+
+    names = {f.name for f in dataclasses.fields(PackOptions)}
+    flags = set(inspect.signature(cli.pack).parameters)
+    assert flags - names == {"inputs", "output", "quiet", "as_json"}
+    assert names - flags == set()
+    for entry in (pipeline.pack, engines.pack_units, stats.corpus_stats):
+        parameters = inspect.signature(entry).parameters
+        assert "options" in parameters, entry
+        # stats' --seed is its baselines' seed, another meaning than pack's row shuffle
+        assert not (set(parameters) & names) - {"seed"}, (entry, set(parameters) & names)
+    # A unit takes the record too; its process overrides overwrite and the threads it gets.
+    unit_parameters = set(inspect.signature(units.run_unit).parameters)
+    assert "options" in unit_parameters
+    assert unit_parameters & names == {"unit", "overwrite", "num_proc"}

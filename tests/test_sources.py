@@ -286,7 +286,8 @@ def test_bad_json_array_elements_are_named(tmp_path: Path) -> None:
         "not valid Unicode",
         f"{path}: element 6: field 'text' is null, not a string",
     ]
-    assert [b.bytes_done for b in batches] == [0, path.stat().st_size]
+    # The array is parsed whole before its first element is given: all of it is read.
+    assert [b.bytes_done for b in batches] == [path.stat().st_size] * 2
 
 
 def test_bad_record_deep_in_a_large_file(tmp_path: Path) -> None:
@@ -331,6 +332,31 @@ def test_columnar_errors(tmp_path: Path) -> None:
     (tmp_path / "bad.parquet").write_bytes(b"not parquet at all")
     with pytest.raises(InputError, match="not a readable Parquet file"):
         texts_of(tmp_path / "bad.parquet")
+
+
+def test_a_malformed_csv_row_is_the_same_bad_record_for_texts_and_records(
+    tmp_path: Path,
+) -> None:
+    """One CSV reader for texts and records: a malformed row is a bad record naming its line
+    in both (the records pass used to stop at it with pyarrow's "cannot read as CSV")."""
+    from packtool.readers import read_records
+
+    path = tmp_path / "pc.csv"
+    path.write_text("prompt,text\n1,x\n2,y,extra\n3,z\n")
+    (inp,) = resolve_inputs([path])
+    message = r"pc\.csv:3: malformed CSV row '2,y,extra' \(3 columns, expected 2\)"
+    with pytest.raises(BadRecordError, match=message + r".*--skip-bad-records"):
+        list(read_records(inp, fields=["prompt", "text"], check=lambda r, loc: r))
+    batches = list(
+        read_records(inp, fields=["prompt", "text"], check=lambda r, loc: r, skip_bad_records=True)
+    )
+    # pyarrow reports a malformed row as it parses a block: it comes before the block's rows.
+    records = [r for b in batches for r in b.records]
+    assert records == [None, {"prompt": "1", "text": "x"}, {"prompt": "3", "text": "z"}]
+    assert [str(e) for b in batches for e in b.bad] == [
+        f"{path}:3: malformed CSV row '2,y,extra' (3 columns, expected 2)"
+    ]
+    assert texts_of(path, skip_bad_records=True) == [None, "x", "z"]
 
 
 @pytest.mark.parametrize("trailing_newline", [True, False])
@@ -455,13 +481,11 @@ def test_csv_cell_longer_than_a_block(
             parse_options=pc.ParseOptions(newlines_in_values=True),
         ).read_all()
     passes: list[int] = []
-    real_pass = csv_reader._csv_text_pass
+    real_pass = csv_reader._csv_pass
     monkeypatch.setattr(
         csv_reader,
-        "_csv_text_pass",
-        lambda inp, field, skip, docs, blk: (
-            passes.append(blk) or real_pass(inp, field, skip, docs, blk)
-        ),
+        "_csv_pass",
+        lambda inp, fields, want, blk: passes.append(blk) or real_pass(inp, fields, want, blk),
     )
     got: list[str | None] = []
     for batch in read_texts(resolve_inputs([path])[0], batch_docs=100):

@@ -2,39 +2,43 @@
 
 Inputs are files (JSON Lines, JSON arrays, Parquet, Arrow, CSV, plain text; ``.gz``/``.zst``
 compressed JSON, CSV and text too), directories or globs of such files, and datasets saved
-with ``datasets.save_to_disk``. The fast paths are pyarrow's streaming readers; when one of
-them fails, or when bad records are to be skipped, a line-by-line reader finds the exact
-line and what is wrong with it.
+with ``datasets.save_to_disk``.
+
+Each format has one reader (:func:`read` chooses it by the input's kind): it yields
+:class:`Records`, the fields asked for as Arrow columns (pyarrow's Parquet, Arrow, CSV and
+JSON readers) or, where JSON is parsed in Python (instruction records, a piece pyarrow
+refuses), as the values ``json.loads`` gives, each record nameable by its file and line or
+row. A piece of an input (:class:`Piece`: a byte range of JSON Lines, row groups of Parquet)
+is an argument of the same reader. Three adapters (:mod:`.adapt`) make the records what a
+stage takes: :func:`read_texts` (text documents), :func:`read_records` (instruction
+records) and :func:`column_batches` (token-id lists) are a reader and an adapter.
 
 Every record gets a place in the stream: a bad record that is skipped is yielded as ``None``
 so that document numbering (and so the ``doc_ids`` of the output) does not depend on it.
-
-One module per format holds that format's readers (:mod:`.jsonl`, :mod:`.json_array`,
-:mod:`.parquet`, :mod:`.arrow`, :mod:`.csv`, :mod:`.txt`, :mod:`.hf_dataset`); what they
-share is in :mod:`.files` (inputs, pieces, opening) and :mod:`.batches` (the batch types and
-record checks). The functions here choose the reader by the input's kind. A piece of an
-input (:class:`Piece`: a byte range of JSON Lines, row groups of Parquet) is read by the same
-reader as the whole input.
+Plain text (:mod:`.txt`) has no fields: its reader gives the texts itself.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 import pyarrow as pa
 
 from ..errors import InputError, OptionError
 from . import arrow, csv, hf_dataset, json_array, jsonl, parquet, txt
+from .adapt import as_columns, as_records, as_texts
 from .batches import (
     ColumnBatch,
     RecordBatch,
     RecordCheck,
-    RecordCollector,
+    Records,
     TableSource,
     TextBatch,
+    Want,
+    check_column,
     check_record_columns,
+    check_table_columns,
     skip_records,
-    table_records,
 )
 from .files import (
     BATCH_DOCS,
@@ -47,7 +51,6 @@ from .files import (
     part_of,
     resolve_inputs,
 )
-from .jsonl import records_before
 
 __all__ = [
     "BATCH_DOCS",
@@ -58,19 +61,64 @@ __all__ = [
     "Piece",
     "RecordBatch",
     "RecordCheck",
+    "Records",
     "TextBatch",
+    "Want",
     "column_batches",
     "describe_skipped",
     "first_record_fields",
     "first_row",
     "part_of",
+    "read",
     "read_records",
     "read_texts",
-    "records_before",
     "resolve_inputs",
     "skip_records",
-    "table_batches",
 ]
+
+_TABLES = ("parquet", "arrow", "hf_dataset")
+
+
+def _open_table(inp: InputFile, fields: Sequence[str], split: str | None, rows: int) -> TableSource:
+    if inp.kind == "parquet":
+        return parquet.open_table(inp, fields, rows)
+    if inp.kind == "arrow":
+        return arrow.open_table(str(inp.path), [str(inp.path)], fields, "Arrow data")
+    if inp.kind == "hf_dataset":
+        return hf_dataset.open_table(inp, fields, split, rows)
+    raise ValueError(f"unknown input kind {inp.kind!r}")
+
+
+def read(
+    inp: InputFile,
+    fields: Sequence[str],
+    want: Want,
+    *,
+    split: str | None = None,
+    batch_rows: int = BATCH_DOCS,
+    check: Callable[[pa.Schema], None] | None = None,
+) -> Iterator[Records]:
+    """The records of ``inp`` as its format's one reader parses them, batch by batch:
+    ``fields`` of each, parsed as ``want`` says (a piece, :class:`Piece`, read by the same
+    reader). ``check(schema)`` sees the columns of a table or CSV input before anything is
+    read (to name a missing column). Table inputs give ``batch_rows`` rows at a time, JSON
+    Lines a piece of lines, CSV a block."""
+    if inp.kind == "jsonl":
+        yield from jsonl.read(inp, fields, want)
+    elif inp.kind == "json":
+        yield from json_array.read(inp, fields, want, batch_rows)
+    elif inp.kind == "csv":
+        if check is not None:
+            check(pa.schema([(name, pa.string()) for name in csv.read_header(inp)]))
+        yield from csv.read(inp, fields, want)
+    else:
+        source = _open_table(inp, fields, split, batch_rows)
+        try:
+            if check is not None:
+                check(source.schema)
+            yield from source.parts
+        finally:
+            source.close()
 
 
 def read_texts(
@@ -90,25 +138,20 @@ def read_texts(
     """
     if txt_unit not in TXT_UNITS:
         raise OptionError(f"--txt-unit must be line, paragraph or document, got {txt_unit!r}")
-    if inp.kind == "jsonl":
-        batches = jsonl.read_texts(inp, text_field, skip_bad_records, batch_docs)
-    elif inp.kind == "json":
-        batches = json_array.read_texts(inp, text_field, skip_bad_records, batch_docs)
-    elif inp.kind == "parquet":
-        batches = parquet.read_texts(inp, text_field, skip_bad_records, batch_docs)
-    elif inp.kind == "arrow":
-        batches = arrow.read_texts(inp, text_field, skip_bad_records, batch_docs)
-    elif inp.kind == "csv":
-        batches = csv.read_texts(inp, text_field, skip_bad_records, batch_docs)
-    elif inp.kind == "txt":
-        batches = txt.read_texts(inp, txt_unit, skip_bad_records, batch_docs)
-    elif inp.kind == "hf_dataset":
-        batches = hf_dataset.read_texts(inp, text_field, split, skip_bad_records, batch_docs)
-    elif inp.kind == "megatron":
+    if inp.kind == "txt":  # no fields: a line, a paragraph or the file is the document
+        return guarded(inp, txt.read_texts(inp, txt_unit, skip_bad_records, batch_docs))
+    if inp.kind == "megatron":
         raise InputError(f"{inp.path}: a Megatron indexed dataset holds token ids, not text")
-    else:
-        raise ValueError(f"unknown input kind {inp.kind!r}")
-    return guarded(inp, batches)
+    where = str(inp.path)
+    parts = read(
+        inp,
+        [text_field],
+        Want.TEXT,
+        split=split,
+        batch_rows=batch_docs * 8,
+        check=lambda schema: check_column(schema, text_field, where),
+    )
+    return guarded(inp, as_texts(parts, text_field, skip_bad_records, batch_docs))
 
 
 def first_row(inp: InputFile) -> int:
@@ -120,22 +163,6 @@ def first_row(inp: InputFile) -> int:
     return parquet.rows_before(inp)
 
 
-def table_batches(
-    inp: InputFile, columns: Sequence[str], *, split: str | None = None, batch_rows: int = 2048
-) -> Iterator[tuple[pa.RecordBatch, int]]:
-    """The Arrow record batches of ``columns`` of a Parquet, Arrow or saved `datasets`
-    input, each with how far into the input (bytes) it ends. Columns are not
-    converted to Python: a list column stays one flat buffer (for pre-tokenized data)."""
-    if inp.kind == "parquet":
-        yield from parquet.read_table(inp, columns, batch_rows)
-    elif inp.kind == "arrow":
-        yield from arrow.read_table(str(inp.path), [str(inp.path)], columns)
-    elif inp.kind == "hf_dataset":
-        yield from hf_dataset.read_table(inp, columns, split)
-    else:
-        raise ValueError(f"not a table input: {inp.kind!r}")
-
-
 def column_batches(
     inp: InputFile, columns: Sequence[str], *, split: str | None = None, batch_rows: int = 2048
 ) -> Iterator[ColumnBatch]:
@@ -143,49 +170,18 @@ def column_batches(
     Parquet, Arrow and saved datasets as stored; JSON Lines, JSON arrays and CSV
     (compressed too) parsed by pyarrow, the CSV cells' lists by NumPy. A record that cannot
     be such lists is null, named in the batch's ``problems``."""
-    if inp.kind in ("parquet", "arrow", "hf_dataset"):
-        for batch, done in table_batches(inp, columns, split=split, batch_rows=batch_rows):
-            yield ColumnBatch(batch, done)
-        return
-    if inp.kind == "jsonl":
-        batches = jsonl.read_columns(inp, columns)
-    elif inp.kind == "json":
-        batches = json_array.read_columns(inp, columns, batch_rows)
-    elif inp.kind == "csv":
-        batches = csv.read_columns(inp, columns)
-    else:
+    if inp.kind not in ("jsonl", "json", "csv", *_TABLES):
         raise InputError(f"{inp.path}: a .{inp.kind} input holds text, not token ids")
-    yield from guarded(inp, batches)
-
-
-def _table_source(
-    inp: InputFile, fields: Sequence[str], split: str | None, batch_docs: int
-) -> TableSource:
-    """The rows of ``fields`` of a Parquet, Arrow or saved-`datasets` input."""
-    if inp.kind == "parquet":
-        return parquet.table_source(inp, fields, batch_docs)
-    if inp.kind == "arrow":
-        return arrow.table_source(inp)
-    return hf_dataset.table_source(inp, fields, split, batch_docs)
-
-
-def _table_records(
-    inp: InputFile,
-    fields: Sequence[str],
-    split: str | None,
-    collect: RecordCollector,
-    batch_docs: int,
-) -> Iterator[RecordBatch]:
-    names, batches, progress, close = _table_source(inp, fields, split, batch_docs)
-    try:
-        check_record_columns(names, fields, str(inp.path))
-        yield from table_records(
-            batches, fields, str(inp.path), collect, batch_docs, progress, first_row(inp)
-        )
-    except (pa.ArrowInvalid, OSError) as e:
-        raise InputError(f"{inp.path}: cannot read: {e}") from e
-    finally:
-        close()
+    where = str(inp.path)
+    parts = read(
+        inp,
+        columns,
+        Want.IDS,
+        split=split,
+        batch_rows=batch_rows,
+        check=lambda schema: check_table_columns(schema.names, columns, where),
+    )
+    yield from guarded(inp, as_columns(parts, columns))
 
 
 def read_records(
@@ -209,32 +205,34 @@ def read_records(
     ...     batch.records[0], batch.locations[0]
     ({'prompt': 'Add 2 and 3.', 'completion': ' 5'}, 'data.jsonl:1')
     """
-    collect = RecordCollector(check, skip_bad_records)
-    if inp.kind == "jsonl":
-        return guarded(inp, jsonl.read_records(inp, collect, batch_docs))
-    if inp.kind == "json":
-        return guarded(inp, json_array.read_records(inp, collect, batch_docs))
-    if inp.kind == "csv":
-        return guarded(inp, csv.read_records(inp, fields, collect, batch_docs))
-    if inp.kind in ("parquet", "arrow", "hf_dataset"):
-        return guarded(inp, _table_records(inp, fields, split, collect, batch_docs))
     if inp.kind == "txt":
         raise InputError(
             f"{inp.path}: a .txt input holds plain text, not prompt/completion or chat "
             "records: use JSON Lines, JSON, Parquet, Arrow or CSV, or --input-shape text"
         )
-    raise ValueError(f"unknown input kind {inp.kind!r}")
+    if inp.kind not in ("jsonl", "json", "csv", *_TABLES):
+        raise ValueError(f"unknown input kind {inp.kind!r}")
+    where = str(inp.path)
+    parts = read(
+        inp,
+        fields,
+        Want.RECORDS,
+        split=split,
+        batch_rows=batch_docs,
+        check=lambda schema: check_record_columns(schema.names, fields, where),
+    )
+    return guarded(inp, as_records(parts, check, skip_bad_records, batch_docs))
 
 
 def first_record_fields(inp: InputFile, *, split: str | None = None) -> list[str] | None:
     """The field names of the first readable record of ``inp`` (columns of a table input).
 
     Used to detect the input shape (``--input-shape auto``). ``None`` when there is nothing to
-    look at (a ``.txt`` input, an empty file, or no readable record in the first 100 lines),
-    or when the input cannot be read (reading it for real then names the problem).
+    look at (a ``.txt`` or Megatron input, an empty file, or no readable record in the first
+    100 lines), or when the input cannot be read (reading it for real then names the problem).
     """
-    if inp.kind == "txt":
-        return None
+    if inp.kind not in ("jsonl", "json", "csv", *_TABLES):
+        return None  # plain text, token ids
     if inp.kind in ("jsonl", "json"):
         try:
             return jsonl.first_fields(inp)
@@ -246,8 +244,8 @@ def first_record_fields(inp: InputFile, *, split: str | None = None) -> list[str
         except InputError:
             return None  # reading it for real names the problem
     try:
-        names, _batches, _progress, close = _table_source(inp, (), split, 1)
+        source = _open_table(inp, (), split, 1)
     except InputError:
         return None  # reading it for real names the problem
-    close()
-    return names
+    source.close()
+    return list(source.schema.names)

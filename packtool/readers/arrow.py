@@ -1,4 +1,4 @@
-"""Arrow IPC inputs (file or stream format), read batch by batch: texts, records, columns."""
+"""Arrow IPC inputs (file or stream format): one reader of the columns asked for, batch by batch."""
 
 from __future__ import annotations
 
@@ -9,16 +9,7 @@ import pyarrow as pa
 
 from ..errors import InputError
 from ..fs import arrow_input, as_path
-from .batches import (
-    TableSource,
-    TextBatch,
-    check_column,
-    check_table_columns,
-    table_texts,
-)
-from .files import (
-    InputFile,
-)
+from .batches import Records, TableSource
 
 
 class ArrowInput(NamedTuple):
@@ -84,36 +75,19 @@ class ArrowFiles:
         return ArrowInput(self, self.current.schema, self.batches(), self.tell)
 
 
-def read_texts(
-    inp: InputFile, text_field: str, skip_bad: bool, batch_docs: int
-) -> Iterator[TextBatch]:
-    source, schema, batches, tell = open_arrow(str(inp.path))
-    try:
-        check_column(schema, text_field, str(inp.path))
-        yield from table_texts(batches, text_field, str(inp.path), skip_bad, batch_docs, tell)
-    except (pa.ArrowInvalid, OSError) as e:
-        raise InputError(f"{inp.path}: cannot read Arrow data: {e}") from e
-    finally:
-        source.close()
-
-
-def read_table(
-    where: str, files: list[str], columns: Sequence[str]
-) -> Iterator[tuple[pa.RecordBatch, int]]:
-    """The record batches of ``columns`` of Arrow ``files`` read one after another, each with
-    how far into them (bytes) it ends."""
+def open_table(where: str, files: list[str], columns: Sequence[str], what: str) -> TableSource:
+    """The rows of ``columns`` of the Arrow ``files`` (one input, ``where``) read one after
+    another, batch by batch as stored; a read error is ``cannot read {what}``. Nothing is
+    read until they are iterated."""
     arrow = ArrowFiles(files).as_input()
-    try:
-        check_table_columns(arrow.schema.names, columns, where)
-        for b in arrow.batches:
-            yield b.select(list(columns)), arrow.tell()
-    except (pa.ArrowInvalid, OSError) as e:
-        raise InputError(f"{where}: cannot read Arrow data: {e}") from e
-    finally:
-        arrow.source.close()
 
+    def parts() -> Iterator[Records]:
+        row = 0
+        try:
+            for b in arrow.batches:
+                yield Records(where, arrow.tell(), b.select(list(columns)), row0=row)
+                row += b.num_rows
+        except (pa.ArrowInvalid, OSError) as e:
+            raise InputError(f"{where}: cannot read {what}: {e}") from e
 
-def table_source(inp: InputFile) -> TableSource:
-    """The rows of an Arrow input (records). Nothing is read until the batches are iterated."""
-    source, schema, batches, tell = open_arrow(str(inp.path))
-    return TableSource(list(schema.names), batches, tell, source.close)
+    return TableSource(arrow.schema, parts(), arrow.source.close)

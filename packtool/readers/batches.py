@@ -1,13 +1,15 @@
-"""The batches every reader yields, and the checks that turn parsed values into them.
+"""The batches of the readers, and the checks that turn parsed values into them.
 
-A reader yields :class:`TextBatch` (texts), :class:`RecordBatch` (instruction records, made by
-the caller's check) or :class:`ColumnBatch` (token-id list columns). A bad record that is
-skipped keeps its place as ``None``, so document numbering does not depend on it.
+Each format's reader yields :class:`Records`: consecutive records as it parsed them (Arrow
+columns, or Python values where the format is parsed in Python). The adapters
+(:mod:`.adapt`) make them :class:`TextBatch` (texts), :class:`RecordBatch` (instruction
+records, made by the caller's check) or :class:`ColumnBatch` (token-id list columns). A bad
+record that is skipped keeps its place as ``None``, so document numbering does not depend on it.
 """
 
 from __future__ import annotations
 
-import json
+import enum
 import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -16,6 +18,71 @@ from typing import Any, NamedTuple
 import pyarrow as pa
 
 from ..errors import BadRecordError, InputError
+
+
+class Want(str, enum.Enum):
+    """What a reader is asked to make of the fields: the types it parses them to."""
+
+    TEXT = "text"  # one string field: Arrow strings where the format's parser gives them
+    RECORDS = "records"  # the fields as Python values (instruction records: dicts, lists)
+    IDS = "ids"  # lists of integer token ids, as Arrow list columns
+
+
+@dataclass
+class Records:
+    """What a format's reader yields: consecutive records of one input, as it parsed them.
+
+    Either ``table`` (Arrow columns of the fields asked for) or ``values`` (the records as
+    Python values: JSON parsed by ``json.loads``). ``bad`` holds the records the reader found
+    bad (a malformed line or row, a cell that is not a list of ids), by index; their value is
+    ``None`` (null in ``table``). ``locate(i)`` names record ``i``: by its line where
+    ``lines`` is given (``file:line``, ``file: element n``), else by its row
+    (``file: row n``, counted from ``row0``). ``reparse``, given where ``table`` came from
+    the format's own parser (JSON Lines), gives the same records parsed in Python, to name a
+    record whose Arrow value cannot be converted.
+
+    ``table`` from a file (Parquet, Arrow) is checked before it is converted
+    (:func:`validate_arrow`); ``reparse`` marks data that needs no such check.
+    """
+
+    where: str
+    bytes_done: int  # how far into the input (bytes of the file as stored) this batch ends
+    table: pa.RecordBatch | None = None
+    values: list[Any] | None = None
+    bad: dict[int, BadRecordError] = field(default_factory=dict)
+    row0: int = 0
+    lines: Callable[[int], Any] | None = None
+    reparse: Callable[[], Records] | None = None
+    places: list[Any] | None = None  # every record's location, where the reader made them
+
+    def __len__(self) -> int:
+        return self.table.num_rows if self.table is not None else len(self.values or ())
+
+    def locate(self, i: int) -> Any:
+        """Where record ``i`` is (a ``str``, or an object that becomes one when shown)."""
+        if self.places is not None:
+            return self.places[i]
+        return self.lines(i) if self.lines is not None else f"{self.where}: row {self.row0 + i}"
+
+    def locations(self) -> Sequence[Any]:
+        """Every record's location (see :meth:`locate`)."""
+        if self.places is not None:
+            return self.places
+        return [self.locate(i) for i in range(len(self))]
+
+    def drop_first(self, n: int) -> Records:
+        """These records without the first ``n`` (a CSV pass that starts again)."""
+        lines = self.lines
+        return Records(
+            self.where,
+            self.bytes_done,
+            None if self.table is None else self.table.slice(n),
+            None if self.values is None else self.values[n:],
+            {i - n: e for i, e in self.bad.items() if i >= n},
+            self.row0 + n,
+            None if lines is None else (lambda i: lines(i + n)),
+            places=None if self.places is None else self.places[n:],
+        )
 
 
 @dataclass
@@ -124,24 +191,13 @@ def check_record(obj: Any, text_field: str, location: str) -> str:
     return text
 
 
-def text_check(text_field: str) -> RecordCheck:
-    """The ``check`` of :class:`RecordCollector` that makes a record its text (see
-    :func:`check_record`)."""
-
-    def check(obj: dict[str, Any], location: str) -> str:
+def record_text(obj: Any, text_field: str, location: Any) -> str:
+    """The text of a parsed record (see :func:`check_record`; the common case checked inline)."""
+    if type(obj) is dict:
         text = obj.get(text_field)
         if type(text) is str and not _SURROGATE.search(text):
             return text
-        return check_record(obj, text_field, location)  # raises, naming the problem
-
-    return check
-
-
-def texts_of(batches: Iterable[RecordBatch]) -> Iterator[TextBatch]:
-    """Record batches made by :func:`text_check` as text batches: the adapter that lets a
-    format's records reader be its text reader too."""
-    for batch in batches:
-        yield TextBatch(batch.records, batch.bad, batch.bytes_done)
+    return check_record(obj, text_field, location)  # raises, naming the problem
 
 
 def check_column(schema: pa.Schema, text_field: str, where: str) -> None:
@@ -168,42 +224,6 @@ def validate_arrow(data: pa.Array | pa.RecordBatch, where: str, row: int, what: 
             place = f"at row {row + int(at.group(1))}" if at else f"near row {row}"
             raise InputError(f"{where}: invalid UTF-8 {what}{place}") from None
         raise InputError(f"{where}: corrupt Arrow data {what}near row {row}: {e}") from None
-
-
-def table_texts(
-    batches: Iterator[pa.RecordBatch],
-    text_field: str,
-    where: str,
-    skip_bad: bool,
-    batch_docs: int,
-    progress: Callable[[], int],
-    row0: int = 0,
-) -> Iterator[TextBatch]:
-    row = row0
-    for record_batch in batches:
-        column = record_batch.column(record_batch.schema.get_field_index(text_field))
-        validate_arrow(column, where, row, f"in column {text_field!r} ")
-        try:
-            texts = column.to_pylist()
-        except UnicodeDecodeError as e:
-            raise InputError(
-                f"{where}: invalid UTF-8 in column {text_field!r} near row {row}: {e.reason}"
-            ) from None
-        out = TextBatch([])
-        for text in texts:
-            if text is None:
-                error = BadRecordError(f"{where}: row {row}", f"{text_field!r} is null")
-                if not skip_bad:
-                    raise error.with_skip_hint()
-                out.bad.append(error)
-            out.texts.append(text)
-            row += 1
-        out.bytes_done = progress()
-        for i in range(0, len(out.texts), batch_docs):
-            piece = TextBatch(out.texts[i : i + batch_docs], bytes_done=out.bytes_done)
-            if i == 0:
-                piece.bad = out.bad
-            yield piece
 
 
 RecordCheck = Callable[[dict[str, Any], str], Any]
@@ -252,73 +272,6 @@ def check_record_columns(names: Sequence[str], fields: Sequence[str], where: str
         )
 
 
-def table_records(
-    batches: Iterator[pa.RecordBatch],
-    fields: Sequence[str],
-    where: str,
-    collect: RecordCollector,
-    batch_docs: int,
-    progress: Callable[[], int],
-    row0: int = 0,
-):
-    row = row0
-    for record_batch in batches:
-        selected = record_batch.select(list(fields))
-        validate_arrow(selected, where, row, "")
-        try:
-            rows = selected.to_pylist()
-        except UnicodeDecodeError as e:
-            raise InputError(f"{where}: invalid UTF-8 near row {row}: {e.reason}") from None
-        for obj in rows:
-            collect.add(obj, f"{where}: row {row}")
-            row += 1
-            if len(collect.batch.records) >= batch_docs:
-                yield collect.take(progress())
-    if collect.batch.records:
-        yield collect.take(progress())
-
-
-def _id_list_problem(obj: Any, columns: Sequence[str]) -> str | None:
-    """What keeps a parsed JSON record from being lists of integer ids in ``columns``."""
-    if not isinstance(obj, dict):
-        return f"expected a JSON object, found {describe_value(obj)}"
-    for name in columns:
-        if name not in obj:
-            found = ", ".join(repr(k) for k in list(obj)[:20]) or "none"
-            return f"no field {name!r} (fields found: {found})"
-        value = obj[name]
-        if value is None:
-            return f"{name!r} is null"
-        if not isinstance(value, list):
-            return f"{name!r} is {describe_value(value)}, not a list of token ids"
-        if all(type(v) is int for v in value):
-            big = [v for v in value if not -(1 << 63) <= v < 1 << 63]
-            if big:
-                return f"{name!r}[{value.index(big[0])}] is {big[0]}: too large for a token id"
-            continue
-        j = next(j for j, v in enumerate(value) if type(v) is not int)
-        if value[j] is None:
-            return f"{name!r} holds nulls"
-        shown = json.dumps(value[j])[:40]
-        return f"{name!r}[{j}] is {shown}, not an integer token id"
-    return None
-
-
-def parsed_columns(
-    objs: Sequence[Any], columns: Sequence[str], problems: dict[int, str]
-) -> pa.RecordBatch:
-    """The list columns of parsed JSON records; a bad one goes into ``problems`` (as null)."""
-    values: dict[str, list[Any]] = {c: [] for c in columns}
-    for r, obj in enumerate(objs):
-        problem = problems.get(r) or _id_list_problem(obj, columns)
-        if problem is not None:
-            problems[r] = problem
-        for c in columns:
-            values[c].append(None if problem is not None else obj[c])
-    arrays = [pa.array(values[c], pa.list_(pa.int64())) for c in columns]
-    return pa.RecordBatch.from_arrays(arrays, names=list(columns))
-
-
 def skip_records(batches: Iterable[Any], n: int) -> Iterator[Any]:
     """Drop the first ``n`` records of a stream of text or record batches (to resume)."""
     for batch in batches:
@@ -358,9 +311,9 @@ def check_table_columns(names: Sequence[str], columns: Sequence[str], where: str
 
 
 class TableSource(NamedTuple):
-    """The rows of a table input (Parquet, Arrow, saved dataset) as record batches."""
+    """A table input (Parquet, Arrow, saved dataset) opened: its schema, and its rows as
+    :class:`Records` of the columns asked for (nothing is read until they are iterated)."""
 
-    names: list[str]  # its column names
-    batches: Iterator[pa.RecordBatch]  # of the columns asked for; nothing read until iterated
-    progress: Callable[[], int]  # bytes read so far
+    schema: pa.Schema
+    parts: Iterator[Records]
     close: Callable[[], None]

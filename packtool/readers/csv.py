@@ -1,5 +1,5 @@
-"""CSV inputs (plain, gzip or zstd) through pyarrow's CSV reader, paced so that it does not
-read ahead without bound: texts, records, and token-id lists held in cells."""
+"""CSV inputs (plain, gzip or zstd): one reader, :func:`read`, pyarrow's CSV reader paced so
+that it does not read ahead without bound; cells as strings, or as token-id lists."""
 
 from __future__ import annotations
 
@@ -13,21 +13,8 @@ import numpy as np
 import pyarrow as pa
 
 from ..errors import BadRecordError, InputError
-from .batches import (
-    ColumnBatch,
-    RecordBatch,
-    RecordCollector,
-    TextBatch,
-    check_record_columns,
-    is_straddling,
-    skip_records,
-    table_records,
-    table_texts,
-)
-from .files import (
-    InputFile,
-    arrow_stream,
-)
+from .batches import Records, Want, is_straddling
+from .files import InputFile, arrow_stream
 
 
 def read_header(inp: InputFile) -> list[str]:
@@ -114,7 +101,9 @@ class _CsvBlockTooSmall(Exception):
     """pyarrow's CSV reader met a row longer than its block size."""
 
 
-def _bigger_blocks(inp: InputFile, read_pass: Callable[[int, int], Iterator[Any]]) -> Iterator[Any]:
+def _bigger_blocks(
+    inp: InputFile, read_pass: Callable[[int, int], Iterator[Records]]
+) -> Iterator[Records]:
     """``read_pass(block, skip)`` with blocks of ``_CSV_BLOCK`` bytes, then, each time a row
     turns out longer than a block (pyarrow cannot read it), again with blocks 8x larger,
     skipping the ``skip`` records already given. Long cells are rare: the usual block keeps
@@ -123,7 +112,7 @@ def _bigger_blocks(inp: InputFile, read_pass: Callable[[int, int], Iterator[Any]
     while True:
         try:
             for batch in read_pass(block, done):
-                done += len(batch.records)
+                done += len(batch)
                 yield batch
             return
         except _CsvBlockTooSmall as e:
@@ -135,27 +124,9 @@ def _bigger_blocks(inp: InputFile, read_pass: Callable[[int, int], Iterator[Any]
             block = min(block * 8, _CSV_MAX_BLOCK)
 
 
-def read_texts(
-    inp: InputFile, text_field: str, skip_bad: bool, batch_docs: int
-) -> Iterator[TextBatch]:
-    header = read_header(inp)
-    if text_field not in header:
-        fields = ", ".join(repr(n) for n in header[:20]) or "none"
-        raise InputError(
-            f"{inp.path}: no column {text_field!r} (columns found: {fields}); "
-            "choose the column with --text-field"
-        )
-    yield from _bigger_blocks(
-        inp,
-        lambda block, skip: skip_records(
-            _csv_text_pass(inp, text_field, skip_bad, batch_docs, block), skip
-        ),
-    )
-
-
-def _on_invalid_row(inp: InputFile, sink: list[BadRecordError], then: str) -> Any:
+def _on_invalid_row(inp: InputFile, sink: list[BadRecordError]) -> Any:
     """pyarrow's ``invalid_row_handler``: a malformed row becomes a bad record in ``sink``
-    (naming its line), then ``then`` ("skip" or "error")."""
+    (naming its line), and the reader goes on."""
 
     def on_invalid(row: Any) -> str:
         where = f"{inp.path}:{row.number}" if row.number is not None else str(inp.path)
@@ -166,14 +137,14 @@ def _on_invalid_row(inp: InputFile, sink: list[BadRecordError], then: str) -> An
                 f"expected {row.expected_columns})",
             )
         )
-        return then
+        return "skip"
 
     return on_invalid
 
 
-def _string_columns(paced: Any, columns: Sequence[str], block: int, on_invalid: Any = None) -> Any:
+def _string_columns(paced: Any, columns: Sequence[str], block: int, on_invalid: Any) -> Any:
     """pyarrow's streaming CSV reader of ``columns``, as strings (no type guessing, no nulls),
-    ``block`` bytes at a time; ``on_invalid``: its handler of malformed rows (else they fail)."""
+    ``block`` bytes at a time; ``on_invalid``: its handler of malformed rows."""
     import pyarrow.csv as pc
 
     return pc.open_csv(
@@ -189,127 +160,83 @@ def _string_columns(paced: Any, columns: Sequence[str], block: int, on_invalid: 
     )
 
 
-def _csv_text_pass(
-    inp: InputFile, text_field: str, skip_bad: bool, batch_docs: int, block: int
-) -> Iterator[TextBatch]:
-
-    bad: list[BadRecordError] = []
-    on_invalid = _on_invalid_row(inp, bad, "skip" if skip_bad else "error")
-
-    stream, raw = arrow_stream(inp)
-    paced = _PacedReader(stream, ahead=3 * block, block=block)
-    try:
-        reader = _string_columns(paced, [text_field], block, on_invalid)
-
-        for batch in table_texts(
-            paced.batches(reader), text_field, str(inp.path), skip_bad, batch_docs, raw.tell
-        ):
-            # Rows skipped as invalid have no place in the stream: count them as bad records.
-            if bad:
-                batch.texts = [None] * len(bad) + batch.texts
-                batch.bad = bad + batch.bad
-                bad = []
-            yield batch
-    except (pa.ArrowInvalid, OSError) as e:
-        if bad and not skip_bad:
-            raise bad[0].with_skip_hint() from None
-        if is_straddling(e):
-            raise _CsvBlockTooSmall(str(e)) from e
-        raise InputError(f"{inp.path}: cannot read as CSV: {e}") from e
-    finally:
-        paced.close()
-        stream.close()
-    if bad:
-        yield TextBatch([None] * len(bad), bad=bad, bytes_done=inp.size_bytes)
+def _drop(parts: Iterator[Records], n: int) -> Iterator[Records]:
+    """``parts`` without their first ``n`` records (a pass that starts again)."""
+    for part in parts:
+        if n >= len(part):
+            n -= len(part)
+            continue
+        if n:
+            part, n = part.drop_first(n), 0
+        yield part
 
 
-def read_records(
-    inp: InputFile, fields: Sequence[str], collect: RecordCollector, batch_docs: int
-) -> Iterator[RecordBatch]:
-    check_record_columns(read_header(inp), fields, str(inp.path))
+def read(inp: InputFile, fields: Sequence[str], want: Want) -> Iterator[Records]:
+    """The records of a CSV input (plain, gzip or zstd): the cells of ``fields`` as strings
+    (token ids: lists of integers parsed from the cells, :func:`_int_list_cells`), a block
+    at a time. A malformed row (too many or too few cells) is a bad record named by its
+    line, placed before the rows of the block it is in."""
     yield from _bigger_blocks(
-        inp,
-        lambda block, skip: skip_records(
-            _csv_records_pass(inp, fields, collect, batch_docs, block), skip
-        ),
+        inp, lambda block, skip: _drop(_csv_pass(inp, fields, want, block), skip)
     )
 
 
-def _csv_records_pass(
-    inp: InputFile,
-    fields: Sequence[str],
-    collect: RecordCollector,
-    batch_docs: int,
-    block: int,
-) -> Iterator[RecordBatch]:
-
-    collect.batch = RecordBatch([], [])  # a failed pass may have left records half-collected
-    stream, raw = arrow_stream(inp)
-    paced = _PacedReader(stream, ahead=3 * block, block=block)
-    try:
-        reader = _string_columns(paced, list(fields), block)
-        yield from table_records(
-            paced.batches(reader), fields, str(inp.path), collect, batch_docs, raw.tell
-        )
-    except (pa.ArrowInvalid, OSError) as e:
-        if is_straddling(e):
-            raise _CsvBlockTooSmall(str(e)) from e
-        raise InputError(f"{inp.path}: cannot read as CSV: {e}") from e
-    finally:
-        paced.close()
-        stream.close()
-
-
-def read_columns(inp: InputFile, columns: Sequence[str]) -> Iterator[ColumnBatch]:
-    header = read_header(inp)
-    for name in columns:
-        if name not in header:
-            found = ", ".join(repr(n) for n in header[:20]) or "none"
-            raise InputError(f"{inp.path}: no column {name!r} (columns found: {found})")
-    yield from _bigger_blocks(
-        inp, lambda block, skip: skip_records(_csv_columns_pass(inp, columns, block), skip)
-    )
-
-
-def _csv_columns_pass(inp: InputFile, columns: Sequence[str], block: int) -> Iterator[ColumnBatch]:
-
+def _csv_pass(inp: InputFile, fields: Sequence[str], want: Want, block: int) -> Iterator[Records]:
+    """One pass of pyarrow's CSV reader with blocks of ``block`` bytes."""
+    where = str(inp.path)
     malformed: list[BadRecordError] = []
-    on_invalid = _on_invalid_row(inp, malformed, "skip")
-
+    on_invalid = _on_invalid_row(inp, malformed)
     stream, raw = arrow_stream(inp)
     paced = _PacedReader(stream, ahead=3 * block, block=block)
+    row = 0  # records before this batch (malformed rows too)
     try:
-        reader = _string_columns(paced, list(columns), block, on_invalid)
+        reader = _string_columns(paced, list(fields), block, on_invalid)
         for batch in paced.batches(reader):
-            bad, malformed = malformed, []  # rows pyarrow skipped: bad records, first
-            problems = {i: e.problem for i, e in enumerate(bad)}
-            k, names = len(bad), [e.location for e in bad]
-            arrays = []
-            for name in columns:
-                cells: dict[int, str] = {}
-                parsed = _int_list_cells(batch.column(name), name, cells)
-                for r, problem in cells.items():
-                    problems.setdefault(r + k, problem)
-                arrays.append(pa.concat_arrays([pa.nulls(k, parsed.type), parsed]) if k else parsed)
-            out = pa.RecordBatch.from_arrays(arrays, names=list(columns))
-            yield ColumnBatch(
-                out, raw.tell(), problems, lambda r, n=names: n[r] if r < len(n) else None
-            )
+            if malformed:  # rows pyarrow skipped: bad records, first
+                yield _malformed(where, raw.tell(), malformed, row)
+                row, malformed = row + len(malformed), []
+            part = Records(where, raw.tell(), batch, row0=row)
+            if want is Want.IDS:
+                part = _id_lists(part, fields)
+            yield part
+            row += batch.num_rows
     except (pa.ArrowInvalid, OSError) as e:
         if is_straddling(e):
             raise _CsvBlockTooSmall(str(e)) from e
-        raise InputError(f"{inp.path}: cannot read as CSV: {e}") from e
+        raise InputError(f"{where}: cannot read as CSV: {e}") from e
     finally:
         paced.close()
         stream.close()
     if malformed:
-        problems = {i: e.problem for i, e in enumerate(malformed)}
-        names = [e.location for e in malformed]
-        empty = pa.RecordBatch.from_arrays(
-            [pa.nulls(len(malformed), pa.large_list(pa.int64())) for _ in columns],
-            names=list(columns),
-        )
-        yield ColumnBatch(empty, inp.size_bytes, problems, lambda r, n=names: n[r])
+        yield _malformed(where, inp.size_bytes, malformed, row)
+
+
+def _malformed(where: str, bytes_done: int, errors: list[BadRecordError], row: int) -> Records:
+    """Malformed rows as bad records (no values), each named by its line."""
+    return Records(
+        where,
+        bytes_done,
+        values=[None] * len(errors),
+        bad=dict(enumerate(errors)),
+        row0=row,
+        places=[e.location for e in errors],
+    )
+
+
+def _id_lists(part: Records, fields: Sequence[str]) -> Records:
+    """Cells holding lists of integers made list<int64> columns; a cell that is not one
+    is null, and its record bad."""
+    assert part.table is not None
+    problems: dict[int, str] = {}
+    arrays = []
+    for name in fields:
+        cells: dict[int, str] = {}  # this column's: its bad cells are null
+        arrays.append(_int_list_cells(part.table.column(name), name, cells))
+        for r, problem in cells.items():
+            problems.setdefault(r, problem)
+    part.table = pa.RecordBatch.from_arrays(arrays, names=list(fields))
+    part.bad = {r: BadRecordError(part.locate(r), p) for r, p in problems.items()}
+    return part
 
 
 # A CSV cell holding a list of integers: "[1, 2, 3]" (pandas, json), "1 2 3", "[1 2 3]" (NumPy).

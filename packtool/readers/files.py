@@ -356,6 +356,13 @@ def open_binary(inp: InputFile) -> tuple[IO[bytes], CountingReader]:
     return raw, counter
 
 
+def is_json_array(stream: IO[bytes]) -> bool:
+    """Whether a JSON input holds one array (its first byte not blank is ``[``), not JSON
+    Lines; ``stream`` is left where it was."""
+    head = stream.peek(64)[:64] if hasattr(stream, "peek") else b""
+    return head.lstrip().startswith(b"[")
+
+
 class _ArrowRange:
     """Bytes ``[start, stop)`` of a file, read as a stream; ``tell()`` counts from ``start``."""
 

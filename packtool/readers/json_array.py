@@ -1,10 +1,12 @@
-"""JSON inputs holding one array of objects (or JSON Lines named .json): texts, records and
-token-id columns. The array is loaded whole for texts and records; token-id columns stream
-through pyarrow's parser, cut into elements by a NumPy scan.
+"""JSON inputs holding one array of objects (or JSON Lines named .json): one reader,
+:func:`read`. Texts and token-id columns stream through pyarrow's parser, cut into
+elements by a NumPy scan; instruction records, and an array the stream finds irregular,
+are loaded whole with ``json.load``.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import zlib
 from collections.abc import Iterator, Sequence
@@ -15,22 +17,13 @@ import pyarrow as pa
 
 from ..errors import InputError
 from . import jsonl
-from .batches import (
-    ColumnBatch,
-    RecordBatch,
-    RecordCollector,
-    TextBatch,
-    parsed_columns,
-    text_check,
-    texts_of,
-)
-from .files import (
-    InputFile,
-    NoArrowCodec,
-    arrow_stream,
-    open_binary,
-)
-from .jsonl import ArrowFailed, arrow_json_piece
+from .batches import Records, Want
+from .files import InputFile, NoArrowCodec, arrow_stream, is_json_array, open_binary
+from .jsonl import arrow_json_piece, null_line
+
+
+class ArrowFailed(Exception):
+    """The streamed path met something irregular: the array is parsed whole instead."""
 
 
 def _load_json_array(inp: InputFile, stream: IO[bytes]) -> list[Any]:
@@ -48,47 +41,6 @@ def _load_json_array(inp: InputFile, stream: IO[bytes]) -> list[Any]:
     if not isinstance(data, list):
         raise InputError(f"{inp.path}: expected a JSON array of objects or JSON Lines")
     return data
-
-
-def read_texts(
-    inp: InputFile, text_field: str, skip_bad: bool, batch_docs: int
-) -> Iterator[TextBatch]:
-    """The texts of a JSON array: its records reader, each element checked to be its text
-    (JSON Lines named .json: the JSON Lines text reader, whose fast path is pyarrow's)."""
-    stream, _ = open_binary(inp)
-    with stream:
-        head = stream.peek(64)[:64] if hasattr(stream, "peek") else b""
-        if not head.lstrip().startswith(b"["):
-            yield from jsonl.read_texts(inp, text_field, skip_bad, batch_docs)
-            return
-        data = _load_json_array(inp, stream)
-    collect = RecordCollector(text_check(text_field), skip_bad)
-    yield from texts_of(_elements(inp, data, collect, batch_docs))
-
-
-def _array_columns(
-    inp: InputFile, columns: Sequence[str], batch_rows: int
-) -> Iterator[ColumnBatch]:
-    """A JSON array of objects: streamed through pyarrow's parser (:class:`_ArrayScan`); if
-    anything is irregular, parsed whole with ``json.load`` from the element it stopped at,
-    to name the bad element exactly."""
-    done = 0
-    try:
-        for batch in _json_array_arrow(inp, columns):
-            done += batch.batch.num_rows
-            yield batch
-        return
-    except ArrowFailed:
-        pass
-    stream, _ = open_binary(inp)
-    with stream:
-        data = _load_json_array(inp, stream)
-    where = str(inp.path)
-    for first in range(done, len(data), batch_rows):
-        problems: dict[int, str] = {}
-        batch = parsed_columns(data[first : first + batch_rows], columns, problems)
-        progress = inp.size_bytes * min(len(data), first + batch_rows) // max(1, len(data))
-        yield ColumnBatch(batch, progress, problems, lambda r, f=first: f"{where}: element {f + r}")
 
 
 _JSON_ARRAY_WINDOW = 8 << 20  # bytes of a JSON array scanned at a time
@@ -212,9 +164,9 @@ class _ArrayScan:
         return data[:cut], elements
 
 
-def _json_array_arrow(inp: InputFile, columns: Sequence[str]) -> Iterator[ColumnBatch]:
-    """:func:`_array_columns`' fast path; raises :class:`ArrowFailed` where the slow
-    one must go on."""
+def _json_array_arrow(inp: InputFile, columns: Sequence[str], want: Want) -> Iterator[Records]:
+    """The texts or token-id columns of a JSON array streamed through pyarrow; raises
+    :class:`ArrowFailed` where it must be parsed whole."""
     where = str(inp.path)
     try:
         stream, raw = arrow_stream(inp)
@@ -222,11 +174,12 @@ def _json_array_arrow(inp: InputFile, columns: Sequence[str]) -> Iterator[Column
         raise ArrowFailed("no codec") from None
     import pyarrow.json as pj
 
-    schema = pa.schema([(c, pa.list_(pa.int32())) for c in columns])
+    kind = pa.string() if want is Want.TEXT else pa.list_(pa.int32())
+    schema = pa.schema([(c, kind) for c in columns])
     parse = pj.ParseOptions(
         explicit_schema=schema, unexpected_field_behavior="ignore", newlines_in_values=True
     )
-    options = pj.ReadOptions(block_size=1 << 20, use_threads=True)
+    threaded = pj.ReadOptions(block_size=1 << 20, use_threads=True)
     scan = _ArrayScan()
     element = 0
     try:
@@ -237,12 +190,18 @@ def _json_array_arrow(inp: InputFile, columns: Sequence[str]) -> Iterator[Column
             piece, elements = scan.feed(raw_bytes)
             if not elements:
                 continue
-            table = arrow_json_piece(piece, parse, options)
+            options = threaded
+            if want is Want.TEXT:  # one block, as JSON Lines texts
+                options = pj.ReadOptions(block_size=len(piece) + 1, use_threads=False)
+            table = None if null_line(piece) else arrow_json_piece(piece, parse, options)
             if table is None or table.num_rows != elements:
                 raise ArrowFailed("irregular")
-            batch = table.combine_chunks().to_batches()[0]
-            yield ColumnBatch(
-                batch, raw.tell(), {}, lambda r, f=element: f"{where}: element {f + r}"
+            yield Records(
+                where,
+                raw.tell(),
+                table.combine_chunks().to_batches()[0],
+                lines=lambda r, f=element: f"{where}: element {f + r}",
+                reparse=functools.partial(_reparse, inp, element, elements),
             )
             element += elements
     except (OSError, EOFError, zlib.error) as e:
@@ -253,39 +212,50 @@ def _json_array_arrow(inp: InputFile, columns: Sequence[str]) -> Iterator[Column
         raise ArrowFailed("not one whole JSON array")
 
 
-def read_records(
-    inp: InputFile, collect: RecordCollector, batch_docs: int
-) -> Iterator[RecordBatch]:
-    """The elements of a JSON array made into records by ``collect`` (JSON Lines named .json:
-    line by line)."""
+def _reparse(inp: InputFile, first: int, count: int) -> Records:
+    """Elements ``[first, first + count)`` parsed by ``json.load`` (the whole array): where a
+    streamed text does not convert (a surrogate written as raw UTF-8), to name it."""
     stream, _ = open_binary(inp)
     with stream:
-        head = stream.peek(64)[:64] if hasattr(stream, "peek") else b""
-        if not head.lstrip().startswith(b"["):
-            yield from jsonl.read_records(inp, collect, batch_docs)
-            return
         data = _load_json_array(inp, stream)
-    yield from _elements(inp, data, collect, batch_docs)
+    return next(_elements(inp, data[: first + count], first, count))
 
 
-def _elements(
-    inp: InputFile, data: list[Any], collect: RecordCollector, batch_docs: int
-) -> Iterator[RecordBatch]:
-    """The elements of the array ``data`` of ``inp`` made into records by ``collect``."""
-    for i, obj in enumerate(data):
-        collect.add(obj, f"{inp.path}: element {i}")
-        if len(collect.batch.records) >= batch_docs:
-            yield collect.take(0)
-    if collect.batch.records:
-        yield collect.take(inp.size_bytes)
+def _elements(inp: InputFile, data: list[Any], first: int, batch_rows: int) -> Iterator[Records]:
+    """The elements of the array ``data`` of ``inp`` from ``first`` on, as Python values."""
+    where = str(inp.path)
+    for start in range(first, len(data), batch_rows):
+        stop = min(len(data), start + batch_rows)
+        yield Records(
+            where,
+            inp.size_bytes * stop // max(1, len(data)),
+            values=data[start:stop],
+            lines=lambda r, f=start: f"{where}: element {f + r}",
+        )
 
 
-def read_columns(inp: InputFile, columns: Sequence[str], batch_rows: int) -> Iterator[ColumnBatch]:
-    """The token-id list columns of a JSON array (JSON Lines named .json: as JSON Lines)."""
+def read(inp: InputFile, fields: Sequence[str], want: Want, batch_rows: int) -> Iterator[Records]:
+    """The elements of a JSON array (JSON Lines named .json: :func:`.jsonl.read`).
+
+    Texts and token ids stream through pyarrow's parser (:class:`_ArrayScan`); if anything
+    is irregular, and for instruction records, the array is loaded whole with ``json.load``
+    (from the element the stream stopped at), which names a bad element exactly."""
     stream, _ = open_binary(inp)
     with stream:
-        head = stream.peek(64)[:64] if hasattr(stream, "peek") else b""
-    if head.lstrip().startswith(b"["):
-        yield from _array_columns(inp, columns, batch_rows)
-    else:
-        yield from jsonl.read_columns(inp, columns)
+        array = is_json_array(stream)
+    if not array:
+        yield from jsonl.read(inp, fields, want)
+        return
+    done = 0
+    if want is not Want.RECORDS:
+        try:
+            for part in _json_array_arrow(inp, fields, want):
+                done += len(part)
+                yield part
+            return
+        except ArrowFailed:
+            pass
+    stream, _ = open_binary(inp)
+    with stream:
+        data = _load_json_array(inp, stream)
+    yield from _elements(inp, data, done, batch_rows)

@@ -1,36 +1,32 @@
-"""JSON Lines (plain, gzip or zstd): texts, records and token-id columns.
+"""JSON Lines (plain, gzip or zstd): one reader, :func:`read`, for texts, records and ids.
 
-The fast paths are pyarrow's JSON parser over bounded pieces of whole lines; when one fails, or
-when bad records are to be skipped, a line-by-line reader finds the exact line and what is
-wrong with it. A piece by bytes names its lines counted from the start of the file.
+It reads bounded pieces of whole lines; pyarrow's JSON parser takes a piece where the fields
+have one Arrow type (texts, token ids), ``json.loads`` line by line where it refuses one (to
+name the bad line) and for instruction records. A piece by bytes names its lines counted from
+the start of the file.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import zlib
 from collections.abc import Callable, Iterator, Sequence
-from typing import IO, Any
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
 from ..errors import BadRecordError, InputError
 from ..fs import open_input
-from .batches import (
-    ColumnBatch,
-    RecordBatch,
-    RecordCollector,
-    TextBatch,
-    check_record,
-    is_straddling,
-    parsed_columns,
-)
+from .batches import Records, Want, is_straddling
 from .files import (
+    BATCH_DOCS,
     InputFile,
     NoArrowCodec,
     arrow_stream,
+    is_json_array,
     open_binary,
     part_of,
 )
@@ -54,26 +50,21 @@ class _LineAt:
 
 
 class _LinesBefore:
-    def __init__(self, path: Any, offset: int, *, records: bool = False) -> None:
-        self.path, self.offset, self.records = path, offset, records
+    def __init__(self, path: Any, offset: int) -> None:
+        self.path, self.offset = path, offset
         self._count: int | None = None
 
     def count(self) -> int:
-        """Line breaks before ``offset`` (``records``: non-blank lines before it)."""
+        """Line breaks before ``offset``."""
         if self._count is None:
-            count, left, carry = 0, self.offset, b""
+            count, left = 0, self.offset
             with open_input(self.path) as f:
                 while left > 0:
                     block = f.read(min(_SCAN_BLOCK, left))
                     if not block:
                         break
                     left -= len(block)
-                    if self.records:
-                        lines = (carry + block).split(b"\n")
-                        carry = lines.pop()
-                        count += sum(1 for line in lines if line.strip())
-                    else:
-                        count += block.count(b"\n")
+                    count += block.count(b"\n")
             self._count = count
         return self._count
 
@@ -91,23 +82,6 @@ def _line_locator(inp: InputFile) -> Callable[[int], Any]:
     return lambda lineno: _LineAt(before, lineno)
 
 
-def _numbered_lines(inp: InputFile, stream: IO[bytes]) -> Iterator[tuple[int, bytes]]:
-    """The non-blank lines of ``stream`` with their 1-based line numbers; a read error (a
-    truncated or corrupt compressed file) becomes an :class:`InputError` naming the place."""
-    lineno = 0
-    while True:
-        try:
-            line = stream.readline()
-        except (OSError, EOFError, ValueError, zlib.error) as e:
-            after = f" after line {lineno}" if lineno else ""
-            raise InputError(f"{inp.path}: cannot read{after}: {e}") from e
-        if not line:
-            return
-        lineno += 1
-        if line.strip():
-            yield lineno, line
-
-
 def _parse_json_line(line: bytes, location: str) -> Any:
     """The JSON value on one line; :class:`BadRecordError` naming ``location`` if it is not."""
     try:
@@ -120,34 +94,6 @@ def _parse_json_line(line: bytes, location: str) -> Any:
         raise BadRecordError(location, "JSON nested too deeply") from None
 
 
-def _jsonl_python(
-    inp: InputFile, text_field: str, skip_bad: bool, batch_docs: int
-) -> Iterator[TextBatch]:
-    """The texts line by line. (Not the records reader with :func:`text_check`: that was 3-10%
-    slower on short records.)"""
-    stream, counter = open_binary(inp)
-    locate = _line_locator(inp)
-    with stream:
-        batch = TextBatch([])
-        for lineno, line in _numbered_lines(inp, stream):
-            location = locate(lineno)
-            try:
-                obj = _parse_json_line(line, location)
-                batch.texts.append(check_record(obj, text_field, location))
-            except BadRecordError as e:
-                if not skip_bad:
-                    raise e.with_skip_hint() from None
-                batch.texts.append(None)
-                batch.bad.append(e)
-            if len(batch.texts) >= batch_docs:
-                batch.bytes_done = counter.count
-                yield batch
-                batch = TextBatch([])
-        batch.bytes_done = inp.size_bytes
-        if batch.texts:
-            yield batch
-
-
 _NULL_FIRST = re.compile(rb"[ \t\r]*null")  # at the start of a piece of whole lines
 
 
@@ -155,6 +101,9 @@ _NULL_LINE = re.compile(rb"\n[ \t\r]*null")  # at the start of any later line
 
 
 _JSONL_CHUNK = 8 << 20  # bytes of whole lines parsed at a time by the fast JSONL path
+
+
+_PYTHON_CHUNK = 1 << 20  # bytes of whole lines read at a time for json.loads (records)
 
 
 def _line_chunks(stream: pa.NativeFile, size: int = _JSONL_CHUNK) -> Iterator[memoryview]:
@@ -177,86 +126,6 @@ def _line_chunks(stream: pa.NativeFile, size: int = _JSONL_CHUNK) -> Iterator[me
         yield memoryview(data)[:cut]
 
 
-def _jsonl_arrow(inp: InputFile, text_field: str, batch_docs: int) -> Iterator[TextBatch]:
-    """pyarrow's JSON parser over bounded pieces of whole lines; raises ArrowFailed on
-    anything irregular.
-
-    pyarrow's own streaming reader reads ahead without bound while its consumer (the
-    tokenizer) is slower, buffering most of the input in memory; parsing one piece at a time
-    keeps memory flat whatever the input's size. Each piece is also checked for a line that
-    starts with the JSON value ``null``: pyarrow's JSON reader (up to at least 26.0) crashes
-    the process with a segmentation fault on such a line at the start of a block; it is a
-    bad record anyway, so the line-by-line reader takes over there.
-    """
-    import pyarrow.json as pj
-
-    stream, raw = arrow_stream(inp)
-    parse = pj.ParseOptions(
-        explicit_schema=pa.schema([(text_field, pa.string())]),
-        unexpected_field_behavior="ignore",
-    )
-    try:
-        for piece in _line_chunks(stream):
-            if _NULL_FIRST.match(piece) or _NULL_LINE.search(piece):
-                raise ArrowFailed("a line holds a top-level null")
-            table = pj.read_json(
-                pa.py_buffer(piece),
-                read_options=pj.ReadOptions(block_size=len(piece) + 1, use_threads=False),
-                parse_options=parse,
-            )
-            column = table.column(0)
-            if column.null_count:
-                raise ArrowFailed("null or missing text")
-            texts = column.to_pylist()
-            for i in range(0, len(texts), batch_docs):
-                yield TextBatch(texts[i : i + batch_docs], bytes_done=raw.tell())
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, OSError, UnicodeDecodeError) as e:
-        raise ArrowFailed(str(e)) from e
-    finally:
-        stream.close()
-
-
-class ArrowFailed(Exception):
-    pass
-
-
-def read_texts(
-    inp: InputFile, text_field: str, skip_bad: bool, batch_docs: int
-) -> Iterator[TextBatch]:
-    if skip_bad:
-        yield from _jsonl_python(inp, text_field, True, batch_docs)
-        return
-    done = 0  # records already yielded by the fast path
-    try:
-        for batch in _jsonl_arrow(inp, text_field, batch_docs):
-            done += len(batch.texts)
-            yield batch
-        return
-    except (ArrowFailed, NoArrowCodec) as failure:
-        arrow_message = str(failure)
-    # The fast path stopped: re-read line by line to continue (no bad record: the fast path
-    # was only pickier) or to name the exact line that is wrong.
-    seen = 0
-    for batch in _jsonl_python(inp, text_field, False, batch_docs):
-        if seen + len(batch.texts) <= done:
-            seen += len(batch.texts)
-            continue
-        skip = max(0, done - seen)
-        seen += len(batch.texts)
-        batch.texts = batch.texts[skip:]
-        yield batch
-    del arrow_message  # the line-by-line reader read everything: the fast path was pickier
-
-
-def records_before(inp: InputFile) -> Callable[[], int]:
-    """For a piece of JSON Lines by bytes: ``count()``, the records (non-blank lines) of the
-    file before it, counted when first asked (to name a row in an error), once."""
-    span = part_of(inp, "bytes")
-    if span is None or span[0] == 0:
-        return lambda: 0
-    return _LinesBefore(inp.path, span[0], records=True).count
-
-
 _BLANK = np.array([0x20, 0x09, 0x0D, 0x0A], np.uint8)
 
 
@@ -271,95 +140,18 @@ def _nonblank_lines(piece: memoryview) -> np.ndarray:
     return np.flatnonzero(solid[ends] > solid[starts])
 
 
-def _jsonl_python_piece(
-    piece: memoryview,
-    columns: Sequence[str],
-    where: str,
-    line0: int,
-    bytes_done: int,
-    before: Callable[[], int],
-) -> ColumnBatch:
-    """One piece of whole JSON lines parsed line by line: exact places for bad records."""
-    objs: list[Any] = []
-    lines: list[int] = []
-    problems: dict[int, str] = {}
-    for k, line in enumerate(bytes(piece).split(b"\n")):
-        if not line.strip():
-            continue
-        lines.append(line0 + k + 1)
-        try:
-            objs.append(_parse_json_line(line, f"{where}:{line0 + k + 1}"))
-        except BadRecordError as e:
-            problems[len(objs)] = e.problem
-            objs.append(None)
-    batch = parsed_columns(objs, columns, problems)
-    return ColumnBatch(batch, bytes_done, problems, lambda r: f"{where}:{before() + lines[r]}")
-
-
-def read_columns(inp: InputFile, columns: Sequence[str]) -> Iterator[ColumnBatch]:
-    """JSON Lines (plain, gzip or zstd) through pyarrow's JSON parser, piece by piece.
-
-    Each piece of whole lines is parsed with the columns typed as lists of int32 (a value
-    that is not one fails the piece); a piece that fails, holds a null record or a top-level
-    null line (pyarrow's reader crashes on those, see :func:`_jsonl_arrow`), or whose
-    records are not one per line, is parsed again line by line to name the exact record.
-    """
-    import pyarrow.json as pj
-
-    where = str(inp.path)
-    try:
-        stream, raw = arrow_stream(inp)
-        tell: Callable[[], int] = raw.tell
-    except NoArrowCodec:
-        stream, counter = open_binary(inp)  # type: ignore[assignment]
-        tell = lambda: counter.count  # noqa: E731
-    schema = pa.schema([(c, pa.list_(pa.int32())) for c in columns])
-    parse = pj.ParseOptions(explicit_schema=schema, unexpected_field_behavior="ignore")
-    threaded = pj.ReadOptions(block_size=1 << 20, use_threads=True)
-    line0 = 0  # lines of the stream before the piece; a range of a file: ``before()`` more
-    span = part_of(inp, "bytes")
-    before = (lambda: 0) if not span or not span[0] else _LinesBefore(inp.path, span[0]).count
-    try:
-        for piece in _line_chunks(stream, _JSONL_CHUNK):
-            lines = int(np.count_nonzero(np.frombuffer(piece, np.uint8) == 0x0A))
-            lines += 0 if piece[-1:] == b"\n" else 1
-            fast = _jsonl_arrow_piece(piece, parse, threaded)
-            line_of: np.ndarray | None = None
-            if fast is not None and fast.num_rows != lines:
-                line_of = _nonblank_lines(piece)  # blank lines: the records' own lines
-                if line_of.size != fast.num_rows:  # two objects on a line: a bad record
-                    fast = None
-            if fast is None:
-                yield _jsonl_python_piece(piece, columns, where, line0, tell(), before)
-            elif line_of is None:
-                yield ColumnBatch(
-                    fast, tell(), {}, lambda r, l0=line0: f"{where}:{before() + l0 + r + 1}"
-                )
-            else:
-                lines_of = line_of + line0 + 1
-                yield ColumnBatch(
-                    fast, tell(), {}, lambda r, at=lines_of: f"{where}:{before() + int(at[r])}"
-                )
-            line0 += lines
-    except (OSError, EOFError, zlib.error) as e:
-        raise InputError(f"{where}: cannot read after line {line0}: {e}") from None
-    finally:
-        stream.close()
-
-
-def _jsonl_arrow_piece(piece: memoryview, parse: Any, threaded: Any) -> pa.RecordBatch | None:
-    """The piece parsed by pyarrow, or ``None`` where it must be read line by line."""
-    table = arrow_json_piece(piece, parse, threaded)
-    return table.combine_chunks().to_batches()[0] if table is not None and table.num_rows else None
+def null_line(piece: bytes | memoryview) -> bool:
+    """Whether a line of ``piece`` starts with the JSON value ``null`` (see
+    :func:`_may_crash_pyarrow`)."""
+    return bool(_NULL_FIRST.match(piece) or _NULL_LINE.search(piece))
 
 
 def arrow_json_piece(piece: bytes | memoryview, parse: Any, options: Any) -> pa.Table | None:
     """Whole JSON records parsed by pyarrow with the columns' types, or ``None`` where they
-    must be parsed in Python to name a bad record (a null, a value of another type)."""
+    must be parsed in Python to name a bad record (a null, a value of another type). The
+    caller has made sure that no line starts with ``null`` (:func:`null_line`)."""
     import pyarrow.json as pj
 
-    if _NULL_FIRST.match(piece) or _NULL_LINE.search(piece):
-        return None
     try:
         try:
             table = pj.read_json(pa.py_buffer(piece), read_options=options, parse_options=parse)
@@ -375,12 +167,151 @@ def arrow_json_piece(piece: bytes | memoryview, parse: Any, options: Any) -> pa.
     return table
 
 
+def _line_count(piece: memoryview) -> int:
+    """The lines of a piece of whole lines (the last one may lack its line end)."""
+    data = np.frombuffer(piece, np.uint8)
+    return int(np.count_nonzero(data == 0x0A)) + int(data[-1] != 0x0A)
+
+
+def _may_crash_pyarrow(piece: memoryview, one_block: bool) -> bool:
+    """Whether pyarrow's JSON reader could crash on ``piece``: it does (a segmentation
+    fault, up to at least 26.0) on a line that starts with the JSON value ``null`` at the
+    start of one of its blocks. Parsed as one block, only the first line is at a block's
+    start; a ``null`` line further on is a null record, which the caller re-reads in Python
+    anyway. Parsed in blocks, any line may be."""
+    return bool(_NULL_FIRST.match(piece)) if one_block else null_line(piece)
+
+
+def _python_piece(
+    piece: memoryview,
+    where: str,
+    line0: int,
+    bytes_done: int,
+    locate: Callable[[int], Any],
+    chunk: int = BATCH_DOCS,
+) -> Iterator[Records]:
+    """A piece of whole lines parsed line by line with ``json.loads``, ``chunk`` records at
+    a time (a piece's records all alive at once made the garbage collector scan them over
+    and over: 25% slower); a malformed line is a bad record, named by its line."""
+    lines = bytes(piece).split(b"\n")
+    loads = json.loads
+    for first in range(0, len(lines), chunk):
+        values: list[Any] = []
+        places: list[Any] = []
+        bad: dict[int, BadRecordError] = {}
+        for k, line in enumerate(lines[first : first + chunk], line0 + first + 1):
+            if not line.strip():
+                continue
+            location = locate(k)
+            places.append(location)
+            try:
+                values.append(loads(line.decode("utf-8")))
+            except (UnicodeDecodeError, ValueError, RecursionError):
+                try:
+                    _parse_json_line(line, location)  # raises, naming the problem
+                except BadRecordError as e:
+                    bad[len(values)] = e
+                    values.append(None)
+        if values:
+            yield Records(where, bytes_done, values=values, bad=bad, places=places)
+
+
+def _python_whole_piece(*args: Any) -> Records:
+    """:func:`_python_piece` as one :class:`Records` (the re-parse of an Arrow piece)."""
+    parts = list(_python_piece(*args, chunk=1 << 62))
+    return parts[0] if parts else Records(args[1], args[3], values=[])
+
+
+def _arrow_options(fields: Sequence[str], want: Want) -> tuple[Any, Any] | None:
+    """pyarrow's parse and read options for ``want`` (``None``: records, parsed in Python)."""
+    import pyarrow.json as pj
+
+    if want is Want.TEXT:
+        schema = pa.schema([(f, pa.string()) for f in fields])
+        read = None  # one block: the whole piece, in this thread
+    elif want is Want.IDS:
+        schema = pa.schema([(f, pa.list_(pa.int32())) for f in fields])
+        read = pj.ReadOptions(block_size=1 << 20, use_threads=True)
+    else:
+        return None
+    return pj.ParseOptions(explicit_schema=schema, unexpected_field_behavior="ignore"), read
+
+
+def _arrow_piece(piece: memoryview, options: tuple[Any, Any], lines: int) -> Any:
+    """The piece parsed by pyarrow as a record batch and how its records map to lines
+    (``None``: consecutive lines), or ``None`` where it must be parsed in Python: pyarrow
+    refused it, a field is null or missing, or its records are not one a line."""
+    import pyarrow.json as pj
+
+    parse, read = options
+    whole = pj.ReadOptions(block_size=len(piece) + 1, use_threads=False)
+    table = arrow_json_piece(piece, parse, read or whole)
+    if table is None or not table.num_rows:
+        return None
+    line_of = None
+    if table.num_rows != lines:
+        line_of = _nonblank_lines(piece)  # blank lines: the records' own lines
+        if line_of.size != table.num_rows:  # two objects on a line: a bad record
+            return None
+    batches = table.to_batches()  # one block: one batch, not copied again
+    return (batches[0] if len(batches) == 1 else table.combine_chunks().to_batches()[0]), line_of
+
+
+def read(inp: InputFile, fields: Sequence[str], want: Want) -> Iterator[Records]:
+    """The records of a JSON Lines input (plain, gzip or zstd; a piece by bytes), a piece of
+    about 8 MB of whole lines at a time.
+
+    Texts and token ids: each piece parsed by pyarrow with the fields typed (strings, lists
+    of int32), in bounded pieces so that memory stays flat whatever the input's size
+    (pyarrow's own streaming reader reads ahead without bound); a piece pyarrow refuses or
+    that holds anything irregular is parsed line by line with ``json.loads``, which names
+    the bad line. Instruction records: every piece line by line. Lines are named counted
+    from the start of the file, for a piece too.
+    """
+    where = str(inp.path)
+    try:
+        stream, raw = arrow_stream(inp)
+        tell: Callable[[], int] = raw.tell
+    except NoArrowCodec:
+        stream, counter = open_binary(inp)  # type: ignore[assignment]
+        tell = lambda: counter.count  # noqa: E731
+    locate = _line_locator(inp)
+    options = _arrow_options(fields, want)
+    line0 = 0  # lines of the stream before the piece
+    try:
+        for piece in _line_chunks(stream, _JSONL_CHUNK if options else _PYTHON_CHUNK):
+            lines = _line_count(piece)
+            fast = None
+            if options is not None and not _may_crash_pyarrow(piece, options[1] is None):
+                fast = _arrow_piece(piece, options, lines)
+            done = tell()
+            if fast is None:
+                yield from _python_piece(piece, where, line0, done, locate)
+            else:
+                batch, line_of = fast
+                at = (line0 + 1 + np.arange(lines)) if line_of is None else line0 + 1 + line_of
+                yield Records(
+                    where,
+                    done,
+                    batch,
+                    lines=lambda r, at=at: locate(int(at[r])),
+                    reparse=functools.partial(
+                        _python_whole_piece, piece, where, line0, done, locate
+                    ),
+                )
+            line0 += lines
+    except (OSError, EOFError, zlib.error) as e:
+        after = f" after line {line0}" if line0 else ""
+        raise InputError(f"{where}: cannot read{after}: {e}") from None
+    finally:
+        stream.close()
+
+
 def first_fields(inp: InputFile) -> list[str] | None:
     """The keys of the first JSON object of a JSON Lines or JSON array input."""
     stream, _ = open_binary(inp)
     with stream:
-        head = stream.peek(64)[:64] if hasattr(stream, "peek") else b""
-        if head.lstrip().startswith(b"["):
+        if is_json_array(stream):
             text = stream.read(1 << 20).decode("utf-8", errors="replace").lstrip()[1:]
             try:
                 obj, _end = json.JSONDecoder().raw_decode(text.lstrip())
@@ -400,25 +331,3 @@ def first_fields(inp: InputFile) -> list[str] | None:
             if isinstance(obj, dict):
                 return list(obj)
     return None
-
-
-def read_records(
-    inp: InputFile, collect: RecordCollector, batch_docs: int
-) -> Iterator[RecordBatch]:
-    """The JSON objects of a JSON Lines input, one a line, made into records by ``collect``."""
-    stream, counter = open_binary(inp)
-    with stream:
-        locate = _line_locator(inp)
-        for lineno, line in _numbered_lines(inp, stream):
-            location = locate(lineno)
-            obj: Any = None
-            error = None
-            try:
-                obj = _parse_json_line(line, location)
-            except BadRecordError as e:
-                error = e
-            collect.add(obj, location, error)
-            if len(collect.batch.records) >= batch_docs:
-                yield collect.take(counter.count)
-        if collect.batch.records:
-            yield collect.take(inp.size_bytes)

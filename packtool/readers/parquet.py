@@ -1,4 +1,4 @@
-"""Parquet inputs, whole or by row-group ranges: texts, records and columns as stored."""
+"""Parquet inputs, whole or by row-group ranges: one reader of the columns asked for, as stored."""
 
 from __future__ import annotations
 
@@ -9,17 +9,8 @@ import pyarrow as pa
 
 from ..errors import InputError
 from ..fs import arrow_source
-from .batches import (
-    TableSource,
-    TextBatch,
-    check_column,
-    check_table_columns,
-    table_texts,
-)
-from .files import (
-    InputFile,
-    part_of,
-)
+from .batches import Records, TableSource
+from .files import InputFile, part_of
 
 
 def _parquet_part(inp: InputFile, pf: Any) -> tuple[list[int] | None, int, int]:
@@ -34,41 +25,34 @@ def _parquet_part(inp: InputFile, pf: Any) -> tuple[list[int] | None, int, int]:
     return groups, first, sum(meta.row_group(g).num_rows for g in groups)
 
 
-def read_texts(
-    inp: InputFile, text_field: str, skip_bad: bool, batch_docs: int
-) -> Iterator[TextBatch]:
+def open_table(inp: InputFile, columns: Sequence[str], batch_rows: int) -> TableSource:
+    """The rows of ``columns`` of ``inp`` (its row groups, for a piece), ``batch_rows`` at a
+    time, numbered from the start of the file. Nothing is read until they are iterated."""
     import pyarrow.parquet as pq
 
+    where = str(inp.path)
     try:
         # pre_buffer off: its read cache keeps the column chunks already read alive, so
         # memory grew with the file (260 -> 413 MB for a 4x larger one; 219 -> 254 MB off).
-        pf = pq.ParquetFile(arrow_source(inp.path), pre_buffer=False)
+        pf = pq.ParquetFile(arrow_source(where), pre_buffer=False)
     except (pa.ArrowInvalid, OSError) as e:
-        raise InputError(f"{inp.path}: not a readable Parquet file: {e}") from e
-    check_column(pf.schema_arrow, text_field, str(inp.path))
+        raise InputError(f"{where}: not a readable Parquet file: {e}") from e
     groups, row0, rows = _parquet_part(inp, pf)
-    rows_total = max(1, rows)
-    done = [0]
 
-    def batches() -> Iterator[pa.RecordBatch]:
+    def parts() -> Iterator[Records]:
+        total, done = max(1, rows), 0
         try:
             for b in pf.iter_batches(
-                batch_size=batch_docs * 8, row_groups=groups, columns=[text_field]
+                batch_size=batch_rows, row_groups=groups, columns=list(columns)
             ):
-                done[0] += b.num_rows
-                yield b
+                yield Records(
+                    where, inp.size_bytes * (done + b.num_rows) // total, b, row0=row0 + done
+                )
+                done += b.num_rows
         except (pa.ArrowInvalid, OSError) as e:
-            raise InputError(f"{inp.path}: cannot read Parquet data: {e}") from e
+            raise InputError(f"{where}: cannot read Parquet data: {e}") from e
 
-    yield from table_texts(
-        batches(),
-        text_field,
-        str(inp.path),
-        skip_bad,
-        batch_docs,
-        lambda: inp.size_bytes * done[0] // rows_total,
-        row0,
-    )
+    return TableSource(pf.schema_arrow, parts(), lambda: None)
 
 
 def rows_before(inp: InputFile) -> int:
@@ -83,57 +67,3 @@ def rows_before(inp: InputFile) -> int:
     except (pa.ArrowInvalid, OSError) as e:
         raise InputError(f"{inp.path}: not a readable Parquet file: {e}") from e
     return sum(meta.row_group(g).num_rows for g in range(span[0]))
-
-
-def read_table(
-    inp: InputFile, columns: Sequence[str], batch_rows: int
-) -> Iterator[tuple[pa.RecordBatch, int]]:
-    """The record batches of ``columns`` as stored, each with how far into the file it ends."""
-    import pyarrow.parquet as pq
-
-    where = str(inp.path)
-    try:
-        # pre_buffer off: its read cache kept the column chunks already read alive, and
-        # Arrow's memory grew with the file (248 MB reading a 400 MB file; 58 MB off).
-        pf = pq.ParquetFile(arrow_source(where), pre_buffer=False)
-    except (pa.ArrowInvalid, OSError) as e:
-        raise InputError(f"{where}: not a readable Parquet file: {e}") from e
-    check_table_columns(pf.schema_arrow.names, columns, where)
-    groups, _, rows = _parquet_part(inp, pf)
-    total, done = max(1, rows), 0
-    try:
-        for b in pf.iter_batches(batch_size=batch_rows, row_groups=groups, columns=list(columns)):
-            done += b.num_rows
-            yield b, inp.size_bytes * done // total
-    except (pa.ArrowInvalid, OSError) as e:
-        raise InputError(f"{where}: cannot read Parquet data: {e}") from e
-
-
-def table_source(inp: InputFile, fields: Sequence[str], batch_docs: int) -> TableSource:
-    """The rows of ``fields`` (records). Nothing is read until the batches are iterated."""
-    import pyarrow.parquet as pq
-
-    where = str(inp.path)
-    try:
-        pf = pq.ParquetFile(arrow_source(where), pre_buffer=False)
-    except (pa.ArrowInvalid, OSError) as e:
-        raise InputError(f"{where}: not a readable Parquet file: {e}") from e
-    groups, _, rows = _parquet_part(inp, pf)
-    total, done = max(1, rows), [0]
-
-    def parquet_batches() -> Iterator[pa.RecordBatch]:
-        try:
-            for b in pf.iter_batches(
-                batch_size=batch_docs, row_groups=groups, columns=list(fields)
-            ):
-                done[0] += b.num_rows
-                yield b
-        except (pa.ArrowInvalid, OSError) as e:
-            raise InputError(f"{where}: cannot read Parquet data: {e}") from e
-
-    return TableSource(
-        list(pf.schema_arrow.names),
-        parquet_batches(),
-        lambda: inp.size_bytes * done[0] // total,
-        lambda: None,
-    )
