@@ -321,6 +321,10 @@ def test_an_array_task_with_another_command_stops_before_packing(tmp_path: Path)
     assert not (out / "units" / "unit-00001-of-00003").exists()
     pack_units(paths, out, units=3, unit=1, max_len=48, tokenizer=tok)  # the same command: fine
     assert (out / "units" / "unit-00001-of-00003" / "manifest.json").exists()
+    # the whole array again with new options and --overwrite: each task replaces its unit
+    for i in range(3):
+        pack_units(paths, out, units=3, unit=i, max_len=40, tokenizer=tok, overwrite=True)
+    assert merge_units(out).max_len == 40
 
 
 def test_reruns_skip_finished_units(tmp_path: Path) -> None:

@@ -203,7 +203,8 @@ def pack_units(
     _prepare(out, options.units, options.unit is not None, options.overwrite)
     skipped_files = [str(p) for p in skipped]
     if options.unit is not None:
-        _check_a_sibling(plan, out, options.unit)
+        if not options.overwrite:  # --overwrite: every task of the array replaces its unit
+            _check_a_sibling(plan, out, options.unit)
         result = run_unit(
             plan[options.unit],
             out,
@@ -250,7 +251,7 @@ def _check_a_sibling(plan: list[Unit], out: AnyPath, index: int) -> None:
                 raise OutputExistsError(
                     f"{e}".replace("; pass --overwrite to pack it again", "")
                     + f" than unit {index} would be: run every unit with the same command "
-                    "(--overwrite with --unit I packs unit I again)"
+                    "(to pack them all again with this one, pass --overwrite to every task)"
                 ) from None
             return
 
