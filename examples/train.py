@@ -82,7 +82,7 @@ def main(argv: Sequence[str] | None = None) -> list[float]:
     use_flash = flash_attention_available()
 
     dataset = PackedDataset(args.data)
-    vocab_size = int(dataset.reader.manifest["tokenizer"]["vocab_size"])
+    vocab_size = dataset.reader.vocab_size
     config = LlamaConfig(
         vocab_size=vocab_size,
         hidden_size=args.hidden,

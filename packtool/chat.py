@@ -379,29 +379,61 @@ def _restore_template(
     return replace(template, timeout=timeout)
 
 
+def _configured_template(config: Mapping[str, Any]) -> Any:
+    """The ``chat_template`` of a tokenizer config: a string, or of a list of named templates
+    the ``default`` one (else the first)."""
+    configured = config.get("chat_template")
+    if isinstance(configured, list):
+        named = {t.get("name"): t.get("template") for t in configured if isinstance(t, dict)}
+        configured = named.get("default") or next(iter(named.values()), None)
+    return configured
+
+
+def _template_of_json(path: Any, text: str) -> str:
+    """The template a ``--chat-template`` JSON file holds (a ``tokenizer_config.json``): its
+    text was rendered as a template before, JSON and all."""
+    try:
+        config = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ChatTemplateError(f"{path}: not valid JSON ({e}); --chat-template takes a Jinja "
+                                "template file, or a tokenizer_config.json") from None  # fmt: skip
+    configured = _configured_template(config) if isinstance(config, dict) else None
+    if not isinstance(configured, str):
+        raise ChatTemplateError(
+            f"{path}: a JSON file without a chat_template string; --chat-template takes a Jinja "
+            "template file, or a tokenizer_config.json that has a chat_template"
+        )
+    return configured
+
+
 def load_chat_template(spec: str | os.PathLike[str] | None, tokenizer: Any) -> ChatTemplate:
     """The chat template to render chats with.
 
-    ``spec``: a Jinja file (``--chat-template``). Without one: the ``chat_template`` of the
-    tokenizer's ``tokenizer_config.json`` (a string, or a list of named templates, of which
+    ``spec``: a Jinja file (``--chat-template``), or a ``.json`` file holding a
+    ``chat_template`` as ``tokenizer_config.json`` does. Without one: the ``chat_template`` of
+    the tokenizer's ``tokenizer_config.json`` (a string, or a list of named templates, of which
     ``default`` is taken), else a ``chat_template.jinja`` next to it.
     """
     variables = _template_variables(tokenizer)
     if spec is not None:
         path = as_path(spec)  # a local file, or an fsspec URL (s3://...)
+        if path.is_dir():
+            raise ChatTemplateError(
+                f"{path}: a directory; --chat-template takes a Jinja template file (for the "
+                "template of a tokenizer directory, pass the directory as --tokenizer)"
+            )
         try:
             text = path.read_text(encoding="utf-8")
         except FileNotFoundError:
             raise ChatTemplateError(f"{path}: no such chat template file") from None
         except (OSError, UnicodeDecodeError) as e:
             raise ChatTemplateError(f"{path}: cannot read the chat template: {e}") from None
+        if path.name.lower().endswith(".json"):
+            text = _template_of_json(path, text)
         return ChatTemplate.from_string(text, name=str(path), source="file", variables=variables)
     config = getattr(tokenizer, "config", None) or {}
     name = getattr(tokenizer, "name", "?")
-    configured = config.get("chat_template")
-    if isinstance(configured, list):
-        named = {t.get("name"): t.get("template") for t in configured if isinstance(t, dict)}
-        configured = named.get("default") or next(iter(named.values()), None)
+    configured = _configured_template(config)
     if isinstance(configured, str):
         return ChatTemplate.from_string(
             configured,

@@ -6,6 +6,7 @@ library's own exceptions become one-line errors and a non-zero exit code, never 
 
 from __future__ import annotations
 
+import datetime
 import functools
 import json
 import re
@@ -176,6 +177,10 @@ def _main(
     """Offline sequence packing for LLM training data."""
 
 
+LOG_PROGRESS_SECONDS = 30.0
+"""Off a terminal, seconds between the plain progress lines of a stage."""
+
+
 class _RichProgress:
     """Renders the library's progress callback as rich progress bars (on stderr)."""
 
@@ -188,6 +193,8 @@ class _RichProgress:
     def __init__(self, enabled: bool) -> None:
         self.enabled = enabled
         self.tasks: dict[str, TaskID] = {}
+        self.begun: dict[str, float] = {}  # monotonic time of each stage's first report
+        self.logged: dict[str, float] = {}  # ... and of its last plain progress line
         if not enabled:  # --quiet, --json: rich's progress module is not even imported
             return
         from rich.progress import (
@@ -235,6 +242,11 @@ class _RichProgress:
             self.progress.__enter__()
             self.started = True
 
+    def _detail(self, stage: str, completed: int, total: int | None) -> str:
+        if stage == "tokenize":
+            return f"{completed / 1e6:,.1f}/{(total or 0) / 1e6:,.1f} MB"
+        return "" if total is None else f"{completed:,}/{total:,}"
+
     def __call__(self, stage: str, completed: int, total: int | None) -> None:
         if not self.enabled:
             return
@@ -243,36 +255,72 @@ class _RichProgress:
         if task is None:
             task = self.progress.add_task(self._LABELS.get(stage, stage), total=total, detail="")
             self.tasks[stage] = task
-        detail = ""
-        if stage == "tokenize":
-            detail = f"{completed / 1e6:,.1f}/{(total or 0) / 1e6:,.1f} MB"
-        elif total is not None:
-            detail = f"{completed:,}/{total:,}"
+        detail = self._detail(stage, completed, total)
         self.progress.update(task, completed=completed, total=total or 1, detail=detail)
+        if not stderr().is_terminal:
+            self._log(stage, completed, total, detail)
+
+    def _log(self, stage: str, completed: int, total: int | None, detail: str) -> None:
+        """Off a terminal (a Slurm or CI log), the bars are drawn only at the end: a plain
+        line per stage every LOG_PROGRESS_SECONDS instead, so a long run shows it moves."""
+        now = time.monotonic()
+        first = self.begun.setdefault(stage, now)
+        if now - self.logged.get(stage, first) < LOG_PROGRESS_SECONDS:
+            return
+        self.logged[stage] = now
+        share = f"{completed / total:4.0%} " if total else ""
+        elapsed = datetime.timedelta(seconds=int(now - first))
+        stderr().print(
+            f"{self._LABELS.get(stage, stage)}: {share}{detail} ({elapsed} elapsed)",
+            highlight=False,
+            soft_wrap=True,
+        )
 
 
 def special_strings_line(documents: int, parsed: bool) -> str | None:
     """The line about special-token strings found in the data (``None``: there were none)."""
     if not documents:
         return None
+    hold = "document holds" if documents == 1 else "documents hold"
     if parsed:
         return (
-            f"{documents:,} documents hold special-token strings; parsed as control tokens "
+            f"{documents:,} {hold} special-token strings; parsed as control tokens "
             "(--parse-special)"
         )
     return (
-        f"{documents:,} documents hold special-token strings of the tokenizer; encoded as "
+        f"{documents:,} {hold} special-token strings of the tokenizer; encoded as "
         "the text they spell (--parse-special parses them)"
     )
 
 
+BUNDLED_TOKENIZER_NOTE = (
+    "tokenized with packtool's bundled sample tokenizer (an 8,192-id BPE trained on "
+    "sample_data, for trying packtool out): pass --tokenizer for your model's"
+)
+
+
+def _tokenizer_name(report: Any) -> str | None:
+    """The tokenizer a pack (or a corpus's stats) used, as the manifest names it."""
+    manifest = getattr(report, "manifest", None)
+    if manifest is not None:
+        return manifest.tokenizer.get("name")  # type: ignore[no-any-return]
+    return getattr(report, "tokenizer", None)
+
+
 def _print_notices(report: Any, *, quiet: bool) -> None:
-    """The tokenizer's notices (always, on stderr) and the special-token strings line."""
+    """The tokenizer's notices (always, on stderr), the special-token strings line, and
+    a reminder when the bundled sample tokenizer was used (without --tokenizer)."""
     for notice in report.notices:
         stderr().print(f"[yellow]note:[/] {notice}", highlight=False, soft_wrap=True)
     line = special_strings_line(report.special_strings, report.parse_special)
     if line and not quiet:
         stderr().print(f"[yellow]note:[/] {line}", highlight=False, soft_wrap=True)
+    from .tokenize import DEFAULT_TOKENIZER
+
+    if not quiet and _tokenizer_name(report) == DEFAULT_TOKENIZER:
+        stderr().print(
+            f"[yellow]note:[/] {BUNDLED_TOKENIZER_NOTE}", highlight=False, soft_wrap=True
+        )
 
 
 def _say_skipped(skipped: list[str], quiet: bool) -> None:
@@ -302,6 +350,9 @@ def _summary_table(report: Any, *, tokenized: bool = True) -> Table:
         "  dropped / empty / bad skipped",
         f"{d.dropped:,} / {d.empty:,} / {d.bad_records_skipped:,}",
     )
+    tokenizer = report.manifest.tokenizer
+    vocab = tokenizer.get("vocab_size")
+    table.add_row("tokenizer", f"{tokenizer.get('name')}" + (f" ({vocab:,} ids)" if vocab else ""))
     table.add_row("segments", f"{report.segments:,}")
     table.add_row("tokens in rows", f"{report.tokens:,}")
     if report.tokens_learned is not None:
@@ -328,10 +379,12 @@ def _summary_table(report: Any, *, tokenized: bool = True) -> Table:
         f"{report.padding_saved:.1%} of slots vs padding every segment to max-len "
         f"({report.unpacked_slots:,} -> {report.rows * report.max_len:,} slots)",
     )
+    # (a rerun of --units whose units and merge were all done tokenized nothing: no speed)
+    tokenized = tokenized and report.tokens_per_second > 0
     speed = f" ({report.tokens_per_second:,.0f} tokens/s)" if tokenized else ""
     table.add_row("time", f"{report.seconds:.1f} s{speed}")
     backend = report.backend
-    if backend:
+    if backend and backend["name"] != "none":  # "none": pre-tokenized, nothing encoded
         fell_back = backend.get("fallback_batches", 0)
         table.add_row(
             "tokenizer backend",
@@ -470,8 +523,9 @@ def pack(
         Path | None,
         typer.Option(
             parser=as_path,
-            help="Jinja chat template for chat records, rendered in a sandbox [default: the "
-            "chat_template of the tokenizer's tokenizer_config.json].",
+            help="Jinja chat template for chat records (or a tokenizer_config.json holding "
+            "one), rendered in a sandbox [default: the chat_template of the tokenizer's "
+            "tokenizer_config.json].",
             show_default=False,
         ),
     ] = None,
@@ -1011,19 +1065,10 @@ class _VerifyProgress(_RichProgress):
         "against": "re-tokenize inputs",
     }
 
-    def __call__(self, stage: str, completed: int, total: int | None) -> None:
-        if not self.enabled:
-            return
-        self._start()
-        task = self.tasks.get(stage)
-        if task is None:
-            task = self.progress.add_task(self._LABELS.get(stage, stage), total=total, detail="")
-            self.tasks[stage] = task
+    def _detail(self, stage: str, completed: int, total: int | None) -> str:
         if stage in ("hash", "against"):
-            detail = f"{completed / 1e6:,.1f}/{(total or 0) / 1e6:,.1f} MB"
-        else:
-            detail = f"{completed:,}/{total or 0:,}"
-        self.progress.update(task, completed=completed, total=total or 1, detail=detail)
+            return f"{completed / 1e6:,.1f}/{(total or 0) / 1e6:,.1f} MB"
+        return f"{completed:,}/{total or 0:,}"
 
 
 def _verify_table(report: Any) -> Table:
@@ -1113,6 +1158,7 @@ def verify(
         Path | None,
         typer.Option(
             "--export",
+            parser=as_path,
             help="Also check an export of OUT_DIR (`packtool export`): its files' sha256 and "
             "its contents against the rows.",
             show_default=False,
@@ -1137,6 +1183,10 @@ def verify(
             f"unexpected argument {str(inputs[0])!r}: to compare with inputs, pass --against",
             2,
         )
+    if export_dir is not None:
+        from .export.common import local_export_dir
+
+        export_dir = local_export_dir(export_dir)  # a store URL: one line before any work
     with _VerifyProgress(enabled=not quiet and not as_json) as progress:
         report = run_verify(
             out_dir,
@@ -1208,7 +1258,11 @@ def export(
     output: Annotated[
         Path,
         typer.Option(
-            "--output", "-o", help="A new directory to write (never replaced).", show_default=False
+            "--output",
+            "-o",
+            parser=as_path,
+            help="A new local directory to write (never replaced).",
+            show_default=False,
         ),
     ],
     npy: Annotated[
@@ -1248,7 +1302,7 @@ def export(
         stdout().print(table)
         if "data_path" in record:
             stdout().print(
-                f"train with --data-path {output / record['data_path']}",
+                f"train with --data-path {report.path / record['data_path']}",
                 highlight=False,
                 soft_wrap=True,
             )

@@ -185,10 +185,14 @@ class DocumentCounts:
             raise AssertionError(f"documents read {self.read} != accounted {accounted}: {self}")
 
     def nothing_to_pack(
-        self, paths: Sequence[Path | str], without_labels: int = 0
+        self,
+        paths: Sequence[Path | str],
+        without_labels: int = 0,
+        bad_records: Sequence[str] = (),
     ) -> NothingToPackError:
         """The error for inputs that give no segment to pack, saying what became of what was
-        read (``without_labels``: examples with nothing to learn, counted as empty too)."""
+        read (``without_labels``: examples with nothing to learn, counted as empty too), and
+        the first of the ``bad_records`` skipped, which often says why."""
         where = str(paths[0]) if len(paths) == 1 else f"{len(paths):,} inputs ({paths[0]}, ...)"
         if not self.read:
             return NothingToPackError(f"no documents in {where}: nothing to pack")
@@ -199,8 +203,10 @@ class DocumentCounts:
             (self.bad_records_skipped, "bad and skipped"),
         ]
         told = ", ".join(f"{n:,} {what}" for n, what in why if n)
+        first = f" (the first bad record: {bad_records[0]})" if bad_records else ""
         return NothingToPackError(
-            f"no documents to pack in {where}: of {self.read:,} read, {told or 'none has tokens'}"
+            f"no documents to pack in {where}: of {self.read:,} read, "
+            f"{told or 'none has tokens'}{first}"
         )
 
 
@@ -584,6 +590,12 @@ def check_output_dir(out_dir: Path, overwrite: bool) -> None:
     is replaced: ``--overwrite`` must never delete a directory of other files by mistake.
     """
     if not out_dir.exists():
+        above = next((p for p in out_dir.parents if p.exists()), None)
+        if above is not None and not above.is_dir():  # -o corpus.jsonl/out
+            raise OutputExistsError(
+                f"output directory {out_dir} cannot be made: {above} is a file, not a "
+                "directory; choose another --output"
+            )
         return
     if not out_dir.is_dir():
         raise OutputExistsError(
@@ -1329,7 +1341,9 @@ class PackedReader:
             value = None
         if value is None:
             raise FormatError(
-                f"{self.path / MANIFEST_FILE}: the manifest records no tokenizer vocab_size"
+                f"{self.path / MANIFEST_FILE}: the manifest records no tokenizer vocab_size "
+                "(a pre-tokenized pack records one when packed with --vocab-size N or "
+                "--tokenizer)"
             )
         return value
 

@@ -318,7 +318,8 @@ def _first_docs(out: Path, manifests: Sequence[Manifest]) -> list[int]:
     if not any(m.segments for m in manifests):  # every unit is empty: so is the corpus
         counts = DocumentCounts.total(m.documents for m in manifests)
         paths = list(dict.fromkeys(p for m in manifests for p in m.input_paths))
-        raise counts.nothing_to_pack(paths or [str(out)])
+        bad = [str(b) for m in manifests for b in m.bad_records]
+        raise counts.nothing_to_pack(paths or [str(out)], bad_records=bad)
     docs_read = [m.documents.read for m in manifests]
     return [int(x) for x in np.concatenate([[0], np.cumsum(docs_read)[:-1]])]
 

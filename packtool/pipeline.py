@@ -312,11 +312,20 @@ def pack(
         state, resumed = _tokenize_stage(run, store, progress)
         if store.num_items == 0 and not allow_empty:
             raise state.counts.nothing_to_pack(
-                [f.path for f in run.files], state.label_counts["documents_without_labels"]
+                [f.path for f in run.files],
+                state.label_counts["documents_without_labels"],
+                state.bad_records,
             )
         layout = _plan_stage(store, run.options, progress)
         manifest = _write_stage(run, store, state, layout, started, progress, extra_manifest)
-    return _report(run, state, manifest, resumed, time.perf_counter() - started)
+    stale = _STALE_CHECKPOINT.format(store.directory) if store.stale_checkpoint else None
+    return _report(run, state, manifest, resumed, time.perf_counter() - started, stale)
+
+
+_STALE_CHECKPOINT = (
+    "--resume: the checkpoint in {} was made with other inputs, options or tokenizer (or an "
+    "input changed since), so it was discarded and the run started over"
+)
 
 
 def _pack_to_store(
@@ -381,6 +390,8 @@ def _prepare(
     options = megatron_ids(files, options)
     if options.split_on_eos is not None and options.ids_field is None:
         raise OptionError("--split-on-eos cuts pre-tokenized records: give --ids-field NAME")
+    if options.vocab_size is not None and options.ids_field is None:  # text: the tokenizer's bounds
+        raise OptionError("--vocab-size bounds pre-tokenized ids: give --ids-field NAME")
     # Only text documents use the fast backend: for instruction data and ids, fastokens' copy
     # is not even loaded.
     text = options.ids_field is None and input_shape(files, options)[0] is InputShape.TEXT
@@ -596,11 +607,21 @@ def _manifest(
 
 
 def _report(
-    run: _Run, state: _ReadState, manifest: Manifest, resumed: bool, seconds: float
+    run: _Run,
+    state: _ReadState,
+    manifest: Manifest,
+    resumed: bool,
+    seconds: float,
+    resume_notice: str | None = None,
 ) -> PackReport:
     """The manifest's report, with what only the run knows: a resume, the directory members
     not read, the notices printed."""
-    notices = (getattr(run.tok, "notice", None), _backend(run.plan).notice, run.plan.notice)
+    notices = (
+        getattr(run.tok, "notice", None),
+        _backend(run.plan).notice,
+        run.plan.notice,
+        resume_notice,
+    )
     return dataclasses.replace(
         PackReport.from_manifest(run.out, manifest, seconds),
         resumed=resumed,
@@ -610,7 +631,8 @@ def _report(
 
 
 def _backend(plan: InputPlan) -> Backend:
-    """Which engine encoded the documents (instruction data: `tokenizers`, piece by piece)."""
+    """Which engine encoded the documents (instruction data: `tokenizers`, piece by piece;
+    pre-tokenized ids: none)."""
     backend = getattr(plan.encoder, "backend", None)
     if backend is None:
         import tokenizers

@@ -26,7 +26,7 @@ import pyarrow as pa
 from .errors import BadRecordError, InputError, OptionError
 from .fs import AnyPath, StorePath
 from .readers import InputFile, column_batches, first_row, part_of
-from .tokenize import EncodedBatch, SpecialTokens
+from .tokenize import Backend, EncodedBatch, SpecialTokens
 
 __all__ = ["IdsBatch", "IdsEncoder", "IdsTokenizer", "megatron_index", "read_ids"]
 
@@ -478,6 +478,8 @@ class IdsEncoder:
     ) -> None:
         self.eos_id, self.bos_id = eos_id, bos_id
         self.add_eos, self.bos = add_eos, bool(bos)
+        # no engine encodes anything: the manifest's tokenizer.backend says so
+        self.backend = Backend("none", None, "pre-tokenized ids are packed as they are")
 
     def finish(self, batch: IdsBatch) -> EncodedBatch:
         ids, lengths, labels = batch.ids, batch.lengths, batch.labels

@@ -690,12 +690,14 @@ def _read_batch(
 
 
 def _input_order(
-    doc_ids: np.ndarray, chunk_ids: np.ndarray, where: str
+    doc_ids: np.ndarray, chunk_ids: np.ndarray, where: str, *, gaps: bool = False
 ) -> tuple[np.ndarray, np.ndarray]:
     """(position of each segment in input order, segments per document id).
 
     Input order is by document, then chunk. Checks that every (doc_id, chunk_id) appears once
-    and that chunks run 0..k-1, in O(segments + documents) without sorting.
+    and that chunks run 0..k-1, in O(segments + documents) without sorting. With ``gaps``
+    (a pack that dropped chunks with nothing to learn, which keep their numbers) the chunks
+    of a document may skip numbers; they are then put in order by sorting.
     """
     n = int(doc_ids.size)
     if n == 0:
@@ -704,6 +706,16 @@ def _input_order(
         raise FormatError(f"{where}: negative doc_id or chunk_id (run `packtool verify`)")
     per_doc = np.bincount(doc_ids)
     first = np.concatenate([[0], np.cumsum(per_doc)[:-1]])
+    if gaps and (chunk_ids >= per_doc[doc_ids]).any():
+        order = np.lexsort((chunk_ids, doc_ids))
+        d, c = doc_ids[order], chunk_ids[order]
+        if ((d[1:] == d[:-1]) & (c[1:] == c[:-1])).any():
+            raise FormatError(
+                f"{where}: a (doc_id, chunk_id) appears twice (run `packtool verify`)"
+            )
+        pos = np.empty(n, np.int64)
+        pos[order] = np.arange(n)
+        return pos, per_doc
     if (chunk_ids >= per_doc[doc_ids]).any():
         raise FormatError(
             f"{where}: the chunks of a document are not numbered 0..k-1 (run `packtool verify`)"
@@ -764,7 +776,8 @@ def dataset_stats(
         seed,
     )
 
-    pos, per_doc = _input_order(doc_ids, chunk_ids, str(reader.path))
+    gaps = bool((manifest.labels or {}).get("chunks_without_labels_dropped"))
+    pos, per_doc = _input_order(doc_ids, chunk_ids, str(reader.path), gaps=gaps)
     segments = np.empty_like(lengths)
     segments[pos] = lengths
     doc_lengths = np.bincount(doc_ids, weights=lengths, minlength=per_doc.size)[per_doc > 0]
@@ -1206,6 +1219,8 @@ def corpus_stats(
         o = o.replace(ids_field="tokens")  # Megatron data is ids; a name to show
     if o.split_on_eos is not None and o.ids_field is None:
         raise OptionError("--split-on-eos cuts pre-tokenized records: give --ids-field NAME")
+    if o.vocab_size is not None and o.ids_field is None:  # text: the tokenizer's bounds
+        raise OptionError("--vocab-size bounds pre-tokenized ids: give --ids-field NAME")
     directory = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
     data, hit, key, tok, overflow, backend = _lengths_of(
         files, o, directory / "lengths" if use_cache else None, progress

@@ -237,6 +237,7 @@ class TokenStore:
         self._items: Any = None
         self.num_tokens = 0
         self.num_items = 0
+        self.stale_checkpoint = False  # resume() found a checkpoint of another run, discarded
 
     # -- lifecycle -------------------------------------------------------------------------
     def __enter__(self) -> TokenStore:
@@ -262,13 +263,15 @@ class TokenStore:
         """Reopen a checkpointed store made with the same ``fingerprint``.
 
         Returns the checkpoint's state (what the pipeline saved with :meth:`checkpoint`), or
-        ``None`` after starting empty when there is no usable checkpoint.
+        ``None`` after starting empty when there is no usable checkpoint
+        (:attr:`stale_checkpoint` is then true if there was one, of another fingerprint).
         """
         try:
             saved = json.loads((self.directory / _CHECKPOINT).read_text(encoding="utf-8"))
         except (OSError, ValueError):
             saved = None
         if not isinstance(saved, dict) or saved.get("fingerprint") != fingerprint:
+            self.stale_checkpoint = isinstance(saved, dict)
             self.start()
             return None
         self.num_tokens = int(saved["num_tokens"])

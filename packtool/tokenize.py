@@ -543,7 +543,7 @@ class Backend:
     `tokenizers` because fastokens could not be used.
     """
 
-    name: str  # "fastokens", "hf", or "custom" (a tokenizer object of the library user)
+    name: str  # "fastokens", "hf", "custom" (a tokenizer object of the library user), "none"
     version: str | None
     reason: str
     fallback_batches: int = 0

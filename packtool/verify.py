@@ -49,7 +49,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from .errors import FormatError, OptionError, PacktoolError
+from .errors import ChatTemplateError, FormatError, OptionError, PacktoolError
 from .format import (
     IGNORE_INDEX,
     MANIFEST_FILE,
@@ -1039,7 +1039,9 @@ def _recorded_options(
         raise FormatError(f"{where}: 'options' does not record how the data was packed")
     values = {k: v for k, v in recorded.items() if k != "chat_template"}  # a record, not a path
     if values.get("input_shape") == "chat":
-        values["chat_template"] = chat_template or _recorded_template_file(recorded)
+        values["chat_template"] = chat_template or _recorded_template_file(
+            recorded, reader.manifest.tokenizer_name
+        )
     if values.get("loss_on") == "labels":  # pre-tokenized labels: read from a field
         values.pop("loss_on")
     values.setdefault("parse_special", True)  # packed before the option existed: parsed
@@ -1055,13 +1057,26 @@ def _recorded_options(
     return options
 
 
-def _recorded_template_file(recorded: Mapping[str, Any]) -> str | None:
-    """The chat template file the manifest names, if it was a file and is still there."""
+def _recorded_template_file(
+    recorded: Mapping[str, Any], tokenizer_name: str | None = None
+) -> str | None:
+    """The chat template file the manifest names, if it was a file and is still there; for
+    a template that came with the tokenizer (its ``tokenizer_config.json`` or
+    ``chat_template.jinja``, which the output does not keep), that file of the tokenizer
+    pack was given, if it is still there (its sha256 is checked once loaded)."""
     record = recorded.get("chat_template")
-    if isinstance(record, Mapping) and record.get("source") == "file":
+    if not isinstance(record, Mapping):
+        return None
+    source = record.get("source")
+    if source == "file":
         name = record.get("name")
         if isinstance(name, str) and (is_url(name) or Path(name).is_file()):
             return name
+    elif source in ("tokenizer_config.json", "chat_template.jinja") and tokenizer_name:
+        where = Path(tokenizer_name).expanduser()
+        candidate = (where if where.is_dir() else where.parent) / str(source)
+        if not is_url(tokenizer_name) and candidate.is_file():
+            return str(candidate)
     return None
 
 
@@ -1112,7 +1127,17 @@ def _prepare_against(
     else:
         tok = _resolve_tokenizer(reader, tokenizer)
     _check_tokenizer(tok, manifest, problems)
-    input_plan = plan_input(files, tok, options)  # as pack built it
+    try:
+        input_plan = plan_input(files, tok, options)  # as pack built it
+    except ChatTemplateError as e:
+        record = manifest.options.get("chat_template")
+        if options.chat_template is not None or not isinstance(record, Mapping):
+            raise
+        raise ChatTemplateError(
+            f"--against: {reader.path} was packed with the chat template {record.get('name')}, "
+            "which the output does not keep and which is not found from here: pass it with "
+            "--chat-template FILE (a .jinja, or the tokenizer's tokenizer_config.json)"
+        ) from e
     _check_template(input_plan, manifest.options)
     instruct = isinstance(input_plan.encoder, InstructEncoder)
     encoder = input_plan if instruct else input_plan.encoder

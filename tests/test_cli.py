@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import SAMPLE, write_jsonl
+from conftest import REPO, SAMPLE, write_jsonl
 from helpers import read_rows
 from typer.testing import CliRunner
 
@@ -41,6 +41,24 @@ def test_pack_sample_and_summary(tmp_path: Path) -> None:
     assert f"{manifest['rows']:,}" in result.stdout
     assert manifest["options"]["rows_per_shard"] == 100
     assert len(rows) == manifest["rows"] > 0
+
+
+def test_progress_lines_off_a_terminal(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """In a log file (a Slurm job, CI) the bars are drawn only at the end: plain lines say
+    that a long stage moves (every LOG_PROGRESS_SECONDS; 0 here), and -q silences them."""
+    from packtool import cli
+
+    monkeypatch.setattr(cli, "LOG_PROGRESS_SECONDS", 0.0)
+    result = run("pack", SAMPLE, "--max-len", "4096", "-o", tmp_path / "out")
+    assert result.exit_code == 0, result.output + result.stderr
+    lines = result.stderr.splitlines()
+    assert any(line.startswith("read + tokenize: 100% 5.4/5.4 MB (") for line in lines), lines
+    assert any(line.startswith("write rows: 100% 296/296 (") for line in lines), lines
+    quiet = run("pack", SAMPLE, "--max-len", "4096", "-o", tmp_path / "q", "-q")
+    assert quiet.exit_code == 0 and quiet.stderr == "", quiet.stderr
+    monkeypatch.setattr(cli, "LOG_PROGRESS_SECONDS", 30.0)  # the default: a short run, no line
+    result = run("pack", SAMPLE, "--max-len", "4096", "-o", tmp_path / "short")
+    assert "read + tokenize:" not in result.stderr
 
 
 def test_pack_json_summary(tmp_path: Path) -> None:
@@ -103,6 +121,18 @@ def test_error_missing_field_lists_fields(tmp_path: Path) -> None:
         "-q",
     )
     assert ok.exit_code == 0, ok.stderr
+
+
+def test_error_missing_field_names_a_chat_field(tmp_path: Path) -> None:
+    """Chats under another field than `messages` read as text (auto shape): the error names
+    --messages-field with the field that holds them, not only --text-field."""
+    chat = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]
+    write_jsonl(tmp_path / "c.jsonl", [{"id": 3, "conversation": chat}])
+    assert_one_line_error(
+        run("pack", tmp_path / "c.jsonl", "--max-len", "64", "-o", tmp_path / "o"),
+        r"c\.jsonl:1: no field 'text' \(fields found: 'id', 'conversation'\) \(choose the field "
+        r"with --text-field; for these chats, --messages-field conversation; or pass --skip",
+    )
 
 
 def test_error_non_string_text(tmp_path: Path) -> None:
@@ -211,6 +241,12 @@ def test_error_output_exists(tmp_path: Path) -> None:
         run("pack", SAMPLE, "--max-len", "64", "-o", tmp_path / "o"),
         r"already exists \(pass --overwrite to replace it\)",
     )
+    # under a file (it said only "File exists", naming the file)
+    src = write_jsonl(tmp_path / "c.jsonl", [{"text": "hi"}])
+    assert_one_line_error(
+        run("pack", src, "--max-len", "64", "-o", tmp_path / "c.jsonl" / "out"),
+        r"output directory .*c\.jsonl/out cannot be made: .*c\.jsonl is a file, not a directory",
+    )
 
 
 def test_error_bad_overflow_and_eos_token(tmp_path: Path) -> None:
@@ -273,3 +309,50 @@ def test_an_eos_token_on_chats_without_eos_is_said(tmp_path: Path) -> None:
     assert alone.exit_code == 0 and "add --eos to append it" in alone.stderr
     both = run(*base, "--eos-token", "2", "--eos", "-o", tmp_path / "b", "-q")
     assert both.exit_code == 0 and "--eos-token" not in both.stderr
+
+
+def test_special_strings_note_counts_in_english() -> None:
+    from packtool.cli import special_strings_line
+
+    assert special_strings_line(0, False) is None
+    assert special_strings_line(1, False).startswith("1 document holds special-token strings")
+    assert special_strings_line(1, True).startswith("1 document holds special-token strings;")
+    assert special_strings_line(12, False).startswith("12 documents hold special-token strings")
+
+
+def test_the_bundled_tokenizer_is_said(tmp_path: Path) -> None:
+    """Without --tokenizer the ids are those of a toy 8,192-id BPE, valid ids for any larger
+    model: the summary names the tokenizer, and a note says to pass --tokenizer."""
+    src = write_jsonl(tmp_path / "c.jsonl", [{"text": "hello world"}])
+    result = run("pack", src, "-L", "64", "-o", tmp_path / "a")
+    assert result.exit_code == 0, result.output
+    assert "bundled sample tokenizer" in result.stderr and "pass --tokenizer" in result.stderr
+    assert "packtool-default (8,192 ids)" in result.stdout
+    bundled = REPO / "packtool" / "_data" / "tokenizer.json"  # the same file, named by the user
+    result = run("pack", src, "-L", "64", "-o", tmp_path / "b", "--tokenizer", bundled)
+    assert result.exit_code == 0, result.output
+    assert "bundled sample tokenizer" not in result.stderr
+    assert "packtool-default" not in result.stdout and "(8,192 ids)" in result.stdout
+    stats = run("stats", src, "-L", "64", "--cache-dir", tmp_path / "cache")
+    assert "bundled sample tokenizer" in stats.stderr
+
+
+def test_a_pack_inside_its_input_directory_is_not_read_again(tmp_path: Path) -> None:
+    """`pack DIR -o DIR/packed`, run again with --overwrite, read its own earlier shards and
+    JSON files as inputs (an error naming a shard, or, with --ids-field, packed rows taken for
+    documents): a packtool output inside an input directory is skipped, and said."""
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    write_jsonl(corpus / "a.jsonl", [{"text": f"document {i}"} for i in range(5)])
+    args = ("pack", corpus, "-L", "64", "-o", corpus / "packed", "--json")
+    first = run(*args)
+    assert first.exit_code == 0, first.output
+    again = run(*args, "--overwrite")
+    assert again.exit_code == 0, again.output
+    assert json.loads(again.stdout)["documents"] == json.loads(first.stdout)["documents"]
+    assert "skipped: 1 packtool output in the input directories, not read as inputs: " in (
+        again.stderr
+    )
+    assert str(corpus / "packed") in again.stderr
+    _, rows = read_rows(corpus / "packed")
+    assert sum(len(r["doc_ids"]) for r in rows) == 5

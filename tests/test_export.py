@@ -159,6 +159,29 @@ def test_export_refusals(tmp_path: Path) -> None:
     assert not (tmp_path / "mega").exists()
 
 
+def test_export_to_a_store_url_is_refused(tmp_path: Path, monkeypatch: Any) -> None:
+    """An export is a local directory: ``-o s3://...`` is one line, not files written to a
+    local directory named ``s3:`` (what a plain Path made of the URL)."""
+    out = make_pack(tmp_path, random_docs(300, n=20), vocab_size=300, max_len=16)
+    monkeypatch.chdir(tmp_path)
+    before = sorted(p.name for p in tmp_path.iterdir())
+    result = CliRunner().invoke(app, ["export", str(out), "--to", "megatron", "-o", "s3://b/mega"])
+    assert result.exit_code == 2, result.output
+    assert "s3://b/mega: an export is written to a local directory" in result.output
+    assert "Traceback" not in result.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == before
+    with pytest.raises(OptionError, match="written to a local directory"):
+        export(out, "s3://b/mega", to="megatron-bridge")
+    result = CliRunner().invoke(app, ["verify", str(out), "--export", "s3://b/mega"])
+    assert result.exit_code == 2 and "written to a local directory" in result.output
+    # a file:// URL is a local path
+    result = CliRunner().invoke(
+        app, ["export", str(out), "--to", "megatron", "-o", f"file://{tmp_path / 'mega'}"]
+    )
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "mega" / "text_document.idx").exists()
+
+
 # -- megatron-bridge ----------------------------------------------------------------------------
 
 

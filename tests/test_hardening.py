@@ -413,6 +413,13 @@ def test_a_named_file_of_an_unknown_type_fails(tmp_path: Path) -> None:
             r"no documents to pack in {src}: of 2 read, 1 empty \(no tokens\), 1 longer than "
             r"--max-len, dropped \(--overflow drop\)$",
         ),
+        (  # the first bad record says why (a mistyped field, a failing template...)
+            '{"text": ""}\n{"txt": "hello"}\n',
+            ["--skip-bad-records"],
+            r"no documents to pack in {src}: of 2 read, 1 empty \(no tokens\), 1 bad and "
+            r"skipped \(the first bad record: {src}:2: no field 'text' \(fields found: 'txt'\) "
+            r"\(choose the field with --text-field\)\)$",
+        ),
     ],
 )
 @pytest.mark.parametrize("units", [[], ["--units", "2"]])
@@ -428,6 +435,18 @@ def test_empty_input_is_an_error_at_the_top_level(
         stats = run("stats", src, "-L", "64", "--cache-dir", tmp_path / "cache")
         assert_one_line_error(stats, r"no documents", 1)
         assert stats.stderr.startswith("Error: ")  # no progress bar left above it
+
+
+def test_a_units_rerun_with_nothing_to_do_claims_no_speed(tmp_path: Path) -> None:
+    """Every unit and the merge already done: nothing was tokenized (it said "0 tokens/s")."""
+    src = tmp_path / "in.jsonl"
+    src.write_text('{"text": "hello world"}\n{"text": "and more"}\n')
+    args = ("pack", src, "-L", "64", "-o", tmp_path / "out", "--units", "2")
+    first = run(*args)
+    assert first.exit_code == 0 and " tokens/s)" in first.stdout, first.output
+    again = run(*args)
+    assert again.exit_code == 0, again.output
+    assert "tokens/s" not in again.stdout and "rows" in again.stdout
 
 
 def test_an_empty_unit_is_fine(tmp_path: Path) -> None:

@@ -551,6 +551,30 @@ def test_template_from_tokenizer_config(tmp_path: Path) -> None:
     assert report.manifest["options"]["chat_template"]["source"] == "chat_template.jinja"
 
 
+def test_chat_template_given_as_a_tokenizer_config(tmp_path: Path) -> None:
+    """`--chat-template tokenizer_config.json` takes its chat_template (the JSON text itself
+    was rendered as the template, and every chat was "not prefix-consistent"); a directory
+    or a JSON file without one is one line saying what --chat-template takes."""
+    from packtool.tokenize import _DATA
+
+    config = json.loads((_DATA / "tokenizer_config.json").read_text())
+    config["chat_template"] = CHATML.read_text()
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps(config))
+    report = packtool.pack(
+        [CHAT], tmp_path / "o", max_len=2048, chat_template=tmp_path / "tokenizer_config.json"
+    )
+    reference = packtool.pack([CHAT], tmp_path / "r", max_len=2048, chat_template=CHATML)
+    assert read_rows(tmp_path / "o")[1] == read_rows(tmp_path / "r")[1]
+    template = report.manifest["options"]["chat_template"]
+    assert template["sha256"] == reference.manifest["options"]["chat_template"]["sha256"]
+    (tmp_path / "plain.json").write_text(json.dumps({"eos_token": "</s>"}))
+    with pytest.raises(ChatTemplateError, match=r"plain\.json: a JSON file without a chat_t"):
+        packtool.pack([CHAT], tmp_path / "x", max_len=2048, chat_template=tmp_path / "plain.json")
+    with pytest.raises(ChatTemplateError, match=r": a directory; --chat-template takes a Jinja"):
+        packtool.pack([CHAT], tmp_path / "x", max_len=2048, chat_template=tmp_path)
+    assert not (tmp_path / "x").exists()
+
+
 def test_records_from_parquet_arrow_csv_and_json_array(tmp_path: Path) -> None:
     chats = [r["messages"] for r in load_jsonl(CHAT)[:20]]
     table = pa.table({"id": list(range(20)), "messages": chats})

@@ -11,13 +11,14 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from conftest import write_jsonl
 from helpers import assert_row_invariants, read_rows
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_cli import assert_one_line_error, run
 
 import packtool
-from packtool.errors import BadRecordError, InputError, OptionError
+from packtool.errors import BadRecordError, FormatError, InputError, OptionError
 from packtool.options import PackOptions
 
 IGNORE = -100
@@ -166,6 +167,34 @@ def test_split_on_eos_cuts_a_stream_after_each_eos(tmp_path: Path) -> None:
         assert_row_invariants(row, 8, 0)
 
 
+def test_no_tokenizer_backend_is_claimed_for_ids(tmp_path: Path) -> None:
+    """Pre-tokenized ids are encoded by no engine: the manifest and the summary do not name
+    `tokenizers` (they said "hf ..., instruction data is encoded in pieces")."""
+    pq.write_table(pa.table({"ids": [[5, 6, 2], [7, 2]], "y": [[5, 6, 2], [-100, 2]]}),
+                   tmp_path / "s.parquet")  # fmt: skip
+    for labels in ([], ["--labels-field", "y"]):
+        out = tmp_path / f"o{len(labels)}"
+        result = run("pack", tmp_path / "s.parquet", "--ids-field", "ids", *labels,
+                     "--pad-id", "0", "-L", "8", "-o", out)  # fmt: skip
+        assert result.exit_code == 0, result.output
+        assert "tokenizer backend" not in result.stdout and "hf 0." not in result.stdout
+        backend = json.loads((out / "manifest.json").read_text())["tokenizer"]["backend"]
+        assert backend["name"] == "none" and "pre-tokenized" in backend["reason"], backend
+
+
+def test_the_vocabulary_size_of_a_pre_tokenized_pack(tmp_path: Path) -> None:
+    """Training code sizes its embeddings from ``reader.vocab_size``: a pack without a
+    tokenizer records it from --vocab-size, and without one the error names that option."""
+    pq.write_table(pa.table({"ids": [[5, 6, 2], [7, 2]]}), tmp_path / "s.parquet")
+    packtool.pack([tmp_path / "s.parquet"], tmp_path / "a", max_len=8, ids_field="ids", pad_id=0,
+                  vocab_size=100)  # fmt: skip
+    assert packtool.open_packed(tmp_path / "a").vocab_size == 100
+    packtool.pack([tmp_path / "s.parquet"], tmp_path / "b", max_len=8, ids_field="ids", pad_id=0)
+    with pytest.raises(FormatError, match=r"records no tokenizer vocab_size \(a pre-tokenized "
+                       r"pack records one when packed with --vocab-size N"):  # fmt: skip
+        packtool.open_packed(tmp_path / "b").vocab_size  # noqa: B018
+
+
 def test_eos_and_bos_added_when_asked(tmp_path: Path) -> None:
     pq.write_table(pa.table({"ids": [[5, 6], [7, 1], []], "y": [[5, 6], [7, 1], []]}),
                    tmp_path / "a.parquet")  # fmt: skip
@@ -241,6 +270,13 @@ def test_bad_loss_mask_and_option_mistakes(tmp_path: Path) -> None:
     )
     with pytest.raises(OptionError, match="not both"):
         PackOptions(ids_field="ids", labels_field="a", loss_mask_field="b")
+    # --vocab-size on text was ignored without a word: the tokenizer bounds text ids
+    text = write_jsonl(tmp_path / "t.jsonl", [{"text": "hello"}])
+    pack = run("pack", text, "-L", "8", "--vocab-size", "10", "-o", tmp_path / "t")
+    stats = run("stats", text, "-L", "8", "--vocab-size", "10", "--no-cache")
+    for result in (pack, stats):
+        assert_one_line_error(result, r"--vocab-size bounds pre-tokenized ids: give --ids-field", 2)
+    assert not (tmp_path / "t").exists()
 
 
 def test_ids_checked_against_the_tokenizer_vocabulary(tmp_path: Path) -> None:

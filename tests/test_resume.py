@@ -86,6 +86,15 @@ def test_resume_with_other_options_starts_afresh(tmp_path: Path, monkeypatch) ->
         inputs, tmp_path / "out", max_len=256, skip_bad_records=True, resume=True
     )
     assert not report.resumed
+    # said, not silent: a user who changed an option by mistake learns why nothing resumed
+    (notice,) = [n for n in report.notices if n.startswith("--resume")]
+    assert f"checkpoint in {work_dir_for(tmp_path / 'out')} was made with other" in notice
+    assert "started over" in notice
+    # a --resume run with no checkpoint to find says nothing of one
+    again = packtool.pack(
+        inputs, tmp_path / "again", max_len=256, skip_bad_records=True, resume=True
+    )
+    assert not [n for n in again.notices if n.startswith("--resume")]
     packtool.pack(inputs, tmp_path / "fresh", max_len=256, skip_bad_records=True)
     assert read_rows(tmp_path / "out")[1] == read_rows(tmp_path / "fresh")[1]
 

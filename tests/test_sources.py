@@ -79,6 +79,54 @@ def test_saved_hf_dataset_and_dict(tmp_path: Path) -> None:
     dd2.save_to_disk(str(tmp_path / "dd2"))
     with pytest.raises(InputError, match="splits a, b: choose one with --split"):
         texts_of(tmp_path / "dd2")
+    # a mistyped --split is named (it read as if no split had been given)
+    with pytest.raises(InputError, match="splits train, test: no split 'tset' in it; choose"):
+        texts_of(tmp_path / "dd", split="tset")
+
+
+def test_saved_datasets_inside_an_input_directory(tmp_path: Path) -> None:
+    """A dataset saved with save_to_disk inside an input directory is one input, read as when
+    named itself (its state.json and dataset_info.json were read as JSON Lines records: an
+    error, or with --skip-bad-records bad records around its rows)."""
+    import datasets
+
+    d = tmp_path / "d"
+    d.mkdir()
+    write_jsonl(d / "a.jsonl", [{"text": "from jsonl"}])
+    datasets.Dataset.from_dict({"text": ["saved 1", "saved 2"]}).save_to_disk(str(d / "ds"))
+    train = datasets.Dataset.from_dict({"text": ["train 1"]})
+    datasets.DatasetDict({"train": train, "test": train.select([])}).save_to_disk(str(d / "dd"))
+    inputs = resolve_inputs([str(d)])
+    assert [(i.path.name, i.kind) for i in inputs] == [
+        ("a.jsonl", "jsonl"), ("dd", "hf_dataset"), ("ds", "hf_dataset")
+    ]  # fmt: skip
+    assert texts_of(d) == ["from jsonl", "train 1", "saved 1", "saved 2"]
+
+
+def test_a_pattern_that_matches_directories(tmp_path: Path) -> None:
+    """A glob's directories were dropped without a word (`d/*` read d/a.jsonl, not d/sub/);
+    now a saved dataset it matches is an input, another directory is named on the skipped:
+    line (unless the pattern matched its files, as ``**`` does), and a pattern of only such
+    directories says so."""
+    import datasets
+
+    from packtool.readers import describe_skipped
+
+    d = tmp_path / "d"
+    (d / "sub").mkdir(parents=True)
+    write_jsonl(d / "a.jsonl", [{"text": "top"}])
+    write_jsonl(d / "sub" / "b.jsonl", [{"text": "below"}])
+    datasets.Dataset.from_dict({"text": ["saved"]}).save_to_disk(str(d / "ds"))
+    skipped: list = []
+    inputs = resolve_inputs([str(d / "*")], skipped=skipped)
+    assert [(i.path.name, i.kind) for i in inputs] == [("a.jsonl", "jsonl"), ("ds", "hf_dataset")]
+    assert skipped == [d / "sub"]
+    assert "1 directory matched by a pattern, not read: " in describe_skipped(skipped)
+    skipped = []
+    every = resolve_inputs([str(d / "**")], skipped=skipped)
+    assert [i.path.name for i in every] == ["a.jsonl", "ds", "b.jsonl"] and skipped == []
+    with pytest.raises(InputError, match=r"matches no files \(only directories: .*sub\)"):
+        resolve_inputs([str(d / "su*")])
 
 
 def test_saved_dataset_is_read_not_mapped(tmp_path: Path) -> None:
@@ -156,6 +204,29 @@ def test_directory_and_glob(tmp_path: Path) -> None:
     (tmp_path / "x.docx").write_text("?")
     with pytest.raises(InputError, match="unsupported file type"):
         resolve_inputs([str(tmp_path / "x.docx")])
+
+
+@pytest.mark.parametrize(
+    "specs",
+    [
+        ["d/b.jsonl", "d/b.jsonl"],  # the same file twice
+        ["d", "d/b.jsonl"],  # a directory and a file in it
+        ["d/*.jsonl", "d"],  # a glob and the directory it lists
+        ["d/b.jsonl", "d/../d/b.jsonl"],  # another spelling of the same path
+    ],
+)
+def test_an_input_named_twice_is_refused(
+    tmp_path: Path, specs: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its documents would be packed twice, silently (they were: 600 documents of a 300-line
+    file given twice)."""
+    (tmp_path / "d").mkdir()
+    write_jsonl(tmp_path / "d" / "b.jsonl", [{"text": "b"}])
+    write_jsonl(tmp_path / "d" / "c.jsonl", [{"text": "c"}])
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(InputError, match=r"b\.jsonl: named twice by the inputs, so its"):
+        resolve_inputs(specs)
+    assert len(resolve_inputs(["d/b.jsonl", "d/c.jsonl"])) == 2
 
 
 @pytest.mark.parametrize(

@@ -447,6 +447,36 @@ def test_split_document_joined_and_row_counts(tmp_path: Path) -> None:
     assert d["comparison"]["pad_to_max_len"]["slots"] == 40
 
 
+def test_stats_of_a_pack_that_dropped_unlearned_chunks(tmp_path: Path) -> None:
+    """A labelled pack keeps the numbers of the chunks it kept (chunk 1 of document 0, with
+    nothing to learn, is dropped: chunks 0 and 2 remain); stats read it (it stopped with "the
+    chunks of a document are not numbered 0..k-1", on an output that verify passes)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    ids = [list(range(10, 20)), [30, 31, 32]]
+    learned = [{1, 2, 3, 9}, {1, 2}]
+    labels = [
+        [t if i in keep else -100 for i, t in enumerate(d)]
+        for d, keep in zip(ids, learned, strict=True)
+    ]
+    pq.write_table(pa.table({"ids": ids, "y": labels}), tmp_path / "in.parquet")
+    out = tmp_path / "out"
+    packtool.pack([tmp_path / "in.parquet"], out, max_len=4, ids_field="ids",
+                  labels_field="y", pad_id=0)  # fmt: skip
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["labels"]["chunks_without_labels_dropped"] == 1
+    assert packtool.verify(out).ok
+    d = dataset_stats(out, batch_size=1).to_dict()
+    assert (d["documents"], d["segments"], d["tokens"]) == (2, 3, 9)
+    assert d["document_lengths"]["max"] == 6  # document 0 in the rows: chunks 0 and 2
+    result = run("stats", out)
+    assert result.exit_code == 0, result.output
+    # a gap in a pack that dropped no chunk is still a broken pack
+    with pytest.raises(FormatError, match=r"not numbered 0\.\.k-1"):
+        dataset_stats(write_segments(tmp_path / "gap", 10, [[(0, 1, 10)]], rows_per_shard=1))
+
+
 @pytest.mark.parametrize("batch_size", [1, 3, 8])
 @pytest.mark.parametrize("seed", [0, 11])
 def test_handmade_matches_independent(tmp_path: Path, batch_size: int, seed: int) -> None:

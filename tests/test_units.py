@@ -305,6 +305,28 @@ def test_engines_and_unit_runs_give_the_same_rows(tmp_path: Path) -> None:
     assert sorted(map(json.dumps, again)) == sorted(map(json.dumps, expected))
 
 
+def test_an_array_task_with_another_command_stops_before_packing(tmp_path: Path) -> None:
+    """`--unit 1` run with another -L than the finished unit 0 packed its unit, and only
+    the merge, after every task, refused the mixed units: it now stops at once."""
+    paths = mixed_inputs(tmp_path)
+    tok = CharTokenizer()
+    out = tmp_path / "out"
+    pack_units(paths, out, units=3, unit=0, max_len=48, tokenizer=tok)
+    pattern = (
+        r"unit-00000-of-00003 was packed with other inputs or options \(other max_len\) than "
+        r"unit 1 would be: run every unit with the same command"
+    )
+    with pytest.raises(OutputExistsError, match=pattern):
+        pack_units(paths, out, units=3, unit=1, max_len=40, tokenizer=tok)
+    assert not (out / "units" / "unit-00001-of-00003").exists()
+    pack_units(paths, out, units=3, unit=1, max_len=48, tokenizer=tok)  # the same command: fine
+    assert (out / "units" / "unit-00001-of-00003" / "manifest.json").exists()
+    # the whole array again with new options and --overwrite: each task replaces its unit
+    for i in range(3):
+        pack_units(paths, out, units=3, unit=i, max_len=40, tokenizer=tok, overwrite=True)
+    assert merge_units(out).max_len == 40
+
+
 def test_reruns_skip_finished_units(tmp_path: Path) -> None:
     paths = mixed_inputs(tmp_path)
     tok = CharTokenizer()

@@ -227,3 +227,25 @@ def test_a_signal_that_surfaces_as_another_error_is_still_an_interrupt() -> None
 
     with pytest.raises(RuntimeError, match="a bug"):
         plain_bug()
+
+
+def test_a_ray_address_where_nothing_listens_is_one_line(tmp_path: Path) -> None:
+    """`--ray-address HOST:PORT` with no Ray head there: one line within seconds (Ray itself
+    retried for minutes, printing warnings, and a ray:// address was a traceback)."""
+    import socket
+
+    with socket.socket() as s:  # a loopback port that nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    src = write_jsonl(tmp_path / "in.jsonl", [{"text": "hello world"}] * 4)
+    args = ["pack", src, "-L", "64", "-o", tmp_path / "out", "--units", "2", "--engine", "ray"]
+    started = time.monotonic()
+    result = run(*args, "--ray-address", f"127.0.0.1:{port}")
+    assert time.monotonic() - started < 30
+    assert_one_line_error(
+        result, rf"--ray-address 127\.0\.0\.1:{port}: cannot connect \(.*\): is a Ray head", 2
+    )
+    assert_one_line_error(run(*args, "--ray-address", "node1"), r"give HOST:PORT of the Ray", 2)
+    result = run(*args, "--ray-address", f"ray://127.0.0.1:{port}")
+    assert_one_line_error(result, rf"--ray-address ray://127\.0\.0\.1:{port}: ", 2)
+    assert not (tmp_path / "out").exists()

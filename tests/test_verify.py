@@ -779,6 +779,36 @@ def test_against_refuses_another_chat_template_in_one_line(tmp_path: Path) -> No
     assert verify(out2, against=[chat], chat_template=moved).ok
 
 
+def test_against_finds_the_template_that_came_with_the_tokenizer(tmp_path: Path) -> None:
+    """A chat template from the tokenizer's tokenizer_config.json is not kept in the output
+    (only tokenizer.json is): verify --against takes it from the tokenizer pack was given,
+    while it is there (it said "tokenizer ... has none: pass --chat-template"), and else says
+    to pass it with --chat-template, which takes that tokenizer_config.json too."""
+    from packtool.tokenize import _DATA
+
+    repo = Path(__file__).resolve().parent.parent
+    chat, template = repo / "sample_data" / "chat.jsonl", repo / "sample_data" / "chatml.jinja"
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "tokenizer.json").write_bytes((_DATA / "tokenizer.json").read_bytes())
+    config = json.loads((_DATA / "tokenizer_config.json").read_text())
+    config["chat_template"] = template.read_text()
+    (model / "tokenizer_config.json").write_text(json.dumps(config))
+    out = tmp_path / "out"
+    packtool.pack([chat], out, max_len=2048, tokenizer=str(model))
+    report = verify(out, against=[chat])
+    assert report.ok, report.problems
+    assert report.against is not None and report.against.documents_compared > 250
+    moved = tmp_path / "elsewhere"
+    model.rename(moved)
+    result = CliRunner().invoke(app, ["verify", str(out), "--against", str(chat)])
+    assert result.exit_code != 0 and "Traceback" not in result.output, result.output
+    (line,) = result.stderr.strip().splitlines()
+    assert "does not keep and which is not found from here: pass it with --chat-template" in line
+    given = verify(out, against=[chat], chat_template=moved / "tokenizer_config.json")
+    assert given.ok, given.problems
+
+
 def test_split_examples_whose_chunks_had_nothing_to_learn_verify(tmp_path: Path) -> None:
     """Chunks with nothing to learn are dropped and counted: a split chat may keep one chunk,
     and verify accounts for them instead of calling the pack damaged."""

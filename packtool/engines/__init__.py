@@ -203,6 +203,8 @@ def pack_units(
     _prepare(out, options.units, options.unit is not None, options.overwrite)
     skipped_files = [str(p) for p in skipped]
     if options.unit is not None:
+        if not options.overwrite:  # --overwrite: every task of the array replaces its unit
+            _check_a_sibling(plan, out, options.unit)
         result = run_unit(
             plan[options.unit],
             out,
@@ -231,6 +233,27 @@ def pack_units(
     merged.seconds = time.perf_counter() - started  # the whole run (the manifest: the merge)
     ran = [results[i] for i in range(options.units)]
     return UnitsReport(out, options.engine, ran, merged, skipped_files=skipped_files)
+
+
+def _check_a_sibling(plan: list[Unit], out: AnyPath, index: int) -> None:
+    """Before one unit of an array runs: a finished sibling packed under another plan (the
+    command changed between array tasks) would make the merge fail after every unit ran, so
+    stop now. One sibling's manifest is read, not all of them (thousands of array tasks)."""
+    for count, found in unit_dirs(out).items():
+        if count != len(plan):
+            continue
+        for i, directory in found:
+            if i == index or not (directory / MANIFEST_FILE).exists():
+                continue
+            try:
+                finished_unit(plan[i], out)
+            except OutputExistsError as e:
+                raise OutputExistsError(
+                    f"{e}".replace("; pass --overwrite to pack it again", "")
+                    + f" than unit {index} would be: run every unit with the same command "
+                    "(to pack them all again with this one, pass --overwrite to every task)"
+                ) from None
+            return
 
 
 def _any_unit_finished(out: Path) -> bool:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import socket
 import tempfile
 import time
 from collections.abc import Callable, Sequence
@@ -43,6 +44,45 @@ def import_ray() -> Any:
             "--engine ray needs Ray, which is not installed: pip install 'packtool[ray]'"
         ) from None
     return ray
+
+
+CONNECT_SECONDS = 10.0
+"""How long ``--ray-address HOST:PORT`` may take to accept a connection before the run stops."""
+
+
+def check_address(address: str) -> None:
+    """Stop in one line when nothing answers at ``--ray-address HOST:PORT`` (Ray itself retries
+    for minutes, printing warnings); ``auto`` and URLs (``ray://``) are left to Ray."""
+    if address == "auto" or "://" in address:
+        return
+    host, colon, port = address.rpartition(":")
+    host = host.strip("[]")  # [::1]:6379
+    if not colon or not host or not port.isdigit():
+        raise OptionError(
+            f"--ray-address {address!r}: give HOST:PORT of the Ray head (e.g. node1:6379), "
+            "or auto on a node of the cluster"
+        )
+    try:
+        with socket.create_connection((host, int(port)), timeout=CONNECT_SECONDS):
+            pass
+    except OSError as e:
+        why = "timed out" if isinstance(e, TimeoutError) else (e.strerror or str(e))
+        raise OptionError(
+            f"--ray-address {address}: cannot connect ({why}): is a Ray head running there "
+            f"(`ray start --head --port={port}`)?"
+        ) from None
+
+
+def _join(ray: Any, address: str) -> None:
+    """``ray.init`` on a running cluster; its refusals (no cluster, a Ray Client address
+    without ``ray[client]``) as one line naming --ray-address."""
+    check_address(address)
+    try:
+        ray.init(address=address, log_to_driver=False)
+    except (ConnectionError, ValueError) as e:
+        said = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        said = said.replace("by setting `--address` flag or", "with --ray-address HOST:PORT or")
+        raise OptionError(f"--ray-address {address}: {said}") from None
 
 
 def _task(
@@ -78,7 +118,7 @@ def run_ray(
     temp_dir: str | None = None
     if not ray.is_initialized():
         if address is not None:
-            ray.init(address=address, log_to_driver=False)
+            _join(ray, address)
         else:
             temp_dir = _temp_dir()
             ray.init(

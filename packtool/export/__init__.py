@@ -24,7 +24,13 @@ from typing import Any
 from ..errors import FormatError, OptionError
 from ..format import open_packed
 from .bridge import bridge_problems, export_bridge
-from .common import export_output, file_problems, pack_fingerprint, read_export_manifest
+from .common import (
+    export_output,
+    file_problems,
+    local_export_dir,
+    pack_fingerprint,
+    read_export_manifest,
+)
 from .megatron import export_megatron, megatron_problems
 
 __all__ = ["EXPORTS", "ExportCheck", "ExportReport", "export", "verify_export"]
@@ -68,6 +74,7 @@ def export(
     _check_kind(to)
     if npy and to != "megatron-bridge":
         raise OptionError("--npy is an option of --to megatron-bridge only")
+    dest = local_export_dir(dest)
     started = time.perf_counter()
     reader = open_packed(out)
     with export_output(dest) as staging:
@@ -75,14 +82,14 @@ def export(
             record = export_megatron(reader, staging)
         else:
             record = export_bridge(reader, staging, npy=npy)
-    return ExportReport(Path(dest), to, record, time.perf_counter() - started)
+    return ExportReport(dest, to, record, time.perf_counter() - started)
 
 
 def verify_export(out: str | os.PathLike[str], dest: str | os.PathLike[str]) -> ExportCheck:
     """Check the export at ``dest`` against the pack at ``out``: it was made from this pack,
     its files are whole (sizes, sha256), and its contents equal the pack's."""
+    dest = local_export_dir(dest)
     reader = open_packed(out)
-    dest = Path(dest)
     record = read_export_manifest(dest)
     to = str(record.get("to"))
     if to not in EXPORTS:

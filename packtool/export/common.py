@@ -24,8 +24,9 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
-from ..errors import FormatError, OutputExistsError
+from ..errors import FormatError, OptionError, OutputExistsError
 from ..format import PackedReader, sha256_file
+from ..fs import as_path, is_url
 
 __all__ = [
     "EXPORT_FILE",
@@ -34,6 +35,7 @@ __all__ = [
     "RowColumn",
     "SegmentIndex",
     "export_output",
+    "local_export_dir",
     "read_export_manifest",
     "segment_index",
 ]
@@ -181,14 +183,27 @@ class HashingWriter:
             self._file.close()
 
 
+def local_export_dir(dest: str | os.PathLike[str]) -> Path:
+    """``dest`` as a local directory (``file://`` URLs too); a store URL is refused, since
+    an export is a local directory (Megatron reads its files memory-mapped)."""
+    if is_url(dest):
+        raise OptionError(
+            f"{dest}: an export is written to a local directory, not to a store: export to "
+            "local disk (-o DIR), then copy DIR to the store"
+        )
+    path = as_path(dest)
+    assert isinstance(path, Path)
+    return path
+
+
 @contextlib.contextmanager
 def export_output(dest: str | os.PathLike[str]) -> Iterator[Path]:
     """A staging directory that becomes ``dest`` when the block ends without an error.
 
-    Refuses an existing ``dest`` (an export never replaces anything); removes the staging
-    directory on an error or Ctrl-C.
+    Refuses an existing ``dest`` (an export never replaces anything) and a store URL;
+    removes the staging directory on an error or Ctrl-C.
     """
-    dest = Path(dest)
+    dest = local_export_dir(dest)
     if dest.exists():
         raise OutputExistsError(
             f"export directory {dest} already exists: an export never replaces files; "

@@ -151,15 +151,30 @@ def describe_value(value: Any) -> str:
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
 
+def _looks_like_chat(value: Any) -> bool:
+    return (
+        isinstance(value, list)
+        and bool(value)
+        and isinstance(value[0], dict)
+        and {"role", "content"} <= value[0].keys()
+    )
+
+
+def _field_hint(obj: dict[str, Any]) -> str:
+    """The fix for a record without the text field; a field holding a chat is named."""
+    chat = next((k for k, v in obj.items() if _looks_like_chat(v)), None)
+    if chat is not None:
+        return f"choose the field with --text-field; for these chats, --messages-field {chat}"
+    return "choose the field with --text-field"
+
+
 def check_record(obj: Any, text_field: str, location: str) -> str:
     if not isinstance(obj, dict):
         raise BadRecordError(location, f"expected a JSON object, found {describe_value(obj)}")
     if text_field not in obj:
         fields = ", ".join(repr(k) for k in list(obj)[:20]) or "none"
         raise BadRecordError(
-            location,
-            f"no field {text_field!r} (fields found: {fields})",
-            "choose the field with --text-field",
+            location, f"no field {text_field!r} (fields found: {fields})", _field_hint(obj)
         )
     text = obj[text_field]
     if not isinstance(text, str):

@@ -21,7 +21,7 @@ from typing import IO, Any
 import pyarrow as pa
 
 from ..errors import InputError
-from ..fs import AnyPath, StorePath, arrow_input, as_path, open_input
+from ..fs import AnyPath, StorePath, arrow_input, as_path, is_url, open_input
 
 _KINDS = {
     ".jsonl": "jsonl",
@@ -175,10 +175,14 @@ def resolve_inputs(
                 if p.is_file()
                 and not any(part.startswith(".") for part in p.relative_to(path).parts)
             )
+            members, outputs = _without_packed_outputs(members)
+            if skipped is not None:
+                skipped.extend(outputs)
+            members, saved = _saved_datasets(members)
             files = [p for p in members if _kind_of(p) is not None]
             pairs = {p.with_suffix(".bin") for p in files if p.suffix == ".idx"}  # Megatron
             unknown = [p for p in members if _kind_of(p) is None and p not in pairs]
-            if not files:
+            if not files and not saved:
                 s = "s" if len(unknown) != 1 else ""
                 others = f" (only {len(unknown):,} file{s} of an unknown type)" if unknown else ""
                 raise InputError(
@@ -186,30 +190,118 @@ def resolve_inputs(
                 )
             if skipped is not None:
                 skipped.extend(unknown)
-            out.extend(_file_input(p) for p in files)
+            found = [(str(p), _file_input(p)) for p in files]
+            found += [(str(d), InputFile(d, "hf_dataset", None, _tree_size(d))) for d in saved]
+            out.extend(inp for _, inp in sorted(found, key=lambda pair: pair[0]))
         elif path.is_file():
             out.append(_file_input(path))
         elif as_path(f"{spec}.idx").is_file():  # a Megatron prefix
             out.append(_file_input(as_path(f"{spec}.idx")))
         elif is_glob:
             matches = sorted(Path(p) for p in globlib.glob(str(spec), recursive=True))
-            files = [p for p in matches if p.is_file()]
-            if not files:
-                raise InputError(f"{spec}: the pattern matches no files")
-            out.extend(_file_input(p) for p in files)
+            saved = [p for p in matches if p.is_dir() and _is_hf_dataset(p)]
+            inside = tuple(f"{d}/" for d in saved)
+            files = [p for p in matches if p.is_file() and not str(p).startswith(inside)]
+            others = [p for p in matches if p.is_dir() and p not in saved]
+            if not files and not saved:
+                dirs = f" (only directories: {', '.join(map(str, others[:3]))})" if others else ""
+                raise InputError(f"{spec}: the pattern matches no files{dirs}")
+            if skipped is not None:  # said on the skipped: line, not dropped without a word
+                read = [str(p) for p in files] + [str(d) for d in saved]
+                skipped.extend(  # (``**`` matches the directories of the files it matches)
+                    d
+                    for d in others
+                    if not str(d).startswith(inside)
+                    and not any(r.startswith(f"{d}/") for r in read)
+                )
+            found = [(str(p), _file_input(p)) for p in files]
+            found += [(str(d), InputFile(d, "hf_dataset", None, _tree_size(d))) for d in saved]
+            out.extend(inp for _, inp in sorted(found, key=lambda pair: pair[0]))
         else:
             raise InputError(f"{spec}: no such file or directory")
+    _refuse_repeats(out)
     return out
 
 
-def describe_skipped(skipped: Sequence[AnyPath | str], shown: int = 3) -> str:
-    """One line on the directory members that :func:`resolve_inputs` skipped."""
-    names = ", ".join(str(p) for p in skipped[:shown])
-    more = f" and {len(skipped) - shown:,} more" if len(skipped) > shown else ""
-    return (
-        f"{len(skipped):,} file{'s' if len(skipped) != 1 else ''} of an unknown type in the "
-        f"input directories, not read: {names}{more} (supported: {SUPPORTED})"
+def _refuse_repeats(inputs: Sequence[InputFile]) -> None:
+    """An input named twice (twice over, by a directory and a file in it, by a glob and its
+    directory) would have its documents packed twice."""
+    seen: set[str] = set()
+    for inp in inputs:
+        key = str(inp.path) if is_url(inp.path) else str(Path(inp.path).resolve())
+        if key in seen:
+            raise InputError(
+                f"{inp.path}: named twice by the inputs, so its documents would be packed "
+                "twice: name each input once (to repeat one on purpose, give a copy)"
+            )
+        seen.add(key)
+
+
+def _without_packed_outputs(members: list[AnyPath]) -> tuple[list[AnyPath], list[AnyPath]]:
+    """The members of an input directory outside packtool outputs (a directory holding a
+    ``manifest.json`` beside a ``state.json``, as ``pack -o DIR/packed`` leaves inside
+    ``DIR``), and those outputs: their shards are packed rows, not documents."""
+    names = {str(p) for p in members}
+    outputs = sorted(
+        {
+            p.parent
+            for p in members
+            if p.name == "manifest.json" and str(p.parent / "state.json") in names
+        },
+        key=str,
     )
+    if not outputs:
+        return members, []
+    prefixes = tuple(f"{o}/" for o in outputs)
+    return [p for p in members if not str(p).startswith(prefixes)], outputs
+
+
+def _saved_datasets(members: list[AnyPath]) -> tuple[list[AnyPath], list[AnyPath]]:
+    """The members of an input directory outside datasets saved with ``save_to_disk`` (a
+    directory holding ``dataset_dict.json``, else ``state.json``), and those datasets: each is
+    one input, read as when named itself (its JSON files are not records)."""
+    dicts = {p.parent for p in members if p.name == "dataset_dict.json"}
+    inside = tuple(f"{d}/" for d in dicts)
+    roots = dicts | {
+        p.parent for p in members if p.name == "state.json" and not str(p).startswith(inside)
+    }
+    if not roots:
+        return members, []
+    prefixes = tuple(f"{r}/" for r in roots)
+    return [p for p in members if not str(p).startswith(prefixes)], sorted(roots, key=str)
+
+
+def describe_skipped(skipped: Sequence[AnyPath | str], shown: int = 3) -> str:
+    """One line on the directory members that :func:`resolve_inputs` skipped: files of an
+    unknown type, and packtool outputs (directories) inside the input directories."""
+    dirs = [p for p in skipped if as_path(p).is_dir()]
+    outputs = [p for p in dirs if (as_path(p) / "manifest.json").is_file()]
+    matched = [p for p in dirs if p not in outputs]  # directories a pattern matched
+    files = [p for p in skipped if p not in dirs]
+    said = []
+    if files:
+        names = ", ".join(str(p) for p in files[:shown])
+        more = f" and {len(files) - shown:,} more" if len(files) > shown else ""
+        said.append(
+            f"{len(files):,} file{'s' if len(files) != 1 else ''} of an unknown type in the "
+            f"input directories, not read: {names}{more} (supported: {SUPPORTED})"
+        )
+    if outputs:
+        names = ", ".join(str(p) for p in outputs[:shown])
+        more = f" and {len(outputs) - shown:,} more" if len(outputs) > shown else ""
+        said.append(
+            f"{len(outputs):,} packtool output{'s' if len(outputs) != 1 else ''} in the input "
+            f"directories, not read as inputs: {names}{more}"
+        )
+    if matched:
+        names = ", ".join(str(p) for p in matched[:shown])
+        more = f" and {len(matched) - shown:,} more" if len(matched) > shown else ""
+        said.append(
+            f"{len(matched):,} director{'ies' if len(matched) != 1 else 'y'} matched by a "
+            f"pattern, not read: {names}{more} (name a directory to read its files, or match "
+            "them: DIR/**/*.jsonl)"
+        )
+    return "; ".join(said)
 
 
 class CountingReader(io.RawIOBase):

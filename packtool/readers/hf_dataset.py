@@ -18,8 +18,9 @@ def _choose_split(where: str, splits: Sequence[str], split: str | None) -> str:
     """The split to read of a saved ``DatasetDict``: ``split``, else "train" if there is one."""
     chosen = split or ("train" if "train" in splits else None)
     if chosen is None or chosen not in splits:
+        missing = f"no split {split!r} in it; " if split else ""
         raise InputError(
-            f"{where}: a dataset with splits {', '.join(splits)}: choose one with --split"
+            f"{where}: a dataset with splits {', '.join(splits)}: {missing}choose one with --split"
         )
     return chosen
 
