@@ -21,7 +21,9 @@ Corpora: ``long`` (documents of 50-120 KB: wiki, web and news prose), ``short`` 
 corpus's mix, median ~1.2 KB), ``long code`` (Python sources of this machine joined into
 documents of 50-120 KB, read in the reverse order of the tokenizer's training files, so
 mostly files it was not trained on: a large vocabulary, where `tokenizers` is slower than
-on the generated prose), ``long x4`` (for the memory at four times the size), and
+on the generated prose), ``long docs`` (real prose: the Markdown/reST documents and package
+descriptions of site-packages and the Debian changelogs of this machine, cut into documents
+of 50-120 KB), ``long x4`` (for the memory at four times the size), and
 ``one huge`` (a single document of about 100 MB). The runs of one corpus alternate in rounds;
 the table gives the median and the range of each.
 """
@@ -32,6 +34,7 @@ import argparse
 import json
 import os
 import platform
+import random
 import statistics
 import subprocess
 import sys
@@ -228,6 +231,23 @@ def write_corpus(path: Path, kind: str, megabytes: float, seed: int) -> tuple[in
                     size, docs, text = size + len(line.encode()), docs + 1, ""
                     if size >= target:
                         break
+        elif kind == "docs":  # real prose of this machine, cut into 50-120 KB documents
+            from bench_tokenizer import documentation_texts
+
+            builder, texts = _Builder(seed), list(documentation_texts())
+            random.Random(seed).shuffle(texts)
+            text = ""
+            for source in texts:
+                text += source + "\n"
+                while len(text) >= (want := 50_000 + builder.u.randint(0, 70_000)):
+                    cut = text.rfind("\n", 0, want) + 1 or want
+                    line = json.dumps({"text": text[:cut]}, ensure_ascii=False) + "\n"
+                    f.write(line)
+                    size, docs, text = size + len(line.encode()), docs + 1, text[cut:]
+                    if size >= target:
+                        break
+                if size >= target:
+                    break
         elif kind == "short":
             while size < target:
                 for doc in generate_documents(2500, seed + docs):
@@ -336,12 +356,13 @@ def _run_tokenizer(
     base: Path | None,
 ) -> None:
     corpora = [("long", "long", mb, 3), ("short", "short", mb, 1), ("long code", "code", mb, 9)]
+    corpora += [("long docs", "docs", mb, 13)]
     corpora += [
         ("long x4", "long", 4 * mb, 5),
         ("one huge", "huge", 100 if not args.quick else 10, 7),
     ]
     if tok_name != "bpe151k":  # the prose corpora
-        corpora = [c for c in corpora if c[1] in ("long", "short")]
+        corpora = [c for c in corpora if c[1] in ("long", "short", "docs")]
     if args.only:
         corpora = [c for c in corpora if c[0].replace(" ", "-") in args.only]
     print(

@@ -44,6 +44,32 @@ def python_sources(reverse: bool = False) -> Iterator[Path]:
     yield from reversed(files) if reverse else files
 
 
+def documentation_texts() -> Iterator[str]:
+    """Real prose found on this machine, in a fixed order: the Markdown/reST documents and
+    package descriptions (METADATA) of site-packages, then the Debian changelogs of
+    /usr/share/doc. English written by people (with some code and markup), unlike the
+    generated corpora's small vocabulary; what it holds depends on what is installed."""
+    import gzip
+
+    roots = {Path(sysconfig.get_paths()[key]) for key in ("purelib", "platlib")}
+    files: list[Path] = []
+    for root in sorted(roots):
+        for path in sorted(root.rglob("*")):
+            if path.suffix in (".md", ".rst") or path.name == "METADATA":
+                files.append(path)
+    files.extend(sorted(Path("/usr/share/doc").glob("*/changelog*")))
+    for path in files:
+        try:
+            data = path.read_bytes()
+            if path.suffix == ".gz":
+                data = gzip.decompress(data)
+            text = data.decode("utf-8")
+        except (OSError, EOFError, UnicodeDecodeError, gzip.BadGzipFile):
+            continue
+        if len(text) >= 2000:
+            yield text
+
+
 def _training_texts(info: dict) -> Iterator[str]:
     sys.path.insert(0, str(ROOT / "sample_data"))
     from make_corpus import generate_documents
