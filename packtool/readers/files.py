@@ -278,28 +278,27 @@ def describe_skipped(skipped: Sequence[AnyPath | str], shown: int = 3) -> str:
     outputs = [p for p in dirs if (as_path(p) / "manifest.json").is_file()]
     matched = [p for p in dirs if p not in outputs]  # directories a pattern matched
     files = [p for p in skipped if p not in dirs]
+
+    def listed(paths: Sequence[AnyPath | str]) -> str:
+        more = f" and {len(paths) - shown:,} more" if len(paths) > shown else ""
+        return ", ".join(str(p) for p in paths[:shown]) + more
+
     said = []
     if files:
-        names = ", ".join(str(p) for p in files[:shown])
-        more = f" and {len(files) - shown:,} more" if len(files) > shown else ""
         said.append(
             f"{len(files):,} file{'s' if len(files) != 1 else ''} of an unknown type in the "
-            f"input directories, not read: {names}{more} (supported: {SUPPORTED})"
+            f"input directories, not read: {listed(files)} (supported: {SUPPORTED})"
         )
     if outputs:
-        names = ", ".join(str(p) for p in outputs[:shown])
-        more = f" and {len(outputs) - shown:,} more" if len(outputs) > shown else ""
         said.append(
             f"{len(outputs):,} packtool output{'s' if len(outputs) != 1 else ''} in the input "
-            f"directories, not read as inputs: {names}{more}"
+            f"directories, not read as inputs: {listed(outputs)}"
         )
     if matched:
-        names = ", ".join(str(p) for p in matched[:shown])
-        more = f" and {len(matched) - shown:,} more" if len(matched) > shown else ""
         said.append(
             f"{len(matched):,} director{'ies' if len(matched) != 1 else 'y'} matched by a "
-            f"pattern, not read: {names}{more} (name a directory to read its files, or match "
-            "them: DIR/**/*.jsonl)"
+            f"pattern, not read: {listed(matched)} (name a directory to read its files, or "
+            "match them: DIR/**/*.jsonl)"
         )
     return "; ".join(said)
 
