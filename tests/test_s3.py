@@ -24,7 +24,7 @@ from conftest import REPO, SAMPLE
 from helpers import read_rows
 
 import packtool
-from packtool.errors import FormatError, OutputExistsError, StoreError
+from packtool.errors import FormatError, InputError, OutputExistsError, StoreError
 from packtool.format import open_packed
 from packtool.fs import StorePath, as_path, is_url
 from packtool.pipeline import pack
@@ -332,3 +332,20 @@ def test_a_shard_cache_fetches_each_shard_of_a_store_output_once(
     with pytest.raises(FormatError, match=r"sha256 is .* the manifest records .*packtool verify"):
         reader[0]
     assert list((tmp_path / "cache2").iterdir()) == []
+
+
+def test_a_store_glob_names_the_prefixes_it_matched_and_did_not_read(memory_prefix) -> None:
+    """As for a local glob: `d/*` on a store reads the files it matches and names a matched
+    prefix (a "directory") on the skipped: line instead of dropping it without a word."""
+    from packtool.readers import describe_skipped, resolve_inputs
+
+    fs, name = memory_prefix
+    fs.pipe_file(f"/{name}/d/a.jsonl", b'{"text": "x"}\n')
+    fs.pipe_file(f"/{name}/d/sub/b.jsonl", b'{"text": "y"}\n')
+    skipped: list = []
+    found = resolve_inputs([f"memory://{name}/d/*"], skipped=skipped)
+    assert [str(i.path) for i in found] == [f"memory://{name}/d/a.jsonl"]
+    assert [str(p) for p in skipped] == [f"memory://{name}/d/sub"]
+    assert "1 directory matched by a pattern, not read" in describe_skipped(skipped)
+    with pytest.raises(InputError, match=r"matches no files \(only directories: memory://"):
+        resolve_inputs([f"memory://{name}/d/s*"])

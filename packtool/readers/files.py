@@ -161,9 +161,14 @@ def resolve_inputs(
         path = as_path(spec)
         is_glob = globlib.has_magic(str(spec))
         if isinstance(path, StorePath) and is_glob:
-            files = [p for p in path.glob() if _kind_of(p) is not None or p.is_file()]
+            matched = list(path.glob())
+            files = [p for p in matched if _kind_of(p) is not None or p.is_file()]
+            others = [p for p in matched if p not in files]  # prefixes ("directories")
             if not files:
-                raise InputError(f"{spec}: the pattern matches no files")
+                dirs = f" (only directories: {', '.join(map(str, others[:3]))})" if others else ""
+                raise InputError(f"{spec}: the pattern matches no files{dirs}")
+            if skipped is not None:  # said on the skipped: line, as for a local glob
+                skipped.extend(others)
             out.extend(_file_input(p) for p in files)
         elif path.is_dir():
             if _is_hf_dataset(path):
