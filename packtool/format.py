@@ -85,6 +85,8 @@ __all__ = [
 FORMAT_NAME = "packtool.packed"
 FORMAT_VERSION = 1
 MANIFEST_FILE = "manifest.json"
+TOKENIZER_CONFIG_FILE = "tokenizer_config.json"  # kept beside the tokenizer copy, if any
+CHAT_TEMPLATE_FILE = "chat_template.jinja"  # kept too, if the chats were rendered with it
 IGNORE_INDEX = -100
 """The label of a token that is not learned (padding, prompt): PyTorch's cross-entropy default."""
 
@@ -92,7 +94,14 @@ _SHARD_NAME = "data-{index:05d}-of-{count:05d}.arrow"
 _SHARD_RE = re.compile(r"data-\d{5}-of-\d{5}\.arrow")
 # What a packtool output holds besides its shards (the manifest last), and the folder of work
 # units: on a store, the names a rerun or --overwrite may replace.
-_OUTPUT_FILES = ("dataset_info.json", "state.json", "tokenizer.json", MANIFEST_FILE)
+_OUTPUT_FILES = (
+    "dataset_info.json",
+    "state.json",
+    "tokenizer.json",
+    TOKENIZER_CONFIG_FILE,
+    CHAT_TEMPLATE_FILE,
+    MANIFEST_FILE,
+)
 _UNITS_DIR = "units"
 
 
@@ -649,13 +658,14 @@ def write_dataset(
     blocks: Iterable[pa.Table | pa.RecordBatch],
     manifest: Callable[[], Mapping[str, Any]],
     *,
-    tokenizer: bytes | Path | None = None,
+    tokenizer: Mapping[str, bytes | Path] | None = None,
     progress: Callable[[int], None] | None = None,
 ) -> Manifest:
     """The write tail of ``pack`` and of a copying merge: the rows of ``blocks`` through
-    ``writer`` (entered here), the tokenizer copy (its bytes, or a file to copy), then the
-    manifest, made once the rows are written (so its ``seconds`` count the writing), and the
-    commit. ``progress`` gets the rows written so far after each block (0 when none)."""
+    ``writer`` (entered here), the tokenizer's files (``tokenizer.json``, and its
+    ``tokenizer_config.json`` if any: their bytes, or files to copy), then the manifest, made
+    once the rows are written (so its ``seconds`` count the writing), and the commit.
+    ``progress`` gets the rows written so far after each block (0 when none)."""
     with writer:
         done = 0
         for block in blocks:
@@ -665,13 +675,13 @@ def write_dataset(
                 progress(done)
         if progress and done == 0:
             progress(0)
-        if tokenizer is not None:
-            copy = writer.staging / "tokenizer.json"
+        for name, content in (tokenizer or {}).items():
+            copy = writer.staging / name
             try:
-                if isinstance(tokenizer, bytes):
-                    copy.write_bytes(tokenizer)
+                if isinstance(content, bytes):
+                    copy.write_bytes(content)
                 else:
-                    shutil.copyfile(tokenizer, copy)
+                    shutil.copyfile(content, copy)
             except OSError as e:
                 raise write_error(e, copy, "cannot write the tokenizer copy") from e
         return writer.commit(manifest())

@@ -43,7 +43,9 @@ import pyarrow.compute as pc
 from ._version import __version__
 from .errors import FormatError, OptionError, PacktoolError
 from .format import (
+    CHAT_TEMPLATE_FILE,
     MANIFEST_FILE,
+    TOKENIZER_CONFIG_FILE,
     DocumentCounts,
     Manifest,
     RunFigures,
@@ -444,9 +446,8 @@ def _reference(
         shards = [shards[i] for i in shard_order(len(shards), int(opts["seed"]))]
     first = units[0][1]
     _clear_merged(out)
-    tokenizer = _tokenizer_copy(units)
-    if tokenizer is not None:
-        shutil.copyfile(tokenizer, out / "tokenizer.json")
+    for name, source in (_tokenizer_copy(units) or {}).items():
+        shutil.copyfile(source, out / name)
     record = record.with_seconds(time.perf_counter() - started)
     return commit_in_place(
         out,
@@ -457,11 +458,18 @@ def _reference(
     )
 
 
-def _tokenizer_copy(units: list[tuple[Path, Manifest]]) -> Path | None:
-    """The first unit's copy of the tokenizer, which the merged output copies (if any)."""
+def _tokenizer_copy(units: list[tuple[Path, Manifest]]) -> dict[str, Path] | None:
+    """The first unit's copy of the tokenizer (and of its config), which the merged output
+    copies (if any)."""
     first = units[0][1]
     tokenizer_file = units[0][0] / first.tokenizer_file
-    return tokenizer_file if first.tokenizer_copied and tokenizer_file.exists() else None
+    if not (first.tokenizer_copied and tokenizer_file.exists()):
+        return None
+    files = {"tokenizer.json": tokenizer_file}
+    for name in (TOKENIZER_CONFIG_FILE, CHAT_TEMPLATE_FILE):
+        if (tokenizer_file.parent / name).is_file():
+            files[name] = tokenizer_file.parent / name
+    return files
 
 
 def _resolve_options(

@@ -31,7 +31,9 @@ import pyarrow as pa
 from ._version import __version__
 from .errors import InputError, OptionError
 from .format import (
+    CHAT_TEMPLATE_FILE,
     IGNORE_INDEX,
+    TOKENIZER_CONFIG_FILE,
     DocumentCounts,
     Manifest,
     RunFigures,
@@ -562,9 +564,25 @@ def _write_stage(
         # (Arrow, hashing and file I/O, which release it too).
         _background(gather_blocks(), ahead=1),
         lambda: _manifest(run, state, layout, time.perf_counter() - started, extra_manifest),
-        tokenizer=run.tok.json_bytes if isinstance(run.tok, HFTokenizer) else None,
+        tokenizer=_tokenizer_files(run.tok, run.plan),
         progress=(lambda done: progress("write", done, n_rows)) if progress else None,
     )
+
+
+def _tokenizer_files(tok: Tokenizer, plan: InputPlan) -> dict[str, bytes] | None:
+    """What the output keeps of a Hugging Face tokenizer: its ``tokenizer.json``, the
+    ``tokenizer_config.json`` it was loaded with (chat template, special tokens) and a
+    ``chat_template.jinja`` the chats were rendered with from beside it, so that
+    ``AutoTokenizer.from_pretrained(OUT)`` loads it and ``verify`` finds its template."""
+    if not isinstance(tok, HFTokenizer):
+        return None
+    files = {"tokenizer.json": tok.json_bytes}
+    if tok.config:
+        config = json.dumps(tok.config, indent=2, ensure_ascii=False) + "\n"
+        files[TOKENIZER_CONFIG_FILE] = config.encode("utf-8")
+    if plan.template is not None and plan.template.source == CHAT_TEMPLATE_FILE:
+        files[CHAT_TEMPLATE_FILE] = plan.template.text.encode("utf-8")
+    return files
 
 
 def _manifest(

@@ -1062,8 +1062,9 @@ def _recorded_template_file(
 ) -> str | None:
     """The chat template file the manifest names, if it was a file and is still there; for
     a template that came with the tokenizer (its ``tokenizer_config.json`` or
-    ``chat_template.jinja``, which the output does not keep), that file of the tokenizer
-    pack was given, if it is still there (its sha256 is checked once loaded)."""
+    ``chat_template.jinja``), that file of the tokenizer pack was given, if it is still
+    there; else ``None``: the tokenizer's own, of which the output keeps a copy beside its
+    ``tokenizer.json`` (its sha256 is checked once loaded)."""
     record = recorded.get("chat_template")
     if not isinstance(record, Mapping):
         return None

@@ -396,6 +396,33 @@ def test_clean_chats_match_apply_chat_template(family_dirs, tmp_path, family) ->
             assert all(tok.is_special_id(r[-1]) for r in runs), "the end of turn is learned"
 
 
+@pytest.mark.parametrize("family", CHAT_FAMILIES)
+def test_the_output_keeps_the_tokenizer_autotokenizer_loads(family_dirs, tmp_path, family) -> None:
+    """The output keeps the tokenizer's config beside its tokenizer.json: AutoTokenizer loads
+    the output as it loads the tokenizer (same ids, same chat template), and verify --against
+    renders the chats with that copy once the tokenizer's own directory is gone."""
+    import shutil
+
+    from packtool.verify import verify
+
+    source = tmp_path / "tok"
+    shutil.copytree(family_dirs[family, False], source)
+    before = _auto(source)
+    _, _ = _pack_chats(source, tmp_path / "p", CLEAN_CHATS)
+    out = tmp_path / "p" / "out"
+    assert json.loads((out / "tokenizer_config.json").read_text()) == json.loads(
+        (source / "tokenizer_config.json").read_text()
+    )
+    after = _auto(out)
+    for messages in CLEAN_CHATS:
+        assert _chat_ids(after, messages) == _chat_ids(before, messages)
+    for text in hard_texts()[:20]:
+        assert after.encode(text) == before.encode(text)
+    shutil.rmtree(source)  # verify now has only the output's copies
+    report = verify(out, against=[tmp_path / "p" / "chats.jsonl"])
+    assert report.ok, report.problems
+
+
 _END_OF_TURN = {"qwen": "<|im_end|>", "llama3": "<|eot_id|>"}
 
 

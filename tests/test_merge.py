@@ -138,9 +138,8 @@ def test_one_unit_gives_the_rows_of_a_plain_pack(tmp_path: Path) -> None:
     assert [s["file"] for s in manifest["shards"]] == [
         "units/unit-00000-of-00001/data-00000-of-00001.arrow"
     ]
-    assert (tmp_path / "one/tokenizer.json").read_bytes() == (
-        tmp_path / "plain/tokenizer.json"
-    ).read_bytes()
+    for name in ("tokenizer.json", "tokenizer_config.json"):  # the tokenizer's files kept
+        assert (tmp_path / "one" / name).read_bytes() == (tmp_path / "plain" / name).read_bytes()
     assert read_rows(tmp_path / "one")[1] == read_rows(tmp_path / "plain")[1]
 
 
