@@ -96,13 +96,13 @@ def handle_errors(func: F) -> F:
         except EOFError as e:  # e.g. from a decompressor; named by the readers where they can
             raise fail(f"an input ends early: {e}") from None
         except KeyboardInterrupt as e:
-            raise _interrupted(kwargs, started, isinstance(e, Terminated)) from None
+            raise _interrupted(func, kwargs, started, isinstance(e, Terminated)) from None
         except Exception:
             # A signal's exception raised inside a lock's bookkeeping (a queue's get) can come
             # out as another error ("release unlocked lock"): the stop flag says what it was.
             if not STOP.is_set():
                 raise
-            raise _interrupted(kwargs, started, stop_signal() == signal.SIGTERM) from None
+            raise _interrupted(func, kwargs, started, stop_signal() == signal.SIGTERM) from None
         finally:
             for signum, handler in previous.items():
                 signal.signal(signum, handler)
@@ -111,9 +111,16 @@ def handle_errors(func: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
-def _interrupted(kwargs: dict[str, Any], started: float, terminated: bool) -> typer.Exit:
+_READ_ONLY_COMMANDS = {"stats", "verify", "inspect_command"}  # they write no output
+
+
+def _interrupted(
+    func: Callable[..., Any], kwargs: dict[str, Any], started: float, terminated: bool
+) -> typer.Exit:
     """The one line, and the exit (143 for SIGTERM, 130 for Ctrl-C), of an interrupted run."""
     code = 143 if terminated else 130
+    if func.__name__ in _READ_ONLY_COMMANDS:
+        return fail("interrupted", code)
     written = _written_by_this_run(kwargs, started)
     if written is not None:  # the signal came after the manifest: nothing was lost
         return fail(

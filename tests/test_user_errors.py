@@ -229,6 +229,27 @@ def test_a_signal_that_surfaces_as_another_error_is_still_an_interrupt() -> None
         plain_bug()
 
 
+def test_an_interrupted_read_only_command_does_not_talk_of_output(capsys) -> None:
+    """Ctrl-C in stats, verify or inspect: "interrupted" (130), not "no output was
+    written" (they write none); pack still says what became of its output."""
+    import typer
+
+    from packtool.cli import handle_errors
+
+    def stats() -> None:
+        raise KeyboardInterrupt
+
+    def pack(output: str | None = None) -> None:
+        raise KeyboardInterrupt
+
+    for command, text in ((stats, "Error: interrupted"),
+                          (pack, "Error: interrupted; no output was written")):  # fmt: skip
+        with pytest.raises(typer.Exit) as caught:
+            handle_errors(command)()
+        assert caught.value.exit_code == 130
+        assert capsys.readouterr().err.strip() == text
+
+
 def test_a_ray_address_where_nothing_listens_is_one_line(tmp_path: Path) -> None:
     """`--ray-address HOST:PORT` with no Ray head there: one line within seconds (Ray itself
     retried for minutes, printing warnings, and a ray:// address was a traceback)."""
