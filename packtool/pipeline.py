@@ -571,16 +571,18 @@ def _write_stage(
 
 def _tokenizer_files(tok: Tokenizer, plan: InputPlan) -> dict[str, bytes] | None:
     """What the output keeps of a Hugging Face tokenizer: its ``tokenizer.json``, the
-    ``tokenizer_config.json`` it was loaded with (chat template, special tokens) and a
-    ``chat_template.jinja`` the chats were rendered with from beside it, so that
-    ``AutoTokenizer.from_pretrained(OUT)`` loads it and ``verify`` finds its template."""
+    ``tokenizer_config.json`` it was loaded with (chat template, special tokens) and, as
+    ``chat_template.jinja``, the chat template the chats were rendered with unless it came
+    from that config (a ``--chat-template`` file, or the ``chat_template.jinja`` beside the
+    tokenizer), so that ``AutoTokenizer.from_pretrained(OUT)`` loads the tokenizer and
+    renders chats as they were packed, and ``verify`` finds the template."""
     if not isinstance(tok, HFTokenizer):
         return None
     files = {"tokenizer.json": tok.json_bytes}
     if tok.config:
         config = json.dumps(tok.config, indent=2, ensure_ascii=False) + "\n"
         files[TOKENIZER_CONFIG_FILE] = config.encode("utf-8")
-    if plan.template is not None and plan.template.source == CHAT_TEMPLATE_FILE:
+    if plan.template is not None and plan.template.source != TOKENIZER_CONFIG_FILE:
         files[CHAT_TEMPLATE_FILE] = plan.template.text.encode("utf-8")
     return files
 

@@ -51,6 +51,7 @@ import pyarrow as pa
 
 from .errors import ChatTemplateError, FormatError, OptionError, PacktoolError
 from .format import (
+    CHAT_TEMPLATE_FILE,
     IGNORE_INDEX,
     MANIFEST_FILE,
     DocumentCounts,
@@ -1040,7 +1041,7 @@ def _recorded_options(
     values = {k: v for k, v in recorded.items() if k != "chat_template"}  # a record, not a path
     if values.get("input_shape") == "chat":
         values["chat_template"] = chat_template or _recorded_template_file(
-            recorded, reader.manifest.tokenizer_name
+            recorded, reader.manifest.tokenizer_name, reader.path
         )
     if values.get("loss_on") == "labels":  # pre-tokenized labels: read from a field
         values.pop("loss_on")
@@ -1058,7 +1059,7 @@ def _recorded_options(
 
 
 def _recorded_template_file(
-    recorded: Mapping[str, Any], tokenizer_name: str | None = None
+    recorded: Mapping[str, Any], tokenizer_name: str | None = None, out: AnyPath | None = None
 ) -> str | None:
     """The chat template file the manifest names, if it was a file and is still there; for
     a template that came with the tokenizer (its ``tokenizer_config.json`` or
@@ -1078,6 +1079,10 @@ def _recorded_template_file(
         candidate = (where if where.is_dir() else where.parent) / str(source)
         if not is_url(tokenizer_name) and candidate.is_file():
             return str(candidate)
+    if source != "tokenizer_config.json" and out is not None:  # the output's copy of it
+        copy = out / CHAT_TEMPLATE_FILE
+        if copy.is_file():
+            return str(copy)
     return None
 
 
@@ -1136,7 +1141,7 @@ def _prepare_against(
             raise
         raise ChatTemplateError(
             f"--against: {reader.path} was packed with the chat template {record.get('name')}, "
-            "which the output does not keep and which is not found from here: pass it with "
+            "which is not found from here (nor a copy in the output): pass it with "
             "--chat-template FILE (a .jinja, or the tokenizer's tokenizer_config.json)"
         ) from e
     _check_template(input_plan, manifest.options)

@@ -777,13 +777,16 @@ def test_against_refuses_another_chat_template_in_one_line(tmp_path: Path) -> No
     packtool.pack([chat], out2, max_len=2048, chat_template=template_copy)
     template_copy.unlink()
     assert verify(out2, against=[chat], chat_template=moved).ok
+    # The output keeps the template it was rendered with: found there once the file is gone.
+    assert (out2 / "chat_template.jinja").read_bytes() == template.read_bytes()
+    assert verify(out2, against=[chat]).ok
 
 
 def test_against_finds_the_template_that_came_with_the_tokenizer(tmp_path: Path) -> None:
-    """A chat template from the tokenizer's tokenizer_config.json is not kept in the output
-    (only tokenizer.json is): verify --against takes it from the tokenizer pack was given,
-    while it is there (it said "tokenizer ... has none: pass --chat-template"), and else says
-    to pass it with --chat-template, which takes that tokenizer_config.json too."""
+    """A chat template from the tokenizer's tokenizer_config.json: verify --against takes it
+    from the tokenizer pack was given while it is there, else from the output's copy of that
+    config; an output without the copy (written before it was kept) and the tokenizer gone:
+    one line saying to pass --chat-template, which takes that tokenizer_config.json too."""
     from packtool.tokenize import _DATA
 
     repo = Path(__file__).resolve().parent.parent
@@ -801,10 +804,12 @@ def test_against_finds_the_template_that_came_with_the_tokenizer(tmp_path: Path)
     assert report.against is not None and report.against.documents_compared > 250
     moved = tmp_path / "elsewhere"
     model.rename(moved)
+    assert verify(out, against=[chat]).ok  # the output's copy of the config
+    (out / "tokenizer_config.json").unlink()  # as an output written before the copy was kept
     result = CliRunner().invoke(app, ["verify", str(out), "--against", str(chat)])
     assert result.exit_code != 0 and "Traceback" not in result.output, result.output
     (line,) = result.stderr.strip().splitlines()
-    assert "does not keep and which is not found from here: pass it with --chat-template" in line
+    assert "which is not found from here (nor a copy in the output): pass it with" in line
     given = verify(out, against=[chat], chat_template=moved / "tokenizer_config.json")
     assert given.ok, given.problems
 
