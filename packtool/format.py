@@ -1452,6 +1452,11 @@ class PackedReader:
             self._tables[shard] = table
         return table
 
+    def release(self, shard: int) -> None:
+        """Unmap shard ``shard`` (read again on its next use): for a reader that visits each
+        shard once and wants one mapped at a time."""
+        self._tables.pop(shard, None)
+
     def _read_shard(self, shard: int) -> pa.Table:
         path = self.shard_paths[shard]
         if isinstance(path, StorePath) and self.cache_dir is not None:

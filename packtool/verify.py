@@ -782,7 +782,7 @@ def _check_shards(
                 report.rows_checked += block.num_rows
                 if progress:
                     progress("rows", report.rows_checked, reader.num_rows)
-        reader._tables.pop(index, None)  # one shard mapped at a time
+        reader.release(index)  # one shard mapped at a time
     return segments, all_read
 
 
