@@ -209,3 +209,38 @@ def test_a_null_line_anywhere_is_a_bad_record(tmp_path: Path, where: int) -> Non
         problems.update({row + r: (p, part.locate(r)) for r, p in part.problems.items()})
         row += part.batch.num_rows
     assert problems == {where: ("expected a JSON object, found null", f"{path}:{where + 1}")}
+
+
+def test_a_byte_order_mark_at_the_start_is_not_part_of_the_first_record(tmp_path: Path) -> None:
+    """A JSON Lines file a Windows tool wrote with a UTF-8 BOM: texts, records and the shape
+    detection read it as without one (json.loads refused its first line: the first chat or
+    prompt/completion record was a bad record, while pyarrow read the texts), also where a
+    bad line makes the piece be re-read line by line."""
+    from packtool.readers import first_record_fields
+
+    rows = [{"prompt": f"p{i}", "completion": f"c{i}", "text": f"t{i}"} for i in range(3)]
+    body = "".join(json.dumps(r) + "\n" for r in rows).encode()
+    plain, bom = tmp_path / "plain.jsonl", tmp_path / "bom.jsonl"
+    plain.write_bytes(body)
+    bom.write_bytes(b"\xef\xbb\xbf" + body)
+    fields = ["prompt", "completion"]
+
+    def records(path: Path) -> list:
+        inp = resolve_inputs([path])[0]
+        out = []
+        for b in read_records(inp, fields=fields, check=lambda r, loc: r):
+            assert not b.bad
+            out += b.records
+        return out
+
+    def texts(path: Path) -> list:  # a skipped bad record is None
+        inp = resolve_inputs([path])[0]
+        return [t for b in read_texts(inp, text_field="text", skip_bad_records=True)
+                for t in b.texts]  # fmt: skip
+
+    assert records(bom) == records(plain) == rows
+    assert texts(bom) == texts(plain) == ["t0", "t1", "t2"]
+    assert first_record_fields(resolve_inputs([bom])[0]) == ["prompt", "completion", "text"]
+    broken = tmp_path / "broken.jsonl"  # a bad line: the piece is parsed line by line
+    broken.write_bytes(b"\xef\xbb\xbf" + body + b"{not json\n")
+    assert texts(broken) == ["t0", "t1", "t2", None]  # only the last line is bad

@@ -72,6 +72,9 @@ class _LinesBefore:
 _SCAN_BLOCK = 1 << 20
 
 
+_BOM = b"\xef\xbb\xbf"
+
+
 def _line_locator(inp: InputFile) -> Callable[[int], Any]:
     """``location(lineno)``: where line ``lineno`` of the stream of ``inp`` is, as
     ``file:line`` counted from the start of the file (for a piece too)."""
@@ -278,8 +281,16 @@ def read(inp: InputFile, fields: Sequence[str], want: Want) -> Iterator[Records]
     locate = _line_locator(inp)
     options = _arrow_options(fields, want)
     line0 = 0  # lines of the stream before the piece
+    span = part_of(inp, "bytes")
+    at_start = span is None or span[0] == 0  # a byte-order mark can only be there
     try:
         for piece in _line_chunks(stream, _JSONL_CHUNK if options else _PYTHON_CHUNK):
+            if at_start:
+                # A UTF-8 byte-order mark (Windows tools write one) is not part of the first
+                # record: pyarrow skips it, json.loads would refuse the line.
+                at_start = False
+                if piece[:3] == _BOM:
+                    piece = piece[3:]
             lines = _line_count(piece)
             fast = None
             if options is not None and not _may_crash_pyarrow(piece, options[1] is None):
@@ -318,10 +329,12 @@ def first_fields(inp: InputFile) -> list[str] | None:
             except (json.JSONDecodeError, RecursionError):
                 return None
             return list(obj) if isinstance(obj, dict) else None
-        for _ in range(100):
+        for k in range(100):
             line = stream.readline()
             if not line:
                 return None
+            if k == 0:
+                line = line.removeprefix(_BOM)
             if not line.strip():
                 continue
             try:
