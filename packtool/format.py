@@ -1419,19 +1419,21 @@ class PackedReader:
             self._referenced[directory] = listed
         return listed
 
-    def shard_table(self, shard: int) -> pa.Table:
+    def shard_table(self, shard: int, copy: Path | None = None) -> pa.Table:
         """The rows of one shard, memory-mapped (zero-copy).
 
         In a merge without copying, a unit's shard numbers its documents within the unit;
         ``doc_ids`` are returned numbered over the whole corpus (plus the shard's
-        ``doc_offset``), like every other column as stored.
+        ``doc_offset``), like every other column as stored. ``copy``: a local copy of the
+        shard's bytes to read instead (``verify`` of a store output downloads each shard
+        once, hashes it, then reads its rows from that copy).
         """
         table = self._tables.get(shard)
         if table is None:
             path = self.shard_paths[shard]
             self._check_shard_file(shard)
             try:
-                table = self._read_shard(shard)
+                table = self._read_shard(shard, copy)
                 # A damaged shard can parse and still hold lengths or offsets that point
                 # outside its buffers; reading such rows would crash the process.
                 table.validate(full=True)
@@ -1457,8 +1459,8 @@ class PackedReader:
         shard once and wants one mapped at a time."""
         self._tables.pop(shard, None)
 
-    def _read_shard(self, shard: int) -> pa.Table:
-        path = self.shard_paths[shard]
+    def _read_shard(self, shard: int, copy: Path | None = None) -> pa.Table:
+        path: AnyPath = copy if copy is not None else self.shard_paths[shard]
         if isinstance(path, StorePath) and self.cache_dir is not None:
             path = self._cached(path, self.manifest.shards[shard])
         if isinstance(path, StorePath):

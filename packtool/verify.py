@@ -36,9 +36,11 @@ arguments are wrong. Everything else, a missing or damaged shard included, is a
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import os
+import tempfile
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -61,7 +63,7 @@ from .format import (
     open_packed,
     packed_schema,
 )
-from .fs import AnyPath, as_path, is_url, open_input
+from .fs import AnyPath, StorePath, as_path, is_url, open_input
 from .instruct import InputPlan, InstructEncoder, plan_input
 from .options import PackOptions
 from .packing import Overflow, segment_labelled_items
@@ -261,11 +263,20 @@ def _show(values: np.ndarray, limit: int = 12) -> str:
     return "[" + ", ".join(items) + "]"
 
 
-def _sha256_file(path: AnyPath, on_bytes: Callable[[int], None]) -> str:
+def _sha256_file(
+    path: AnyPath, on_bytes: Callable[[int], None], copy_to: Path | None = None
+) -> str:
+    """The file's sha256; with ``copy_to``, its bytes are written there as they are hashed
+    (a shard on a store: downloaded once, its rows then read from the copy)."""
     digest = hashlib.sha256()
-    with open_input(path) as f:
+    with (
+        open_input(path) as f,
+        open(copy_to, "wb") if copy_to is not None else contextlib.nullcontext() as sink,
+    ):
         while block := f.read(1 << 22):
             digest.update(block)
+            if sink is not None:
+                sink.write(block)
             on_bytes(len(block))
     return digest.hexdigest()
 
@@ -728,11 +739,33 @@ def _check_shards(
     digests: _Digests | None,
     progress: VerifyProgress | None,
 ) -> tuple[_Segments, bool]:
-    """Bytes, sha256, then every row of every shard. Returns (segments, all shards read)."""
+    """Bytes, sha256, then every row of every shard. Returns (segments, all shards read).
+
+    On a store each shard is downloaded once, into a scratch directory, and hashed on the
+    way; its rows are then read from that copy (not downloaded a second time)."""
     segments = _Segments()
-    manifest = reader.manifest
-    all_read = True
-    total_bytes = sum(_int(s.bytes) or 0 for s in manifest.shards)
+    with contextlib.ExitStack() as stack:
+        scratch = None
+        if isinstance(reader.path, StorePath):
+            scratch = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="packtool-")))
+        all_read = _check_each_shard(
+            reader, rules, problems, report, digests, progress, scratch, segments
+        )
+    return segments, all_read
+
+
+def _check_each_shard(
+    reader: PackedReader,
+    rules: _Rules,
+    problems: _Problems,
+    report: VerifyReport,
+    digests: _Digests | None,
+    progress: VerifyProgress | None,
+    scratch: Path | None,
+    segments: _Segments,
+) -> bool:
+    """:func:`_check_shards`' loop over the shards; whether every shard could be read."""
+    total_bytes = sum(_int(s.bytes) or 0 for s in reader.manifest.shards)
     hashed = [0]
 
     def on_bytes(n: int) -> None:
@@ -740,8 +773,10 @@ def _check_shards(
         if progress:
             progress("hash", hashed[0], total_bytes)
 
-    row0 = 0
     block_rows = max(1, _BLOCK_TOKENS // rules.max_len)
+    manifest = reader.manifest
+    all_read = True
+    row0 = 0
     for index, entry in enumerate(manifest.shards):
         name, path = entry.file, reader.shard_paths[index]
         report.shards_checked += 1
@@ -760,19 +795,22 @@ def _check_shards(
                 f"({'truncated' if size < entry.bytes else 'grown'})",
                 name,
             )
+        copy = None if scratch is None else scratch / f"shard-{index}.arrow"
         if isinstance(entry.sha256, str):
-            digest = _sha256_file(path, on_bytes)
+            digest = _sha256_file(path, on_bytes, copy)
             report.bytes_hashed += size
             if digest != entry.sha256:
                 problems.add(
                     "sha256", "sha256 differs from the manifest's: the shard was altered", name
                 )
         try:
-            table = reader.shard_table(index)
+            table = reader.shard_table(index, copy if copy is not None and copy.exists() else None)
         except FormatError as e:
             problems.add("shard", f"cannot be read: {_message(e, path)}", name)
             all_read = False
             row0 += entry.rows
+            if copy is not None:
+                copy.unlink(missing_ok=True)
             continue
         for batch in table.to_batches():
             for start in range(0, batch.num_rows, block_rows):
@@ -783,7 +821,10 @@ def _check_shards(
                 if progress:
                     progress("rows", report.rows_checked, reader.num_rows)
         reader.release(index)  # one shard mapped at a time
-    return segments, all_read
+        del table
+        if copy is not None:
+            copy.unlink(missing_ok=True)
+    return all_read
 
 
 # -- over the whole dataset -----------------------------------------------------------------

@@ -349,3 +349,38 @@ def test_a_store_glob_names_the_prefixes_it_matched_and_did_not_read(memory_pref
     assert "1 directory matched by a pattern, not read" in describe_skipped(skipped)
     with pytest.raises(InputError, match=r"matches no files \(only directories: memory://"):
         resolve_inputs([f"memory://{name}/d/s*"])
+
+
+def test_verify_of_a_store_output_downloads_each_shard_once(memory_prefix) -> None:
+    """verify hashes a store shard as it downloads it and reads its rows from that copy (it
+    downloaded every shard twice); an altered shard is still reported by its sha256 and its
+    rows still checked."""
+    from packtool.verify import verify
+
+    fs, name = memory_prefix
+    url = f"memory://{name}/out"
+    packtool.pack([SAMPLE], url, max_len=512, rows_per_shard=40)
+    shards = open_packed(url).manifest.shards
+    fetched: list[str] = []
+    original = fs.open
+
+    def counting_open(path: str, mode: str = "rb", **kw: Any) -> Any:
+        if path.endswith(".arrow"):
+            fetched.append(path)
+        return original(path, mode, **kw)
+
+    fs.open = counting_open  # type: ignore[method-assign]
+    try:
+        report = verify(url)
+    finally:
+        fs.open = original  # type: ignore[method-assign]
+    assert report.ok, report.problems
+    assert report.rows_checked == sum(s.rows for s in shards)
+    assert len(fetched) == len(shards)  # each shard read from the store once
+    first = f"/{name}/out/{shards[0].file}"
+    data = bytearray(fs.cat_file(first))
+    data[-100] ^= 0xFF
+    fs.pipe_file(first, bytes(data))
+    report = verify(url)
+    assert "sha256" in {p.check for p in report.problems}, report.problems
+    assert report.rows_checked == sum(s.rows for s in shards)
