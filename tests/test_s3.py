@@ -9,12 +9,14 @@ rerun, a missing bucket, a denied write, missing credentials, and two Ray nodes.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -288,6 +290,24 @@ def test_a_merge_on_a_store_reads_no_shard(memory_prefix, tmp_path: Path) -> Non
     assert not result.ok and any("sha256" in p for p in map(str, result.problems))
 
 
+@contextlib.contextmanager
+def _shard_fetches(fs: Any) -> Iterator[list[str]]:
+    """The shard files opened on the memory store ``fs`` while the block runs."""
+    fetched: list[str] = []
+    original = fs.open
+
+    def counting_open(path: str, mode: str = "rb", **kw: Any) -> Any:
+        if path.endswith(".arrow"):
+            fetched.append(path)
+        return original(path, mode, **kw)
+
+    fs.open = counting_open
+    try:
+        yield fetched
+    finally:
+        fs.open = original
+
+
 def test_a_shard_cache_fetches_each_shard_of_a_store_output_once(
     memory_prefix, tmp_path: Path
 ) -> None:
@@ -304,23 +324,12 @@ def test_a_shard_cache_fetches_each_shard_of_a_store_output_once(
     packtool.pack([SAMPLE], url, max_len=512, rows_per_shard=40)
     shards = open_packed(local).manifest.shards
     assert len(shards) > 3
-    fetched: list[str] = []
-    original = fs.open
-
-    def counting_open(path: str, mode: str = "rb", **kw: Any) -> Any:
-        if path.endswith(".arrow"):
-            fetched.append(path)
-        return original(path, mode, **kw)
-
-    fs.open = counting_open  # type: ignore[method-assign]
-    try:
-        cache = tmp_path / "cache"
+    cache = tmp_path / "cache"
+    with _shard_fetches(fs) as fetched:
         ds, ref = PackedDataset(url, cache_dir=cache), PackedDataset(local)
         order = np.random.default_rng(0).permutation(len(ref))
         for i in [*order, *order]:  # two shuffled passes
             assert all(np.array_equal(np.asarray(ds[i][k]), np.asarray(ref[i][k])) for k in ref[i])
-    finally:
-        fs.open = original  # type: ignore[method-assign]
     assert len(fetched) == len(shards)  # each shard read from the store once
     assert sorted(p.name for p in cache.iterdir()) == sorted(f"{s.sha256}.arrow" for s in shards)
     # A shard changed on the store (same size): a new cache refuses it by its sha256.
@@ -361,19 +370,8 @@ def test_verify_of_a_store_output_downloads_each_shard_once(memory_prefix) -> No
     url = f"memory://{name}/out"
     packtool.pack([SAMPLE], url, max_len=512, rows_per_shard=40)
     shards = open_packed(url).manifest.shards
-    fetched: list[str] = []
-    original = fs.open
-
-    def counting_open(path: str, mode: str = "rb", **kw: Any) -> Any:
-        if path.endswith(".arrow"):
-            fetched.append(path)
-        return original(path, mode, **kw)
-
-    fs.open = counting_open  # type: ignore[method-assign]
-    try:
+    with _shard_fetches(fs) as fetched:
         report = verify(url)
-    finally:
-        fs.open = original  # type: ignore[method-assign]
     assert report.ok, report.problems
     assert report.rows_checked == sum(s.rows for s in shards)
     assert len(fetched) == len(shards)  # each shard read from the store once
