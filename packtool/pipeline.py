@@ -369,6 +369,7 @@ class _Run:
     fingerprint: str
     pad_from: str  # where the pad id comes from: tokenizer, eos, --pad-id
     skipped: list[str]  # directory members of an unknown type, not read
+    notice: str | None = None  # an option that does less than it says (--shard-size)
 
     @property
     def row_bytes(self) -> int:
@@ -400,9 +401,14 @@ def _prepare(
     tok = _tokenizer(options if text else options.replace(tokenizer_backend="hf"))
     plan = plan_input(files, tok, options)
     pad_id, pad_from = _pad_id(options.pad_id, tok)
-    rows_per_shard = options.rows_per_shard or max(
-        1, options.shard_bytes // row_bytes(options.max_len, plan.labelled)
-    )
+    one_row = row_bytes(options.max_len, plan.labelled)
+    rows_per_shard = options.rows_per_shard or max(1, options.shard_bytes // one_row)
+    notice = None
+    if options.rows_per_shard is None and options.shard_bytes < one_row:
+        notice = (
+            f"--shard-size {options.shard_size} holds less than one row (about {one_row:,} "
+            f"bytes at --max-len {options.max_len}): one row per shard"
+        )
     resolved = options.replace(
         overflow=plan.overflow.value,
         add_eos=plan.add_eos,
@@ -411,7 +417,8 @@ def _prepare(
     )
     set_tokenizer_threads(options.num_proc)
     fingerprint = _fingerprint(files, tok, resolved.rows_key(), plan.describe())
-    return _Run(out, resolved, tok, plan, files, fingerprint, pad_from, [str(p) for p in skipped])
+    skipped_names = [str(p) for p in skipped]
+    return _Run(out, resolved, tok, plan, files, fingerprint, pad_from, skipped_names, notice)
 
 
 def _tokenizer(options: PackOptions) -> Tokenizer:
@@ -640,6 +647,7 @@ def _report(
         getattr(run.tok, "notice", None),
         _backend(run.plan).notice,
         run.plan.notice,
+        run.notice,
         resume_notice,
     )
     return dataclasses.replace(

@@ -356,3 +356,17 @@ def test_a_pack_inside_its_input_directory_is_not_read_again(tmp_path: Path) -> 
     assert str(corpus / "packed") in again.stderr
     _, rows = read_rows(corpus / "packed")
     assert sum(len(r["doc_ids"]) for r in rows) == 5
+
+
+def test_a_shard_size_below_one_row_is_said(tmp_path: Path) -> None:
+    """--shard-size smaller than one row writes one row per shard: said in a note (it was
+    silent, and 1KB gave thousands of shards), the rows as they would be otherwise."""
+    out = tmp_path / "out"
+    result = run("pack", SAMPLE, "-L", "512", "-o", out, "--shard-size", "1KB")
+    assert result.exit_code == 0, result.output
+    said = "note: --shard-size 1KB holds less than one row (about 4,160 bytes at --max-len 512)"
+    assert said in result.stderr
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert {s["rows"] for s in manifest["shards"]} == {1}
+    plain = run("pack", SAMPLE, "-L", "512", "-o", tmp_path / "plain", "-q")
+    assert plain.exit_code == 0 and "--shard-size" not in plain.stderr
