@@ -55,7 +55,7 @@ from .fs import (
     arrow_input,
     as_path,
     check_writable,
-    open_input,
+    sha256_of,
     upload_file,
 )
 
@@ -336,11 +336,7 @@ _WRITEBACK_BYTES = 32 << 20
 
 def sha256_file(path: Path) -> str:
     """The sha256 of a file (exports record one per file they write)."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 22), b""):
-            digest.update(block)
-    return digest.hexdigest()
+    return sha256_of(path)
 
 
 def _write_json(path: Path, obj: Any) -> None:
@@ -1481,17 +1477,13 @@ class PackedReader:
         try:
             self.cache_dir.mkdir(parents=True, exist_ok=True)
             part = local.with_name(f".{local.name}.{os.getpid()}-{threading.get_ident()}")
-            digest = hashlib.sha256()
-            with open_input(path) as source, open(part, "wb") as sink:
-                while block := source.read(8 << 20):
-                    digest.update(block)
-                    sink.write(block)
+            digest = sha256_of(path, copy_to=part)
         except OSError as e:
             raise FormatError(f"{path}: cannot copy the shard into {self.cache_dir}: {e}") from e
-        if digest.hexdigest() != entry.sha256:
+        if digest != entry.sha256:
             part.unlink(missing_ok=True)
             raise FormatError(
-                f"{path}: the shard's sha256 is {digest.hexdigest()[:12]}..., the manifest "
+                f"{path}: the shard's sha256 is {digest[:12]}..., the manifest "
                 f"records {entry.sha256[:12]}... (run `packtool verify`)"
             )
         os.replace(part, local)

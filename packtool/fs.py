@@ -336,6 +336,31 @@ def open_input(path: AnyPath, buffering: int = 1 << 20) -> IO[bytes]:
     return open(path, "rb", buffering=buffering)
 
 
+def sha256_of(
+    path: AnyPath,
+    *,
+    copy_to: Path | None = None,
+    on_bytes: Callable[[int], None] | None = None,
+) -> str:
+    """The sha256 of a file, local or on a store, read in blocks; with ``copy_to``, its bytes
+    are written there as they are hashed (a store's file downloaded and hashed at once);
+    ``on_bytes`` gets the size of each block read."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    with (
+        open_input(path) as source,
+        open(copy_to, "wb") if copy_to is not None else contextlib.nullcontext() as sink,
+    ):
+        while block := source.read(1 << 22):
+            digest.update(block)
+            if sink is not None:
+                sink.write(block)
+            if on_bytes is not None:
+                on_bytes(len(block))
+    return digest.hexdigest()
+
+
 def arrow_input(path: AnyPath) -> Any:
     """A ``pyarrow`` readable file: ``pa.OSFile`` locally, a store's file wrapped for Arrow."""
     import pyarrow as pa

@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import hashlib
 import os
 import tempfile
 import time
@@ -63,7 +62,7 @@ from .format import (
     open_packed,
     packed_schema,
 )
-from .fs import AnyPath, StorePath, as_path, is_url, open_input
+from .fs import AnyPath, StorePath, as_path, is_url, sha256_of
 from .instruct import InputPlan, InstructEncoder, plan_input
 from .options import PackOptions
 from .packing import Overflow, segment_labelled_items
@@ -261,24 +260,6 @@ def _show(values: np.ndarray, limit: int = 12) -> str:
     if values.size > limit:
         items.append(f"... ({values.size} values)")
     return "[" + ", ".join(items) + "]"
-
-
-def _sha256_file(
-    path: AnyPath, on_bytes: Callable[[int], None], copy_to: Path | None = None
-) -> str:
-    """The file's sha256; with ``copy_to``, its bytes are written there as they are hashed
-    (a shard on a store: downloaded once, its rows then read from the copy)."""
-    digest = hashlib.sha256()
-    with (
-        open_input(path) as f,
-        open(copy_to, "wb") if copy_to is not None else contextlib.nullcontext() as sink,
-    ):
-        while block := f.read(1 << 22):
-            digest.update(block)
-            if sink is not None:
-                sink.write(block)
-            on_bytes(len(block))
-    return digest.hexdigest()
 
 
 def _message(error: PacktoolError, path: Path) -> str:
@@ -797,7 +778,7 @@ def _check_each_shard(
             )
         copy = None if scratch is None else scratch / f"shard-{index}.arrow"
         if isinstance(entry.sha256, str):
-            digest = _sha256_file(path, on_bytes, copy)
+            digest = sha256_of(path, copy_to=copy, on_bytes=on_bytes)
             report.bytes_hashed += size
             if digest != entry.sha256:
                 problems.add(
