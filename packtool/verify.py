@@ -67,7 +67,7 @@ from .instruct import InputPlan, InstructEncoder, plan_input
 from .options import PackOptions
 from .packing import Overflow, segment_labelled_items
 from .pretokenized import IdsEncoder, IdsTokenizer
-from .readers import read_texts, resolve_inputs
+from .readers import resolve_inputs
 from .tokenize import DocumentEncoder, Tokenizer, load_tokenizer
 
 __all__ = ["AgainstReport", "Problem", "VerifyReport", "verify"]
@@ -1044,7 +1044,7 @@ class _AgainstPlan:
     options: PackOptions  # as recorded in the manifest
     overflow: Overflow
     encoder: DocumentEncoder | IdsEncoder | InputPlan  # the plan itself for instruction data
-    read: Callable[..., Iterator[Any]] | None = None  # ids or records: the plan's reader
+    read: Callable[..., Iterator[Any]]  # the plan's reader: texts, records or ids, as pack read
     labelled: bool = False  # labels (instruction data, pre-tokenized labels) compared too
 
 
@@ -1182,10 +1182,9 @@ def _prepare_against(
                 f"input {i} ({inp.path}) has {inp.size_bytes} bytes; the manifest recorded "
                 f"{rec_size} bytes for {rec_path}: not the same file",
             )
-    read = input_plan.read if options.ids_field is not None or instruct else None
     labelled = (options.ids_field is not None or instruct) and input_plan.labelled
     labelled = labelled and reader.has_labels
-    return _AgainstPlan(files, options, overflow, encoder, read, labelled)
+    return _AgainstPlan(files, options, overflow, encoder, input_plan.read, labelled)
 
 
 def _check_against(
@@ -1209,8 +1208,7 @@ def _check_against(
     total_bytes = sum(f.size_bytes for f in files)
     bytes_before = 0
     for inp in files:
-        read = plan.read or functools.partial(read_texts, text_field=options.text_field)
-        for batch in read(
+        for batch in plan.read(
             inp,
             skip_bad_records=options.skip_bad_records,
             split=options.split,
