@@ -11,8 +11,10 @@ import textwrap
 from collections.abc import Iterable
 from typing import Any
 
+import typer
 import typer.core
-from typer._click import Context, HelpFormatter
+
+HelpFormatter = typer.Context.formatter_class  # click's, as typer vendors it
 
 
 def _wrap(text: str, width: int) -> list[str]:
@@ -45,7 +47,7 @@ class _Formatter(HelpFormatter):
                 self.write(" " * column + line + "\n")
 
 
-class _Context(Context):
+class _Context(typer.Context):
     formatter_class = _Formatter
 
 
