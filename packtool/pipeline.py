@@ -54,11 +54,10 @@ from .order import attention_costs, row_sums, stored_order
 from .packing import (
     Overflow,
     RowPlan,
+    cut_items,
     first_fit_decreasing,
     lower_bound_rows,
     plan_rows,
-    segment_items,
-    segment_labelled_items,
 )
 from .pretokenized import IdsTokenizer
 from .readers import InputFile, RecordBatch, TextBatch, resolve_inputs, skip_records
@@ -167,12 +166,7 @@ def _cut(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict[str, int], np.ndarray | None]:
     """Items of one encoded batch (document index in batch, chunk, length), the counts, and
     the labels to store with its tokens (``None`` for text)."""
-    if encoded.labels is None:
-        doc, chunk, item_len, counts = segment_items(
-            encoded.lengths, encoded.empty, max_len, overflow
-        )
-        return doc, chunk, item_len, counts, None
-    return segment_labelled_items(
+    return cut_items(
         encoded.lengths, encoded.empty, encoded.labels, max_len, overflow, ignore=IGNORE_INDEX
     )
 
