@@ -20,18 +20,19 @@ LAYERS: dict[str, int] = {
     "_version": 0,
     "masks": 0,
     "tokenizer_file": 0,
-    # 1: the file-system seam (local paths, fsspec URLs)
+    # 1: the file-system seam (local paths, fsspec URLs); the bounds of the options
     "fs": 1,
-    # 2: the stages' own building blocks
-    "limits": 2,
+    "limits": 1,
+    # 2: the stages' own building blocks; the layout of finished rows
     "_stop": 0,
-    "order": 2,
+    "layout": 2,
     "packing": 2,
     "chat": 2,
     "readers": 2,
     "tokenize": 2,
-    # 3: the options record; the on-disk format and manifest
+    # 3: the options record; the order of rows; the on-disk format and manifest
     "options": 3,
+    "order": 3,
     "format": 3,
     "pretokenized": 3,
     # 4: the token store, the row gather, encoders of instruction data, row views
