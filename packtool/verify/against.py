@@ -43,8 +43,6 @@ __all__ = [
     "prepare_against",
 ]
 
-# -- against the inputs ---------------------------------------------------------------------
-
 
 def _rows_tokens(
     reader: PackedReader, rows_of: np.ndarray, doc: int
