@@ -49,7 +49,7 @@ from ._version import __version__
 from .errors import FormatError, InputError, OptionError
 from .format import MANIFEST_FILE, DocumentCounts, Manifest, open_packed
 from .fs import StorePath, as_path
-from .instruct import plan_input
+from .instruct import megatron_ids, plan_input
 from .limits import MAX_BATCH_SIZE, MAX_LEN_LIMIT, MAX_SEED, check_int, read_token_count
 from .options import PackOptions
 from .order import attention_costs, balanced_share, rank_share, step_imbalance, step_loads
@@ -1215,8 +1215,7 @@ def corpus_stats(
     _check_batching(batch_size, seed)
     skipped: list[Path] = []
     files = resolve_inputs(inputs, skipped=skipped)
-    if o.ids_field is None and all(f.kind == "megatron" for f in files):
-        o = o.replace(ids_field="tokens")  # Megatron data is ids; a name to show
+    o = megatron_ids(files, o)  # Megatron data is ids; a name to show
     if o.split_on_eos is not None and o.ids_field is None:
         raise OptionError("--split-on-eos cuts pre-tokenized records: give --ids-field NAME")
     if o.vocab_size is not None and o.ids_field is None:  # text: the tokenizer's bounds
