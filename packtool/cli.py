@@ -30,6 +30,7 @@ if TYPE_CHECKING:  # rich loads when a command runs, not for --help
 from ._stop import STOP, Terminated, install_stop_handlers, stop_signal
 from ._version import __version__
 from .errors import PacktoolError
+from .export.registry import choices_help as export_choices
 from .fs import as_path, is_url
 from .limits import read_token_count
 
@@ -1258,8 +1259,7 @@ def export(
         str,
         typer.Option(
             "--to",
-            help="The format: megatron (a Megatron-LM .bin/.idx indexed dataset) or "
-            "megatron-bridge (NeMo / Megatron-Bridge packed-SFT .idx.parquet + metadata).",
+            help=export_choices(),  # the table of exports (no export loaded)
         ),
     ],
     output: Annotated[
