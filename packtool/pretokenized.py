@@ -1,9 +1,9 @@
 """Pre-tokenized inputs: records that already hold token ids (``--ids-field``).
 
 Each record's list of ints is a document as it is. The list column of an Arrow record batch
-(Parquet, Arrow, a saved dataset; JSON Lines, JSON and CSV parsed to Arrow by
-:func:`~packtool.readers.column_batches`) is read as one flat NumPy array with the record
-offsets: no Python per token or per document. Optional ``--labels-field`` (ints,
+(Parquet, Arrow, a saved dataset, a Megatron-LM indexed dataset; JSON Lines, JSON and CSV
+parsed to Arrow by :func:`~packtool.readers.column_batches`) is read as one flat NumPy array
+with the record offsets: no Python per token or per document. Optional ``--labels-field`` (ints,
 -100 where not learned) or ``--loss-mask-field`` (0/1 per token) give the labels.
 ``--split-on-eos ID`` cuts every record into documents after each occurrence of ``ID``.
 

@@ -42,7 +42,6 @@ from .batches import (
 )
 from .files import BATCH_DOCS, TXT_UNITS, InputFile, Piece, guarded, part_of
 from .inputs import describe_skipped, resolve_inputs, supported
-from .megatron import megatron_index
 from .registry import FORMATS, reader_for, reader_of, register
 
 __all__ = [
@@ -67,7 +66,6 @@ __all__ = [
     "first_record_fields",
     "first_row",
     "ids_field",
-    "megatron_index",
     "part_of",
     "read",
     "read_records",
