@@ -308,33 +308,83 @@ class SpecialStringFinder:
     >>> f = SpecialStringFinder(["<|im_end|>", "<s>"])
     >>> f.spans("a <s> b<|im_end|>")
     [(2, 5), (7, 17)]
+    >>> f.count(["<s>", "plain", None, "x<|im_end|>"])
+    2
     """
 
     def __init__(self, strings: Sequence[str]) -> None:
         self.strings = tuple(sorted(set(strings), key=lambda t: (-len(t), t)))
-        self._re = re.compile("|".join(map(re.escape, self.strings))) if self.strings else None
+        self._spans: re.Pattern[str] | None = None
+        # Whether a text holds any of the strings, asked of every document: one pattern
+        # shaped as a trie of the strings that hold no other (a text that holds one of the
+        # others holds that one too), so a position is given up after a character or two,
+        # not after trying each of a tokenizer's hundreds of strings in turn.
+        self._any = re.compile(_trie_pattern(_minimal(self.strings))) if self.strings else None
 
     def __bool__(self) -> bool:
-        return self._re is not None
+        return self._any is not None
 
     def contains(self, text: str) -> bool:
-        return self._re is not None and self._re.search(text) is not None
+        return self._any is not None and self._any.search(text) is not None
 
     def count(self, texts: Sequence[str | None]) -> int:
         """How many of ``texts`` hold a special-token string."""
-        if self._re is None:
+        if self._any is None:
             return 0
-        search = self._re.search
+        search = self._any.search
         return sum(1 for t in texts if t and search(t) is not None)
 
     def spans(self, text: str) -> list[tuple[int, int]]:
-        if self._re is None:
+        pattern = self.pattern
+        if pattern is None:
             return []
-        return [m.span() for m in self._re.finditer(text)]
+        return [m.span() for m in pattern.finditer(text)]
 
     @property
     def pattern(self) -> re.Pattern[str] | None:
-        return self._re
+        """The strings as one alternation, longest first (the longest string that starts at
+        a position is the one matched there), compiled when first asked for."""
+        if self._spans is None and self.strings:
+            self._spans = re.compile("|".join(map(re.escape, self.strings)))
+        return self._spans
+
+
+def _minimal(strings: Sequence[str]) -> list[str]:
+    """The strings of ``strings`` (non-empty, longest first) that hold no other one."""
+    kept: list[str] = []
+    for s in sorted(strings, key=len):
+        if s and not any(k in s for k in kept):
+            kept.append(s)
+    return kept
+
+
+def _trie_pattern(strings: Sequence[str]) -> str:
+    """A regular expression matching exactly the ``strings`` (none a prefix of another), as a
+    trie: ``<(?:s>|\\|(?:im_end\\|>|endoftext\\|>))``."""
+    trie: dict[str, Any] = {}
+    for s in strings:
+        node = trie
+        for ch in s:
+            node = node.setdefault(ch, {})
+        node[""] = {}
+
+    def alternatives(node: dict[str, Any]) -> str:
+        parts = []
+        for ch, child in sorted(node.items()):
+            if ch == "":
+                continue  # an end: no string continues it (none is a prefix of another)
+            # A chain of single children is written out as one literal.
+            run = ch
+            while len(child) == 1 and "" not in child:
+                ((nxt, child),) = child.items()
+                run += nxt
+            rest = alternatives(child) if "" not in child else ""
+            parts.append(re.escape(run) + rest)
+        if len(parts) == 1:
+            return parts[0]
+        return "(?:" + "|".join(parts) + ")"
+
+    return alternatives(trie)
 
 
 def special_string_finder(tokenizer: Tokenizer) -> SpecialStringFinder:

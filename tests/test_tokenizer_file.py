@@ -7,14 +7,22 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import hypothesis.strategies as st
 import pytest
 import tokenizer_families as tf
 from conftest import write_jsonl
+from hypothesis import given, settings
 from tokenizers import Tokenizer
 
 import packtool
 from packtool.errors import TokenizerError
-from packtool.tokenize import GATE_CACHED, GATE_PASSED, DocumentEncoder, load_tokenizer
+from packtool.tokenize import (
+    GATE_CACHED,
+    GATE_PASSED,
+    DocumentEncoder,
+    SpecialStringFinder,
+    load_tokenizer,
+)
 from packtool.tokenizer_file import (
     BOS_NAMES,
     EOS_NAMES,
@@ -147,3 +155,24 @@ def test_a_cached_verdict_runs_without_tokenizers(tmp_path, monkeypatch) -> None
     packtool.pack([src], tmp_path / "hf", max_len=16, tokenizer_backend="hf")
     for shard in sorted((tmp_path / "hf").glob("*.arrow")):
         assert (tmp_path / "fast" / shard.name).read_bytes() == shard.read_bytes()
+
+
+_SPECIALS = st.lists(
+    st.text(alphabet="<|>/sab_e", min_size=1, max_size=6), min_size=1, max_size=12, unique=True
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(strings=_SPECIALS, texts=st.lists(st.text(alphabet="<|>/sab_e x", max_size=30), max_size=8))
+def test_special_string_finder_counts_as_a_plain_search_does(strings, texts) -> None:
+    """The trie-shaped pattern that counts documents holding special-token strings finds one
+    exactly where a plain substring search finds one (strings that are prefixes or parts of
+    others included); the spans still take the longest string at each position."""
+    finder = SpecialStringFinder(strings)
+    holds = [any(s in t for s in strings) for t in texts]
+    assert [finder.contains(t) for t in texts] == holds
+    assert finder.count(texts) == sum(holds)
+    for t in texts:
+        for a, b in finder.spans(t):
+            assert t[a:b] in strings
+            assert not any(t.startswith(s, a) and len(s) > b - a for s in strings)
