@@ -128,7 +128,8 @@ class HFTokenizer:
         self.sha256 = hashlib.sha256(json_bytes).hexdigest()
         self.config = config or {}
         known = self.file.token_to_id(ANCHOR)  # a file saved from one of packtool's copies
-        self.vocab_size = self.file.vocab_size if known is None else known
+        # The bound of the ids (every id is below it), and the id packtool's anchor gets.
+        self.vocab_size = self.file.next_id if known is None else known
         self.anchor_id = self.vocab_size
         self._special_ids = self.file.special_ids
         self.special_strings: tuple[str, ...] = self.file.special_strings

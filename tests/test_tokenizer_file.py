@@ -11,6 +11,7 @@ import hypothesis.strategies as st
 import pytest
 import tokenizer_families as tf
 from conftest import write_jsonl
+from helpers import documents_from_rows, read_rows
 from hypothesis import given, settings
 from tokenizers import Tokenizer
 
@@ -176,3 +177,47 @@ def test_special_string_finder_counts_as_a_plain_search_does(strings, texts) -> 
         for a, b in finder.spans(t):
             assert t[a:b] in strings
             assert not any(t.startswith(s, a) and len(s) > b - a for s in strings)
+
+
+def test_ids_with_a_gap_bound_the_vocabulary_and_place_the_anchor(family_dirs, tmp_path) -> None:
+    """A vocabulary whose ids have a gap (GPT-4o's o200k: 200,000 tokens, the last at id
+    200,018): the next id `tokenizers` gives is one above the highest, not the count of
+    tokens, so packtool's anchor token goes there and the recorded vocab_size bounds every
+    id. Before, such a file failed with "packtool's anchor token did not get the next id"."""
+    directory = family_dirs["gpt2", False]
+    data = json.loads((directory / "tokenizer.json").read_text(encoding="utf-8"))
+    vocab = data["model"]["vocab"]
+    top = max(vocab.values())
+    far = top + 19  # a token of the vocabulary with ids top+1 .. top+18 unused
+    vocab["<|far|>"] = far
+    data["added_tokens"].append(
+        {"id": far, "content": "<|far|>", "single_word": False, "lstrip": False,
+         "rstrip": False, "normalized": False, "special": True}
+    )  # fmt: skip
+    gapped = tmp_path / "gapped"
+    gapped.mkdir()
+    (gapped / "tokenizer.json").write_text(json.dumps(data), encoding="utf-8")
+    (gapped / "tokenizer_config.json").write_bytes(
+        (directory / "tokenizer_config.json").read_bytes()
+    )
+
+    tok = Tokenizer.from_file(str(gapped / "tokenizer.json"))
+    file = TokenizerFile.parse((gapped / "tokenizer.json").read_bytes())
+    assert file.vocab_size == tok.get_vocab_size(with_added_tokens=True) < far
+    tok.add_tokens(["<probe-token>"])
+    assert file.next_id == tok.token_to_id("<probe-token>") == far + 1
+
+    corpus = tmp_path / "c.jsonl"
+    write_jsonl(corpus, [{"text": "a plain line <|far|> and more"}, {"text": "second"}])
+    for backend in ("hf", "auto"):
+        out = tmp_path / f"out-{backend}"
+        report = packtool.pack(
+            [corpus], out, max_len=64, tokenizer=str(gapped), parse_special=True,
+            tokenizer_backend=backend,
+        )  # fmt: skip
+        manifest, rows = read_rows(out)
+        assert manifest["tokenizer"]["vocab_size"] == far + 1
+        docs = documents_from_rows(rows)
+        want = tok.encode("a plain line <|far|> and more", add_special_tokens=False).ids
+        assert far in want and docs[0][: len(want)] == want
+        assert report.documents.packed == 2
