@@ -434,6 +434,9 @@ def _from_file(
     except Exception as e:  # a local OSError, or a store's own error types
         raise TokenizerError(f"{path}: cannot read: {getattr(e, 'strerror', None) or e}") from e
     tok = _load_hf(data, str(path), as_is=True) if backend == "hf" else None
+    # fastokens' load (seconds for a large vocabulary, mostly without the GIL) starts first,
+    # so that reading the JSON here and the rest of the run's set-up happen beside it.
+    fast = _start_fast_load(data) if backend in ("auto", "fastokens") else None
     try:
         file = TokenizerFile.parse(data)
     except (ValueError, KeyError, TypeError, IndexError):
@@ -441,7 +444,6 @@ def _from_file(
         # serialization is then read instead).
         tok = tok if tok is not None else _load_hf(data, str(path), as_is=True)
         file = TokenizerFile.parse(tok.to_str().encode("utf-8"))
-    fast = _start_fast_load(data) if backend in ("auto", "fastokens") else None
     return HFTokenizer(
         tok,
         name=name,
