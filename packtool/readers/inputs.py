@@ -18,7 +18,7 @@ from ..fs import AnyPath, StorePath, as_path, is_url
 from .base import Reader
 from .files import InputFile
 from .hf_dataset import is_saved_dataset
-from .registry import FORMATS, reader_for, suffix_kinds
+from .registry import FORMATS, reader_for, suffix_readers
 
 _COMPRESSED = {".gz": "gzip", ".zst": "zstd"}
 
@@ -39,7 +39,7 @@ def _format_of(path: AnyPath) -> tuple[Reader, str | None] | None:
     suffixes = [s.lower() for s in path.suffixes]
     if not suffixes:
         return None
-    by_suffix = suffix_kinds()
+    by_suffix = suffix_readers()
     compression = _COMPRESSED.get(suffixes[-1])
     if compression is not None:
         reader = by_suffix.get(suffixes[-2]) if len(suffixes) >= 2 else None

@@ -54,6 +54,6 @@ def reader_of(inp: InputFile) -> Reader:
     return reader_for(inp.kind)
 
 
-def suffix_kinds() -> dict[str, Reader]:
+def suffix_readers() -> dict[str, Reader]:
     """Each file suffix of the table and the reader it names."""
     return {s: r for r in FORMATS.values() for s in r.suffixes}
