@@ -138,3 +138,41 @@ def test_a_kind_or_suffix_is_claimed_once(tsv: TsvReader) -> None:
     with pytest.raises(ValueError, match=r"\.tsv names 'tsv' inputs already"):
         register(Other())
     assert "other" not in FORMATS
+
+
+def _megatron(prefix: Path, docs: list[list[int]]) -> None:
+    """A Megatron-LM indexed dataset (int32 tokens), written by hand as its format says."""
+    import struct
+
+    import numpy as np
+
+    lengths = np.array([len(d) for d in docs], "<i4")
+    pointers = np.concatenate([[0], np.cumsum(lengths[:-1]) * 4]).astype("<i8")
+    prefix.with_suffix(".bin").write_bytes(np.array([t for d in docs for t in d], "<i4").tobytes())
+    header = b"MMIDIDX\x00\x00" + struct.pack("<QBQQ", 1, 4, len(docs), len(docs) + 1)
+    counts = np.arange(len(docs) + 1, dtype="<i8").tobytes()
+    prefix.with_suffix(".idx").write_bytes(header + lengths.tobytes() + pointers.tobytes() + counts)
+
+
+def test_the_megatron_reader_is_one_of_the_table(tmp_path: Path) -> None:
+    _megatron(tmp_path / "m", [[5, 6, 7], [8, 9], [3, 4, 5, 6]])
+    for named in ("m", "m.idx", "m.bin"):  # the prefix, the index, the data file
+        (inp,) = resolve_inputs([str(tmp_path / named)])
+        assert (inp.kind, inp.path) == ("megatron", tmp_path / "m.idx")
+    assert reader_for("megatron").ids_field == "tokens"
+    assert first_record_fields(inp) is None
+    report = packtool.pack([str(tmp_path / "m")], tmp_path / "out", max_len=8, pad_id=0)
+    assert report.documents.packed == 3 and report.tokens == 9
+    with pytest.raises(
+        InputError, match=r"m\.idx: a Megatron indexed dataset holds token ids, not text"
+    ):
+        next(iter(read_texts(inp)))
+    jsonl = tmp_path / "pc.jsonl"
+    jsonl.write_text('{"prompt": "a", "completion": "b"}\n')
+    with pytest.raises(InputError, match="holds token ids, not prompt/completion or chat records"):
+        packtool.pack(
+            [str(tmp_path / "m"), jsonl],
+            tmp_path / "o2",
+            max_len=64,
+            input_shape="prompt-completion",
+        )
