@@ -248,8 +248,15 @@ def build_wordpiece(directory: Path = DATA / "wordpiece30k") -> Path:
     so packtool encodes it with Hugging Face `tokenizers`: the benchmark of the HF path."""
     if (directory / "tokenizer.json").exists():
         return directory
-    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
-    from tokenizers import trainers
+    from tokenizers import (
+        Tokenizer,
+        decoders,
+        models,
+        normalizers,
+        pre_tokenizers,
+        processors,
+        trainers,
+    )
 
     specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
     tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))

@@ -805,14 +805,21 @@ def _check_every(files: Sequence[InputFile], sample: int) -> int:
     return max(1, sum(f.size_bytes for f in files) // sample)
 
 
-def plan_input(files: Sequence[InputFile], tokenizer: Tokenizer, options: PackOptions) -> InputPlan:
+def plan_input(
+    files: Sequence[InputFile],
+    tokenizer: Tokenizer,
+    options: PackOptions,
+    *,
+    shape: tuple[InputShape, bool] | None = None,
+) -> InputPlan:
     """Decide the input shape (``auto``: from the fields of the first record of the first
     input), check the options against it, and build the encoder.
 
     Defaults that depend on the shape: ``loss_on`` (completion / assistant), ``overflow``
     (split for text, drop for instruction data, which splitting would cut into fragments) and
     ``add_eos`` (on, except for chats: the template closes every turn). ``parse_special``: see
-    :class:`~packtool.tokenize.DocumentEncoder`.
+    :class:`~packtool.tokenize.DocumentEncoder`. ``shape``: the shape and whether ``auto``
+    chose it, when already decided (:func:`packtool.prepare.prepare`).
     """
     o = options
     if o.ids_field is not None:
@@ -823,7 +830,7 @@ def plan_input(files: Sequence[InputFile], tokenizer: Tokenizer, options: PackOp
             )
         _check_ids_fields(files, o)
         return _plan_ids(tokenizer, o)
-    shape, shape_auto = input_shape(files, o)
+    shape, shape_auto = input_shape(files, o) if shape is None else shape
     resolved_loss = resolve_loss_on(o.loss_on, shape)
     if o.overflow is None:
         overflow = Overflow.SPLIT if shape is InputShape.TEXT else Overflow.DROP

@@ -51,13 +51,13 @@ from .chat import ChatTemplate, load_chat_template
 from .errors import FormatError, OutputExistsError
 from .format import MANIFEST_FILE, Manifest, read_manifest
 from .fs import AnyPath, as_path, open_input
-from .instruct import InputShape, input_shape, megatron_ids
+from .instruct import InputShape, input_shape
 from .limits import MAX_UNITS, check_int
 from .options import PackOptions
 from .order import unit_row_seed
-from .pretokenized import IdsTokenizer
+from .prepare import choose_tokenizer, resolve_options
 from .readers import InputFile, Piece, cuts
-from .tokenize import Tokenizer, load_tokenizer
+from .tokenize import Tokenizer
 
 __all__ = [
     "UNITS_DIR",
@@ -95,18 +95,13 @@ def unit_tokenizer(options: PackOptions) -> tuple[Tokenizer, bool]:
     if spec is not None and not isinstance(spec, str):
         return spec, False
     if spec is None and options.ids_field is not None:  # pre-tokenized: no tokenizer to load
-        ids = IdsTokenizer(
-            eos_token=options.eos_token, bos_token=options.bos_token, vocab_size=options.vocab_size
-        )
-        return ids, False  # type: ignore[return-value]
+        return choose_tokenizer(options), False
     key = (spec, options.eos_token, options.bos_token)
     cached = _TOKENIZERS.get(key)
     if cached is not None:
         return cached, False
     # The engine loads when a unit first encodes (text: the parity gate picks it).
-    tok = load_tokenizer(
-        spec, eos_token=options.eos_token, bos_token=options.bos_token, preload=False
-    )
+    tok = choose_tokenizer(options, preload=False)
     _TOKENIZERS[key] = tok
     return tok, True
 
@@ -119,7 +114,7 @@ def corpus_options(files: Sequence[InputFile], options: PackOptions) -> tuple[Pa
     input; a unit cannot see them, and an empty unit has none), the ids field of Megatron
     inputs, and a chat template, loaded here and carried to the units by value (the plan's
     hash then covers its text)."""
-    o = megatron_ids(files, options)
+    o = resolve_options(files, options)
     if o.ids_field is not None:
         return o, o.input_shape == "auto"
     shape, auto = input_shape(files, o)

@@ -39,22 +39,24 @@ LAYERS: dict[str, int] = {
     "gather": 4,
     "instruct": 4,
     "inspect": 4,
-    # 5: the stages composed; reports over outputs and corpora
-    "pipeline": 5,
-    "stats": 5,
-    "verify": 5,
-    "export": 5,
-    # 6-8: work units, their merge, the engines that run them
-    "units": 6,
-    "merge": 7,
-    "engines": 8,
-    # 9: what renders or adapts for others
-    "render": 9,
-    "_help": 9,
-    "torch": 9,
-    # 10: the command line (11: ``python -m packtool``)
-    "cli": 10,
-    "__main__": 11,
+    # 5: the prepare stage (inputs, shape, tokenizer, plan decided once)
+    "prepare": 5,
+    # 6: the stages composed; reports over outputs and corpora
+    "pipeline": 6,
+    "stats": 6,
+    "verify": 6,
+    "export": 6,
+    # 7-9: work units, their merge, the engines that run them
+    "units": 7,
+    "merge": 8,
+    "engines": 9,
+    # 10: what renders or adapts for others
+    "render": 10,
+    "_help": 10,
+    "torch": 10,
+    # 11: the command line (12: ``python -m packtool``)
+    "cli": 11,
+    "__main__": 12,
 }
 CLI_ONLY = ("typer", "rich")
 CLI_MODULES = {"cli", "render", "_help"}
