@@ -45,20 +45,18 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
-import pyarrow as pa
 
 from ._version import __version__
 from .chat import ChatTemplate, load_chat_template
-from .errors import FormatError, InputError, OutputExistsError
+from .errors import FormatError, OutputExistsError
 from .format import MANIFEST_FILE, Manifest, read_manifest
-from .fs import AnyPath, arrow_source, as_path, open_input
+from .fs import AnyPath, as_path, open_input
 from .instruct import InputShape, input_shape
 from .limits import MAX_UNITS, check_int
 from .options import PackOptions
 from .order import unit_row_seed
 from .prepare import choose_tokenizer, resolve_options
-from .pretokenized import megatron_index
-from .readers import InputFile, Piece
+from .readers import InputFile, Piece, cuts
 from .tokenize import Tokenizer
 
 __all__ = [
@@ -268,27 +266,12 @@ class _IndexSplitter(_Splitter):
 
 
 def _splitter(inp: InputFile) -> _Splitter:
-    if inp.kind == "jsonl" and inp.compression is None:
+    where = cuts(inp)  # the format's reader says where its pieces may start
+    if where is None:
+        return _Splitter(inp)
+    if where.starts is None:
         return _LineSplitter(inp)
-    if inp.kind == "parquet":
-        import pyarrow.parquet as pq
-
-        try:
-            meta = pq.ParquetFile(arrow_source(inp.path)).metadata
-        except (pa.ArrowInvalid, OSError) as e:
-            raise InputError(f"{inp.path}: not a readable Parquet file: {e}") from e
-        starts, position = [0], 4
-        for g in range(meta.num_row_groups - 1):
-            group = meta.row_group(g)
-            position += sum(group.column(c).total_compressed_size for c in range(group.num_columns))
-            starts.append(min(max(position, starts[-1] + 1), inp.size_bytes))
-        if meta.num_row_groups > 1 and len(set(starts)) == len(starts):
-            return _IndexSplitter(inp, np.asarray(starts, np.int64), "row_groups")
-    if inp.kind == "megatron":
-        lengths, pointers, _ = megatron_index(inp)
-        if lengths.size > 1:  # offsets in the .bin, after the .idx: memory-mapped, not copied
-            return _IndexSplitter(inp, pointers, "sequences", inp.path.stat().st_size)
-    return _Splitter(inp)
+    return _IndexSplitter(inp, where.starts, where.split_by, where.shift)
 
 
 def plan_units(
