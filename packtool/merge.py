@@ -32,7 +32,7 @@ import shutil
 import tempfile
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +49,7 @@ from .format import (
     DocumentCounts,
     Manifest,
     RunFigures,
+    ShardEntry,
     ShardWriter,
     TokenCounts,
     commit_in_place,
@@ -413,7 +414,7 @@ def _reference(
 ) -> Manifest:
     """Commit a manifest that lists the units' shards where they lie (no row is written);
     each is checked to be there (under ``shards_at``) with the size its unit records."""
-    shards: list[dict[str, Any]] = []
+    shards: list[ShardEntry] = []
     for (path, m), first_doc in zip(units, first_docs, strict=True):
         for entry in m.shards:
             if not entry.rows:
@@ -433,15 +434,7 @@ def _reference(
                     f"{entry.bytes}: the shard was altered; pack that unit again "
                     "(`packtool pack ... --units N --unit I --overwrite`)"
                 )
-            shards.append(
-                {
-                    "file": file,
-                    "rows": entry.rows,
-                    "bytes": entry.bytes,
-                    "sha256": entry.sha256,
-                    "doc_offset": first_doc,
-                }
-            )
+            shards.append(replace(entry, file=file, doc_offset=first_doc))
     if opts["shuffle"]:
         shards = [shards[i] for i in shard_order(len(shards), int(opts["seed"]))]
     first = units[0][1]
