@@ -395,8 +395,8 @@ def _ffd_rows(manifests: list[Manifest]) -> np.ndarray:
     pieces, base = [], 0
     for m in manifests:
         n = m.rows
-        if m.options.get("shuffle"):
-            pieces.append(base + np.argsort(row_shuffle(n, int(m.options["seed"]))))
+        if m.row_seed is not None:
+            pieces.append(base + np.argsort(row_shuffle(n, m.row_seed)))
         else:
             pieces.append(base + np.arange(n, dtype=np.int64))
         base += n
@@ -470,7 +470,7 @@ def _resolve_options(
 ) -> tuple[dict[str, Any], PackOptions]:
     """The merge's options: those given, else what the units recorded, else pack's defaults;
     checked as ``pack`` checks them."""
-    size = row_bytes(int(manifests[0]["max_len"]), "labels" in manifests[0]["columns"])
+    size = row_bytes(manifests[0].max_len, manifests[0].has_labels)
     if given["rows_per_shard"] is not None:
         check_int("--rows-per-shard", given["rows_per_shard"], 1, MAX_ROWS_PER_SHARD)
     if given["seed"] is not None:
@@ -652,7 +652,7 @@ def _manifest(
             "lower_bound_rows": m.lower_bound_rows,
             "efficiency": m.efficiency,
             "seconds": m.seconds,
-            "row_seed": m.options.get("seed") if m.options.get("shuffle") else None,
+            "row_seed": m.row_seed,
             "pieces": _unit(m)["pieces"],
         }
         for (path, m), base in zip(units, first_docs, strict=True)
@@ -712,8 +712,8 @@ def _still_current(
 ) -> bool:
     """Whether ``merged`` is the merge of these units as they are now, with these options,
     and every shard it lists is still there at its size (the merge can then be skipped)."""
-    units = merged.units or {}
-    if units.get("plan") != plan or units.get("units_sha256") != units_fingerprint(manifests):
+    units = merged.merged_units
+    if units is None or units.plan != plan or units.units_sha256 != units_fingerprint(manifests):
         return False
     if any(merged.options.get(k) != opts[k] for k in MERGE_KEYS):
         return False

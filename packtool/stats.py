@@ -776,7 +776,7 @@ def dataset_stats(
         seed,
     )
 
-    gaps = bool((manifest.labels or {}).get("chunks_without_labels_dropped"))
+    gaps = bool(manifest.dropped_label_chunks)
     pos, per_doc = _input_order(doc_ids, chunk_ids, str(reader.path), gaps=gaps)
     segments = np.empty_like(lengths)
     segments[pos] = lengths
@@ -809,7 +809,7 @@ def dataset_stats(
     return DatasetStats(
         path=reader.path,
         shards=len(reader.shard_paths),
-        tokenizer=manifest.tokenizer.get("name"),
+        tokenizer=manifest.tokenizer_name,
         packing=packing,
         document_lengths=_length_summary(doc_lengths, max_len),
         bad_records=[str(b) for b in manifest.bad_records],
@@ -822,14 +822,14 @@ def dataset_stats(
 
 def _units_summary(manifest: Manifest) -> dict[str, Any] | None:
     """What packing within units cost, from the manifest ``packtool merge`` wrote."""
-    units = manifest.units
+    units = manifest.merged_units
     if units is None or manifest.global_ffd_rows is None:
         return None
     return {
-        "count": units.get("count"),
+        "count": units.count,
         "global_ffd_rows": manifest.global_ffd_rows,
-        "rows_over_global_ffd": units.get("rows_over_global_ffd"),
-        "packing_loss": units.get("packing_loss"),
+        "rows_over_global_ffd": units.rows_over_global_ffd,
+        "packing_loss": units.packing_loss,
     }
 
 

@@ -149,15 +149,16 @@ class PackedDataset(Dataset):
         self.num_rows_total: int = reader.num_rows
         self.micro_batches: int | None = None
         """Rows per rank and step of a balanced layout read as stored (None: plain split)."""
-        balance = reader.manifest.balance
+        manifest = reader.manifest
+        balanced_for = manifest.balance_world_size
         per_rank = reader.num_rows // world_size
-        if balance is not None and balance.get("world_size") == world_size:
-            self.micro_batches = int(balance["micro_batches"])
+        if manifest.balance is not None and balanced_for == world_size:
+            self.micro_batches = int(manifest.balance_micro_batches or 1)
             steps, short, _ = balanced_layout(reader.num_rows, world_size, self.micro_batches)
             per_rank = steps * self.micro_batches + short
-        elif isinstance(balance, dict) and world_size > 1:
+        elif manifest.balance is not None and world_size > 1:
             warnings.warn(
-                f"{path} is stored as balanced steps for world_size={balance.get('world_size')}"
+                f"{path} is stored as balanced steps for world_size={balanced_for}"
                 f", not {world_size}: reading the plain split, whose steps are not balanced "
                 f"(pack again with --world-size {world_size})",
                 stacklevel=2,

@@ -411,9 +411,9 @@ def finished_unit(unit: Unit, out_dir: str | os.PathLike[str]) -> Manifest | Non
         manifest = read_manifest(directory)
     except FormatError:
         return None  # an unreadable marker: pack the unit again
-    recorded = manifest.unit or {}
-    if recorded.get("plan") == unit.plan and recorded.get("index") == unit.index:
+    if manifest.unit_plan == unit.plan and manifest.unit_index == unit.index:
         return manifest
+    recorded = manifest.unit or {}
     raise OutputExistsError(
         f"{directory} was packed with other inputs or options ({_differences(recorded, unit)}); "
         "pass --overwrite to pack it again"

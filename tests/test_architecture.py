@@ -150,37 +150,159 @@ def test_the_layers_are_those_of_the_docs() -> None:
     assert not missing, f"docs/architecture.md's table of layers misses {missing}"
 
 
-def _manifest_key_reads(path: Path) -> list[str]:
-    """``manifest["key"]`` and ``manifest.get("key")`` (or ``x.manifest[...]``) in ``path``."""
-    import ast
+_READS = {"get", "pop", "setdefault"}  # dict methods that read a key
 
-    def is_manifest(node: ast.AST) -> bool:
-        name = node.id if isinstance(node, ast.Name) else getattr(node, "attr", "")
-        return "manifest" in name.lower()
 
-    found = []
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-        if isinstance(node, ast.Subscript) and is_manifest(node.value):
-            key = node.slice
-        elif (
-            isinstance(node, ast.Call)
-            and isinstance(node.func, ast.Attribute)
-            and node.func.attr == "get"
-            and is_manifest(node.func.value)
-            and node.args
-        ):
-            key = node.args[0]
+def _manifesty(name: str) -> bool:
+    return "manifest" in name.lower()
+
+
+def _reaches_manifest(node: ast.AST, bound: set[str]) -> bool:
+    """Whether ``node`` is a manifest, or a value read from one: a chain of attributes,
+    subscripts and method calls that starts at (or passes) a name or attribute containing
+    ``manifest`` (``manifest``, ``reader.manifest.options``, ``manifests[0]``,
+    ``m.summary()``), or at a local name bound to such a value (``bound``)."""
+    while True:
+        if isinstance(node, ast.Name):
+            return _manifesty(node.id) or node.id in bound
+        if isinstance(node, ast.Attribute):
+            if _manifesty(node.attr):
+                return True
+            node = node.value
+        elif isinstance(node, ast.Subscript):
+            node = node.value
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            node = node.func.value
+        elif isinstance(node, ast.BoolOp):  # manifest.units or {}
+            return any(_reaches_manifest(v, bound) for v in node.values)
         else:
-            continue
-        if isinstance(key, ast.Constant) and isinstance(key.value, str):
-            found.append(f"{path.relative_to(REPO)}:{node.lineno}: manifest[{key.value!r}]")
-    return found
+            return False
+
+
+def _target_names(target: ast.AST) -> list[str]:
+    if isinstance(target, ast.Name):
+        return [target.id]
+    if isinstance(target, (ast.Tuple, ast.List)):
+        return [n for e in target.elts for n in _target_names(e)]
+    if isinstance(target, ast.Starred):
+        return _target_names(target.value)
+    return []
+
+
+def _scope_nodes(scope: ast.AST) -> list[ast.AST]:
+    """The nodes of ``scope``, not those of the functions defined in it."""
+    out, stack = [], list(ast.iter_child_nodes(scope))
+    while stack:
+        node = stack.pop()
+        out.append(node)
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            stack.extend(ast.iter_child_nodes(node))
+    return out
+
+
+def _bound_to_manifests(scope: ast.AST, nodes: list[ast.AST], inherited: set[str]) -> set[str]:
+    """The names of ``scope`` that hold a manifest or a value read from one: parameters
+    annotated with ``Manifest``, and names assigned (or looped over) from such values."""
+    bound = set(inherited)
+    args = getattr(scope, "args", None)
+    if isinstance(args, ast.arguments):
+        every = [*args.posonlyargs, *args.args, *args.kwonlyargs, args.vararg, args.kwarg]
+        for a in every:
+            if a is not None and a.annotation and "Manifest" in ast.unparse(a.annotation):
+                bound.add(a.arg)
+    changed = True
+    while changed:  # x = manifest.options; y = x  ...
+        changed = False
+        for node in nodes:
+            pairs: list[tuple[ast.AST, ast.AST]] = []
+            if isinstance(node, ast.Assign):
+                pairs = [(t, node.value) for t in node.targets]
+            elif isinstance(node, (ast.AnnAssign, ast.NamedExpr)) and node.value is not None:
+                pairs = [(node.target, node.value)]
+            elif isinstance(node, (ast.For, ast.AsyncFor, ast.comprehension)):
+                pairs = [(node.target, node.iter)]
+            for target, value in pairs:
+                new = set(_target_names(target)) - bound
+                if new and _reaches_manifest(value, bound):
+                    bound |= new
+                    changed = True
+    return bound
+
+
+def _key_read(node: ast.AST, bound: set[str]) -> ast.AST | None:
+    """The key ``node`` reads from a manifest (or a record read from one), if it does:
+    ``x[key]``, ``x.get(key)`` (``pop``, ``setdefault``), ``key in x``."""
+    if isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Load):
+        return node.slice if _reaches_manifest(node.value, bound) else None
+    if (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr in _READS
+        and node.args
+    ):
+        return node.args[0] if _reaches_manifest(node.func.value, bound) else None
+    if isinstance(node, ast.Compare) and isinstance(node.ops[0], (ast.In, ast.NotIn)):
+        return node.left if _reaches_manifest(node.comparators[0], bound) else None
+    return None
+
+
+def _manifest_key_reads(source: str, where: str) -> list[str]:
+    """Where ``source`` (the module ``where``) reads a manifest key by a string literal:
+    ``manifest["key"]``, ``manifests[0]["max_len"]``, ``m.options.get("seed")`` (``m``
+    looped over manifests), ``"labels" in manifest.columns``, ``manifest.summary()["rows"]``,
+    and the same through a local name (``units = manifest.units; units["count"]``)."""
+    found: list[str] = []
+
+    def scan(scope: ast.AST, inherited: set[str]) -> None:
+        nodes = _scope_nodes(scope)
+        bound = _bound_to_manifests(scope, nodes, inherited)
+        for node in nodes:
+            key = _key_read(node, bound)
+            if isinstance(key, ast.Constant) and isinstance(key.value, str):
+                line = getattr(node, "lineno", 0)
+                found.append(f"{where}:{line}: {ast.unparse(node)[:70]}")
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+                scan(node, bound)
+
+    scan(ast.parse(source), set())
+    return sorted(found)
 
 
 def test_only_format_knows_the_manifest_keys() -> None:
-    """Other modules read the manifest through :class:`packtool.format.Manifest`'s accessors."""
-    bad = [hit for p in _sources() if _module_of(p) != "format" for hit in _manifest_key_reads(p)]
+    """Other modules read the manifest through :class:`packtool.format.Manifest`'s typed
+    accessors (and its records' attributes), never by a key."""
+    bad = [
+        hit
+        for p in _sources()
+        if _module_of(p) != "format"
+        for hit in _manifest_key_reads(p.read_text(encoding="utf-8"), str(p.relative_to(REPO)))
+    ]
     assert not bad, "\n".join(bad)
+
+
+def test_the_manifest_key_check_finds_key_reads() -> None:
+    """The check above on code that reads keys, and on code that only looks alike."""
+    reads = (
+        'manifest["rows"]',
+        'reader.manifest.options.get("seed")',
+        'manifests[0]["max_len"]',
+        '"labels" in manifests[0].columns',
+        'manifest.summary()["rows"]',
+        'units = manifest.units or {}\n    units["count"]',
+        'for m in manifests:\n        m.options["shuffle"]',
+        'def inner(m: Manifest):\n        return m.tokenizer.get("name")',
+    )
+    alike = (
+        'm = re.match("x", s)\n    m["protocol"]',  # a regex match, not a manifest
+        'record = {"a": 1}\n    record.get("a")',
+        "manifest.shards[0].rows",
+        "manifest.options.get(name)",  # not a literal: the check is about spelled keys
+        'for m in messages:\n        m["role"]',
+    )
+    for snippet in (*reads, *alike):
+        source = f"def f(manifest, manifests, reader, s, name):\n    {snippet}\n"
+        hits = _manifest_key_reads(source, "probe")
+        assert bool(hits) == (snippet in reads), (snippet, hits)
 
 
 def test_a_pack_option_lives_in_the_options_record() -> None:

@@ -9,6 +9,8 @@ thing for people. One job per module:
   the Arrow schema, the `datasets` features, the bytes of a row, the schema check;
 - :mod:`.counts`: what a run counted (documents, tokens, the run's figures);
 - :mod:`.manifest`: :class:`Manifest`, its typed accessors, :func:`read_manifest` and checks;
+- :mod:`.records`: typed views of the manifest's sub-records (labels, a merge's units, the
+  chat template);
 - :mod:`.output`: the output directory: its names, the checks before writing, durable writes,
   the commit by rename, the copy onto a store, the temporaries of killed runs;
 - :mod:`.metadata`: the `datasets` metadata beside the shards, and the files' check;
@@ -41,6 +43,7 @@ from .output import (
     write_error,
 )
 from .reader import PackedReader, PackedRow, Segment, open_packed
+from .records import ChatTemplateRecord, LabelCounts, MergedUnits
 from .schema import (
     COLUMNS,
     IGNORE_INDEX,
@@ -63,9 +66,12 @@ __all__ = [
     "IGNORE_INDEX",
     "MANIFEST_FILE",
     "TOKENIZER_CONFIG_FILE",
+    "ChatTemplateRecord",
     "Column",
     "DocumentCounts",
+    "LabelCounts",
     "Manifest",
+    "MergedUnits",
     "PackedBatch",
     "PackedReader",
     "PackedRow",

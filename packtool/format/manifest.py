@@ -20,6 +20,7 @@ import numpy as np
 from ..errors import FormatError
 from ..fs import StorePath, as_path
 from .counts import DocumentCounts, RunFigures, TokenCounts
+from .records import ChatTemplateRecord, LabelCounts, MergedUnits, int_or_none
 
 __all__ = [
     "FORMAT_NAME",
@@ -97,10 +98,6 @@ def _length_histogram(lengths: np.ndarray | None) -> dict[str, list[int]] | None
 
 def _section(value: Any) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
-
-
-def _count_or_none(value: Any) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 _DOCUMENT_PARTS = ("packed", "split", "truncated", "dropped", "empty", "bad_records_skipped")
@@ -304,8 +301,8 @@ class Manifest(Mapping[str, Any]):
         if isinstance(inputs, list) and documents is not None:
             expected_first = 0
             for i, inp in enumerate(inputs):
-                first = _count_or_none(_section(inp).get("first_doc"))
-                count = _count_or_none(_section(inp).get("documents"))
+                first = int_or_none(_section(inp).get("first_doc"))
+                count = int_or_none(_section(inp).get("documents"))
                 if first != expected_first or count is None:
                     found.append(f"inputs[{i}]: first_doc {first!r} should be {expected_first}")
                     break
@@ -322,8 +319,8 @@ class Manifest(Mapping[str, Any]):
         """Where document ``doc`` was read: ``FILE record N``, from the ``inputs`` record."""
         for inp in self._data.get("inputs") or []:
             inp = _section(inp)
-            first = _count_or_none(inp.get("first_doc"))
-            count = _count_or_none(inp.get("documents"))
+            first = int_or_none(inp.get("first_doc"))
+            count = int_or_none(inp.get("documents"))
             if first is not None and count is not None and first <= doc < first + count:
                 return f"{Path(str(inp.get('path'))).name} record {doc - first}"
         return "not in any input the manifest lists"
@@ -333,7 +330,7 @@ class Manifest(Mapping[str, Any]):
     def documents_recorded(self) -> DocumentCounts | None:
         """The document counts, or None unless every count is recorded as an integer."""
         docs = _section(self._data.get("documents"))
-        values = {k: _count_or_none(docs.get(k)) for k in ("read", *_DOCUMENT_PARTS)}
+        values = {k: int_or_none(docs.get(k)) for k in ("read", *_DOCUMENT_PARTS)}
         if any(v is None for v in values.values()):
             return None
         return DocumentCounts(**values)  # type: ignore[arg-type]
@@ -347,11 +344,21 @@ class Manifest(Mapping[str, Any]):
     def tokens_recorded(self) -> dict[str, int]:
         """The token counts recorded as integers (packed, truncated_away, dropped, learned)."""
         toks = _section(self._data.get("tokens"))
-        return {k: v for k, v in toks.items() if _count_or_none(v) is not None}
+        return {k: v for k, v in toks.items() if int_or_none(v) is not None}
+
+    @property
+    def packed_tokens_recorded(self) -> int | None:
+        """``tokens.packed`` if recorded as an integer."""
+        return self.tokens_recorded.get("packed")
+
+    @property
+    def documents_read_recorded(self) -> int | None:
+        """``documents.read`` if recorded as an integer."""
+        return int_or_none(self.document_counts_recorded.get("read"))
 
     @property
     def rows_recorded(self) -> int | None:
-        return _count_or_none(self._data.get("rows"))
+        return int_or_none(self._data.get("rows"))
 
     @property
     def input_paths(self) -> list[str]:
@@ -397,6 +404,38 @@ class Manifest(Mapping[str, Any]):
         return dict(_section(self._data.get("options")))
 
     @property
+    def shuffled(self) -> bool:
+        """Whether the rows are stored in the seeded shuffle's order (``options.shuffle``)."""
+        return self.options.get("shuffle") is True
+
+    @property
+    def row_seed(self) -> int | None:
+        """The seed of the row shuffle (``options.seed``), or None if not shuffled."""
+        return int_or_none(self.options.get("seed")) if self.shuffled else None
+
+    @property
+    def pad_id_option(self) -> int | None:
+        """The id in the padding (``options.pad_id``), if recorded as an integer."""
+        return int_or_none(self.options.get("pad_id"))
+
+    @property
+    def add_eos(self) -> bool:
+        """Whether each document was given an EOS (``options.add_eos``)."""
+        return self.options.get("add_eos") is True
+
+    @property
+    def add_bos(self) -> bool:
+        """Whether each document was given a BOS (``options.bos``)."""
+        return self.options.get("bos") is True
+
+    @property
+    def chat_template(self) -> ChatTemplateRecord | None:
+        """The chat template the chats were rendered with, or None (not chats, or not
+        recorded)."""
+        value = self.options.get("chat_template")
+        return ChatTemplateRecord.from_record(value) if isinstance(value, dict) else None
+
+    @property
     def inputs(self) -> list[dict[str, Any]]:
         return list(self._data.get("inputs", []))
 
@@ -416,7 +455,7 @@ class Manifest(Mapping[str, Any]):
 
     @property
     def segments(self) -> int | None:
-        return _count_or_none(self._data.get("segments"))
+        return int_or_none(self._data.get("segments"))
 
     @property
     def rows(self) -> int:
@@ -453,6 +492,28 @@ class Manifest(Mapping[str, Any]):
         return dict(_section(self._data.get("labels")))
 
     @property
+    def label_counts(self) -> LabelCounts | None:
+        """The ``labels`` record, typed; None for plain text."""
+        record = self._data.get("labels")
+        return LabelCounts.from_record(record) if isinstance(record, dict) else None
+
+    @property
+    def dropped_label_chunks(self) -> int:
+        """Chunks dropped for having nothing to learn (they leave gaps in ``chunk_ids``)."""
+        counts = self.label_counts
+        return (counts.chunks_without_labels_dropped or 0) if counts else 0
+
+    @property
+    def balance_world_size(self) -> int | None:
+        """The ranks the rows are stored balanced for (``--world-size``), or None."""
+        return int_or_none((self.balance or {}).get("world_size"))
+
+    @property
+    def balance_micro_batches(self) -> int | None:
+        """The micro-batches per rank and step of a balanced layout, or None."""
+        return int_or_none((self.balance or {}).get("micro_batches"))
+
+    @property
     def balance(self) -> dict[str, Any] | None:
         value = self._data.get("balance")
         return dict(value) if isinstance(value, dict) else None
@@ -482,11 +543,25 @@ class Manifest(Mapping[str, Any]):
 
     @property
     def vocab_size(self) -> int | None:
-        return _count_or_none(self.tokenizer.get("vocab_size"))
+        return int_or_none(self.tokenizer.get("vocab_size"))
 
     @property
     def special_tokens(self) -> dict[str, Any]:
         return dict(_section(self.tokenizer.get("special_tokens")))
+
+    @property
+    def eos_id(self) -> int | None:
+        """The EOS id as used (``tokenizer.special_tokens.eos_id``), if an integer."""
+        return int_or_none(self.special_tokens.get("eos_id"))
+
+    @property
+    def bos_id(self) -> int | None:
+        return int_or_none(self.special_tokens.get("bos_id"))
+
+    @property
+    def pad_id(self) -> int | None:
+        """The id in the padding as the tokenizer record has it."""
+        return int_or_none(self.special_tokens.get("pad_id"))
 
     @property
     def pad_from(self) -> str:
@@ -509,10 +584,31 @@ class Manifest(Mapping[str, Any]):
         return dict(value) if isinstance(value, dict) else None
 
     @property
+    def unit_plan(self) -> str | None:
+        """The plan a unit output was packed under (its ``unit.plan``), else None."""
+        value = (self.unit or {}).get("plan")
+        return value if isinstance(value, str) else None
+
+    @property
+    def unit_index(self) -> int | None:
+        """A unit output's index in its plan (``unit.index``), else None."""
+        return int_or_none((self.unit or {}).get("index"))
+
+    @property
     def units(self) -> dict[str, Any] | None:
         """A merged dataset's ``units`` record (plan, per_unit, ...), else None."""
         value = self._data.get("units")
         return dict(value) if isinstance(value, dict) else None
+
+    @property
+    def merged_units(self) -> MergedUnits | None:
+        """A merged dataset's ``units`` record, typed; None for any other output."""
+        value = self._data.get("units")
+        return MergedUnits.from_record(value) if isinstance(value, dict) else None
+
+    def units_summary(self) -> dict[str, Any]:
+        """The ``units`` record without its per-unit list (for ``--json`` output)."""
+        return {k: v for k, v in (self.units or {}).items() if k != "per_unit"}
 
     @property
     def has_segment_lengths(self) -> bool:
