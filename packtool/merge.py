@@ -47,11 +47,13 @@ from .format import (
     MANIFEST_FILE,
     TOKENIZER_CONFIG_FILE,
     DocumentCounts,
+    InputRecord,
     Manifest,
     RunFigures,
     ShardEntry,
     ShardWriter,
     TokenCounts,
+    UnitRecord,
     commit_in_place,
     open_packed,
     publish,
@@ -96,9 +98,12 @@ def segment_lengths(table: pa.Table) -> np.ndarray:
     return values[index + 1] - values[index]
 
 
-def _unit(m: Manifest) -> dict[str, Any]:
-    """The unit record of a unit's manifest (units.py's ``Unit.describe``), or {}."""
-    return m.unit or {}
+def _unit(m: Manifest) -> UnitRecord:
+    """The unit record of a unit's manifest (units.py's ``Unit.describe``)."""
+    record = m.unit_record
+    if record is None:  # _load_units refuses such a manifest
+        raise FormatError(f"{m.path}: not a unit output (its manifest has no unit record)")
+    return record
 
 
 def _merge_options(
@@ -112,9 +117,9 @@ def _merge_options(
             out[key] = given[key]
             continue
         recorded = {
-            repr(_unit(m).get("merge_options", {}).get(key))
+            repr(_unit(m).merge_options.get(key))
             for m in manifests
-            if _unit(m).get("merge_options", {}).get(key) is not None
+            if _unit(m).merge_options.get(key) is not None
         }
         if len(recorded) > 1:
             flag = "--" + key.replace("_", "-")
@@ -124,9 +129,9 @@ def _merge_options(
                 f"({', '.join(sorted(recorded))}): choose one with {flag}"
             )
         values = [
-            _unit(m)["merge_options"][key]
+            _unit(m).merge_options[key]
             for m in manifests
-            if _unit(m).get("merge_options", {}).get(key) is not None
+            if _unit(m).merge_options.get(key) is not None
         ]
         out[key] = values[0] if values else None
     return out
@@ -160,10 +165,10 @@ def _load_units(out: Path) -> list[tuple[Path, Manifest]]:
     units = [(by_index[i], read_manifest(by_index[i])) for i in range(count)]
     first = units[0][1]
     for path, m in units:
-        record = m.unit
-        if record is None or record.get("count") != count:
+        record = m.unit_record
+        if record is None or record.count != count:
             raise FormatError(f"{path}: not a unit output (its manifest has no unit record)")
-        if record.get("plan") != _unit(first).get("plan"):
+        if record.plan != _unit(first).plan:
             raise FormatError(
                 f"{path} was packed with other inputs or options than {units[0][0]}: "
                 "pack the units again with the same command (--overwrite)"
@@ -179,25 +184,25 @@ def _load_units(out: Path) -> list[tuple[Path, Manifest]]:
 
 def _global_inputs(units: list[tuple[Path, Manifest]], first_docs: list[int]) -> list:
     """One ``inputs`` entry per input file, its documents numbered over the whole corpus."""
-    out: list[dict[str, Any]] = []
+    out: list[InputRecord] = []
     for (_, m), base in zip(units, first_docs, strict=True):
-        pieces = _unit(m)["pieces"]
-        for piece, read in zip(pieces, m.inputs, strict=True):
-            continues = piece["split_by"] != "file" and piece["start"] != 0
-            if continues and out and out[-1]["path"] == piece["path"]:
-                out[-1]["documents"] += read["documents"]  # the next range of the same file
+        for piece, read in zip(_unit(m).pieces, m.input_records, strict=True):
+            documents = read.documents or 0
+            if piece.continues and out and out[-1].path == piece.path:
+                last = out[-1]  # the next range of the same file
+                out[-1] = replace(last, documents=(last.documents or 0) + documents)
                 continue
             out.append(
-                {
-                    "path": piece["path"],
-                    "kind": piece["kind"],
-                    "compression": piece["compression"],
-                    "size_bytes": piece["file_size"],
-                    "first_doc": base + read["first_doc"],
-                    "documents": read["documents"],
-                }
+                InputRecord(
+                    path=piece.path,
+                    kind=piece.kind,
+                    compression=piece.compression,
+                    size_bytes=piece.file_size,
+                    first_doc=base + (read.first_doc or 0),
+                    documents=documents,
+                )
             )
-    return out
+    return [r.to_record() for r in out]
 
 
 def merge_units(
@@ -257,7 +262,7 @@ def _merge(
     manifests = [m for _, m in units]
     first = manifests[0]
     opts, layout = _resolve_options(manifests, given, shard_size)
-    plan = _unit(first)["plan"]
+    plan = _unit(first).plan
     previous = merged_manifest(out)
     if previous is not None and _still_current(shards_at, previous, manifests, plan, opts):
         return PackReport.from_manifest(out, previous, time.perf_counter() - started)
@@ -369,18 +374,15 @@ def _copy_reason(manifests: list[Manifest], opts: dict[str, Any]) -> str | None:
     if opts["world_size"] is not None:
         return "--world-size stores balanced steps over all the units' rows"
     for i, m in enumerate(manifests):
-        o = m.options
-        if o.get("rows_per_shard") != opts["rows_per_shard"]:
+        if m.rows_per_shard != opts["rows_per_shard"]:
             return (
-                f"unit {i} holds {o.get('rows_per_shard')} rows per shard, the merge asks for "
+                f"unit {i} holds {m.rows_per_shard} rows per shard, the merge asks for "
                 f"{opts['rows_per_shard']} (--rows-per-shard/--shard-size)"
             )
-        stored = f"shuffled with seed {o.get('seed')}" if o.get("shuffle") else "not shuffled"
-        if not opts["shuffle"] and o.get("shuffle"):
+        stored = f"shuffled with seed {m.row_seed}" if m.shuffled else "not shuffled"
+        if not opts["shuffle"] and m.shuffled:
             return f"unit {i}'s rows are stored {stored}; --no-shuffle asks for FFD order"
-        if opts["shuffle"] and (
-            not o.get("shuffle") or o.get("seed") != unit_row_seed(opts["seed"], i)
-        ):
+        if opts["shuffle"] and (not m.shuffled or m.row_seed != unit_row_seed(opts["seed"], i)):
             return (
                 f"unit {i}'s rows are stored {stored}; --seed {opts['seed']} shuffles them "
                 f"with seed {unit_row_seed(opts['seed'], i)} (pack the units with that --seed)"
@@ -638,11 +640,11 @@ def _manifest(
     manifests = [m for _, m in units]
     first = manifests[0]
     options = {**first.options, **opts}
-    if "input_shape_auto" in _unit(first):  # the units were told the shape detected
-        options["input_shape_auto"] = _unit(first)["input_shape_auto"]
+    if _unit(first).input_shape_auto is not None:  # the units were told the shape detected
+        options["input_shape_auto"] = _unit(first).input_shape_auto
     per_unit = [
         {
-            "index": _unit(m)["index"],
+            "index": _unit(m).index,
             "directory": f"{UNITS_DIR}/{path.name}",
             "first_doc": base,
             "documents": m.documents.read,
@@ -653,7 +655,7 @@ def _manifest(
             "efficiency": m.efficiency,
             "seconds": m.seconds,
             "row_seed": m.row_seed,
-            "pieces": _unit(m)["pieces"],
+            "pieces": list(_unit(m).piece_records),
         }
         for (path, m), base in zip(units, first_docs, strict=True)
     ]
@@ -684,7 +686,7 @@ def _manifest(
         units={
             "count": len(units),
             "plan": plan,
-            "plan_version": _unit(first).get("plan_version"),
+            "plan_version": _unit(first).plan_version,
             "units_sha256": units_fingerprint(manifests),
             "rows_over_global_ffd": n_rows - global_rows,
             "packing_loss": (n_rows - global_rows) / global_rows if global_rows else 0.0,

@@ -47,7 +47,7 @@ import pyarrow as pa
 
 from ._version import __version__
 from .errors import FormatError, InputError, OptionError
-from .format import MANIFEST_FILE, DocumentCounts, Manifest, open_packed
+from .format import MANIFEST_FILE, DocumentCounts, Manifest, Per, column_names, open_packed
 from .fs import StorePath, as_path
 from .instruct import plan_input
 from .limits import MAX_BATCH_SIZE, MAX_LEN_LIMIT, MAX_SEED, check_int, read_token_count
@@ -94,7 +94,8 @@ DOCS_PER_ROW_BINS = 16
 PERCENTILES = (50, 90, 99)
 _CACHE_FORMAT = 2  # 2: special-token strings are text, no file truncation or padding
 _BAD_RECORDS_KEPT = 20
-_COLUMNS = ("num_tokens", "cu_seqlens", "doc_ids", "chunk_ids")
+# what a pack's statistics read: the columns of its segments, not those of its tokens
+_COLUMNS = column_names(False, Per.ROW, Per.BOUNDARY, Per.SEGMENT)
 
 ProgressCallback = Callable[[str, int, "int | None"], None]
 

@@ -43,7 +43,7 @@ except ImportError as e:  # pragma: no cover - exercised in a subprocess by the 
     ) from e
 
 from packtool.errors import OptionError
-from packtool.format import IGNORE_INDEX, PackedReader, open_packed
+from packtool.format import IGNORE_INDEX, PackedReader, Per, column_names, open_packed
 from packtool.masks import batch_block_causal_mask, document_ids
 from packtool.order import (
     balanced_epoch_order,
@@ -345,7 +345,7 @@ def collate(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """
     if not rows:
         raise ValueError("collate needs at least one row")
-    missing = [key for key in ("input_ids", "position_ids") if key not in rows[0]]
+    missing = [key for key in column_names(False, Per.TOKEN) if key not in rows[0]]
     if missing:
         raise ValueError(
             f"rows have no {' and no '.join(missing)} (keys: {sorted(rows[0])}): something "

@@ -9,8 +9,8 @@ thing for people. One job per module:
   the Arrow schema, the `datasets` features, the bytes of a row, the schema check;
 - :mod:`.counts`: what a run counted (documents, tokens, the run's figures);
 - :mod:`.manifest`: :class:`Manifest`, its typed accessors, :func:`read_manifest` and checks;
-- :mod:`.records`: typed views of the manifest's sub-records (labels, a merge's units, the
-  chat template);
+- :mod:`.records`: typed views of the manifest's sub-records (inputs, labels, the chat
+  template, a unit's record, a merge's units);
 - :mod:`.output`: the output directory: its names, the checks before writing, durable writes,
   the commit by rename, the copy onto a store, the temporaries of killed runs;
 - :mod:`.metadata`: the `datasets` metadata beside the shards, and the files' check;
@@ -43,7 +43,14 @@ from .output import (
     write_error,
 )
 from .reader import PackedReader, PackedRow, Segment, open_packed
-from .records import ChatTemplateRecord, LabelCounts, MergedUnits
+from .records import (
+    ChatTemplateRecord,
+    InputRecord,
+    LabelCounts,
+    MergedUnits,
+    PieceRecord,
+    UnitRecord,
+)
 from .schema import (
     COLUMNS,
     IGNORE_INDEX,
@@ -69,6 +76,7 @@ __all__ = [
     "ChatTemplateRecord",
     "Column",
     "DocumentCounts",
+    "InputRecord",
     "LabelCounts",
     "Manifest",
     "MergedUnits",
@@ -76,11 +84,13 @@ __all__ = [
     "PackedReader",
     "PackedRow",
     "Per",
+    "PieceRecord",
     "RunFigures",
     "Segment",
     "ShardEntry",
     "ShardWriter",
     "TokenCounts",
+    "UnitRecord",
     "check_output_dir",
     "check_store_output",
     "column_names",

@@ -20,7 +20,14 @@ import numpy as np
 from ..errors import FormatError
 from ..fs import StorePath, as_path
 from .counts import DocumentCounts, RunFigures, TokenCounts
-from .records import ChatTemplateRecord, LabelCounts, MergedUnits, int_or_none
+from .records import (
+    ChatTemplateRecord,
+    InputRecord,
+    LabelCounts,
+    MergedUnits,
+    UnitRecord,
+    int_or_none,
+)
 
 __all__ = [
     "FORMAT_NAME",
@@ -436,6 +443,16 @@ class Manifest(Mapping[str, Any]):
         return ChatTemplateRecord.from_record(value) if isinstance(value, dict) else None
 
     @property
+    def rows_per_shard(self) -> int | None:
+        """The rows per shard the run was asked for (``options.rows_per_shard``)."""
+        return int_or_none(self.options.get("rows_per_shard"))
+
+    @property
+    def input_records(self) -> list[InputRecord]:
+        """The ``inputs``, typed: each file read and the documents it gave."""
+        return [InputRecord.from_record(_section(i)) for i in self._data.get("inputs") or []]
+
+    @property
     def inputs(self) -> list[dict[str, Any]]:
         return list(self._data.get("inputs", []))
 
@@ -584,15 +601,22 @@ class Manifest(Mapping[str, Any]):
         return dict(value) if isinstance(value, dict) else None
 
     @property
+    def unit_record(self) -> UnitRecord | None:
+        """A unit output's ``unit`` record, typed; None for any other output."""
+        value = self._data.get("unit")
+        return UnitRecord.from_record(value) if isinstance(value, dict) else None
+
+    @property
     def unit_plan(self) -> str | None:
         """The plan a unit output was packed under (its ``unit.plan``), else None."""
-        value = (self.unit or {}).get("plan")
-        return value if isinstance(value, str) else None
+        record = self.unit_record
+        return record.plan if record else None
 
     @property
     def unit_index(self) -> int | None:
         """A unit output's index in its plan (``unit.index``), else None."""
-        return int_or_none((self.unit or {}).get("index"))
+        record = self.unit_record
+        return record.index if record else None
 
     @property
     def units(self) -> dict[str, Any] | None:

@@ -1,14 +1,23 @@
-"""Typed views of the manifest's sub-records that other modules read: the label counts of
-instruction data and the record of a merge of work units. Each tolerates a damaged record
-(a missing or mistyped value reads as ``None``), as ``verify`` needs."""
+"""Typed views of the manifest's sub-records that other modules read: the inputs, the label
+counts of instruction data, the chat template, a work unit's record and the record of a
+merge of units. Each tolerates a damaged record (a missing or mistyped value reads as
+``None``), as ``verify`` needs."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["ChatTemplateRecord", "LabelCounts", "MergedUnits", "int_or_none"]
+__all__ = [
+    "ChatTemplateRecord",
+    "InputRecord",
+    "LabelCounts",
+    "MergedUnits",
+    "PieceRecord",
+    "UnitRecord",
+    "int_or_none",
+]
 
 
 def int_or_none(value: Any) -> int | None:
@@ -18,6 +27,104 @@ def int_or_none(value: Any) -> int | None:
 
 def _str_or_none(value: Any) -> str | None:
     return value if isinstance(value, str) else None
+
+
+@dataclass(frozen=True)
+class InputRecord:
+    """One entry of the manifest's ``inputs``: a file read, and the documents it gave."""
+
+    path: str
+    kind: str | None = None
+    compression: str | None = None
+    size_bytes: int | None = None
+    first_doc: int | None = None  # the doc_id of its first document
+    documents: int | None = None
+
+    @staticmethod
+    def from_record(record: Mapping[str, Any]) -> InputRecord:
+        return InputRecord(
+            path=str(record.get("path")),
+            kind=_str_or_none(record.get("kind")),
+            compression=_str_or_none(record.get("compression")),
+            size_bytes=int_or_none(record.get("size_bytes")),
+            first_doc=int_or_none(record.get("first_doc")),
+            documents=int_or_none(record.get("documents")),
+        )
+
+    def to_record(self) -> dict[str, Any]:
+        return {
+            "path": self.path,
+            "kind": self.kind,
+            "compression": self.compression,
+            "size_bytes": self.size_bytes,
+            "first_doc": self.first_doc,
+            "documents": self.documents,
+        }
+
+
+@dataclass(frozen=True)
+class PieceRecord:
+    """One piece of a work unit as its ``unit`` record lists it (``readers.Piece.describe``)."""
+
+    path: str
+    kind: str | None
+    compression: str | None
+    file_size: int | None
+    split_by: str | None  # "file", "bytes", "row_groups", ...
+    start: int | None
+    stop: int | None
+
+    @property
+    def continues(self) -> bool:
+        """Whether this piece is a range after the start of its file (not its first)."""
+        return self.split_by != "file" and self.start != 0
+
+    @staticmethod
+    def from_record(record: Mapping[str, Any]) -> PieceRecord:
+        return PieceRecord(
+            path=str(record.get("path")),
+            kind=_str_or_none(record.get("kind")),
+            compression=_str_or_none(record.get("compression")),
+            file_size=int_or_none(record.get("file_size")),
+            split_by=_str_or_none(record.get("split_by")),
+            start=int_or_none(record.get("start")),
+            stop=int_or_none(record.get("stop")),
+        )
+
+
+@dataclass(frozen=True)
+class UnitRecord:
+    """The ``unit`` record of a work unit's output (``units.Unit.describe``, with the merge
+    options ``run_unit`` adds)."""
+
+    index: int | None
+    count: int | None
+    plan: str | None  # the sha256 of the whole plan: a unit of another plan differs
+    plan_version: int | None
+    inputs_sha256: str | None
+    options: dict[str, Any]  # the unit's options, as the plan describes them
+    input_shape_auto: bool | None  # None: not recorded
+    pieces: tuple[PieceRecord, ...]
+    piece_records: tuple[dict[str, Any], ...] = field(repr=False)  # as recorded, for a merge
+    merge_options: dict[str, Any] = field(default_factory=dict)
+
+    @staticmethod
+    def from_record(record: Mapping[str, Any]) -> UnitRecord:
+        pieces = [p for p in record.get("pieces") or [] if isinstance(p, Mapping)]
+        shape_auto = record.get("input_shape_auto")
+        options, merge_options = record.get("options"), record.get("merge_options")
+        return UnitRecord(
+            index=int_or_none(record.get("index")),
+            count=int_or_none(record.get("count")),
+            plan=_str_or_none(record.get("plan")),
+            plan_version=int_or_none(record.get("plan_version")),
+            inputs_sha256=_str_or_none(record.get("inputs_sha256")),
+            options=dict(options) if isinstance(options, Mapping) else {},
+            input_shape_auto=shape_auto if isinstance(shape_auto, bool) else None,
+            pieces=tuple(PieceRecord.from_record(p) for p in pieces),
+            piece_records=tuple(dict(p) for p in pieces),
+            merge_options=dict(merge_options) if isinstance(merge_options, Mapping) else {},
+        )
 
 
 @dataclass(frozen=True)
