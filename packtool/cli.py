@@ -390,12 +390,12 @@ def _summary_table(report: Any, *, tokenized: bool = True) -> Table:
     tokenized = tokenized and report.tokens_per_second > 0
     speed = f" ({report.tokens_per_second:,.0f} tokens/s)" if tokenized else ""
     table.add_row("time", f"{report.seconds:.1f} s{speed}")
-    backend = report.backend
-    if backend and backend["name"] != "none":  # "none": pre-tokenized, nothing encoded
-        fell_back = backend.get("fallback_batches", 0)
+    backend = report.manifest.backend_record
+    if backend and backend.name != "none":  # "none": pre-tokenized, nothing encoded
+        fell_back = backend.fallback_batches or 0
         table.add_row(
             "tokenizer backend",
-            f"{backend['name']} {backend['version']}"
+            f"{backend.name} {backend.version}"
             + (f" ({fell_back:,} batches re-encoded with hf)" if fell_back else ""),
         )
     return table

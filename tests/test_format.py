@@ -305,7 +305,13 @@ def test_typed_accessors_of_an_instruction_pack(tmp_path: Path) -> None:
     assert m.dropped_label_chunks == raw["labels"]["chunks_without_labels_dropped"]
     assert m.packed_tokens_recorded == raw["tokens"]["packed"]
     assert m.documents_read_recorded == raw["documents"]["read"]
+    backend = m.backend_record
+    assert backend is not None and backend.name == raw["tokenizer"]["backend"]["name"]
+    assert backend.version == raw["tokenizer"]["backend"]["version"]
+    assert [i.to_record() for i in m.input_records] == raw["inputs"]
+    assert m.rows_per_shard == raw["options"]["rows_per_shard"]
     assert m.merged_units is None and m.units_summary() == {}
+    assert m.unit_record is None
     assert m.unit_plan is None and m.unit_index is None
     assert m.balance_world_size is None and m.balance_micro_batches is None
 

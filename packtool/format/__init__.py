@@ -44,6 +44,7 @@ from .output import (
 )
 from .reader import PackedReader, PackedRow, Segment, open_packed
 from .records import (
+    BackendRecord,
     ChatTemplateRecord,
     InputRecord,
     LabelCounts,
@@ -73,6 +74,7 @@ __all__ = [
     "IGNORE_INDEX",
     "MANIFEST_FILE",
     "TOKENIZER_CONFIG_FILE",
+    "BackendRecord",
     "ChatTemplateRecord",
     "Column",
     "DocumentCounts",

@@ -21,6 +21,7 @@ from ..errors import FormatError
 from ..fs import StorePath, as_path
 from .counts import DocumentCounts, RunFigures, TokenCounts
 from .records import (
+    BackendRecord,
     ChatTemplateRecord,
     InputRecord,
     LabelCounts,
@@ -586,7 +587,14 @@ class Manifest(Mapping[str, Any]):
 
     @property
     def backend(self) -> Any:
+        """The ``tokenizer.backend`` record as written (for reports)."""
         return self.tokenizer.get("backend")
+
+    @property
+    def backend_record(self) -> BackendRecord | None:
+        """The engine that encoded the documents, typed; None if not recorded."""
+        value = self.backend
+        return BackendRecord.from_record(value) if isinstance(value, dict) else None
 
     @property
     def notices(self) -> list[str]:

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 __all__ = [
+    "BackendRecord",
     "ChatTemplateRecord",
     "InputRecord",
     "LabelCounts",
@@ -124,6 +125,25 @@ class UnitRecord:
             pieces=tuple(PieceRecord.from_record(p) for p in pieces),
             piece_records=tuple(dict(p) for p in pieces),
             merge_options=dict(merge_options) if isinstance(merge_options, Mapping) else {},
+        )
+
+
+@dataclass(frozen=True)
+class BackendRecord:
+    """The engine that encoded the documents (``tokenizer.backend``: ``tokenize.Backend``)."""
+
+    name: str | None  # "fastokens", "hf", or "none" (pre-tokenized: nothing encoded)
+    version: str | None
+    reason: str | None
+    fallback_batches: int | None  # batches re-encoded with hf (the parity gate)
+
+    @staticmethod
+    def from_record(record: Mapping[str, Any]) -> BackendRecord:
+        return BackendRecord(
+            name=_str_or_none(record.get("name")),
+            version=_str_or_none(record.get("version")),
+            reason=_str_or_none(record.get("reason")),
+            fallback_batches=int_or_none(record.get("fallback_batches")),
         )
 
 
