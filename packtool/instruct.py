@@ -54,8 +54,10 @@ from .readers import (
     RecordBatch,
     TextBatch,
     first_record_fields,
+    ids_field,
     read_records,
     read_texts,
+    reader_of,
 )
 from .readers.batches import describe_value
 from .tokenize import (
@@ -719,8 +721,9 @@ def has_labels(options: PackOptions) -> bool:
 def megatron_ids(files: Sequence[InputFile], options: PackOptions) -> PackOptions:
     """Megatron inputs are ids: ``options`` with an ids field named (``tokens``, a name to
     show) when every input is a Megatron indexed dataset and none is given."""
-    if options.ids_field is None and files and all(f.kind == "megatron" for f in files):
-        return options.replace(ids_field="tokens")
+    names = [ids_field(f) for f in files]  # a format of ids only names them (Megatron: tokens)
+    if options.ids_field is None and names and None not in names:
+        return options.replace(ids_field=names[0])
     return options
 
 
@@ -775,8 +778,8 @@ def _check_ids_fields(files: Sequence[InputFile], o: PackOptions) -> None:
     """``--ids-field`` (and the labels or mask field) that the first record of the first input
     does not have is a mistyped name: the error, not every record skipped as bad. (Tables,
     Parquet and CSV already say so: their columns are known before any record is read.)"""
-    first = next((f for f in files if f.kind != "megatron"), None)
-    if first is None or first.kind not in ("jsonl", "json"):
+    first = next((f for f in files if ids_field(f) is None), None)
+    if first is None or reader_of(first).schema_first:
         return
     fields = first_record_fields(first, split=o.split) if first is not None else None
     if not fields:
@@ -802,14 +805,21 @@ def _check_every(files: Sequence[InputFile], sample: int) -> int:
     return max(1, sum(f.size_bytes for f in files) // sample)
 
 
-def plan_input(files: Sequence[InputFile], tokenizer: Tokenizer, options: PackOptions) -> InputPlan:
+def plan_input(
+    files: Sequence[InputFile],
+    tokenizer: Tokenizer,
+    options: PackOptions,
+    *,
+    shape: tuple[InputShape, bool] | None = None,
+) -> InputPlan:
     """Decide the input shape (``auto``: from the fields of the first record of the first
     input), check the options against it, and build the encoder.
 
     Defaults that depend on the shape: ``loss_on`` (completion / assistant), ``overflow``
     (split for text, drop for instruction data, which splitting would cut into fragments) and
     ``add_eos`` (on, except for chats: the template closes every turn). ``parse_special``: see
-    :class:`~packtool.tokenize.DocumentEncoder`.
+    :class:`~packtool.tokenize.DocumentEncoder`. ``shape``: the shape and whether ``auto``
+    chose it, when already decided (:func:`packtool.prepare.prepare`).
     """
     o = options
     if o.ids_field is not None:
@@ -820,7 +830,7 @@ def plan_input(files: Sequence[InputFile], tokenizer: Tokenizer, options: PackOp
             )
         _check_ids_fields(files, o)
         return _plan_ids(tokenizer, o)
-    shape, shape_auto = input_shape(files, o)
+    shape, shape_auto = input_shape(files, o) if shape is None else shape
     resolved_loss = resolve_loss_on(o.loss_on, shape)
     if o.overflow is None:
         overflow = Overflow.SPLIT if shape is InputShape.TEXT else Overflow.DROP

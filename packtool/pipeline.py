@@ -48,7 +48,7 @@ from .format import (
 )
 from .fs import AnyPath, StorePath, as_path
 from .gather import gather_rows, warm_up_gather
-from .instruct import InputPlan, InputShape, input_shape, megatron_ids, plan_input
+from .instruct import InputPlan
 from .options import PackOptions
 from .order import attention_costs, row_sums, stored_order
 from .packing import (
@@ -60,6 +60,7 @@ from .packing import (
     segment_items,
     segment_labelled_items,
 )
+from .prepare import prepare
 from .pretokenized import IdsTokenizer
 from .readers import InputFile, RecordBatch, TextBatch, resolve_inputs, skip_records
 from .store import TokenStore, lock_output
@@ -68,7 +69,6 @@ from .tokenize import (
     EncodedBatch,
     HFTokenizer,
     Tokenizer,
-    load_tokenizer,
     set_tokenizer_threads,
 )
 
@@ -390,16 +390,8 @@ def _prepare(
     remove_stale_temporaries(out)
     skipped: list[Path] = []
     files = resolve_inputs(inputs, skipped=skipped) if files is None else list(files)
-    options = megatron_ids(files, options)
-    if options.split_on_eos is not None and options.ids_field is None:
-        raise OptionError("--split-on-eos cuts pre-tokenized records: give --ids-field NAME")
-    if options.vocab_size is not None and options.ids_field is None:  # text: the tokenizer's bounds
-        raise OptionError("--vocab-size bounds pre-tokenized ids: give --ids-field NAME")
-    # Only text documents use the fast backend: for instruction data and ids, fastokens' copy
-    # is not even loaded.
-    text = options.ids_field is None and input_shape(files, options)[0] is InputShape.TEXT
-    tok = _tokenizer(options if text else options.replace(tokenizer_backend="hf"))
-    plan = plan_input(files, tok, options)
+    prepared = prepare(files, options)
+    options, tok, plan = prepared.options, prepared.tokenizer, prepared.plan
     pad_id, pad_from = _pad_id(options.pad_id, tok)
     one_row = row_bytes(options.max_len, plan.labelled)
     rows_per_shard = options.rows_per_shard or max(1, options.shard_bytes // one_row)
@@ -419,24 +411,6 @@ def _prepare(
     fingerprint = _fingerprint(files, tok, resolved.rows_key(), plan.describe())
     skipped_names = [str(p) for p in skipped]
     return _Run(out, resolved, tok, plan, files, fingerprint, pad_from, skipped_names, notice)
-
-
-def _tokenizer(options: PackOptions) -> Tokenizer:
-    spec = options.tokenizer
-    if spec is None and options.ids_field is not None:  # pre-tokenized: no tokenizer needed
-        return IdsTokenizer(  # type: ignore[return-value]
-            eos_token=options.eos_token,
-            bos_token=options.bos_token,
-            vocab_size=options.vocab_size,
-        )
-    if spec is None or isinstance(spec, (str, os.PathLike)):
-        return load_tokenizer(
-            spec,
-            eos_token=options.eos_token,
-            bos_token=options.bos_token,
-            backend=options.tokenizer_backend,
-        )
-    return spec  # type: ignore[no-any-return]
 
 
 def _pad_id(pad_id: int | None, tok: Tokenizer) -> tuple[int, str]:

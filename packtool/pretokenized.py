@@ -1,9 +1,9 @@
 """Pre-tokenized inputs: records that already hold token ids (``--ids-field``).
 
 Each record's list of ints is a document as it is. The list column of an Arrow record batch
-(Parquet, Arrow, a saved dataset; JSON Lines, JSON and CSV parsed to Arrow by
-:func:`~packtool.readers.column_batches`) is read as one flat NumPy array with the record
-offsets: no Python per token or per document. Optional ``--labels-field`` (ints,
+(Parquet, Arrow, a saved dataset, a Megatron-LM indexed dataset; JSON Lines, JSON and CSV
+parsed to Arrow by :func:`~packtool.readers.column_batches`) is read as one flat NumPy array
+with the record offsets: no Python per token or per document. Optional ``--labels-field`` (ints,
 -100 where not learned) or ``--loss-mask-field`` (0/1 per token) give the labels.
 ``--split-on-eos ID`` cuts every record into documents after each occurrence of ``ID``.
 
@@ -24,11 +24,10 @@ import numpy as np
 import pyarrow as pa
 
 from .errors import BadRecordError, InputError, OptionError
-from .fs import AnyPath, StorePath
-from .readers import InputFile, column_batches, first_row, part_of
+from .readers import InputFile, column_batches, first_row
 from .tokenize import Backend, EncodedBatch, SpecialTokens
 
-__all__ = ["IdsBatch", "IdsEncoder", "IdsTokenizer", "megatron_index", "read_ids"]
+__all__ = ["IdsBatch", "IdsEncoder", "IdsTokenizer", "read_ids"]
 
 IGNORE = -100  # the label of a token that is not learned (packtool.format.IGNORE_INDEX)
 _INT32_MAX = (1 << 31) - 1
@@ -306,12 +305,8 @@ def read_ids(
     skip_bad_records: bool = False,
     split: str | None = None,
 ) -> Iterator[IdsBatch]:
-    """The documents of ``inp``, checked, batch by batch (Arrow record batches)."""
-    if inp.kind == "megatron":
-        yield from _read_megatron(
-            inp, fields, vocab_size=vocab_size, split_on_eos=split_on_eos, skip_bad=skip_bad_records
-        )
-        return
+    """The documents of ``inp``, checked, batch by batch (Arrow record batches; a Megatron
+    indexed dataset's sequences too)."""
     where = str(inp.path)
     row = first_row(inp)  # a piece of Parquet row groups: the rows of the groups before it
     for part in column_batches(inp, fields.columns, split=split):
@@ -328,143 +323,6 @@ def read_ids(
         )
         out.bytes_done = part.bytes_done or inp.size_bytes
         row += part.batch.num_rows
-        yield out
-
-
-# The dtype codes of megatron-core's indexed datasets (``DType``), and its index header.
-MEGATRON_DTYPES = {
-    1: np.uint8,
-    2: np.int8,
-    3: np.int16,
-    4: np.int32,
-    5: np.int64,
-    6: np.float64,
-    7: np.float32,
-    8: np.uint16,
-}
-_MEGATRON_HEADER = b"MMIDIDX\x00\x00"
-
-
-def _whole_file(path: AnyPath) -> np.ndarray:
-    """The bytes of ``path``: memory-mapped on a local disk, read whole from a store."""
-    if isinstance(path, StorePath):
-        return np.frombuffer(path.read_bytes(), np.uint8)
-    return np.memmap(path, np.uint8, mode="r")
-
-
-class _TokenFile:
-    """Tokens ``[a, b)`` of a Megatron data file: a slice of its map on a local disk, a ranged
-    read (one per batch of sequences, a few MB) from a store."""
-
-    def __init__(self, path: AnyPath, dtype: np.dtype, size: int) -> None:
-        self.dtype, self.file = dtype, None
-        if isinstance(path, StorePath):
-            self.file = path.open("rb")
-        else:
-            self.map = np.memmap(path, dtype, mode="r") if size else np.zeros(0, dtype)
-
-    def read(self, a: int, b: int) -> np.ndarray:
-        if self.file is None:
-            return np.asarray(self.map[a:b])
-        self.file.seek(a * self.dtype.itemsize)
-        return np.frombuffer(self.file.read((b - a) * self.dtype.itemsize), self.dtype)
-
-    def close(self) -> None:
-        if self.file is not None:
-            self.file.close()
-
-
-def megatron_index(inp: InputFile) -> tuple[np.ndarray, np.ndarray, np.dtype]:
-    """The index of a Megatron-LM indexed dataset (``PREFIX.idx``), checked against its data
-    file: each sequence's length (tokens) and byte offset in ``PREFIX.bin`` (memory-mapped),
-    and the tokens' dtype."""
-    index = _whole_file(inp.path)
-    if index.size < 34 or bytes(index[:9]) != _MEGATRON_HEADER:
-        raise InputError(f"{inp.path}: not a Megatron-LM index (no MMIDIDX header)")
-    version, code, count = (
-        int(np.frombuffer(index[9:17], "<u8")[0]),
-        int(index[17]),
-        int(np.frombuffer(index[18:26], "<u8")[0]),
-    )
-    if version != 1 or code not in MEGATRON_DTYPES:
-        raise InputError(f"{inp.path}: Megatron index version {version}, dtype code {code}")
-    dtype = np.dtype(MEGATRON_DTYPES[code])
-    if index.size < 34 + 12 * count:
-        raise InputError(f"{inp.path}: the index ends early ({count:,} sequences announced)")
-    lengths = np.frombuffer(index, "<i4", count, 34).astype(np.int64)
-    pointers = np.frombuffer(index, "<i8", count, 34 + 4 * count)
-    data_path = inp.path.with_suffix(".bin")
-    data_bytes = data_path.stat().st_size
-    if count and (
-        pointers[0] != 0 or (pointers[1:] != pointers[:-1] + lengths[:-1] * dtype.itemsize).any()
-    ):
-        raise InputError(f"{inp.path}: sequences not stored one after another in {data_path}")
-    need = int(lengths.sum()) * dtype.itemsize
-    if need > data_bytes:
-        raise InputError(
-            f"{data_path}: {data_bytes:,} bytes, the index needs {need:,}: the file ends early"
-        )
-    return lengths, pointers, dtype
-
-
-def _read_megatron(
-    inp: InputFile,
-    fields: IdsFields,
-    *,
-    vocab_size: int | None,
-    split_on_eos: int | None,
-    skip_bad: bool,
-    batch_tokens: int = 1 << 22,
-) -> Iterator[IdsBatch]:
-    """The sequences of a Megatron-LM indexed dataset (``PREFIX.idx`` + ``PREFIX.bin``), one
-    document each, read memory-mapped (from a store: in ranged reads of a few MB a batch)."""
-    where = str(inp.path.with_suffix(""))
-    if fields.labels or fields.loss_mask:
-        raise OptionError(
-            f"{where}: a Megatron indexed dataset holds ids only: leave out --labels-field "
-            "and --loss-mask-field"
-        )
-    lengths, _, dtype = megatron_index(inp)
-    data_path = inp.path.with_suffix(".bin")
-    data_bytes = data_path.stat().st_size
-    tokens = _TokenFile(data_path, dtype, data_bytes)
-    try:
-        yield from _megatron_batches(
-            inp, fields, lengths, tokens, where, vocab_size, split_on_eos, skip_bad, batch_tokens
-        )
-    finally:
-        tokens.close()
-
-
-def _megatron_batches(
-    inp: InputFile,
-    fields: IdsFields,
-    lengths: np.ndarray,
-    tokens: _TokenFile,
-    where: str,
-    vocab_size: int | None,
-    split_on_eos: int | None,
-    skip_bad: bool,
-    batch_tokens: int,
-) -> Iterator[IdsBatch]:
-    count = int(lengths.size)
-    ends = np.cumsum(lengths)
-    starts = ends - lengths
-    first, stop = part_of(inp, "sequences") or (0, count)  # a piece: sequences [first, stop)
-    i = first
-    while i < stop:
-        j = max(i + 1, int(np.searchsorted(ends, starts[i] + batch_tokens, "right")))
-        j = min(j, stop)
-        values = pa.array(tokens.read(int(starts[i]), int(ends[j - 1])))
-        offsets = pa.array(np.concatenate([[0], ends[i:j] - starts[i]]).astype(np.int64))
-        column = pa.LargeListArray.from_arrays(offsets, values)
-        batch = pa.RecordBatch.from_arrays([column], names=[fields.ids])
-        out = ids_of_batch(
-            batch, IdsFields(fields.ids), where, i, vocab_size=vocab_size,
-            split_on_eos=split_on_eos, skip_bad=skip_bad,
-        )  # fmt: skip
-        out.bytes_done = inp.size_bytes * (j - first) // (stop - first)
-        i = j
         yield out
 
 

@@ -49,18 +49,17 @@ from ._version import __version__
 from .errors import FormatError, InputError, OptionError
 from .format import MANIFEST_FILE, DocumentCounts, Manifest, Per, column_names, open_packed
 from .fs import StorePath, as_path
-from .instruct import plan_input
 from .limits import MAX_BATCH_SIZE, MAX_LEN_LIMIT, MAX_SEED, check_int, read_token_count
 from .options import PackOptions
 from .order import attention_costs, balanced_share, rank_share, step_imbalance, step_loads
 from .packing import Overflow, first_fit_decreasing, lower_bound_rows, segment_items
-from .pretokenized import IdsEncoder, IdsTokenizer
+from .prepare import choose_tokenizer, prepare, resolve_options
+from .pretokenized import IdsEncoder
 from .readers import InputFile, first_record_fields, read_texts, resolve_inputs
 from .tokenize import (
     Backend,
     DocumentEncoder,
     Tokenizer,
-    load_tokenizer,
     set_tokenizer_threads,
 )
 
@@ -1094,17 +1093,9 @@ def _lengths_of(
                 "labels is dropped by pack): drop --labels-field/--loss-mask-field, or pack "
                 "it and run `packtool stats OUT` (it reports the learned tokens)"
             )
-        if o.tokenizer is None:
-            tok = IdsTokenizer(  # type: ignore[assignment]
-                eos_token=o.eos_token, bos_token=o.bos_token, vocab_size=o.vocab_size
-            )
-        elif isinstance(o.tokenizer, str):  # its special tokens and vocabulary size only
-            tok = load_tokenizer(
-                o.tokenizer, eos_token=o.eos_token, bos_token=o.bos_token, preload=False
-            )
-        else:
-            tok = o.tokenizer
-        plan = plan_input(files, tok, o)
+        # A tokenizer file gives its special tokens and vocabulary size only.
+        prepared = prepare(files, o, preload=False)
+        plan, tok = prepared.plan, prepared.tokenizer
         encoder = plan.encoder
         assert isinstance(encoder, IdsEncoder) and plan.read_ids is not None
         ids_options = {
@@ -1127,13 +1118,8 @@ def _lengths_of(
         return data, hit, key, tok, overflow, None
     _refuse_instruction_data(files[0], o.text_field, o.split)
     set_tokenizer_threads(o.num_proc)
-    if o.tokenizer is None or isinstance(o.tokenizer, str):
-        # Nothing loaded until a document is encoded: cached lengths need no engine.
-        tok = load_tokenizer(
-            o.tokenizer, eos_token=o.eos_token, bos_token=o.bos_token, preload=False
-        )
-    else:
-        tok = o.tokenizer
+    # Nothing loaded until a document is encoded: cached lengths need no engine.
+    tok = choose_tokenizer(o, preload=False)
     add_eos = True if o.add_eos is None else o.add_eos
     text = DocumentEncoder(
         tok,
@@ -1216,12 +1202,7 @@ def corpus_stats(
     _check_batching(batch_size, seed)
     skipped: list[Path] = []
     files = resolve_inputs(inputs, skipped=skipped)
-    if o.ids_field is None and all(f.kind == "megatron" for f in files):
-        o = o.replace(ids_field="tokens")  # Megatron data is ids; a name to show
-    if o.split_on_eos is not None and o.ids_field is None:
-        raise OptionError("--split-on-eos cuts pre-tokenized records: give --ids-field NAME")
-    if o.vocab_size is not None and o.ids_field is None:  # text: the tokenizer's bounds
-        raise OptionError("--vocab-size bounds pre-tokenized ids: give --ids-field NAME")
+    o = resolve_options(files, o)  # Megatron data is ids; the ids options checked
     directory = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
     data, hit, key, tok, overflow, backend = _lengths_of(
         files, o, directory / "lengths" if use_cache else None, progress

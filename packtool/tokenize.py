@@ -128,7 +128,8 @@ class HFTokenizer:
         self.sha256 = hashlib.sha256(json_bytes).hexdigest()
         self.config = config or {}
         known = self.file.token_to_id(ANCHOR)  # a file saved from one of packtool's copies
-        self.vocab_size = self.file.vocab_size if known is None else known
+        # The bound of the ids (every id is below it), and the id packtool's anchor gets.
+        self.vocab_size = self.file.next_id if known is None else known
         self.anchor_id = self.vocab_size
         self._special_ids = self.file.special_ids
         self.special_strings: tuple[str, ...] = self.file.special_strings
@@ -308,33 +309,83 @@ class SpecialStringFinder:
     >>> f = SpecialStringFinder(["<|im_end|>", "<s>"])
     >>> f.spans("a <s> b<|im_end|>")
     [(2, 5), (7, 17)]
+    >>> f.count(["<s>", "plain", None, "x<|im_end|>"])
+    2
     """
 
     def __init__(self, strings: Sequence[str]) -> None:
         self.strings = tuple(sorted(set(strings), key=lambda t: (-len(t), t)))
-        self._re = re.compile("|".join(map(re.escape, self.strings))) if self.strings else None
+        self._spans: re.Pattern[str] | None = None
+        # Whether a text holds any of the strings, asked of every document: one pattern
+        # shaped as a trie of the strings that hold no other (a text that holds one of the
+        # others holds that one too), so a position is given up after a character or two,
+        # not after trying each of a tokenizer's hundreds of strings in turn.
+        self._any = re.compile(_trie_pattern(_minimal(self.strings))) if self.strings else None
 
     def __bool__(self) -> bool:
-        return self._re is not None
+        return self._any is not None
 
     def contains(self, text: str) -> bool:
-        return self._re is not None and self._re.search(text) is not None
+        return self._any is not None and self._any.search(text) is not None
 
     def count(self, texts: Sequence[str | None]) -> int:
         """How many of ``texts`` hold a special-token string."""
-        if self._re is None:
+        if self._any is None:
             return 0
-        search = self._re.search
+        search = self._any.search
         return sum(1 for t in texts if t and search(t) is not None)
 
     def spans(self, text: str) -> list[tuple[int, int]]:
-        if self._re is None:
+        pattern = self.pattern
+        if pattern is None:
             return []
-        return [m.span() for m in self._re.finditer(text)]
+        return [m.span() for m in pattern.finditer(text)]
 
     @property
     def pattern(self) -> re.Pattern[str] | None:
-        return self._re
+        """The strings as one alternation, longest first (the longest string that starts at
+        a position is the one matched there), compiled when first asked for."""
+        if self._spans is None and self.strings:
+            self._spans = re.compile("|".join(map(re.escape, self.strings)))
+        return self._spans
+
+
+def _minimal(strings: Sequence[str]) -> list[str]:
+    """The strings of ``strings`` (non-empty, longest first) that hold no other one."""
+    kept: list[str] = []
+    for s in sorted(strings, key=len):
+        if s and not any(k in s for k in kept):
+            kept.append(s)
+    return kept
+
+
+def _trie_pattern(strings: Sequence[str]) -> str:
+    """A regular expression matching exactly the ``strings`` (none a prefix of another), as a
+    trie: ``<(?:s>|\\|(?:im_end\\|>|endoftext\\|>))``."""
+    trie: dict[str, Any] = {}
+    for s in strings:
+        node = trie
+        for ch in s:
+            node = node.setdefault(ch, {})
+        node[""] = {}
+
+    def alternatives(node: dict[str, Any]) -> str:
+        parts = []
+        for ch, child in sorted(node.items()):
+            if ch == "":
+                continue  # an end: no string continues it (none is a prefix of another)
+            # A chain of single children is written out as one literal.
+            run = ch
+            while len(child) == 1 and "" not in child:
+                ((nxt, child),) = child.items()
+                run += nxt
+            rest = alternatives(child) if "" not in child else ""
+            parts.append(re.escape(run) + rest)
+        if len(parts) == 1:
+            return parts[0]
+        return "(?:" + "|".join(parts) + ")"
+
+    return alternatives(trie)
 
 
 def special_string_finder(tokenizer: Tokenizer) -> SpecialStringFinder:
@@ -383,6 +434,9 @@ def _from_file(
     except Exception as e:  # a local OSError, or a store's own error types
         raise TokenizerError(f"{path}: cannot read: {getattr(e, 'strerror', None) or e}") from e
     tok = _load_hf(data, str(path), as_is=True) if backend == "hf" else None
+    # fastokens' load (seconds for a large vocabulary, mostly without the GIL) starts first,
+    # so that reading the JSON here and the rest of the run's set-up happen beside it.
+    fast = _start_fast_load(data) if backend in ("auto", "fastokens") else None
     try:
         file = TokenizerFile.parse(data)
     except (ValueError, KeyError, TypeError, IndexError):
@@ -390,7 +444,6 @@ def _from_file(
         # serialization is then read instead).
         tok = tok if tok is not None else _load_hf(data, str(path), as_is=True)
         file = TokenizerFile.parse(tok.to_str().encode("utf-8"))
-    fast = _start_fast_load(data) if backend in ("auto", "fastokens") else None
     return HFTokenizer(
         tok,
         name=name,

@@ -195,6 +195,14 @@ class TokenizerFile:
         return len(self.vocab.keys() | self._added_ids.keys())
 
     @property
+    def next_id(self) -> int:
+        """The id `tokenizers` gives the next token added: one above the highest id of the
+        vocabulary and the added tokens. It is :attr:`vocab_size` unless the ids have gaps
+        (GPT-4o's o200k: 200,000 tokens, the last at id 200,018), and every id is below it."""
+        top = max(self.vocab.values(), default=-1)
+        return max(top, *(t.id for t in self.added)) + 1 if self.added else top + 1
+
+    @property
     def special_ids(self) -> frozenset[int]:
         return frozenset(t.id for t in self.added if t.special)
 

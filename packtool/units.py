@@ -45,20 +45,19 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
-import pyarrow as pa
 
 from ._version import __version__
 from .chat import ChatTemplate, load_chat_template
-from .errors import FormatError, InputError, OutputExistsError
+from .errors import FormatError, OutputExistsError
 from .format import MANIFEST_FILE, Manifest, UnitRecord, read_manifest
-from .fs import AnyPath, arrow_source, as_path, open_input
-from .instruct import InputShape, input_shape, megatron_ids
+from .fs import AnyPath, as_path, open_input
+from .instruct import InputShape, input_shape
 from .limits import MAX_UNITS, check_int
 from .options import PackOptions
 from .order import unit_row_seed
-from .pretokenized import IdsTokenizer, megatron_index
-from .readers import InputFile, Piece
-from .tokenize import Tokenizer, load_tokenizer
+from .prepare import choose_tokenizer, resolve_options
+from .readers import InputFile, Piece, cuts
+from .tokenize import Tokenizer
 
 __all__ = [
     "UNITS_DIR",
@@ -96,18 +95,13 @@ def unit_tokenizer(options: PackOptions) -> tuple[Tokenizer, bool]:
     if spec is not None and not isinstance(spec, str):
         return spec, False
     if spec is None and options.ids_field is not None:  # pre-tokenized: no tokenizer to load
-        ids = IdsTokenizer(
-            eos_token=options.eos_token, bos_token=options.bos_token, vocab_size=options.vocab_size
-        )
-        return ids, False  # type: ignore[return-value]
+        return choose_tokenizer(options), False
     key = (spec, options.eos_token, options.bos_token)
     cached = _TOKENIZERS.get(key)
     if cached is not None:
         return cached, False
     # The engine loads when a unit first encodes (text: the parity gate picks it).
-    tok = load_tokenizer(
-        spec, eos_token=options.eos_token, bos_token=options.bos_token, preload=False
-    )
+    tok = choose_tokenizer(options, preload=False)
     _TOKENIZERS[key] = tok
     return tok, True
 
@@ -120,7 +114,7 @@ def corpus_options(files: Sequence[InputFile], options: PackOptions) -> tuple[Pa
     input; a unit cannot see them, and an empty unit has none), the ids field of Megatron
     inputs, and a chat template, loaded here and carried to the units by value (the plan's
     hash then covers its text)."""
-    o = megatron_ids(files, options)
+    o = resolve_options(files, options)
     if o.ids_field is not None:
         return o, o.input_shape == "auto"
     shape, auto = input_shape(files, o)
@@ -272,27 +266,12 @@ class _IndexSplitter(_Splitter):
 
 
 def _splitter(inp: InputFile) -> _Splitter:
-    if inp.kind == "jsonl" and inp.compression is None:
+    where = cuts(inp)  # the format's reader says where its pieces may start
+    if where is None:
+        return _Splitter(inp)
+    if where.starts is None:
         return _LineSplitter(inp)
-    if inp.kind == "parquet":
-        import pyarrow.parquet as pq
-
-        try:
-            meta = pq.ParquetFile(arrow_source(inp.path)).metadata
-        except (pa.ArrowInvalid, OSError) as e:
-            raise InputError(f"{inp.path}: not a readable Parquet file: {e}") from e
-        starts, position = [0], 4
-        for g in range(meta.num_row_groups - 1):
-            group = meta.row_group(g)
-            position += sum(group.column(c).total_compressed_size for c in range(group.num_columns))
-            starts.append(min(max(position, starts[-1] + 1), inp.size_bytes))
-        if meta.num_row_groups > 1 and len(set(starts)) == len(starts):
-            return _IndexSplitter(inp, np.asarray(starts, np.int64), "row_groups")
-    if inp.kind == "megatron":
-        lengths, pointers, _ = megatron_index(inp)
-        if lengths.size > 1:  # offsets in the .bin, after the .idx: memory-mapped, not copied
-            return _IndexSplitter(inp, pointers, "sequences", inp.path.stat().st_size)
-    return _Splitter(inp)
+    return _IndexSplitter(inp, where.starts, where.split_by, where.shift)
 
 
 def plan_units(

@@ -46,9 +46,9 @@ def test_pack_sample_and_summary(tmp_path: Path) -> None:
 def test_progress_lines_off_a_terminal(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """In a log file (a Slurm job, CI) the bars are drawn only at the end: plain lines say
     that a long stage moves (every LOG_PROGRESS_SECONDS; 0 here), and -q silences them."""
-    from packtool import cli
+    from packtool.render import progress
 
-    monkeypatch.setattr(cli, "LOG_PROGRESS_SECONDS", 0.0)
+    monkeypatch.setattr(progress, "LOG_PROGRESS_SECONDS", 0.0)
     result = run("pack", SAMPLE, "--max-len", "4096", "-o", tmp_path / "out")
     assert result.exit_code == 0, result.output + result.stderr
     lines = result.stderr.splitlines()
@@ -56,7 +56,7 @@ def test_progress_lines_off_a_terminal(tmp_path: Path, monkeypatch: pytest.Monke
     assert any(line.startswith("write rows: 100% 296/296 (") for line in lines), lines
     quiet = run("pack", SAMPLE, "--max-len", "4096", "-o", tmp_path / "q", "-q")
     assert quiet.exit_code == 0 and quiet.stderr == "", quiet.stderr
-    monkeypatch.setattr(cli, "LOG_PROGRESS_SECONDS", 30.0)  # the default: a short run, no line
+    monkeypatch.setattr(progress, "LOG_PROGRESS_SECONDS", 30.0)  # the default: a short run, no line
     result = run("pack", SAMPLE, "--max-len", "4096", "-o", tmp_path / "short")
     assert "read + tokenize:" not in result.stderr
 
@@ -312,7 +312,7 @@ def test_an_eos_token_on_chats_without_eos_is_said(tmp_path: Path) -> None:
 
 
 def test_special_strings_note_counts_in_english() -> None:
-    from packtool.cli import special_strings_line
+    from packtool.render.pack import special_strings_line
 
     assert special_strings_line(0, False) is None
     assert special_strings_line(1, False).startswith("1 document holds special-token strings")

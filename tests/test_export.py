@@ -25,6 +25,7 @@ from packtool.cli import app
 from packtool.errors import OptionError, OutputExistsError
 from packtool.export import common as export_common
 from packtool.export import export, verify_export
+from packtool.export import registry as export_registry
 
 EOS, PAD = 0, 1
 
@@ -306,3 +307,56 @@ def test_verify_finds_a_wrong_bridge_loss_mask(tmp_path: Path) -> None:
     ]
     with pytest.raises(OptionError, match="--npy is an option of --to megatron-bridge only"):
         export(out, tmp_path / "mega", to="megatron", npy=True)
+
+
+class RowCountExporter:
+    """An export of this test module's own, through the one table: the pack's row count."""
+
+    name = "row-count"
+    options: frozenset[str] = frozenset()
+
+    def write(self, reader: Any, staging: Path, **options: Any) -> dict[str, Any]:
+        path = staging / "rows.txt"
+        path.write_text(f"{reader.num_rows}\n")
+        info = {"bytes": path.stat().st_size, "sha256": packtool.format.sha256_file(path)}
+        return export_common.write_export_manifest(
+            staging,
+            {
+                "to": self.name,
+                "source": export_common.pack_fingerprint(reader),
+                "rows": reader.num_rows,
+                "files": {path.name: info},
+            },
+        )
+
+    def problems(self, reader: Any, dest: Path, record: dict[str, Any]) -> list[str]:
+        found = int((dest / "rows.txt").read_text())
+        return [] if found == reader.num_rows else [f"rows.txt: {found} rows"]
+
+
+EXPORTER = RowCountExporter()
+
+
+def test_every_export_is_a_line_of_the_one_table() -> None:
+    assert export_registry.names() == ["megatron", "megatron-bridge"]
+    for line in export_registry.EXPORTS:
+        assert export_registry.exporter(line.name).name == line.name
+        assert f"{line.name} ({line.summary})" in export_registry.choices_help()
+    result = CliRunner().invoke(app, ["export", "--help"], terminal_width=400)
+    assert export_registry.choices_help() in " ".join(result.stdout.split())
+
+
+def test_a_new_export_is_one_module_and_one_table_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    line = export_registry.Export("row-count", "the number of rows", __name__)
+    monkeypatch.setattr(export_registry, "EXPORTS", (*export_registry.EXPORTS, line))
+    out = make_pack(tmp_path, random_docs(300, n=20), vocab_size=300, max_len=16)
+    dest = tmp_path / "rows"
+    result = CliRunner().invoke(app, ["export", str(out), "--to", "row-count", "-o", str(dest)])
+    assert result.exit_code == 0, result.output
+    assert int((dest / "rows.txt").read_text()) == packtool.open_packed(out).num_rows
+    result = CliRunner().invoke(app, ["verify", str(out), "--export", str(dest)])
+    assert result.exit_code == 0 and "export (row-count) verified" in result.stdout
+    with pytest.raises(OptionError, match="--npy is an option of --to megatron-bridge only"):
+        export(out, tmp_path / "again", to="row-count", npy=True)

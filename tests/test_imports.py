@@ -35,8 +35,27 @@ def test_help_loads_no_heavy_subsystem() -> None:
         "    main()\n"
     )
     assert _loaded_heavy(code) == []
-    for command in ("pack", "stats", "verify", "inspect", "merge"):
+    for command in ("pack", "stats", "verify", "inspect", "merge", "export"):
         assert _loaded_heavy(code.replace("'--help'", f"{command!r}, '--help'")) == [], command
+
+
+def test_help_loads_no_renderer() -> None:
+    """The render modules (and rich's tables) load inside the command that shows a report,
+    never for ``--help``; the table of exports that ``--to``'s help lists loads no export."""
+    code = (
+        "import contextlib, io, sys\n"
+        "sys.argv = ['packtool', 'export', '--help']\n"
+        "from packtool.cli import main\n"
+        "with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit):\n"
+        "    main()\n"
+        "loaded = [m for m in sys.modules if m.startswith(('packtool.render', 'rich.table',\n"
+        "          'packtool.export.megatron', 'packtool.export.bridge', 'packtool.format'))]\n"
+        "print(sorted(loaded))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], check=True, cwd=REPO, capture_output=True, text=True
+    )
+    assert result.stdout.strip().splitlines()[-1] == "[]"
 
 
 def test_every_public_name_resolves() -> None:

@@ -23,7 +23,6 @@ from rich.console import Console
 from test_cli import assert_one_line_error, run
 
 import packtool
-from packtool import _render_inspect as render
 from packtool.errors import FormatError, OptionError
 from packtool.format import PackedBatch, ShardWriter
 from packtool.inspect import (
@@ -41,6 +40,7 @@ from packtool.inspect import (
     shade_index,
 )
 from packtool.masks import block_causal_mask
+from packtool.render import inspect as render
 
 # -- brute force ---------------------------------------------------------------------------
 

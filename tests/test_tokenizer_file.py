@@ -7,14 +7,23 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import hypothesis.strategies as st
 import pytest
 import tokenizer_families as tf
 from conftest import write_jsonl
+from helpers import documents_from_rows, read_rows
+from hypothesis import given, settings
 from tokenizers import Tokenizer
 
 import packtool
 from packtool.errors import TokenizerError
-from packtool.tokenize import GATE_CACHED, GATE_PASSED, DocumentEncoder, load_tokenizer
+from packtool.tokenize import (
+    GATE_CACHED,
+    GATE_PASSED,
+    DocumentEncoder,
+    SpecialStringFinder,
+    load_tokenizer,
+)
 from packtool.tokenizer_file import (
     BOS_NAMES,
     EOS_NAMES,
@@ -147,3 +156,68 @@ def test_a_cached_verdict_runs_without_tokenizers(tmp_path, monkeypatch) -> None
     packtool.pack([src], tmp_path / "hf", max_len=16, tokenizer_backend="hf")
     for shard in sorted((tmp_path / "hf").glob("*.arrow")):
         assert (tmp_path / "fast" / shard.name).read_bytes() == shard.read_bytes()
+
+
+_SPECIALS = st.lists(
+    st.text(alphabet="<|>/sab_e", min_size=1, max_size=6), min_size=1, max_size=12, unique=True
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(strings=_SPECIALS, texts=st.lists(st.text(alphabet="<|>/sab_e x", max_size=30), max_size=8))
+def test_special_string_finder_counts_as_a_plain_search_does(strings, texts) -> None:
+    """The trie-shaped pattern that counts documents holding special-token strings finds one
+    exactly where a plain substring search finds one (strings that are prefixes or parts of
+    others included); the spans still take the longest string at each position."""
+    finder = SpecialStringFinder(strings)
+    holds = [any(s in t for s in strings) for t in texts]
+    assert [finder.contains(t) for t in texts] == holds
+    assert finder.count(texts) == sum(holds)
+    for t in texts:
+        for a, b in finder.spans(t):
+            assert t[a:b] in strings
+            assert not any(t.startswith(s, a) and len(s) > b - a for s in strings)
+
+
+def test_ids_with_a_gap_bound_the_vocabulary_and_place_the_anchor(family_dirs, tmp_path) -> None:
+    """A vocabulary whose ids have a gap (GPT-4o's o200k: 200,000 tokens, the last at id
+    200,018): the next id `tokenizers` gives is one above the highest, not the count of
+    tokens, so packtool's anchor token goes there and the recorded vocab_size bounds every
+    id. Before, such a file failed with "packtool's anchor token did not get the next id"."""
+    directory = family_dirs["gpt2", False]
+    data = json.loads((directory / "tokenizer.json").read_text(encoding="utf-8"))
+    vocab = data["model"]["vocab"]
+    top = max(vocab.values())
+    far = top + 19  # a token of the vocabulary with ids top+1 .. top+18 unused
+    vocab["<|far|>"] = far
+    data["added_tokens"].append(
+        {"id": far, "content": "<|far|>", "single_word": False, "lstrip": False,
+         "rstrip": False, "normalized": False, "special": True}
+    )  # fmt: skip
+    gapped = tmp_path / "gapped"
+    gapped.mkdir()
+    (gapped / "tokenizer.json").write_text(json.dumps(data), encoding="utf-8")
+    (gapped / "tokenizer_config.json").write_bytes(
+        (directory / "tokenizer_config.json").read_bytes()
+    )
+
+    tok = Tokenizer.from_file(str(gapped / "tokenizer.json"))
+    file = TokenizerFile.parse((gapped / "tokenizer.json").read_bytes())
+    assert file.vocab_size == tok.get_vocab_size(with_added_tokens=True) < far
+    tok.add_tokens(["<probe-token>"])
+    assert file.next_id == tok.token_to_id("<probe-token>") == far + 1
+
+    corpus = tmp_path / "c.jsonl"
+    write_jsonl(corpus, [{"text": "a plain line <|far|> and more"}, {"text": "second"}])
+    for backend in ("hf", "auto"):
+        out = tmp_path / f"out-{backend}"
+        report = packtool.pack(
+            [corpus], out, max_len=64, tokenizer=str(gapped), parse_special=True,
+            tokenizer_backend=backend,
+        )  # fmt: skip
+        manifest, rows = read_rows(out)
+        assert manifest["tokenizer"]["vocab_size"] == far + 1
+        docs = documents_from_rows(rows)
+        want = tok.encode("a plain line <|far|> and more", add_special_tokens=False).ids
+        assert far in want and docs[0][: len(want)] == want
+        assert report.documents.packed == 2

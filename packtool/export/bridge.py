@@ -259,3 +259,20 @@ def bridge_problems(reader: PackedReader, dest: Path, record: dict[str, Any]) ->
     if on_disk != [want]:
         problems.append(f"{names['metadata']}: {on_disk}, expected {[want]}")
     return problems
+
+
+class BridgeExporter:
+    """``--to megatron-bridge``: the packed rows as NeMo / Megatron-Bridge packed-SFT files
+    (``npy``: the older ``.npy`` too)."""
+
+    name = "megatron-bridge"
+    options = frozenset({"npy"})
+
+    def write(self, reader: PackedReader, staging: Path, **options: Any) -> dict[str, Any]:
+        return export_bridge(reader, staging, npy=bool(options.get("npy")))
+
+    def problems(self, reader: PackedReader, dest: Path, record: dict[str, Any]) -> list[str]:
+        return bridge_problems(reader, dest, record)
+
+
+EXPORTER = BridgeExporter()

@@ -199,3 +199,19 @@ def megatron_problems(reader: PackedReader, dest: Path, record: dict[str, Any]) 
                 if len(problems) >= 20:
                     return problems
     return problems
+
+
+class MegatronExporter:
+    """``--to megatron``: the documents as a Megatron-LM indexed dataset."""
+
+    name = "megatron"
+    options: frozenset[str] = frozenset()
+
+    def write(self, reader: PackedReader, staging: Path, **options: Any) -> dict[str, Any]:
+        return export_megatron(reader, staging)
+
+    def problems(self, reader: PackedReader, dest: Path, record: dict[str, Any]) -> list[str]:
+        return megatron_problems(reader, dest, record)
+
+
+EXPORTER = MegatronExporter()

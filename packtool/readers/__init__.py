@@ -4,7 +4,8 @@ Inputs are files (JSON Lines, JSON arrays, Parquet, Arrow, CSV, plain text; ``.g
 compressed JSON, CSV and text too), directories or globs of such files, and datasets saved
 with ``datasets.save_to_disk``.
 
-Each format has one reader (:func:`read` chooses it by the input's kind): it yields
+Each format has one reader (:class:`Reader`), and one table (:mod:`.registry`) maps each
+input kind to it; :func:`read` and every function below go through it. A reader yields
 :class:`Records`, the fields asked for as Arrow columns (pyarrow's Parquet, Arrow, CSV and
 JSON readers) or, where JSON is parsed in Python (instruction records, a piece pyarrow
 refuses), as the values ``json.loads`` gives, each record nameable by its file and line or
@@ -15,7 +16,8 @@ records) and :func:`column_batches` (token-id lists) are a reader and an adapter
 
 Every record gets a place in the stream: a bad record that is skipped is yielded as ``None``
 so that document numbering (and so the ``doc_ids`` of the output) does not depend on it.
-Plain text (:mod:`.txt`) has no fields: its reader gives the texts itself.
+Plain text (:mod:`.txt`) has no fields: its reader gives the texts itself. A Megatron-LM
+indexed dataset (:mod:`.megatron`) gives token ids only.
 """
 
 from __future__ import annotations
@@ -24,69 +26,57 @@ from collections.abc import Callable, Iterator, Sequence
 
 import pyarrow as pa
 
-from ..errors import InputError, OptionError
-from . import arrow, csv, hf_dataset, json_array, jsonl, parquet, txt
-from .adapt import as_columns, as_records, as_texts
+from ..errors import OptionError
+from .adapt import as_columns, as_records
+from .base import Cuts, FieldReader, Reader, TableReader
 from .batches import (
     ColumnBatch,
     RecordBatch,
     RecordCheck,
     Records,
-    TableSource,
     TextBatch,
     Want,
-    check_column,
     check_record_columns,
     check_table_columns,
     skip_records,
 )
-from .files import (
-    BATCH_DOCS,
-    SUPPORTED,
-    TXT_UNITS,
-    InputFile,
-    Piece,
-    describe_skipped,
-    guarded,
-    part_of,
-    resolve_inputs,
-)
+from .files import BATCH_DOCS, TXT_UNITS, InputFile, Piece, guarded, part_of
+from .inputs import describe_skipped, resolve_inputs, supported
+from .registry import FORMATS, reader_for, reader_of, register
 
 __all__ = [
     "BATCH_DOCS",
-    "SUPPORTED",
+    "FORMATS",
     "TXT_UNITS",
     "ColumnBatch",
+    "Cuts",
+    "FieldReader",
     "InputFile",
     "Piece",
+    "Reader",
     "RecordBatch",
     "RecordCheck",
     "Records",
+    "TableReader",
     "TextBatch",
     "Want",
     "column_batches",
+    "cuts",
     "describe_skipped",
     "first_record_fields",
     "first_row",
+    "ids_field",
     "part_of",
     "read",
     "read_records",
     "read_texts",
+    "reader_for",
+    "reader_of",
+    "register",
     "resolve_inputs",
     "skip_records",
+    "supported",
 ]
-
-_TABLES = ("parquet", "arrow", "hf_dataset")
-
-
-def _open_table(inp: InputFile, fields: Sequence[str], split: str | None, rows: int) -> TableSource:
-    if inp.kind == "parquet":
-        return parquet.open_table(inp, fields, rows)
-    if inp.kind == "arrow":
-        return arrow.open_table(str(inp.path), [str(inp.path)], fields, "Arrow data")
-    if inp.kind == "hf_dataset":
-        return hf_dataset.open_table(inp, fields, split, rows)
-    raise ValueError(f"unknown input kind {inp.kind!r}")
 
 
 def read(
@@ -103,22 +93,10 @@ def read(
     reader). ``check(schema)`` sees the columns of a table or CSV input before anything is
     read (to name a missing column). Table inputs give ``batch_rows`` rows at a time, JSON
     Lines a piece of lines, CSV a block."""
-    if inp.kind == "jsonl":
-        yield from jsonl.read(inp, fields, want)
-    elif inp.kind == "json":
-        yield from json_array.read(inp, fields, want, batch_rows)
-    elif inp.kind == "csv":
-        if check is not None:
-            check(pa.schema([(name, pa.string()) for name in csv.read_header(inp)]))
-        yield from csv.read(inp, fields, want)
-    else:
-        source = _open_table(inp, fields, split, batch_rows)
-        try:
-            if check is not None:
-                check(source.schema)
-            yield from source.parts
-        finally:
-            source.close()
+    reader = reader_of(inp)
+    if want not in reader.gives:
+        raise reader.refusal(inp, want)
+    yield from reader.read(inp, fields, want, split=split, batch_rows=batch_rows, check=check)
 
 
 def read_texts(
@@ -138,29 +116,36 @@ def read_texts(
     """
     if txt_unit not in TXT_UNITS:
         raise OptionError(f"--txt-unit must be line, paragraph or document, got {txt_unit!r}")
-    if inp.kind == "txt":  # no fields: a line, a paragraph or the file is the document
-        return guarded(inp, txt.read_texts(inp, txt_unit, skip_bad_records, batch_docs))
-    if inp.kind == "megatron":
-        raise InputError(f"{inp.path}: a Megatron indexed dataset holds token ids, not text")
-    where = str(inp.path)
-    parts = read(
+    reader = reader_of(inp)
+    if Want.TEXT not in reader.gives:
+        raise reader.refusal(inp, Want.TEXT)
+    texts = reader.texts(
         inp,
-        [text_field],
-        Want.TEXT,
+        text_field=text_field,
+        skip_bad_records=skip_bad_records,
         split=split,
-        batch_rows=batch_docs * 8,
-        check=lambda schema: check_column(schema, text_field, where),
+        txt_unit=txt_unit,
+        batch_docs=batch_docs,
     )
-    return guarded(inp, as_texts(parts, text_field, skip_bad_records, batch_docs))
+    return guarded(inp, texts)
 
 
 def first_row(inp: InputFile) -> int:
     """The number in its file of the first row of ``inp``: 0 for a whole input; for a piece,
     the rows of the row groups (or the sequences) before it. (A piece of JSON Lines numbers
     its lines itself.)"""
-    if part_of(inp, "sequences") is not None:
-        return inp.start  # type: ignore[attr-defined, no-any-return]
-    return parquet.rows_before(inp)
+    return reader_of(inp).first_row(inp)
+
+
+def cuts(inp: InputFile) -> Cuts | None:
+    """Where a work unit's piece of ``inp`` may start (``None``: it is read whole)."""
+    return reader_of(inp).cuts(inp)
+
+
+def ids_field(inp: InputFile) -> str | None:
+    """The name shown for the ids of an input that holds token ids only (a Megatron indexed
+    dataset: ``tokens``); ``None`` for an input of records with fields."""
+    return reader_of(inp).ids_field
 
 
 def column_batches(
@@ -168,10 +153,12 @@ def column_batches(
 ) -> Iterator[ColumnBatch]:
     """The list columns ``columns`` (token ids) of the records of ``inp``, batch by batch:
     Parquet, Arrow and saved datasets as stored; JSON Lines, JSON arrays and CSV
-    (compressed too) parsed by pyarrow, the CSV cells' lists by NumPy. A record that cannot
-    be such lists is null, named in the batch's ``problems``."""
-    if inp.kind not in ("jsonl", "json", "csv", *_TABLES):
-        raise InputError(f"{inp.path}: a .{inp.kind} input holds text, not token ids")
+    (compressed too) parsed by pyarrow, the CSV cells' lists by NumPy; the sequences of a
+    Megatron indexed dataset. A record that cannot be such lists is null, named in the
+    batch's ``problems``."""
+    reader = reader_of(inp)
+    if Want.IDS not in reader.gives:
+        raise reader.refusal(inp, Want.IDS)
     where = str(inp.path)
     parts = read(
         inp,
@@ -205,13 +192,9 @@ def read_records(
     ...     batch.records[0], batch.locations[0]
     ({'prompt': 'Add 2 and 3.', 'completion': ' 5'}, 'data.jsonl:1')
     """
-    if inp.kind == "txt":
-        raise InputError(
-            f"{inp.path}: a .txt input holds plain text, not prompt/completion or chat "
-            "records: use JSON Lines, JSON, Parquet, Arrow or CSV, or --input-shape text"
-        )
-    if inp.kind not in ("jsonl", "json", "csv", *_TABLES):
-        raise ValueError(f"unknown input kind {inp.kind!r}")
+    reader = reader_of(inp)
+    if Want.RECORDS not in reader.gives:
+        raise reader.refusal(inp, Want.RECORDS)
     where = str(inp.path)
     parts = read(
         inp,
@@ -231,21 +214,4 @@ def first_record_fields(inp: InputFile, *, split: str | None = None) -> list[str
     look at (a ``.txt`` or Megatron input, an empty file, or no readable record in the first
     100 lines), or when the input cannot be read (reading it for real then names the problem).
     """
-    if inp.kind not in ("jsonl", "json", "csv", *_TABLES):
-        return None  # plain text, token ids
-    if inp.kind in ("jsonl", "json"):
-        try:
-            return jsonl.first_fields(inp)
-        except Exception:  # a corrupt or truncated file (zlib, zstd...): reading names it
-            return None
-    if inp.kind == "csv":
-        try:
-            return csv.read_header(inp) or None
-        except InputError:
-            return None  # reading it for real names the problem
-    try:
-        source = _open_table(inp, (), split, 1)
-    except InputError:
-        return None  # reading it for real names the problem
-    source.close()
-    return list(source.schema.names)
+    return reader_of(inp).first_fields(inp, split)

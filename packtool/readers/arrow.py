@@ -9,7 +9,9 @@ import pyarrow as pa
 
 from ..errors import InputError
 from ..fs import arrow_input, as_path
+from .base import TableReader
 from .batches import Records, TableSource
+from .files import InputFile
 
 
 class ArrowInput(NamedTuple):
@@ -91,3 +93,18 @@ def open_table(where: str, files: list[str], columns: Sequence[str], what: str) 
             raise InputError(f"{where}: cannot read {what}: {e}") from e
 
     return TableSource(arrow.schema, parts(), arrow.source.close)
+
+
+class ArrowReader(TableReader):
+    """Arrow IPC, file or stream format."""
+
+    kind = "arrow"
+    suffixes = (".arrow",)
+
+    def open_table(
+        self, inp: InputFile, columns: Sequence[str], split: str | None, batch_rows: int
+    ) -> TableSource:
+        return open_table(str(inp.path), [str(inp.path)], columns, "Arrow data")
+
+
+READER = ArrowReader()

@@ -13,8 +13,9 @@ import numpy as np
 import pyarrow as pa
 
 from ..errors import BadRecordError, InputError
+from .base import FieldReader, SchemaCheck
 from .batches import Records, Want, is_straddling
-from .files import InputFile, arrow_stream
+from .files import BATCH_DOCS, InputFile, arrow_stream
 
 
 def read_header(inp: InputFile) -> list[str]:
@@ -292,3 +293,35 @@ def _int_list_cells(column: pa.Array, name: str, problems: dict[int, str]) -> pa
     return pa.LargeListArray.from_arrays(
         pa.array(offsets.astype(np.int64)), pa.array(values), mask=pa.array(bad)
     )
+
+
+class CsvReader(FieldReader):
+    """CSV: the header names the columns before any row is read."""
+
+    kind = "csv"
+    suffixes = (".csv",)
+    compressible = True
+    schema_first = True
+
+    def read(
+        self,
+        inp: InputFile,
+        fields: Sequence[str],
+        want: Want,
+        *,
+        split: str | None = None,
+        batch_rows: int = BATCH_DOCS,
+        check: SchemaCheck | None = None,
+    ) -> Iterator[Records]:
+        if check is not None:
+            check(pa.schema([(name, pa.string()) for name in read_header(inp)]))
+        yield from read(inp, fields, want)
+
+    def first_fields(self, inp: InputFile, split: str | None) -> list[str] | None:
+        try:
+            return read_header(inp) or None
+        except InputError:
+            return None  # reading it for real names the problem
+
+
+READER = CsvReader()

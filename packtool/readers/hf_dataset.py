@@ -8,10 +8,16 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from ..errors import InputError
-from ..fs import as_path
+from ..fs import AnyPath, as_path
 from .arrow import open_table as open_arrow_table
+from .base import TableReader
 from .batches import Records, TableSource
 from .files import InputFile
+
+
+def is_saved_dataset(path: AnyPath) -> bool:
+    """Whether the directory ``path`` is a dataset saved with ``save_to_disk``."""
+    return (path / "state.json").exists() or (path / "dataset_dict.json").exists()
 
 
 def _choose_split(where: str, splits: Sequence[str], split: str | None) -> str:
@@ -76,3 +82,22 @@ def open_table(
                 done += b.num_rows
 
     return TableSource(ds.data.schema, parts(), lambda: None)
+
+
+class SavedDatasetReader(TableReader):
+    """A directory saved with ``datasets.save_to_disk`` (found by its ``state.json`` or
+    ``dataset_dict.json``, not by a suffix)."""
+
+    kind = "hf_dataset"
+
+    def open_table(
+        self, inp: InputFile, columns: Sequence[str], split: str | None, batch_rows: int
+    ) -> TableSource:
+        return open_table(inp, columns, split, batch_rows)
+
+    def input_file(self, path: AnyPath, compression: str | None) -> InputFile:
+        size = sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+        return InputFile(path, self.kind, None, size)
+
+
+READER = SavedDatasetReader()

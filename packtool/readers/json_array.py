@@ -17,8 +17,16 @@ import pyarrow as pa
 
 from ..errors import InputError
 from . import jsonl
+from .base import SchemaCheck
 from .batches import Records, Want
-from .files import InputFile, NoArrowCodec, arrow_stream, is_json_array, open_binary
+from .files import (
+    BATCH_DOCS,
+    InputFile,
+    NoArrowCodec,
+    arrow_stream,
+    is_json_array,
+    open_binary,
+)
 from .jsonl import arrow_json_piece, null_line
 
 
@@ -259,3 +267,28 @@ def read(inp: InputFile, fields: Sequence[str], want: Want, batch_rows: int) -> 
     with stream:
         data = _load_json_array(inp, stream)
     yield from _elements(inp, data, done, batch_rows)
+
+
+class JsonArrayReader(jsonl.JsonLinesReader):
+    """``.json``: one JSON array (or JSON Lines named .json), read whole."""
+
+    kind = "json"
+    suffixes = (".json",)
+
+    def read(
+        self,
+        inp: InputFile,
+        fields: Sequence[str],
+        want: Want,
+        *,
+        split: str | None = None,
+        batch_rows: int = BATCH_DOCS,
+        check: SchemaCheck | None = None,
+    ) -> Iterator[Records]:
+        return read(inp, fields, want, batch_rows)
+
+    def cuts(self, inp: InputFile) -> None:
+        return None
+
+
+READER = JsonArrayReader()

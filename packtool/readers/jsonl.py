@@ -20,6 +20,7 @@ import pyarrow as pa
 
 from ..errors import BadRecordError, InputError
 from ..fs import open_input
+from .base import Cuts, FieldReader, SchemaCheck
 from .batches import Records, Want, is_straddling
 from .files import (
     BATCH_DOCS,
@@ -344,3 +345,35 @@ def first_fields(inp: InputFile) -> list[str] | None:
             if isinstance(obj, dict):
                 return list(obj)
     return None
+
+
+class JsonLinesReader(FieldReader):
+    """JSON Lines: pieces by bytes (of an uncompressed file), cut after a line break."""
+
+    kind = "jsonl"
+    suffixes = (".jsonl", ".ndjson")
+    compressible = True
+
+    def read(
+        self,
+        inp: InputFile,
+        fields: Sequence[str],
+        want: Want,
+        *,
+        split: str | None = None,
+        batch_rows: int = BATCH_DOCS,
+        check: SchemaCheck | None = None,
+    ) -> Iterator[Records]:
+        return read(inp, fields, want)
+
+    def first_fields(self, inp: InputFile, split: str | None) -> list[str] | None:
+        try:
+            return first_fields(inp)
+        except Exception:  # a corrupt or truncated file (zlib, zstd...): reading names it
+            return None
+
+    def cuts(self, inp: InputFile) -> Cuts | None:
+        return Cuts("bytes") if inp.compression is None else None
+
+
+READER = JsonLinesReader()

@@ -5,10 +5,12 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 
 from ..errors import InputError
 from ..fs import arrow_source
+from .base import Cuts, TableReader
 from .batches import Records, TableSource
 from .files import InputFile, part_of
 
@@ -67,3 +69,45 @@ def rows_before(inp: InputFile) -> int:
     except (pa.ArrowInvalid, OSError) as e:
         raise InputError(f"{inp.path}: not a readable Parquet file: {e}") from e
     return sum(meta.row_group(g).num_rows for g in range(span[0]))
+
+
+def row_group_starts(inp: InputFile) -> np.ndarray | None:
+    """The byte offset of each row group of a Parquet input (group ``g`` at ``4 +
+    (compressed bytes of groups 0..g-1)``; 4: the file's magic number), or ``None`` where it
+    cannot be cut (one row group, or groups whose offsets do not increase)."""
+    import pyarrow.parquet as pq
+
+    try:
+        meta = pq.ParquetFile(arrow_source(inp.path)).metadata
+    except (pa.ArrowInvalid, OSError) as e:
+        raise InputError(f"{inp.path}: not a readable Parquet file: {e}") from e
+    starts, position = [0], 4
+    for g in range(meta.num_row_groups - 1):
+        group = meta.row_group(g)
+        position += sum(group.column(c).total_compressed_size for c in range(group.num_columns))
+        starts.append(min(max(position, starts[-1] + 1), inp.size_bytes))
+    if meta.num_row_groups > 1 and len(set(starts)) == len(starts):
+        return np.asarray(starts, np.int64)
+    return None
+
+
+class ParquetReader(TableReader):
+    """Parquet: pieces by row groups."""
+
+    kind = "parquet"
+    suffixes = (".parquet",)
+
+    def open_table(
+        self, inp: InputFile, columns: Sequence[str], split: str | None, batch_rows: int
+    ) -> TableSource:
+        return open_table(inp, columns, batch_rows)
+
+    def first_row(self, inp: InputFile) -> int:
+        return rows_before(inp)
+
+    def cuts(self, inp: InputFile) -> Cuts | None:
+        starts = row_group_starts(inp)
+        return None if starts is None else Cuts("row_groups", starts)
+
+
+READER = ParquetReader()

@@ -1,17 +1,14 @@
-"""Plain text inputs: a document a line, a paragraph or the whole file."""
+"""Plain text inputs: a document a line, a paragraph or the whole file (no fields: the reader
+gives the texts itself)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 
-from ..errors import BadRecordError
-from .batches import (
-    TextBatch,
-)
-from .files import (
-    InputFile,
-    open_binary,
-)
+from ..errors import BadRecordError, InputError
+from .base import FieldReader
+from .batches import TextBatch, Want
+from .files import InputFile, open_binary
 
 
 def read_texts(inp: InputFile, unit: str, skip_bad: bool, batch_docs: int) -> Iterator[TextBatch]:
@@ -57,3 +54,35 @@ def read_texts(inp: InputFile, unit: str, skip_bad: bool, batch_docs: int) -> It
         batch.bytes_done = inp.size_bytes
         if batch.texts:
             yield batch
+
+
+class TextReader(FieldReader):
+    """Plain text: texts only, no fields."""
+
+    kind = "txt"
+    suffixes = (".txt",)
+    compressible = True
+    gives = frozenset({Want.TEXT})
+
+    def texts(
+        self,
+        inp: InputFile,
+        *,
+        text_field: str,
+        skip_bad_records: bool,
+        split: str | None,
+        txt_unit: str,
+        batch_docs: int,
+    ) -> Iterator[TextBatch]:
+        return read_texts(inp, txt_unit, skip_bad_records, batch_docs)
+
+    def refusal(self, inp: InputFile, want: Want) -> Exception:
+        if want is Want.RECORDS:
+            return InputError(
+                f"{inp.path}: a .txt input holds plain text, not prompt/completion or chat "
+                "records: use JSON Lines, JSON, Parquet, Arrow or CSV, or --input-shape text"
+            )
+        return super().refusal(inp, want)
+
+
+READER = TextReader()

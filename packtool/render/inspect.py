@@ -4,14 +4,15 @@ rich). The numbers come from :mod:`packtool.inspect`; this module only lays them
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 
 import numpy as np
-from rich.console import Group, RenderableType
+from rich.console import Console, Group, RenderableType
 from rich.rule import Rule
 from rich.table import Table
 from rich.text import Text
 
-from .inspect import SHADES, MaskGrid, RowView, SegmentView, head_tail
+from ..inspect import SHADES, MaskGrid, RowView, SegmentView, fit_cell, head_tail
 
 __all__ = [
     "PADDING_STYLE",
@@ -22,7 +23,10 @@ __all__ = [
     "render_header",
     "render_mask",
     "render_segments",
+    "row_console",
+    "save_row",
     "segment_style",
+    "show_row",
 ]
 
 PALETTE = (
@@ -261,3 +265,52 @@ def render_decoded(view: RowView) -> Group:
         key.append("context (label -100)", style=CONTEXT_STYLE)
         parts.insert(0, key)
     return Group(*parts)
+
+
+def row_console(width: int | None, *, record: bool) -> Console:
+    """The console ``inspect`` draws on: ``width`` columns (default: the terminal's),
+    recording what it prints when it is to be saved (``--svg``, ``--html``)."""
+    return Console(width=width, record=record, highlight=False)
+
+
+def show_row(
+    console: Console,
+    view: RowView,
+    *,
+    span: tuple[int, int] | None,
+    picked: str,
+    decoded: bool,
+    no_tokenizer: str,
+    decode: bool,
+) -> None:
+    """What ``inspect`` shows of one row: its header, its segments (``decoded``: with their
+    text; ``no_tokenizer`` says why not), its mask (tokens ``span``
+    only, if given; downsampled to fit the console) and, with ``decode``, every segment's
+    full text."""
+    start, end = span if span is not None else (0, view.max_len)
+    label_width, max_cells = mask_layout(console.width, end)
+    cell = fit_cell(end - start, max_cells)
+    note = ""
+    if cell > 1:
+        fit = f"downsampled to fit {console.width} columns"
+        note = f"window of {end - start:,} tokens {fit}" if span is not None else fit
+    grid = view.mask_grid(cell, span)
+
+    console.print(render_header(view, picked))
+    if no_tokenizer:
+        console.print(f"no text shown: {no_tokenizer}", style="dim", markup=False)
+    console.print()
+    console.print(render_segments(view, console.width, decoded=decoded))
+    console.print()
+    console.print(render_mask(grid, view, label_width, note, console.width))
+    if decode:
+        console.print()
+        console.print(render_decoded(view))
+
+
+def save_row(console: Console, *, title: str, svg: Path | None, html: Path | None) -> None:
+    """What ``console`` recorded, saved as an SVG picture and as HTML where asked."""
+    if svg is not None:
+        svg.write_text(console.export_svg(title=title, clear=False), encoding="utf-8")
+    if html is not None:
+        html.write_text(console.export_html(clear=False), encoding="utf-8")

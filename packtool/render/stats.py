@@ -1,4 +1,4 @@
-"""rich renderables for ``packtool stats`` (used by cli.py only; the library never imports it).
+"""rich renderables for ``packtool stats`` (used by the CLI only; the library never imports it).
 
 Turns the dataclasses of :mod:`packtool.stats` into tables and bar histograms; computes
 nothing that is not already in them.
@@ -6,12 +6,15 @@ nothing that is not already in them.
 
 from __future__ import annotations
 
+import json
+from typing import Any
+
 from rich import box
 from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from .stats import (
+from ..stats import (
     BATCHINGS,
     BalanceStats,
     CorpusStats,
@@ -21,8 +24,10 @@ from .stats import (
     LengthSummary,
     PackingStats,
 )
+from .console import stdout
+from .pack import print_notices, say_bad_records, say_skipped
 
-__all__ = ["render_corpus_stats", "render_dataset_stats"]
+__all__ = ["render_corpus_stats", "render_dataset_stats", "show_stats"]
 
 BAR_WIDTH = 40
 _EIGHTHS = " ▏▎▍▌▋▊▉"
@@ -361,3 +366,17 @@ def render_corpus_stats(s: CorpusStats) -> RenderableType:
         comparison_table(s.results, _title(s.results[0])),
     ]
     return Group(*parts)
+
+
+def show_stats(result: Any, *, as_json: bool) -> None:
+    """What ``stats`` shows of a :class:`DatasetStats` (a packed output) or a
+    :class:`CorpusStats` (a corpus, with the notes of its tokenizer first)."""
+    corpus = isinstance(result, CorpusStats)
+    if corpus and not as_json:
+        print_notices(result, quiet=False)
+    say_skipped(getattr(result, "skipped_files", []), False)
+    if as_json:
+        print(json.dumps(result.to_dict(), indent=2))
+        return
+    stdout().print(render_corpus_stats(result) if corpus else render_dataset_stats(result))
+    say_bad_records(result.bad_records)

@@ -1,0 +1,106 @@
+"""The prepare stage: what a run decides about its inputs once, before any work is done.
+
+``pack``, work units, ``stats`` of a corpus and ``verify --against`` all read inputs the same
+way, so they all start here:
+
+- :func:`resolve_options`: the options that follow from the inputs (Megatron inputs are
+  ids) and the cross-checks of the pre-tokenized options (``--split-on-eos`` and
+  ``--vocab-size`` need ``--ids-field``), in one place;
+- :func:`choose_tokenizer`: the tokenizer of a run, chosen in one place: an object given by
+  a library user as it is, the stand-in of pre-tokenized data without one, else the file or
+  name loaded once, with the fast backend only for text documents (instruction data and ids
+  are never encoded by it, so its copy is not even loaded);
+- :func:`prepare`: both, plus the input shape (``auto``: from the first record's fields,
+  read once) and the :class:`~packtool.instruct.InputPlan` that reads and encodes each input.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from .errors import OptionError
+from .instruct import InputPlan, InputShape, input_shape, megatron_ids, plan_input
+from .options import PackOptions
+from .pretokenized import IdsTokenizer
+from .readers import InputFile
+from .tokenize import Tokenizer, load_tokenizer
+
+__all__ = ["Prepared", "check_ids_options", "choose_tokenizer", "prepare", "resolve_options"]
+
+
+def check_ids_options(options: PackOptions) -> None:
+    """The options of pre-tokenized data given without ``--ids-field``, refused."""
+    if options.ids_field is not None:
+        return
+    if options.split_on_eos is not None:
+        raise OptionError("--split-on-eos cuts pre-tokenized records: give --ids-field NAME")
+    if options.vocab_size is not None:  # text: the tokenizer's bounds
+        raise OptionError("--vocab-size bounds pre-tokenized ids: give --ids-field NAME")
+
+
+def resolve_options(files: Sequence[InputFile], options: PackOptions) -> PackOptions:
+    """``options`` as the inputs make them (Megatron inputs are ids), checked."""
+    options = megatron_ids(files, options)
+    check_ids_options(options)
+    return options
+
+
+def choose_tokenizer(options: PackOptions, *, text: bool = True, preload: bool = True) -> Tokenizer:
+    """The tokenizer of a run.
+
+    ``text``: the documents are text, so the fast backend may encode them (``auto`` or
+    ``fastokens`` start loading it now); otherwise only Hugging Face `tokenizers` is used.
+    ``preload=False``: no engine is loaded until a document is encoded (work units, and
+    ``stats`` whose lengths may be cached)."""
+    spec = options.tokenizer
+    if spec is None and options.ids_field is not None:  # pre-tokenized: no tokenizer needed
+        return IdsTokenizer(  # type: ignore[return-value]
+            eos_token=options.eos_token,
+            bos_token=options.bos_token,
+            vocab_size=options.vocab_size,
+        )
+    if spec is None or isinstance(spec, (str, os.PathLike)):
+        return load_tokenizer(
+            spec,
+            eos_token=options.eos_token,
+            bos_token=options.bos_token,
+            backend=options.tokenizer_backend if text else "hf",
+            preload=preload,
+        )
+    return spec  # type: ignore[no-any-return]
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """What the prepare stage decided: the inputs, the options they make, their shape, the
+    tokenizer and the plan that reads and encodes them."""
+
+    files: list[InputFile]
+    options: PackOptions
+    shape: InputShape
+    shape_auto: bool  # ``auto`` chose the shape (from the first record's fields)
+    tokenizer: Tokenizer
+    plan: InputPlan
+
+
+def prepare(
+    files: Sequence[InputFile],
+    options: PackOptions,
+    *,
+    tokenizer: Tokenizer | None = None,
+    preload: bool = True,
+) -> Prepared:
+    """Decide the shape, the tokenizer (``tokenizer``: one already chosen, e.g. the one a
+    pack was made with) and the plan of ``files``."""
+    files = list(files)
+    options = resolve_options(files, options)
+    if options.ids_field is not None:
+        shape, auto = InputShape.IDS, options.input_shape == "auto"
+    else:
+        shape, auto = input_shape(files, options)
+    if tokenizer is None:
+        tokenizer = choose_tokenizer(options, text=shape is InputShape.TEXT, preload=preload)
+    plan = plan_input(files, tokenizer, options, shape=(shape, auto))
+    return Prepared(files, options, shape, auto, tokenizer, plan)

@@ -1,0 +1,231 @@
+"""What every input format answers: the :class:`Reader` protocol, and the defaults most
+formats share (:class:`FieldReader`, :class:`TableReader`).
+
+A format is one module with one reader object; the table of formats
+(:mod:`.registry`) maps each input kind to its reader, and every read, every suffix that
+names a file's format and every piece a work unit may take of an input goes through it::
+
+    class TsvReader(FieldReader):
+        kind, suffixes = "tsv", (".tsv",)
+
+        def read(self, inp, fields, want, *, split=None, batch_rows=BATCH_DOCS, check=None):
+            ...  # yield Records of ``fields``
+
+    register(TsvReader())  # in the table: one line
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from typing import NamedTuple, Protocol
+
+import numpy as np
+import pyarrow as pa
+
+from ..errors import InputError
+from ..fs import AnyPath
+from .adapt import as_texts
+from .batches import Records, TableSource, TextBatch, Want, check_column
+from .files import BATCH_DOCS, InputFile
+
+SchemaCheck = Callable[[pa.Schema], None]
+
+
+class Cuts(NamedTuple):
+    """Where a work unit's piece of an input may start (``Piece.split_by`` names the kind of
+    piece): after any line break (``starts`` is ``None``: JSON Lines by bytes), or at the
+    byte offsets ``starts`` (plus ``shift``) of its numbered parts (Parquet row groups,
+    Megatron sequences)."""
+
+    split_by: str
+    starts: np.ndarray | None = None
+    shift: int = 0
+
+
+class Reader(Protocol):
+    """One input format: what it claims, what it gives, and its one reader.
+
+    ``kind`` is :attr:`InputFile.kind`; ``suffixes`` the file suffixes that name the format
+    (lower case; none for a directory format), also ``.gz``/``.zst`` compressed where
+    ``compressible``. ``gives`` is what :meth:`read` can make of the fields (:class:`Want`);
+    ``schema_first``: its columns are known before any record is read (a table, a CSV
+    header); ``ids_field``: the name shown for the ids of a format that holds token ids
+    only (``None`` for the others).
+    """
+
+    kind: str
+    suffixes: tuple[str, ...]
+    compressible: bool
+    gives: frozenset[Want]
+    schema_first: bool
+    ids_field: str | None
+
+    def read(
+        self,
+        inp: InputFile,
+        fields: Sequence[str],
+        want: Want,
+        *,
+        split: str | None = None,
+        batch_rows: int = BATCH_DOCS,
+        check: SchemaCheck | None = None,
+    ) -> Iterator[Records]:
+        """The records of ``inp`` (a piece too), ``fields`` of each parsed as ``want`` says;
+        ``check(schema)`` sees the columns before anything is read, where they are known."""
+        ...
+
+    def texts(
+        self,
+        inp: InputFile,
+        *,
+        text_field: str,
+        skip_bad_records: bool,
+        split: str | None,
+        txt_unit: str,
+        batch_docs: int,
+    ) -> Iterator[TextBatch]:
+        """The texts of ``inp`` in batches (what ``read_texts`` gives)."""
+        ...
+
+    def first_fields(self, inp: InputFile, split: str | None) -> list[str] | None:
+        """The field names of the first readable record; ``None`` where there is nothing to
+        look at or the input cannot be read (reading it for real names the problem)."""
+        ...
+
+    def first_row(self, inp: InputFile) -> int:
+        """The number in its file of the first row of ``inp`` (0 for a whole input)."""
+        ...
+
+    def cuts(self, inp: InputFile) -> Cuts | None:
+        """Where pieces of ``inp`` may start; ``None``: it is read whole."""
+        ...
+
+    def refusal(self, inp: InputFile, want: Want) -> Exception:
+        """The error for asking ``inp`` for what the format does not give."""
+        ...
+
+    def input_file(self, path: AnyPath, compression: str | None) -> InputFile:
+        """The input that the file ``path`` (of this format) is; checks its companions."""
+        ...
+
+    def companions(self, path: AnyPath) -> list[AnyPath]:
+        """The other files of the input ``path`` names (not inputs of their own)."""
+        ...
+
+    def entry_of(self, path: AnyPath) -> AnyPath | None:
+        """The file that names the input which the file ``path`` belongs to, when that is
+        not ``path`` itself (a companion file); else ``None``."""
+        ...
+
+    def by_prefix(self, spec: str) -> AnyPath | None:
+        """The file that names the input a prefix ``spec`` (no such file) stands for."""
+        ...
+
+
+class FieldReader:
+    """The defaults of a format of records with fields, read whole: texts through
+    :meth:`read` and the text adapter; no pieces; one file an input."""
+
+    kind: str = ""
+    suffixes: tuple[str, ...] = ()
+    compressible: bool = False
+    gives: frozenset[Want] = frozenset(Want)
+    schema_first: bool = False
+    ids_field: str | None = None
+
+    def read(
+        self,
+        inp: InputFile,
+        fields: Sequence[str],
+        want: Want,
+        *,
+        split: str | None = None,
+        batch_rows: int = BATCH_DOCS,
+        check: SchemaCheck | None = None,
+    ) -> Iterator[Records]:
+        raise self.refusal(inp, want)
+
+    def texts(
+        self,
+        inp: InputFile,
+        *,
+        text_field: str,
+        skip_bad_records: bool,
+        split: str | None,
+        txt_unit: str,
+        batch_docs: int,
+    ) -> Iterator[TextBatch]:
+        where = str(inp.path)
+        parts = self.read(
+            inp,
+            [text_field],
+            Want.TEXT,
+            split=split,
+            batch_rows=batch_docs * 8,
+            check=lambda schema: check_column(schema, text_field, where),
+        )
+        return as_texts(parts, text_field, skip_bad_records, batch_docs)
+
+    def first_fields(self, inp: InputFile, split: str | None) -> list[str] | None:
+        return None
+
+    def first_row(self, inp: InputFile) -> int:
+        return 0
+
+    def cuts(self, inp: InputFile) -> Cuts | None:
+        return None
+
+    def refusal(self, inp: InputFile, want: Want) -> Exception:
+        if want is Want.IDS:
+            return InputError(f"{inp.path}: a .{inp.kind} input holds text, not token ids")
+        return InputError(f"{inp.path}: a .{inp.kind} input gives no {want.value}")
+
+    def input_file(self, path: AnyPath, compression: str | None) -> InputFile:
+        return InputFile(path, self.kind, compression, path.stat().st_size)
+
+    def companions(self, path: AnyPath) -> list[AnyPath]:
+        return []
+
+    def entry_of(self, path: AnyPath) -> AnyPath | None:
+        return None
+
+    def by_prefix(self, spec: str) -> AnyPath | None:
+        return None
+
+
+class TableReader(FieldReader):
+    """A table format (Parquet, Arrow, a saved dataset): opened with its schema first (to
+    name a missing column), then :class:`Records` of the columns, as stored."""
+
+    schema_first = True
+
+    def open_table(
+        self, inp: InputFile, columns: Sequence[str], split: str | None, batch_rows: int
+    ) -> TableSource:
+        raise NotImplementedError
+
+    def read(
+        self,
+        inp: InputFile,
+        fields: Sequence[str],
+        want: Want,
+        *,
+        split: str | None = None,
+        batch_rows: int = BATCH_DOCS,
+        check: SchemaCheck | None = None,
+    ) -> Iterator[Records]:
+        source = self.open_table(inp, fields, split, batch_rows)
+        try:
+            if check is not None:
+                check(source.schema)
+            yield from source.parts
+        finally:
+            source.close()
+
+    def first_fields(self, inp: InputFile, split: str | None) -> list[str] | None:
+        try:
+            source = self.open_table(inp, (), split, 1)
+        except InputError:
+            return None  # reading it for real names the problem
+        source.close()
+        return list(source.schema.names)

@@ -1,0 +1,37 @@
+"""The report of ``export``: what was written, and how to train on it."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from .console import stdout
+
+
+def show_export(report: Any, *, quiet: bool, as_json: bool) -> None:
+    """What ``export`` shows of its :class:`~packtool.export.ExportReport`."""
+    if as_json:
+        print(json.dumps(report.record, indent=2))
+        return
+    if quiet:
+        return
+    from rich.table import Table
+
+    record = report.record
+    title = f"exported ({report.to}): {report.path}"
+    table = Table(title=title, show_header=False, title_justify="left")
+    table.add_column(style="bold")
+    table.add_column(justify="right")
+    for key in ("documents", "rows", "sequences", "tokens", "learned_tokens"):
+        if key in record:
+            table.add_row(key, f"{record[key]:,}")
+    for name, info in record["files"].items():
+        table.add_row(name, f"{info['bytes']:,} bytes")
+    table.add_row("time", f"{report.seconds:.1f} s")
+    stdout().print(table)
+    if "data_path" in record:
+        stdout().print(
+            f"train with --data-path {report.path / record['data_path']}",
+            highlight=False,
+            soft_wrap=True,
+        )

@@ -1,0 +1,240 @@
+"""The reports of ``pack``, ``pack --units`` and ``merge``: the summary table, the notes
+and skipped lines on stderr, the units' table, or the JSON summary."""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any
+
+from .console import note, stderr, stdout
+
+if TYPE_CHECKING:
+    from rich.table import Table
+
+
+def special_strings_line(documents: int, parsed: bool) -> str | None:
+    """The line about special-token strings found in the data (``None``: there were none)."""
+    if not documents:
+        return None
+    hold = "document holds" if documents == 1 else "documents hold"
+    if parsed:
+        return (
+            f"{documents:,} {hold} special-token strings; parsed as control tokens "
+            "(--parse-special)"
+        )
+    return (
+        f"{documents:,} {hold} special-token strings of the tokenizer; encoded as "
+        "the text they spell (--parse-special parses them)"
+    )
+
+
+BUNDLED_TOKENIZER_NOTE = (
+    "tokenized with packtool's bundled sample tokenizer (an 8,192-id BPE trained on "
+    "sample_data, for trying packtool out): pass --tokenizer for your model's"
+)
+
+
+def _tokenizer_name(report: Any) -> str | None:
+    """The tokenizer a pack (or a corpus's stats) used, as the manifest names it."""
+    manifest = getattr(report, "manifest", None)
+    if manifest is not None:
+        return manifest.tokenizer_name  # type: ignore[no-any-return]
+    return getattr(report, "tokenizer", None)
+
+
+def print_notices(report: Any, *, quiet: bool) -> None:
+    """The tokenizer's notices (always, on stderr), the special-token strings line, and
+    a reminder when the bundled sample tokenizer was used (without --tokenizer)."""
+    for notice in report.notices:
+        note("[yellow]note:[/]", notice)
+    line = special_strings_line(report.special_strings, report.parse_special)
+    if line and not quiet:
+        note("[yellow]note:[/]", line)
+    from ..tokenize import DEFAULT_TOKENIZER
+
+    if not quiet and _tokenizer_name(report) == DEFAULT_TOKENIZER:
+        note("[yellow]note:[/]", BUNDLED_TOKENIZER_NOTE)
+
+
+def say_skipped(skipped: list[str], quiet: bool) -> None:
+    """The one line on directory members of an unknown type that were not read."""
+    from ..readers import describe_skipped
+
+    if skipped and not quiet:
+        note("[yellow]skipped:[/]", describe_skipped(skipped))
+
+
+def summary_table(report: Any, *, tokenized: bool = True) -> Table:
+    """The report of a pack (``tokenized=False``: of a merge, which tokenizes nothing)."""
+    d = report.documents
+    from rich.table import Table
+
+    table = Table(title=f"packed into {report.out_dir}", show_header=False, title_justify="left")
+    table.add_column(style="bold")
+    table.add_column(justify="right")
+    table.add_row("documents read", f"{d.read:,}")
+    table.add_row(
+        "  packed whole / split / truncated",
+        f"{d.packed:,} / {d.split:,} / {d.truncated:,}",
+    )
+    table.add_row(
+        "  dropped / empty / bad skipped",
+        f"{d.dropped:,} / {d.empty:,} / {d.bad_records_skipped:,}",
+    )
+    vocab = report.manifest.vocab_size
+    name = report.manifest.tokenizer_name
+    table.add_row("tokenizer", f"{name}" + (f" ({vocab:,} ids)" if vocab else ""))
+    table.add_row("segments", f"{report.segments:,}")
+    table.add_row("tokens in rows", f"{report.tokens:,}")
+    if report.tokens_learned is not None:
+        labels = report.manifest.label_counts
+        table.add_row(
+            f"  learned ({labels.loss_on if labels else None})",
+            f"{report.tokens_learned:,} ({report.learned_share:.1%} of slots)",
+        )
+        if labels and (labels.documents_without_labels or labels.chunks_without_labels_dropped):
+            table.add_row(
+                "  nothing to learn: documents / chunks dropped",
+                f"{labels.documents_without_labels or 0:,} / "
+                f"{labels.chunks_without_labels_dropped or 0:,}",
+            )
+    table.add_row(
+        "rows",
+        f"{report.rows:,} x {report.max_len:,} tokens (lower bound "
+        f"{report.lower_bound_rows:,}, +{report.rows_over_lower_bound:,})",
+    )
+    table.add_row("shards", f"{report.shards:,}")
+    table.add_row("packing efficiency", f"{report.efficiency:.2%}")
+    table.add_row(
+        "padding saved",
+        f"{report.padding_saved:.1%} of slots vs padding every segment to max-len "
+        f"({report.unpacked_slots:,} -> {report.rows * report.max_len:,} slots)",
+    )
+    # (a rerun of --units whose units and merge were all done tokenized nothing: no speed)
+    tokenized = tokenized and report.tokens_per_second > 0
+    speed = f" ({report.tokens_per_second:,.0f} tokens/s)" if tokenized else ""
+    table.add_row("time", f"{report.seconds:.1f} s{speed}")
+    backend = report.manifest.backend_record
+    if backend and backend.name != "none":  # "none": pre-tokenized, nothing encoded
+        fell_back = backend.fallback_batches or 0
+        table.add_row(
+            "tokenizer backend",
+            f"{backend.name} {backend.version}"
+            + (f" ({fell_back:,} batches re-encoded with hf)" if fell_back else ""),
+        )
+    return table
+
+
+def units_table(report: Any) -> Table:
+    """One line per unit: where it ran and what it packed."""
+    from rich.table import Table
+
+    table = Table(title="units", title_justify="left")
+    for name, justify in (
+        ("unit", "left"),
+        ("status", "left"),
+        ("documents", "right"),
+        ("rows", "right"),
+        ("seconds", "right"),
+        ("host:pid", "left"),
+    ):
+        table.add_column(name, justify=justify)  # type: ignore[arg-type]
+    for u in report.units:
+        table.add_row(
+            u.name,
+            "skipped (finished)" if u.skipped else "packed",
+            f"{u.documents:,}",
+            f"{u.rows:,}",
+            f"{u.seconds:.1f}",
+            "" if u.skipped else f"{u.host}:{u.pid}",
+        )
+    return table
+
+
+def units_line(manifest: Any) -> str:
+    units = manifest.merged_units
+    if units.copied is False:
+        how = "; the rows stay in the units' shards (merged without copying)"
+    elif units.copy_reason:
+        how = f"; rows copied ({units.copy_reason})"
+    else:
+        how = ""
+    return (
+        f"{units.count} units: {manifest.rows:,} rows; one global FFD would need "
+        f"{manifest.global_ffd_rows:,} (+{units.rows_over_global_ffd:,} rows, "
+        f"{units.packing_loss:.2%} packing loss){how}"
+    )
+
+
+def merged_json(report: Any) -> dict[str, Any]:
+    m = report.manifest
+    return {"out_dir": str(report.out_dir), **m.summary(), "units": m.units_summary()}
+
+
+def show_pack(report: Any, *, quiet: bool, as_json: bool) -> None:
+    """What ``pack`` shows of its :class:`~packtool.pipeline.PackReport`."""
+    say_skipped(report.skipped_files, quiet)
+    if as_json:
+        summary = report.manifest.summary()
+        summary["notices"] = report.notices
+        summary["tokenizer_backend"] = report.backend
+        print(json.dumps({"out_dir": str(report.out_dir), **summary}, indent=2))
+        return
+    print_notices(report, quiet=quiet)
+    if quiet:
+        return
+    if report.resumed:
+        stderr().print("[green]resumed[/] from the checkpoint of an interrupted run")
+    stdout().print(summary_table(report))
+    say_bad_records(report.bad_records, report.documents.bad_records_skipped)
+
+
+def say_bad_records(lines: list[str], skipped: int | None = None) -> None:
+    """The first bad records skipped (``skipped``: how many in all, to say how many more)."""
+    for line in lines[:5]:
+        note("[yellow]skipped:[/]", line)
+    more = 0 if skipped is None else skipped - min(5, len(lines))
+    if more > 0:
+        note("[yellow]skipped:[/]", f"... and {more:,} more bad records")
+
+
+def show_units(report: Any, *, quiet: bool, as_json: bool) -> None:
+    """What ``pack --units`` shows of its :class:`~packtool.engines.UnitsReport`: one unit's
+    line (``--unit I``), or the units' table and the merged output's summary."""
+    say_skipped(report.skipped_files, quiet)
+    if report.merged is None:  # one unit (--unit I)
+        (result,) = report.units
+        if as_json:
+            print(json.dumps({"out_dir": str(report.out_dir), **result.to_dict()}, indent=2))
+        elif not quiet:
+            what = "already finished, skipped" if result.skipped else "packed"
+            stdout().print(
+                f"{result.name}: {what}: {result.documents:,} documents, {result.rows:,} rows "
+                f"-> {report.out_dir / 'units' / result.name}",
+                highlight=False,
+            )
+        return
+    if as_json:
+        data = merged_json(report.merged)
+        data["engine"] = report.engine
+        data["driver"] = {"pid": report.driver_pid, "host": report.driver_host}
+        data["units_run"] = [u.to_dict() for u in report.units]
+        print(json.dumps(data, indent=2))
+        return
+    if not quiet:
+        if report.units:
+            stdout().print(units_table(report))
+        else:
+            stdout().print(f"{report.out_dir}: already packed and merged with these options")
+        print_notices(report.merged, quiet=quiet)
+        stdout().print(summary_table(report.merged))
+        stdout().print(units_line(report.merged.manifest), highlight=False)
+
+
+def show_merge(report: Any, *, quiet: bool, as_json: bool) -> None:
+    """What ``merge`` shows of its report."""
+    if as_json:
+        print(json.dumps(merged_json(report), indent=2))
+    elif not quiet:
+        stdout().print(summary_table(report, tokenized=False))
+        stdout().print(units_line(report.manifest), highlight=False)
