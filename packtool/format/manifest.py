@@ -120,10 +120,11 @@ _LABEL_COUNTS = (
 class Manifest(Mapping[str, Any]):
     """The manifest of a packed dataset (``manifest.json``), with typed accessors.
 
-    This class is the only code that knows the manifest's key names: readers use its
-    properties, writers build one with :meth:`for_pack` (the writer adds the layout on
-    commit). It is also a read-only mapping of the JSON record, so ``manifest["num_rows"]``
-    keeps working for users who read it as a dict.
+    This class (with the typed records of :mod:`.records` it gives) is the only code that
+    reads the manifest's keys: other modules use its properties (``tests/test_architecture``
+    fails on a key read elsewhere); writers build one with :meth:`for_pack`, and
+    :meth:`committed` adds the layout. It is also a read-only mapping of the JSON record, so
+    ``manifest["num_rows"]`` keeps working for users who read it as a dict.
     """
 
     def __init__(self, data: Mapping[str, Any], path: Path | None = None) -> None:
