@@ -14,6 +14,8 @@ from typing import Any
 import typer
 import typer.core
 
+from ._params import plain_values
+
 HelpFormatter = typer.Context.formatter_class  # click's, as typer vendors it
 
 
@@ -47,14 +49,28 @@ class _Formatter(HelpFormatter):
                 self.write(" " * column + line + "\n")
 
 
+def _plain_help_option(option: Any) -> Any:
+    if option is not None:
+        plain_values([option])
+    return option
+
+
 class _Context(typer.Context):
     formatter_class = _Formatter
 
 
 class PanelCommand(typer.core.TyperCommand):
-    """A typer command whose plain help groups its options by help panel."""
+    """A typer command whose plain help groups its options by help panel, and whose plain
+    options are converted without a pydantic model each (:mod:`packtool._params`)."""
 
     context_class = _Context
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        plain_values(self.params)
+
+    def get_help_option(self, ctx: Any) -> Any:
+        return _plain_help_option(super().get_help_option(ctx))
 
     def format_options(self, ctx: Any, formatter: Any) -> None:
         sections: dict[str, list[tuple[str, str]]] = {"Arguments": [], "Options": []}
@@ -78,6 +94,13 @@ class PanelGroup(typer.core.TyperGroup):
     characters as click's short help is."""
 
     context_class = _Context
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        plain_values(self.params)
+
+    def get_help_option(self, ctx: Any) -> Any:
+        return _plain_help_option(super().get_help_option(ctx))
 
     def format_commands(self, ctx: Any, formatter: Any) -> None:
         rows = []

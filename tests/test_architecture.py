@@ -52,6 +52,7 @@ LAYERS: dict[str, int] = {
     "engines": 9,
     # 10: what renders or adapts for others
     "render": 10,
+    "_params": 9,
     "_help": 10,
     "torch": 10,
     # 11: the command line (12: ``python -m packtool``)
@@ -76,7 +77,7 @@ FORMAT_LAYERS: dict[str, int] = {
     "writer": 4,
 }
 CLI_ONLY = ("typer", "rich")
-CLI_MODULES = {"cli", "render", "_help"}
+CLI_MODULES = {"cli", "render", "_help", "_params"}
 
 
 def _module_of(path: Path) -> str:
