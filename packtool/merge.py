@@ -26,14 +26,13 @@ write), beside ``rows`` and the per-unit figures under ``units``.
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import os
 import shutil
 import tempfile
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -48,10 +47,13 @@ from .format import (
     MANIFEST_FILE,
     TOKENIZER_CONFIG_FILE,
     DocumentCounts,
+    InputRecord,
     Manifest,
     RunFigures,
+    ShardEntry,
     ShardWriter,
     TokenCounts,
+    UnitRecord,
     commit_in_place,
     open_packed,
     publish,
@@ -96,9 +98,12 @@ def segment_lengths(table: pa.Table) -> np.ndarray:
     return values[index + 1] - values[index]
 
 
-def _unit(m: Manifest) -> dict[str, Any]:
-    """The unit record of a unit's manifest (units.py's ``Unit.describe``), or {}."""
-    return m.unit or {}
+def _unit(m: Manifest) -> UnitRecord:
+    """The unit record of a unit's manifest (units.py's ``Unit.describe``)."""
+    record = m.unit_record
+    if record is None:  # _load_units refuses such a manifest
+        raise FormatError(f"{m.path}: not a unit output (its manifest has no unit record)")
+    return record
 
 
 def _merge_options(
@@ -112,9 +117,9 @@ def _merge_options(
             out[key] = given[key]
             continue
         recorded = {
-            repr(_unit(m).get("merge_options", {}).get(key))
+            repr(_unit(m).merge_options.get(key))
             for m in manifests
-            if _unit(m).get("merge_options", {}).get(key) is not None
+            if _unit(m).merge_options.get(key) is not None
         }
         if len(recorded) > 1:
             flag = "--" + key.replace("_", "-")
@@ -124,9 +129,9 @@ def _merge_options(
                 f"({', '.join(sorted(recorded))}): choose one with {flag}"
             )
         values = [
-            _unit(m)["merge_options"][key]
+            _unit(m).merge_options[key]
             for m in manifests
-            if _unit(m).get("merge_options", {}).get(key) is not None
+            if _unit(m).merge_options.get(key) is not None
         ]
         out[key] = values[0] if values else None
     return out
@@ -160,10 +165,10 @@ def _load_units(out: Path) -> list[tuple[Path, Manifest]]:
     units = [(by_index[i], read_manifest(by_index[i])) for i in range(count)]
     first = units[0][1]
     for path, m in units:
-        record = m.unit
-        if record is None or record.get("count") != count:
+        record = m.unit_record
+        if record is None or record.count != count:
             raise FormatError(f"{path}: not a unit output (its manifest has no unit record)")
-        if record.get("plan") != _unit(first).get("plan"):
+        if record.plan != _unit(first).plan:
             raise FormatError(
                 f"{path} was packed with other inputs or options than {units[0][0]}: "
                 "pack the units again with the same command (--overwrite)"
@@ -179,25 +184,25 @@ def _load_units(out: Path) -> list[tuple[Path, Manifest]]:
 
 def _global_inputs(units: list[tuple[Path, Manifest]], first_docs: list[int]) -> list:
     """One ``inputs`` entry per input file, its documents numbered over the whole corpus."""
-    out: list[dict[str, Any]] = []
+    out: list[InputRecord] = []
     for (_, m), base in zip(units, first_docs, strict=True):
-        pieces = _unit(m)["pieces"]
-        for piece, read in zip(pieces, m.inputs, strict=True):
-            continues = piece["split_by"] != "file" and piece["start"] != 0
-            if continues and out and out[-1]["path"] == piece["path"]:
-                out[-1]["documents"] += read["documents"]  # the next range of the same file
+        for piece, read in zip(_unit(m).pieces, m.input_records, strict=True):
+            documents = read.documents or 0
+            if piece.continues and out and out[-1].path == piece.path:
+                last = out[-1]  # the next range of the same file
+                out[-1] = replace(last, documents=(last.documents or 0) + documents)
                 continue
             out.append(
-                {
-                    "path": piece["path"],
-                    "kind": piece["kind"],
-                    "compression": piece["compression"],
-                    "size_bytes": piece["file_size"],
-                    "first_doc": base + read["first_doc"],
-                    "documents": read["documents"],
-                }
+                InputRecord(
+                    path=piece.path,
+                    kind=piece.kind,
+                    compression=piece.compression,
+                    size_bytes=piece.file_size,
+                    first_doc=base + (read.first_doc or 0),
+                    documents=documents,
+                )
             )
-    return out
+    return [r.to_record() for r in out]
 
 
 def merge_units(
@@ -257,7 +262,7 @@ def _merge(
     manifests = [m for _, m in units]
     first = manifests[0]
     opts, layout = _resolve_options(manifests, given, shard_size)
-    plan = _unit(first)["plan"]
+    plan = _unit(first).plan
     previous = merged_manifest(out)
     if previous is not None and _still_current(shards_at, previous, manifests, plan, opts):
         return PackReport.from_manifest(out, previous, time.perf_counter() - started)
@@ -362,18 +367,15 @@ def _copy_reason(manifests: list[Manifest], layout: Layout) -> str | None:
     if layout.world_size is not None:
         return "--world-size stores balanced steps over all the units' rows"
     for i, m in enumerate(manifests):
-        o = m.options
-        if o.get("rows_per_shard") != layout.rows_per_shard:
+        if m.rows_per_shard != layout.rows_per_shard:
             return (
-                f"unit {i} holds {o.get('rows_per_shard')} rows per shard, the merge asks for "
+                f"unit {i} holds {m.rows_per_shard} rows per shard, the merge asks for "
                 f"{layout.rows_per_shard} (--rows-per-shard/--shard-size)"
             )
-        stored = f"shuffled with seed {o.get('seed')}" if o.get("shuffle") else "not shuffled"
-        if not layout.shuffle and o.get("shuffle"):
+        stored = f"shuffled with seed {m.row_seed}" if m.shuffled else "not shuffled"
+        if not layout.shuffle and m.shuffled:
             return f"unit {i}'s rows are stored {stored}; --no-shuffle asks for FFD order"
-        if layout.shuffle and (
-            not o.get("shuffle") or o.get("seed") != unit_row_seed(layout.seed, i)
-        ):
+        if layout.shuffle and (not m.shuffled or m.row_seed != unit_row_seed(layout.seed, i)):
             return (
                 f"unit {i}'s rows are stored {stored}; --seed {layout.seed} shuffles them "
                 f"with seed {unit_row_seed(layout.seed, i)} (pack the units with that --seed)"
@@ -388,8 +390,8 @@ def _ffd_rows(manifests: list[Manifest]) -> np.ndarray:
     pieces, base = [], 0
     for m in manifests:
         n = m.rows
-        if m.options.get("shuffle"):
-            pieces.append(base + np.argsort(row_shuffle(n, int(m.options["seed"]))))
+        if m.row_seed is not None:
+            pieces.append(base + np.argsort(row_shuffle(n, m.row_seed)))
         else:
             pieces.append(base + np.arange(n, dtype=np.int64))
         base += n
@@ -407,7 +409,7 @@ def _reference(
 ) -> Manifest:
     """Commit a manifest that lists the units' shards where they lie (no row is written);
     each is checked to be there (under ``shards_at``) with the size its unit records."""
-    shards: list[dict[str, Any]] = []
+    shards: list[ShardEntry] = []
     for (path, m), first_doc in zip(units, first_docs, strict=True):
         for entry in m.shards:
             if not entry.rows:
@@ -427,15 +429,7 @@ def _reference(
                     f"{entry.bytes}: the shard was altered; pack that unit again "
                     "(`packtool pack ... --units N --unit I --overwrite`)"
                 )
-            shards.append(
-                {
-                    "file": file,
-                    "rows": entry.rows,
-                    "bytes": entry.bytes,
-                    "sha256": entry.sha256,
-                    "doc_offset": first_doc,
-                }
-            )
+            shards.append(replace(entry, file=file, doc_offset=first_doc))
     if layout.shuffle:
         shards = [shards[i] for i in shard_order(len(shards), layout.seed)]
     first = units[0][1]
@@ -489,7 +483,7 @@ def _resolve_options(
         micro_batches=opts["micro_batches"],
         rows_per_shard=opts["rows_per_shard"],
     )
-    layout = dataclasses.replace(layout, rows_per_shard=layout.shard_rows(size))
+    layout = replace(layout, rows_per_shard=layout.shard_rows(size))
     opts["rows_per_shard"] = layout.rows_per_shard
     if opts["copy"] is False and layout.world_size is not None:
         raise OptionError(NO_COPY_BALANCE)
@@ -642,11 +636,11 @@ def _manifest(
     manifests = [m for _, m in units]
     first = manifests[0]
     options = {**first.options, **opts}
-    if "input_shape_auto" in _unit(first):  # the units were told the shape detected
-        options["input_shape_auto"] = _unit(first)["input_shape_auto"]
+    if _unit(first).input_shape_auto is not None:  # the units were told the shape detected
+        options["input_shape_auto"] = _unit(first).input_shape_auto
     per_unit = [
         {
-            "index": _unit(m)["index"],
+            "index": _unit(m).index,
             "directory": f"{UNITS_DIR}/{path.name}",
             "first_doc": base,
             "documents": m.documents.read,
@@ -656,8 +650,8 @@ def _manifest(
             "lower_bound_rows": m.lower_bound_rows,
             "efficiency": m.efficiency,
             "seconds": m.seconds,
-            "row_seed": m.options.get("seed") if m.options.get("shuffle") else None,
-            "pieces": _unit(m)["pieces"],
+            "row_seed": m.row_seed,
+            "pieces": list(_unit(m).piece_records),
         }
         for (path, m), base in zip(units, first_docs, strict=True)
     ]
@@ -688,7 +682,7 @@ def _manifest(
         units={
             "count": len(units),
             "plan": plan,
-            "plan_version": _unit(first).get("plan_version"),
+            "plan_version": _unit(first).plan_version,
             "units_sha256": units_fingerprint(manifests),
             "rows_over_global_ffd": n_rows - global_rows,
             "packing_loss": (n_rows - global_rows) / global_rows if global_rows else 0.0,
@@ -716,8 +710,8 @@ def _still_current(
 ) -> bool:
     """Whether ``merged`` is the merge of these units as they are now, with these options,
     and every shard it lists is still there at its size (the merge can then be skipped)."""
-    units = merged.units or {}
-    if units.get("plan") != plan or units.get("units_sha256") != units_fingerprint(manifests):
+    units = merged.merged_units
+    if units is None or units.plan != plan or units.units_sha256 != units_fingerprint(manifests):
         return False
     if any(merged.options.get(k) != opts[k] for k in MERGE_KEYS):
         return False

@@ -47,7 +47,7 @@ import pyarrow as pa
 
 from ._version import __version__
 from .errors import FormatError, InputError, OptionError
-from .format import MANIFEST_FILE, DocumentCounts, Manifest, open_packed
+from .format import MANIFEST_FILE, DocumentCounts, Manifest, Per, column_names, open_packed
 from .fs import StorePath, as_path
 from .limits import MAX_BATCH_SIZE, MAX_LEN_LIMIT, MAX_SEED, check_int, read_token_count
 from .options import PackOptions
@@ -93,7 +93,8 @@ DOCS_PER_ROW_BINS = 16
 PERCENTILES = (50, 90, 99)
 _CACHE_FORMAT = 2  # 2: special-token strings are text, no file truncation or padding
 _BAD_RECORDS_KEPT = 20
-_COLUMNS = ("num_tokens", "cu_seqlens", "doc_ids", "chunk_ids")
+# what a pack's statistics read: the columns of its segments, not those of its tokens
+_COLUMNS = column_names(False, Per.ROW, Per.BOUNDARY, Per.SEGMENT)
 
 ProgressCallback = Callable[[str, int, "int | None"], None]
 
@@ -775,7 +776,7 @@ def dataset_stats(
         seed,
     )
 
-    gaps = bool((manifest.labels or {}).get("chunks_without_labels_dropped"))
+    gaps = bool(manifest.dropped_label_chunks)
     pos, per_doc = _input_order(doc_ids, chunk_ids, str(reader.path), gaps=gaps)
     segments = np.empty_like(lengths)
     segments[pos] = lengths
@@ -808,7 +809,7 @@ def dataset_stats(
     return DatasetStats(
         path=reader.path,
         shards=len(reader.shard_paths),
-        tokenizer=manifest.tokenizer.get("name"),
+        tokenizer=manifest.tokenizer_name,
         packing=packing,
         document_lengths=_length_summary(doc_lengths, max_len),
         bad_records=[str(b) for b in manifest.bad_records],
@@ -821,14 +822,14 @@ def dataset_stats(
 
 def _units_summary(manifest: Manifest) -> dict[str, Any] | None:
     """What packing within units cost, from the manifest ``packtool merge`` wrote."""
-    units = manifest.units
+    units = manifest.merged_units
     if units is None or manifest.global_ffd_rows is None:
         return None
     return {
-        "count": units.get("count"),
+        "count": units.count,
         "global_ffd_rows": manifest.global_ffd_rows,
-        "rows_over_global_ffd": units.get("rows_over_global_ffd"),
-        "packing_loss": units.get("packing_loss"),
+        "rows_over_global_ffd": units.rows_over_global_ffd,
+        "packing_loss": units.packing_loss,
     }
 
 

@@ -43,7 +43,7 @@ except ImportError as e:  # pragma: no cover - exercised in a subprocess by the 
     ) from e
 
 from packtool.errors import OptionError
-from packtool.format import IGNORE_INDEX, PackedReader, open_packed
+from packtool.format import IGNORE_INDEX, PackedReader, Per, column_names, open_packed
 from packtool.masks import batch_block_causal_mask, document_ids
 from packtool.order import (
     balanced_epoch_order,
@@ -149,15 +149,16 @@ class PackedDataset(Dataset):
         self.num_rows_total: int = reader.num_rows
         self.micro_batches: int | None = None
         """Rows per rank and step of a balanced layout read as stored (None: plain split)."""
-        balance = reader.manifest.balance
+        manifest = reader.manifest
+        balanced_for = manifest.balance_world_size
         per_rank = reader.num_rows // world_size
-        if balance is not None and balance.get("world_size") == world_size:
-            self.micro_batches = int(balance["micro_batches"])
+        if manifest.balance is not None and balanced_for == world_size:
+            self.micro_batches = int(manifest.balance_micro_batches or 1)
             steps, short, _ = balanced_layout(reader.num_rows, world_size, self.micro_batches)
             per_rank = steps * self.micro_batches + short
-        elif isinstance(balance, dict) and world_size > 1:
+        elif manifest.balance is not None and world_size > 1:
             warnings.warn(
-                f"{path} is stored as balanced steps for world_size={balance.get('world_size')}"
+                f"{path} is stored as balanced steps for world_size={balanced_for}"
                 f", not {world_size}: reading the plain split, whose steps are not balanced "
                 f"(pack again with --world-size {world_size})",
                 stacklevel=2,
@@ -344,7 +345,7 @@ def collate(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """
     if not rows:
         raise ValueError("collate needs at least one row")
-    missing = [key for key in ("input_ids", "position_ids") if key not in rows[0]]
+    missing = [key for key in column_names(False, Per.TOKEN) if key not in rows[0]]
     if missing:
         raise ValueError(
             f"rows have no {' and no '.join(missing)} (keys: {sorted(rows[0])}): something "

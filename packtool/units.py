@@ -49,7 +49,7 @@ import numpy as np
 from ._version import __version__
 from .chat import ChatTemplate, load_chat_template
 from .errors import FormatError, OutputExistsError
-from .format import MANIFEST_FILE, Manifest, read_manifest
+from .format import MANIFEST_FILE, Manifest, UnitRecord, read_manifest
 from .fs import AnyPath, as_path, open_input
 from .instruct import InputShape, input_shape
 from .limits import MAX_UNITS, check_int
@@ -390,8 +390,8 @@ def finished_unit(unit: Unit, out_dir: str | os.PathLike[str]) -> Manifest | Non
         manifest = read_manifest(directory)
     except FormatError:
         return None  # an unreadable marker: pack the unit again
-    recorded = manifest.unit or {}
-    if recorded.get("plan") == unit.plan and recorded.get("index") == unit.index:
+    recorded = manifest.unit_record
+    if recorded is not None and recorded.plan == unit.plan and recorded.index == unit.index:
         return manifest
     raise OutputExistsError(
         f"{directory} was packed with other inputs or options ({_differences(recorded, unit)}); "
@@ -399,15 +399,15 @@ def finished_unit(unit: Unit, out_dir: str | os.PathLike[str]) -> Manifest | Non
     )
 
 
-def _differences(recorded: dict[str, Any], unit: Unit) -> str:
+def _differences(recorded: UnitRecord | None, unit: Unit) -> str:
     """What changed since the unit was packed, in a few words."""
-    if recorded.get("plan_version") != PLAN_VERSION:
+    if recorded is None or recorded.plan_version != PLAN_VERSION:
         return "an older unit assignment rule"
-    old, new = recorded.get("options") or {}, json.loads(unit.options_json) or {}
+    old, new = recorded.options, json.loads(unit.options_json) or {}
     changed = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
     if changed:
         return "other " + ", ".join(changed)
-    if recorded.get("inputs_sha256") != unit.inputs_sha256:
+    if recorded.inputs_sha256 != unit.inputs_sha256:
         return "other input files or sizes"
     return "other input ranges"
 

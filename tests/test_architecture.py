@@ -65,6 +65,23 @@ LAYERS: dict[str, int] = {
 PACKAGE_LAYERS: dict[str, dict[str, int]] = {
     "verify": {"report": 0, "digest": 0, "rows": 1, "against": 2, "__init__": 3},
 }
+# The modules of packtool/format/, each on a layer of its own within the package.
+FORMAT_LAYERS: dict[str, int] = {
+    # the column table; what a run counted; typed views of the manifest's sub-records
+    "schema": 0,
+    "counts": 0,
+    "records": 0,
+    # the manifest
+    "manifest": 1,
+    # the output directory; the store shard cache
+    "output": 2,
+    "cache": 2,
+    # the datasets metadata (and the files' check), the reader
+    "metadata": 3,
+    "reader": 3,
+    # the writer
+    "writer": 4,
+}
 CLI_ONLY = ("typer", "rich")
 CLI_MODULES = {"cli", "render", "_help", "_params"}
 
@@ -189,6 +206,27 @@ def test_verify_cuts_documents_with_the_pipelines_cut() -> None:
         assert not called & own, (path, called & own)
 
 
+def test_format_modules_import_only_lower_layers() -> None:
+    """Within packtool/format/, a module imports only those of lower layers (FORMAT_LAYERS),
+    and docs/architecture.md lists each."""
+    folder = PACKAGE / "format"
+    modules = {p.stem for p in folder.glob("*.py")} - {"__init__"}
+    assert modules == set(FORMAT_LAYERS), modules ^ set(FORMAT_LAYERS)
+    doc = (REPO / "docs" / "architecture.md").read_text(encoding="utf-8")
+    bad = [f"docs/architecture.md does not list format/{m}.py" for m in sorted(modules)
+           if f"`format/{m}.py`" not in doc]  # fmt: skip
+    for name in sorted(modules):
+        path = folder / f"{name}.py"
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.level == 1 and node.module:
+                other = node.module.split(".")[0]
+                if FORMAT_LAYERS[other] >= FORMAT_LAYERS[name]:
+                    bad.append(f"{path.relative_to(REPO)}:{node.lineno}: {name} "
+                               f"(layer {FORMAT_LAYERS[name]}) imports {other} "
+                               f"(layer {FORMAT_LAYERS[other]})")  # fmt: skip
+    assert not bad, "\n".join(bad)
+
+
 def test_only_the_cli_uses_typer_and_rich() -> None:
     bad = []
     for path in _sources():
@@ -206,36 +244,212 @@ def test_the_layers_are_those_of_the_docs() -> None:
     assert not missing, f"docs/architecture.md's table of layers misses {missing}"
 
 
-def _manifest_key_reads(path: Path) -> list[str]:
-    """``manifest["key"]`` and ``manifest.get("key")`` (or ``x.manifest[...]``) in ``path``."""
-    import ast
+_READS = {"get", "pop", "setdefault"}  # dict methods that read a key
+_PASS_ON = {"zip", "enumerate", "dict", "list", "tuple", "sorted", "reversed", "iter", "next"}
+_FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
 
-    def is_manifest(node: ast.AST) -> bool:
-        name = node.id if isinstance(node, ast.Name) else getattr(node, "attr", "")
-        return "manifest" in name.lower()
 
-    found = []
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-        if isinstance(node, ast.Subscript) and is_manifest(node.value):
-            key = node.slice
-        elif (
+def _manifesty(name: str) -> bool:
+    return "manifest" in name.lower()
+
+
+def _target_names(target: ast.AST) -> list[str]:
+    if isinstance(target, ast.Name):
+        return [target.id]
+    if isinstance(target, (ast.Tuple, ast.List)):
+        return [n for e in target.elts for n in _target_names(e)]
+    if isinstance(target, ast.Starred):
+        return _target_names(target.value)
+    return []
+
+
+def _scope_nodes(scope: ast.AST) -> list[ast.AST]:
+    """The nodes of ``scope``, not those of the functions defined in it."""
+    out, stack = [], list(ast.iter_child_nodes(scope))
+    while stack:
+        node = stack.pop()
+        out.append(node)
+        if not isinstance(node, _FUNCTIONS):
+            stack.extend(ast.iter_child_nodes(node))
+    return out
+
+
+class _ManifestReads:
+    """Where a module reads a manifest key by a string literal.
+
+    A value is a manifest's (``reaches``) if it is a chain of attributes, subscripts and
+    method calls that starts at (or passes) a name or attribute containing ``manifest``
+    (``manifest``, ``reader.manifest.options``, ``manifests[0]``, ``m.summary()``), or at a
+    local name bound to such a value (assigned or looped over, or a parameter annotated
+    ``Manifest``); or a builtin that passes values on (``zip(pieces, m.inputs)``), or a
+    function of the module that returns such a value (``unit_record(m)``), called on one.
+    A read is ``x[key]``, ``x.get(key)`` (``pop``, ``setdefault``) or ``key in x``.
+    """
+
+    def __init__(self, source: str, where: str) -> None:
+        self.tree = ast.parse(source)
+        self.where = where
+        self.giving: set[str] = set()  # the module's functions that return a manifest's value
+        self.found: list[str] = []
+
+    def reaches(self, node: ast.AST, bound: set[str]) -> bool:
+        while True:
+            if isinstance(node, ast.Name):
+                return _manifesty(node.id) or node.id in bound
+            if isinstance(node, ast.Attribute):
+                if _manifesty(node.attr):
+                    return True
+                node = node.value
+            elif isinstance(node, ast.Subscript):
+                node = node.value
+            elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+                node = node.func.value
+            elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+                passes = node.func.id in _PASS_ON or node.func.id in self.giving
+                return passes and any(self.reaches(a, bound) for a in node.args)
+            elif isinstance(node, ast.BoolOp):  # manifest.units or {}
+                return any(self.reaches(v, bound) for v in node.values)
+            else:
+                return False
+
+    def bound(self, scope: ast.AST, nodes: list[ast.AST], inherited: set[str]) -> set[str]:
+        """The names of ``scope`` that hold a manifest's values."""
+        bound = set(inherited)
+        args = getattr(scope, "args", None)
+        if isinstance(args, ast.arguments):
+            every = [*args.posonlyargs, *args.args, *args.kwonlyargs, args.vararg, args.kwarg]
+            for a in every:
+                if a is not None and a.annotation and "Manifest" in ast.unparse(a.annotation):
+                    bound.add(a.arg)
+        changed = True
+        while changed:  # x = manifest.options; y = x  ...
+            changed = False
+            for node in nodes:
+                pairs: list[tuple[ast.AST, ast.AST]] = []
+                if isinstance(node, ast.Assign):
+                    pairs = [(t, node.value) for t in node.targets]
+                elif isinstance(node, (ast.AnnAssign, ast.NamedExpr)) and node.value is not None:
+                    pairs = [(node.target, node.value)]
+                elif isinstance(node, (ast.For, ast.AsyncFor, ast.comprehension)):
+                    pairs = [(node.target, node.iter)]
+                for target, value in pairs:
+                    new = set(_target_names(target)) - bound
+                    if new and self.reaches(value, bound):
+                        bound |= new
+                        changed = True
+        return bound
+
+    def key(self, node: ast.AST, bound: set[str]) -> ast.AST | None:
+        if isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Load):
+            return node.slice if self.reaches(node.value, bound) else None
+        if (
             isinstance(node, ast.Call)
             and isinstance(node.func, ast.Attribute)
-            and node.func.attr == "get"
-            and is_manifest(node.func.value)
+            and node.func.attr in _READS
             and node.args
         ):
-            key = node.args[0]
-        else:
-            continue
-        if isinstance(key, ast.Constant) and isinstance(key.value, str):
-            found.append(f"{path.relative_to(REPO)}:{node.lineno}: manifest[{key.value!r}]")
-    return found
+            return node.args[0] if self.reaches(node.func.value, bound) else None
+        if isinstance(node, ast.Compare) and isinstance(node.ops[0], (ast.In, ast.NotIn)):
+            return node.left if self.reaches(node.comparators[0], bound) else None
+        return None
+
+    def find_giving(self) -> None:
+        """The module's functions that return a manifest's value (until no more are found)."""
+        functions = [n for n in ast.walk(self.tree) if isinstance(n, ast.FunctionDef)]
+        changed = True
+        while changed:
+            changed = False
+            for f in functions:
+                if f.name in self.giving:
+                    continue
+                nodes = _scope_nodes(f)
+                bound = self.bound(f, nodes, set())
+                returns = [n.value for n in nodes if isinstance(n, ast.Return) and n.value]
+                if any(self.reaches(r, bound) for r in returns):
+                    self.giving.add(f.name)
+                    changed = True
+
+    def scan(self, scope: ast.AST, inherited: set[str]) -> None:
+        nodes = _scope_nodes(scope)
+        bound = self.bound(scope, nodes, inherited)
+        for node in nodes:
+            key = self.key(node, bound)
+            if isinstance(key, ast.Constant) and isinstance(key.value, str):
+                line = getattr(node, "lineno", 0)
+                self.found.append(f"{self.where}:{line}: {ast.unparse(node)[:70]}")
+            if isinstance(node, _FUNCTIONS):
+                self.scan(node, bound)
+
+
+def _manifest_key_reads(source: str, where: str) -> list[str]:
+    """Where ``source`` (the module ``where``) reads a manifest key by a string literal
+    (:class:`_ManifestReads`)."""
+    reads = _ManifestReads(source, where)
+    reads.find_giving()
+    reads.scan(reads.tree, set())
+    return sorted(reads.found)
 
 
 def test_only_format_knows_the_manifest_keys() -> None:
-    """Other modules read the manifest through :class:`packtool.format.Manifest`'s accessors."""
-    bad = [hit for p in _sources() if _module_of(p) != "format" for hit in _manifest_key_reads(p)]
+    """Other modules read the manifest through :class:`packtool.format.Manifest`'s typed
+    accessors (and its records' attributes), never by a key."""
+    bad = [
+        hit
+        for p in _sources()
+        if _module_of(p) != "format"
+        for hit in _manifest_key_reads(p.read_text(encoding="utf-8"), str(p.relative_to(REPO)))
+    ]
+    assert not bad, "\n".join(bad)
+
+
+def test_the_manifest_key_check_finds_key_reads() -> None:
+    """The check above on code that reads keys, and on code that only looks alike."""
+    reads = (
+        'manifest["rows"]',
+        'reader.manifest.options.get("seed")',
+        'manifests[0]["max_len"]',
+        '"labels" in manifests[0].columns',
+        'manifest.summary()["rows"]',
+        'units = manifest.units or {}\n    units["count"]',
+        'for m in manifests:\n        m.options["shuffle"]',
+        'def inner(m: Manifest):\n        return m.tokenizer.get("name")',
+        'for piece, read in zip(pieces, manifest.inputs):\n        read["documents"]',
+        'def unit(m: Manifest):\n        return m.unit or {}\n    unit(manifest)["pieces"]',
+    )
+    alike = (
+        'm = re.match("x", s)\n    m["protocol"]',  # a regex match, not a manifest
+        'record = {"a": 1}\n    record.get("a")',
+        "manifest.shards[0].rows",
+        "manifest.options.get(name)",  # not a literal: the check is about spelled keys
+        'for m in messages:\n        m["role"]',
+        'opts = resolve(manifests)\n    opts["copy"]',  # the merge's own options, not a read
+        'def make(m):\n        return {"a": m}\n    make(manifest)["a"]',
+    )
+    for snippet in (*reads, *alike):
+        source = f"def f(manifest, manifests, reader, s, name):\n    {snippet}\n"
+        hits = _manifest_key_reads(source, "probe")
+        assert bool(hits) == (snippet in reads), (snippet, hits)
+
+
+def test_the_columns_are_listed_once() -> None:
+    """The packed columns are listed in one table (``format/schema.py``'s ``COLUMNS``): no
+    other module spells a list of them (it takes ``column_names(...)`` instead)."""
+    from packtool.format import COLUMNS
+
+    names = {c.name for c in COLUMNS}
+    bad = []
+    for path in _sources():
+        if path == PACKAGE / "format" / "schema.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, (ast.List, ast.Tuple, ast.Set)):
+                spelled = [
+                    e.value
+                    for e in node.elts
+                    if isinstance(e, ast.Constant) and isinstance(e.value, str)
+                ]
+                if len(set(spelled) & names) >= 2:
+                    bad.append(f"{path.relative_to(REPO)}:{node.lineno}: {spelled}")
     assert not bad, "\n".join(bad)
 
 

@@ -221,7 +221,7 @@ def test_write_failures_leave_nothing_behind(
                 return _FailingFile(path, 20_000)
             return real(path, mode, *args, **kwargs)
 
-        monkeypatch.setattr(packtool.format, "open", failing_open, raising=False)
+        monkeypatch.setattr(packtool.format.writer, "open", failing_open, raising=False)
         expected = r"cannot write shard: No space left on device \(free space"
     elif where == "store":
         monkeypatch.setattr(
@@ -233,7 +233,7 @@ def test_write_failures_leave_nothing_behind(
         def failing_fsync(fd: int) -> None:
             raise OSError(errno.EIO, os.strerror(errno.EIO))
 
-        monkeypatch.setattr(packtool.format.os, "fsync", failing_fsync)
+        monkeypatch.setattr(packtool.format.writer.os, "fsync", failing_fsync)
         expected = r"cannot write .*: Input/output error"
     with pytest.raises(OSError, match=expected):
         packtool.pack([src], tmp_path / "out", max_len=128, rows_per_shard=50)

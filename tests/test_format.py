@@ -11,12 +11,19 @@ import pytest
 
 from packtool.errors import FormatError
 from packtool.format import (
+    COLUMNS,
     FORMAT_VERSION,
+    Column,
     PackedBatch,
+    Per,
     ShardWriter,
+    column_names,
+    columns,
     hf_features,
     open_packed,
     packed_schema,
+    row_bytes,
+    schema_problem,
 )
 
 
@@ -183,3 +190,151 @@ def test_the_segment_length_histogram_is_exact(tmp_path: Path) -> None:
         )  # fmt: skip
         assert m.segment_lengths is not None
         assert m.segment_lengths.tolist() == sorted(lengths.tolist())
+
+
+# -- the column table and what is derived from it --------------------------------------------
+
+
+def _doc_type(column: Column) -> str:
+    value = str(column.value)
+    if column.per is Per.TOKEN:
+        return f"fixed_size_list<{value}>[max_len]"
+    return value if column.per is Per.ROW else f"list<{value}>"
+
+
+def test_the_column_table_is_the_one_of_docs_format() -> None:
+    """docs/format.md's table of columns names each column of COLUMNS, with its type, in
+    stored order, and says which are for instruction data only."""
+    import re
+
+    from conftest import REPO
+
+    doc = (REPO / "docs" / "format.md").read_text(encoding="utf-8")
+    rows = re.findall(r"^\| `(\w+)` \| `([^`]+)` \| (.*) \|$", doc, flags=re.M)
+    assert [(name, kind) for name, kind, _ in rows] == [(c.name, _doc_type(c)) for c in COLUMNS]
+    for (_, _, meaning), column in zip(rows, COLUMNS, strict=True):
+        assert ("instruction data only" in meaning) == column.labels_only, column.name
+
+
+@pytest.mark.parametrize("labels", [False, True])
+def test_the_schema_and_row_size_come_from_the_column_table(labels: bool) -> None:
+    max_len = 24
+    schema = packed_schema(max_len, with_labels=labels)
+    assert schema.names == column_names(labels) == [c.name for c in columns(labels)]
+    assert ("labels" in schema.names) == labels
+    for column in columns(labels):
+        field = schema.field(column.name)
+        assert not field.nullable and field.type == column.arrow_type(max_len)
+    assert set(hf_features(schema)) == set(schema.names)
+    # input_ids, position_ids (and labels) as int32 rows of max_len, and a little for the rest
+    assert row_bytes(max_len, labels) == (3 if labels else 2) * 4 * max_len + 64
+    assert column_names(labels, Per.TOKEN) == ["input_ids", "position_ids"] + (
+        ["labels"] if labels else []
+    )
+    assert column_names(labels, Per.BOUNDARY, Per.SEGMENT) == ["cu_seqlens", "doc_ids", "chunk_ids"]
+
+
+def test_the_schema_check_names_each_missing_or_mistyped_column() -> None:
+    import pyarrow as pa
+
+    schema = packed_schema(8, with_labels=True)
+    assert schema_problem(schema, 8, True) is None
+    assert schema_problem(schema, 8, False) is None  # a column this check does not ask for
+    for column in columns(True):
+        without = schema.remove(schema.get_field_index(column.name))
+        assert schema_problem(without, 8, True) == f"the shard has no column {column.name!r}"
+        other = schema.set(schema.get_field_index(column.name), pa.field(column.name, pa.string()))
+        assert f"column {column.name!r} is string" in str(schema_problem(other, 8, True))
+
+
+def test_a_row_reads_back_column_by_column(tmp_path: Path) -> None:
+    """PackedBatch.to_table and PackedReader.row follow the table: what is written is read."""
+    rows, max_len = 3, 6
+    batch = _batch(rows, max_len)
+    labelled = PackedBatch(**{**batch.__dict__, "labels": batch.input_ids * 0 - 100})
+    for b in (batch, labelled):
+        out = tmp_path / f"out{b.labels is not None}"
+        with ShardWriter(out, max_len=max_len, num_rows=rows, rows_per_shard=2,
+                         with_labels=b.labels is not None) as w:  # fmt: skip
+            w.write(b)
+            w.commit({})
+        reader = open_packed(out)
+        for r in range(rows):
+            row = reader.row(r)
+            assert row.input_ids.tolist() == b.input_ids[r].tolist()
+            assert row.position_ids.tolist() == b.position_ids[r].tolist()
+            assert row.cu_seqlens.tolist() == [0, max_len]
+            assert row.num_tokens == max_len
+            assert row.doc_ids.tolist() == [r] and row.chunk_ids.tolist() == [0]
+            assert (row.labels is None) == (b.labels is None)
+            if b.labels is not None:
+                assert row.labels.tolist() == [-100] * max_len
+
+
+# -- the manifest's typed accessors -----------------------------------------------------------
+
+
+def test_typed_accessors_of_an_instruction_pack(tmp_path: Path) -> None:
+    from conftest import REPO
+
+    import packtool
+
+    out = tmp_path / "out"
+    packtool.pack(
+        [REPO / "sample_data" / "chat.jsonl"],
+        out,
+        max_len=2048,
+        chat_template=REPO / "sample_data" / "chatml.jinja",
+        seed=3,
+    )
+    m = open_packed(out).manifest
+    raw = json.loads((out / "manifest.json").read_text())
+    special = raw["tokenizer"]["special_tokens"]
+    assert (m.eos_id, m.bos_id, m.pad_id) == (
+        special["eos_id"], special["bos_id"], special["pad_id"]
+    )  # fmt: skip
+    assert m.pad_id_option == raw["options"]["pad_id"]
+    assert m.add_eos == raw["options"]["add_eos"] and m.add_bos == bool(raw["options"]["bos"])
+    assert m.shuffled and m.row_seed == 3
+    assert m.chat_template is not None
+    assert m.chat_template.sha256 == raw["options"]["chat_template"]["sha256"]
+    assert m.chat_template.source == "file"
+    labels = m.label_counts
+    assert labels is not None and labels.loss_on == raw["labels"]["loss_on"] == "assistant"
+    assert labels.learned_tokens == raw["labels"]["learned_tokens"] == m.tokens.learned
+    assert m.dropped_label_chunks == raw["labels"]["chunks_without_labels_dropped"]
+    assert m.packed_tokens_recorded == raw["tokens"]["packed"]
+    assert m.documents_read_recorded == raw["documents"]["read"]
+    backend = m.backend_record
+    assert backend is not None and backend.name == raw["tokenizer"]["backend"]["name"]
+    assert backend.version == raw["tokenizer"]["backend"]["version"]
+    assert [i.to_record() for i in m.input_records] == raw["inputs"]
+    assert m.rows_per_shard == raw["options"]["rows_per_shard"]
+    assert m.merged_units is None and m.units_summary() == {}
+    assert m.unit_record is None
+    assert m.unit_plan is None and m.unit_index is None
+    assert m.balance_world_size is None and m.balance_micro_batches is None
+
+
+def test_typed_accessors_read_damaged_values_as_none() -> None:
+    from packtool.format import Manifest
+
+    m = Manifest(
+        {
+            "options": {"seed": "7", "shuffle": True, "pad_id": True, "chat_template": "x"},
+            "tokenizer": {"special_tokens": {"eos_id": 1.5, "bos_id": None}},
+            "labels": {"loss_on": 3, "chunks_without_labels_dropped": "2"},
+            "documents": {"read": -1.0},
+            "units": {"count": "3", "packing_loss": "x", "copied": 1, "plan": "p"},
+            "unit": {"index": False, "plan": 5},
+            "balance": {"world_size": 2.0},
+        }
+    )
+    assert m.shuffled and m.row_seed is None and m.pad_id_option is None
+    assert m.chat_template is None and m.eos_id is None and m.bos_id is None
+    assert m.label_counts is not None and m.label_counts.loss_on is None
+    assert m.dropped_label_chunks == 0 and m.documents_read_recorded is None
+    units = m.merged_units
+    assert units is not None and units.plan == "p"
+    assert (units.count, units.packing_loss, units.copied) == (None, None, None)
+    assert m.unit_index is None and m.unit_plan is None and m.balance_world_size is None

@@ -81,3 +81,10 @@ def test_the_cli_template_timeout_default_is_the_library_default() -> None:
     assert pyinspect.signature(pack).parameters["template_timeout"].default == (
         DEFAULT_TEMPLATE_TIMEOUT
     )
+
+
+def test_the_format_loads_only_arrow_and_numpy() -> None:
+    """`packtool.format` (every module of the package, re-exported) needs pyarrow and NumPy
+    for its rows, and no tokenizer, template engine, kernel compiler, torch or ray: readers of
+    a pack (the training side, exports) import it alone."""
+    assert set(_loaded_heavy("import packtool.format")) <= {"numpy", "pyarrow"}

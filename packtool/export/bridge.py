@@ -38,7 +38,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from ..format import IGNORE_INDEX, PackedReader, sha256_file
+from ..format import IGNORE_INDEX, PackedReader, Per, column_names, sha256_file
 from .common import (
     HashingWriter,
     SegmentIndex,
@@ -102,9 +102,7 @@ def bridge_tables(reader: PackedReader, index: SegmentIndex) -> Iterator[pa.Tabl
     of :data:`BRIDGE_SCHEMA` (read from the memory-mapped shards a batch at a time)."""
     first_seg = np.concatenate([[0], np.cumsum(index.per_row)])
     row0 = 0
-    columns = ["input_ids", "position_ids", "num_tokens"]
-    if reader.has_labels:
-        columns.append("labels")
+    columns = column_names(reader.has_labels, Per.TOKEN, Per.ROW)  # not the segments'
     for table in reader.iter_tables(columns):
         for batch in table.to_batches(max_chunksize=ROW_GROUP_ROWS):
             rows = batch.num_rows

@@ -25,7 +25,7 @@ from typing import Any, BinaryIO
 import numpy as np
 
 from ..errors import FormatError, OptionError, OutputExistsError
-from ..format import PackedReader, sha256_file
+from ..format import PackedReader, Per, column_names, sha256_file
 from ..fs import as_path, is_url
 
 __all__ = [
@@ -75,7 +75,7 @@ def segment_index(reader: PackedReader) -> SegmentIndex:
     (the token columns are not read)."""
     parts: dict[str, list[np.ndarray]] = {k: [] for k in SegmentIndex.__dataclass_fields__}
     first_row = 0
-    for table in reader.iter_tables(["cu_seqlens", "doc_ids", "chunk_ids"]):
+    for table in reader.iter_tables(column_names(False, Per.BOUNDARY, Per.SEGMENT)):
         for cu, docs, chunks in zip(
             table.column("cu_seqlens").chunks,
             table.column("doc_ids").chunks,

@@ -38,7 +38,7 @@ def _tokenizer_name(report: Any) -> str | None:
     """The tokenizer a pack (or a corpus's stats) used, as the manifest names it."""
     manifest = getattr(report, "manifest", None)
     if manifest is not None:
-        return manifest.tokenizer.get("name")  # type: ignore[no-any-return]
+        return manifest.tokenizer_name  # type: ignore[no-any-return]
     return getattr(report, "tokenizer", None)
 
 
@@ -81,22 +81,22 @@ def summary_table(report: Any, *, tokenized: bool = True) -> Table:
         "  dropped / empty / bad skipped",
         f"{d.dropped:,} / {d.empty:,} / {d.bad_records_skipped:,}",
     )
-    tokenizer = report.manifest.tokenizer
-    vocab = tokenizer.get("vocab_size")
-    table.add_row("tokenizer", f"{tokenizer.get('name')}" + (f" ({vocab:,} ids)" if vocab else ""))
+    vocab = report.manifest.vocab_size
+    name = report.manifest.tokenizer_name
+    table.add_row("tokenizer", f"{name}" + (f" ({vocab:,} ids)" if vocab else ""))
     table.add_row("segments", f"{report.segments:,}")
     table.add_row("tokens in rows", f"{report.tokens:,}")
     if report.tokens_learned is not None:
-        labels = report.manifest.labels
+        labels = report.manifest.label_counts
         table.add_row(
-            f"  learned ({labels.get('loss_on')})",
+            f"  learned ({labels.loss_on if labels else None})",
             f"{report.tokens_learned:,} ({report.learned_share:.1%} of slots)",
         )
-        if labels.get("documents_without_labels") or labels.get("chunks_without_labels_dropped"):
+        if labels and (labels.documents_without_labels or labels.chunks_without_labels_dropped):
             table.add_row(
                 "  nothing to learn: documents / chunks dropped",
-                f"{labels['documents_without_labels']:,} / "
-                f"{labels['chunks_without_labels_dropped']:,}",
+                f"{labels.documents_without_labels or 0:,} / "
+                f"{labels.chunks_without_labels_dropped or 0:,}",
             )
     table.add_row(
         "rows",
@@ -114,12 +114,12 @@ def summary_table(report: Any, *, tokenized: bool = True) -> Table:
     tokenized = tokenized and report.tokens_per_second > 0
     speed = f" ({report.tokens_per_second:,.0f} tokens/s)" if tokenized else ""
     table.add_row("time", f"{report.seconds:.1f} s{speed}")
-    backend = report.backend
-    if backend and backend["name"] != "none":  # "none": pre-tokenized, nothing encoded
-        fell_back = backend.get("fallback_batches", 0)
+    backend = report.manifest.backend_record
+    if backend and backend.name != "none":  # "none": pre-tokenized, nothing encoded
+        fell_back = backend.fallback_batches or 0
         table.add_row(
             "tokenizer backend",
-            f"{backend['name']} {backend['version']}"
+            f"{backend.name} {backend.version}"
             + (f" ({fell_back:,} batches re-encoded with hf)" if fell_back else ""),
         )
     return table
@@ -152,24 +152,23 @@ def units_table(report: Any) -> Table:
 
 
 def units_line(manifest: Any) -> str:
-    units = manifest.units
-    if units.get("copied") is False:
+    units = manifest.merged_units
+    if units.copied is False:
         how = "; the rows stay in the units' shards (merged without copying)"
-    elif units.get("copy_reason"):
-        how = f"; rows copied ({units['copy_reason']})"
+    elif units.copy_reason:
+        how = f"; rows copied ({units.copy_reason})"
     else:
         how = ""
     return (
-        f"{units['count']} units: {manifest.rows:,} rows; one global FFD would need "
-        f"{manifest.global_ffd_rows:,} (+{units['rows_over_global_ffd']:,} rows, "
-        f"{units['packing_loss']:.2%} packing loss){how}"
+        f"{units.count} units: {manifest.rows:,} rows; one global FFD would need "
+        f"{manifest.global_ffd_rows:,} (+{units.rows_over_global_ffd:,} rows, "
+        f"{units.packing_loss:.2%} packing loss){how}"
     )
 
 
 def merged_json(report: Any) -> dict[str, Any]:
     m = report.manifest
-    units = {k: v for k, v in (m.units or {}).items() if k != "per_unit"}
-    return {"out_dir": str(report.out_dir), **m.summary(), "units": units}
+    return {"out_dir": str(report.out_dir), **m.summary(), "units": m.units_summary()}
 
 
 def show_pack(report: Any, *, quiet: bool, as_json: bool) -> None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -20,6 +20,7 @@ from ..format import (
     CHAT_TEMPLATE_FILE,
     IGNORE_INDEX,
     MANIFEST_FILE,
+    ChatTemplateRecord,
     DocumentCounts,
     Manifest,
     PackedReader,
@@ -77,13 +78,12 @@ def _resolve_tokenizer(
             raise OptionError(f"{e}: pass the tokenizer it was packed with (--tokenizer)") from None
     if isinstance(tokenizer, (str, os.PathLike)):
         tok = load_tokenizer(tokenizer)
-        special = manifest.special_tokens
-        if special:
+        if manifest.special_tokens:
             own_pad = manifest.pad_from == "tokenizer"  # else the padding's
             tok.special = SpecialTokens(
-                eos_id=special.get("eos_id"),
-                bos_id=special.get("bos_id"),
-                pad_id=special.get("pad_id") if own_pad else tok.special.pad_id,
+                eos_id=manifest.eos_id,
+                bos_id=manifest.bos_id,
+                pad_id=manifest.pad_id if own_pad else tok.special.pad_id,
             )
         return tok
     return tokenizer
@@ -129,7 +129,7 @@ def _recorded_options(
     values = {k: v for k, v in recorded.items() if k != "chat_template"}  # a record, not a path
     if values.get("input_shape") == "chat":
         values["chat_template"] = chat_template or _recorded_template_file(
-            recorded, reader.manifest.tokenizer_name, reader.path
+            reader.manifest.chat_template, reader.manifest.tokenizer_name, reader.path
         )
     if values.get("loss_on") == "labels":  # pre-tokenized labels: read from a field
         values.pop("loss_on")
@@ -147,19 +147,20 @@ def _recorded_options(
 
 
 def _recorded_template_file(
-    recorded: Mapping[str, Any], tokenizer_name: str | None = None, out: AnyPath | None = None
+    record: ChatTemplateRecord | None,
+    tokenizer_name: str | None = None,
+    out: AnyPath | None = None,
 ) -> str | None:
     """The chat template file the manifest names, if it was a file and is still there; for
     a template that came with the tokenizer (its ``tokenizer_config.json`` or
     ``chat_template.jinja``), that file of the tokenizer pack was given, if it is still
     there; else ``None``: the tokenizer's own, of which the output keeps a copy beside its
     ``tokenizer.json`` (its sha256 is checked once loaded)."""
-    record = recorded.get("chat_template")
-    if not isinstance(record, Mapping):
+    if record is None:
         return None
-    source = record.get("source")
+    source = record.source
     if source == "file":
-        name = record.get("name")
+        name = record.name
         if isinstance(name, str) and (is_url(name) or Path(name).is_file()):
             return name
     elif source in ("tokenizer_config.json", "chat_template.jinja") and tokenizer_name:
@@ -174,18 +175,17 @@ def _recorded_template_file(
     return None
 
 
-def _check_template(plan: InputPlan, recorded: Mapping[str, Any]) -> None:
+def _check_template(plan: InputPlan, record: ChatTemplateRecord | None) -> None:
     """Refuse a chat template other than the one the data was packed with: every label
     would differ."""
-    record = recorded.get("chat_template")
-    if plan.template is None or not isinstance(record, Mapping):
+    if plan.template is None or record is None:
         return
-    packed_with = record.get("sha256")
+    packed_with = record.sha256
     if packed_with and plan.template.sha256 != packed_with:
         raise OptionError(
             f"--against: the chat template {plan.template.name} (sha256 "
             f"{plan.template.sha256[:12]}...) is not the one the data was packed with "
-            f"({record.get('name')}, sha256 {str(packed_with)[:12]}...): pass that one "
+            f"({record.name}, sha256 {str(packed_with)[:12]}...): pass that one "
             "with --chat-template"
         )
 
@@ -247,8 +247,7 @@ def against_input_plan(
         and tokenizer is None
         and manifest.tokenizer_name == IdsTokenizer.name
     ):
-        special = manifest.special_tokens
-        eos, bos = special.get("eos_id"), special.get("bos_id")
+        eos, bos = manifest.eos_id, manifest.bos_id
         tok: Tokenizer = IdsTokenizer(  # type: ignore[assignment]
             eos_token=None if eos is None else str(eos),
             bos_token=None if bos is None else str(bos),
@@ -260,15 +259,15 @@ def against_input_plan(
     try:
         input_plan = plan_input(files, tok, options)  # as pack built it
     except ChatTemplateError as e:
-        record = manifest.options.get("chat_template")
-        if options.chat_template is not None or not isinstance(record, Mapping):
+        if options.chat_template is not None or manifest.chat_template is None:
             raise
         raise ChatTemplateError(
-            f"--against: {reader.path} was packed with the chat template {record.get('name')}, "
+            f"--against: {reader.path} was packed with the chat template "
+            f"{manifest.chat_template.name}, "
             "which is not found from here (nor a copy in the output): pass it with "
             "--chat-template FILE (a .jinja, or the tokenizer's tokenizer_config.json)"
         ) from e
-    _check_template(input_plan, manifest.options)
+    _check_template(input_plan, manifest.chat_template)
     return input_plan
 
 

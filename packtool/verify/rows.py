@@ -108,24 +108,21 @@ class Rules:
         """The rules of the pack at ``reader``; what the manifest does not record, and so
         cannot be checked, is said in ``report.notes``."""
         manifest = reader.manifest
-        options = manifest.options
-        special = manifest.special_tokens
-        pad_id = int_or_none(options.get("pad_id"))
+        pad_id = manifest.pad_id_option
         if pad_id is None:
             report.notes.append("no options.pad_id in the manifest: padding ids not checked")
         vocab = manifest.vocab_size
         if vocab is None:
             report.notes.append("no tokenizer.vocab_size in the manifest: token ids not checked")
-        add_eos = options.get("add_eos") is True
         return cls(
             max_len=reader.max_len,
             pad_id=pad_id,
             vocab_size=vocab,
-            documents_read=int_or_none(manifest.document_counts_recorded.get("read")),
-            eos_id=int_or_none(special.get("eos_id")) if add_eos else None,
-            bos_id=int_or_none(special.get("bos_id")) if options.get("bos") is True else None,
+            documents_read=manifest.documents_read_recorded,
+            eos_id=manifest.eos_id if manifest.add_eos else None,
+            bos_id=manifest.bos_id if manifest.add_bos else None,
             has_labels=reader.has_labels,
-            dropped_chunks=int_or_none(manifest.labels.get("chunks_without_labels_dropped")) or 0,
+            dropped_chunks=manifest.dropped_label_chunks,
         )
 
 
@@ -766,7 +763,7 @@ def _check_counts(
         mismatch(
             f"the rows hold {segments} document segments, the manifest says {manifest.segments}"
         )
-    packed_tokens = manifest.tokens_recorded.get("packed")
+    packed_tokens = manifest.packed_tokens_recorded
     if packed_tokens is not None and report.tokens != packed_tokens:
         mismatch(f"the rows hold {report.tokens} tokens, the manifest says {packed_tokens}")
     counts = manifest.document_counts_recorded

@@ -1,0 +1,113 @@
+"""The on-disk format of a packed dataset: the one package that knows how it is laid out.
+
+``pack`` writes through :class:`ShardWriter`; ``stats``, ``inspect``, ``verify``, the exports
+and the training side read through :func:`open_packed`; every other module reads the
+manifest through :class:`Manifest`'s typed accessors. ``docs/format.md`` describes the same
+thing for people. One job per module:
+
+- :mod:`.schema`: the table of the packed columns (``COLUMNS``), and what is derived from it:
+  the Arrow schema, the `datasets` features, the bytes of a row, the schema check;
+- :mod:`.counts`: what a run counted (documents, tokens, the run's figures);
+- :mod:`.manifest`: :class:`Manifest`, its typed accessors, :func:`read_manifest` and checks;
+- :mod:`.records`: typed views of the manifest's sub-records (inputs, labels, the chat
+  template, a unit's record, a merge's units);
+- :mod:`.output`: the output directory: its names, the checks before writing, durable writes,
+  the commit by rename, the copy onto a store, the temporaries of killed runs;
+- :mod:`.metadata`: the `datasets` metadata beside the shards, and the files' check;
+- :mod:`.writer`: :class:`PackedBatch`, :class:`ShardWriter`, :func:`write_dataset`,
+  :func:`commit_in_place`;
+- :mod:`.cache`: the local cache of shards of an output on a store;
+- :mod:`.reader`: :class:`PackedReader`, :func:`open_packed`.
+"""
+
+from __future__ import annotations
+
+from .counts import DocumentCounts, RunFigures, TokenCounts
+from .manifest import (
+    FORMAT_NAME,
+    FORMAT_VERSION,
+    MANIFEST_FILE,
+    Manifest,
+    ShardEntry,
+    read_manifest,
+)
+from .metadata import layout_problems
+from .output import (
+    CHAT_TEMPLATE_FILE,
+    TOKENIZER_CONFIG_FILE,
+    check_output_dir,
+    check_store_output,
+    publish,
+    remove_stale_temporaries,
+    sha256_file,
+    write_error,
+)
+from .reader import PackedReader, PackedRow, Segment, open_packed
+from .records import (
+    BackendRecord,
+    ChatTemplateRecord,
+    InputRecord,
+    LabelCounts,
+    MergedUnits,
+    PieceRecord,
+    UnitRecord,
+)
+from .schema import (
+    COLUMNS,
+    IGNORE_INDEX,
+    Column,
+    Per,
+    column_names,
+    columns,
+    hf_features,
+    packed_schema,
+    row_bytes,
+    schema_problem,
+)
+from .writer import PackedBatch, ShardWriter, commit_in_place, write_dataset
+
+__all__ = [
+    "CHAT_TEMPLATE_FILE",
+    "COLUMNS",
+    "FORMAT_NAME",
+    "FORMAT_VERSION",
+    "IGNORE_INDEX",
+    "MANIFEST_FILE",
+    "TOKENIZER_CONFIG_FILE",
+    "BackendRecord",
+    "ChatTemplateRecord",
+    "Column",
+    "DocumentCounts",
+    "InputRecord",
+    "LabelCounts",
+    "Manifest",
+    "MergedUnits",
+    "PackedBatch",
+    "PackedReader",
+    "PackedRow",
+    "Per",
+    "PieceRecord",
+    "RunFigures",
+    "Segment",
+    "ShardEntry",
+    "ShardWriter",
+    "TokenCounts",
+    "UnitRecord",
+    "check_output_dir",
+    "check_store_output",
+    "column_names",
+    "columns",
+    "commit_in_place",
+    "hf_features",
+    "layout_problems",
+    "open_packed",
+    "packed_schema",
+    "publish",
+    "read_manifest",
+    "remove_stale_temporaries",
+    "row_bytes",
+    "schema_problem",
+    "sha256_file",
+    "write_dataset",
+    "write_error",
+]

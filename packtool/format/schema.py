@@ -1,0 +1,171 @@
+"""The columns of a packed row: one table, from which the Arrow schema, the Hugging Face
+features, the shard-size estimate and the schema check are derived.
+
+One row, ``max_len`` 24, documents of 5, 9 and 7 tokens, then 3 pad tokens (``P``)::
+
+    input_ids    a a a a a b b b b b b b b b c c c c c c c P P P
+    position_ids 0 1 2 3 4 0 1 2 3 4 5 6 7 8 0 1 2 3 4 5 6 0 1 2
+    cu_seqlens   [0, 5, 14, 21, 24]
+    num_tokens   21
+    doc_ids      [d_a, d_b, d_c]       (one per document segment; none for the padding)
+    chunk_ids    [0, 0, 0]
+
+The padding tail is a segment of its own (the last one), so the segments cover every position
+and ``position_ids[cu[i]:cu[i+1]] == arange(cu[i+1] - cu[i])`` holds for every segment.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+__all__ = [
+    "COLUMNS",
+    "IGNORE_INDEX",
+    "Column",
+    "Per",
+    "column_names",
+    "columns",
+    "hf_features",
+    "int_array",
+    "packed_schema",
+    "row_bytes",
+    "schema_problem",
+]
+
+IGNORE_INDEX = -100
+"""The label of a token that is not learned (padding, prompt): PyTorch's cross-entropy default."""
+
+_ROW_OVERHEAD_BYTES = 64  # the ragged columns and Arrow's offsets, about, per row
+
+
+class Per(Enum):
+    """How many values a column holds in one row."""
+
+    TOKEN = "token"  # max_len values: fixed_size_list<value>[max_len]
+    BOUNDARY = "boundary"  # one per segment boundary: list<value>
+    SEGMENT = "segment"  # one per document segment (not the padding): list<value>
+    ROW = "row"  # one value
+
+
+@dataclass(frozen=True)
+class Column:
+    """One column of a packed row, as docs/format.md's table describes it."""
+
+    name: str
+    per: Per
+    value: pa.DataType
+    description: str
+    labels_only: bool = False  # present only in instruction data (a labelled pack)
+
+    def arrow_type(self, max_len: int) -> pa.DataType:
+        if self.per is Per.TOKEN:
+            return pa.list_(self.value, max_len)
+        if self.per is Per.ROW:
+            return self.value
+        return pa.list_(self.value)
+
+    def field(self, max_len: int) -> pa.Field:
+        return pa.field(self.name, self.arrow_type(max_len), nullable=False)
+
+
+COLUMNS: tuple[Column, ...] = (
+    Column("input_ids", Per.TOKEN, pa.int32(), "the token ids; pad_id after num_tokens"),
+    Column(
+        "position_ids",
+        Per.TOKEN,
+        pa.int32(),
+        "restart at 0 at every segment boundary, also in the padding segment",
+    ),
+    Column(
+        "cu_seqlens",
+        Per.BOUNDARY,
+        pa.int32(),
+        "segment boundaries: [0, len1, len1+len2, ..., max_len]",
+    ),
+    Column("num_tokens", Per.ROW, pa.int32(), "real (non-padding) tokens in the row"),
+    Column("doc_ids", Per.SEGMENT, pa.int64(), "each document segment's source document"),
+    Column(
+        "chunk_ids",
+        Per.SEGMENT,
+        pa.int32(),
+        "each document segment's chunk number (0 unless the document was split)",
+    ),
+    Column(
+        "labels",
+        Per.TOKEN,
+        pa.int32(),
+        f"the token to learn, or {IGNORE_INDEX} (instruction data only)",
+        labels_only=True,
+    ),
+)
+"""Every column a packed row can hold, in the order a shard stores them."""
+
+
+def columns(with_labels: bool = False, *per: Per) -> tuple[Column, ...]:
+    """The columns of a pack (``with_labels``: instruction data), in stored order; only
+    those of the kinds ``per``, if any are given."""
+    return tuple(
+        c for c in COLUMNS if (with_labels or not c.labels_only) and (not per or c.per in per)
+    )
+
+
+def column_names(with_labels: bool = False, *per: Per) -> list[str]:
+    """The names of :func:`columns`."""
+    return [c.name for c in columns(with_labels, *per)]
+
+
+def row_bytes(max_len: int, with_labels: bool = False) -> int:
+    """About the bytes of one row in a shard (its per-token columns of ``max_len``, and a
+    little for the others): what ``--shard-size`` is divided by to get the rows per shard."""
+    per_token = sum(c.value.bit_width // 8 for c in columns(with_labels, Per.TOKEN))
+    return per_token * max_len + _ROW_OVERHEAD_BYTES
+
+
+def packed_schema(max_len: int, with_labels: bool = False) -> pa.Schema:
+    """The Arrow schema of a packed dataset's rows."""
+    return pa.schema([c.field(max_len) for c in columns(with_labels)])
+
+
+def schema_problem(schema: pa.Schema, max_len: int, with_labels: bool) -> str | None:
+    """What is wrong with a shard's ``schema`` (a missing column, a wrong type), or None.
+
+    Columns this version does not know are allowed (readers ignore them).
+    """
+    for expected in packed_schema(max_len, with_labels):
+        index = schema.get_field_index(expected.name)
+        if index < 0:
+            return f"the shard has no column {expected.name!r}"
+        if schema.field(index).type != expected.type:
+            return (
+                f"column {expected.name!r} is {schema.field(index).type}, expected {expected.type}"
+            )
+    return None
+
+
+def _hf_feature(kind: pa.DataType) -> dict[str, Any]:
+    if pa.types.is_fixed_size_list(kind):
+        return {"feature": _hf_feature(kind.value_type), "length": kind.list_size, "_type": "List"}
+    if pa.types.is_list(kind):
+        return {"feature": _hf_feature(kind.value_type), "_type": "List"}
+    return {"dtype": str(kind), "_type": "Value"}
+
+
+def hf_features(schema: pa.Schema) -> dict[str, Any]:
+    """The Hugging Face `datasets` (>= 4) features dict of ``schema``.
+
+    Written by hand rather than with `datasets.Features` to keep the slow `datasets` import out
+    of ``pack``; a test checks it against `datasets`' own conversion.
+    """
+    return {f.name: _hf_feature(f.type) for f in schema}
+
+
+def int_array(a: np.ndarray, dtype: type[np.integer]) -> pa.Array:
+    """A NumPy integer array as an Arrow array of ``dtype``, without a copy when it already
+    is one (``pa.array`` would also import pandas, ~0.2 s, on its first call)."""
+    a = np.ascontiguousarray(a, dtype=dtype)
+    return pa.Array.from_buffers(pa.from_numpy_dtype(a.dtype), a.size, [None, pa.py_buffer(a)])
