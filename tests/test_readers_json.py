@@ -16,6 +16,7 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
+import packtool
 from packtool.errors import BadRecordError
 from packtool.readers import Want, read, read_records, read_texts, resolve_inputs
 
@@ -244,3 +245,16 @@ def test_a_byte_order_mark_at_the_start_is_not_part_of_the_first_record(tmp_path
     broken = tmp_path / "broken.jsonl"  # a bad line: the piece is parsed line by line
     broken.write_bytes(b"\xef\xbb\xbf" + body + b"{not json\n")
     assert texts(broken) == ["t0", "t1", "t2", None]  # only the last line is bad
+
+
+def test_a_file_of_a_byte_order_mark_alone_holds_no_record(tmp_path: Path) -> None:
+    """Three bytes, the mark and nothing after it (found by tests/test_faults.py's fuzzing):
+    no record, the one-line "nothing to pack" of an empty file, not an IndexError."""
+    from packtool.errors import NothingToPackError
+
+    path = tmp_path / "bom.jsonl"
+    path.write_bytes(b"\xef\xbb\xbf")
+    inp = resolve_inputs([path])[0]
+    assert [t for b in read_texts(inp, text_field="text") for t in b.texts] == []
+    with pytest.raises(NothingToPackError, match="no documents"):
+        packtool.pack([path], tmp_path / "out", max_len=64)

@@ -292,6 +292,8 @@ def read(inp: InputFile, fields: Sequence[str], want: Want) -> Iterator[Records]
                 at_start = False
                 if piece[:3] == _BOM:
                     piece = piece[3:]
+                    if not len(piece):
+                        continue  # a file of the mark alone: no record
             lines = _line_count(piece)
             fast = None
             if options is not None and not _may_crash_pyarrow(piece, options[1] is None):
