@@ -178,7 +178,7 @@ def __dir__() -> list[str]:
 
 
 class _Package(types.ModuleType):
-    """``packtool.verify`` is the function, although ``packtool/verify.py`` is also a module:
+    """``packtool.verify`` is the function, although ``packtool/verify/`` is also a package:
     importing the submodule must not rebind the package's attribute to the module (the import
     system sets it once the submodule has loaded)."""
 

@@ -62,8 +62,8 @@ from .format import (
     write_dataset,
 )
 from .fs import AnyPath, StorePath, as_path, check_writable, download_tree
-from .limits import MAX_ROWS_PER_SHARD, MAX_SEED, check_int
-from .options import DEFAULT_SHARD_SIZE, NO_COPY_BALANCE, PackOptions, parse_size
+from .layout import Layout
+from .options import NO_COPY_BALANCE
 from .order import attention_costs, row_shuffle, shard_order, stored_order, unit_row_seed
 from .packing import first_fit_decreasing, lower_bound_rows
 from .pipeline import PackReport
@@ -266,7 +266,7 @@ def _merge(
     previous = merged_manifest(out)
     if previous is not None and _still_current(shards_at, previous, manifests, plan, opts):
         return PackReport.from_manifest(out, previous, time.perf_counter() - started)
-    reason = "--copy" if opts["copy"] else _copy_reason(manifests, opts)
+    reason = "--copy" if opts["copy"] else _copy_reason(manifests, layout)
     if opts["copy"] is False and reason is not None:
         raise OptionError(f"the merge cannot list the units' shards as they are: {reason}")
     first_docs = _first_docs(out, manifests)
@@ -283,7 +283,7 @@ def _merge(
     global_rows = _global_rows(lengths, first.max_len)
     merged = _Merged(first_docs, opts, n_rows, global_rows, plan, reason, lengths)
     if reason is None:
-        manifest = _reference(out, units, first_docs, opts, _manifest(units, merged, started),
+        manifest = _reference(out, units, first_docs, layout, _manifest(units, merged, started),
                               started, shards_at)  # fmt: skip
         if progress:
             progress("merge", n_rows, n_rows)
@@ -293,18 +293,11 @@ def _merge(
         progress("merge", 0, src.n_rows)
     ffd = _ffd_rows(manifests)  # global FFD row k is stored row ffd[k]
     order, balance = stored_order(
-        src.n_rows,
-        lambda: _row_costs(src.tables, ffd),
-        world_size=layout.world_size,
-        micro_batches=layout.micro_batches,
-        seed=layout.seed,
-        shuffle=layout.shuffle,
-        where="the merge",
+        src.n_rows, lambda: _row_costs(src.tables, ffd), layout, where="the merge"
     )
     order = ffd[order]
     record = _manifest(units, merged, started, balance)
-    rows_per_shard = int(opts["rows_per_shard"])
-    manifest = _write(out, units, src, order, rows_per_shard, record, started, progress)
+    manifest = _write(out, units, src, order, layout, record, started, progress)
     return PackReport.from_manifest(out, manifest, time.perf_counter() - started)
 
 
@@ -368,24 +361,24 @@ def _merge_on_store(
     return report
 
 
-def _copy_reason(manifests: list[Manifest], opts: dict[str, Any]) -> str | None:
+def _copy_reason(manifests: list[Manifest], layout: Layout) -> str | None:
     """Why the merged rows must be written again, or None: the units' shards, in a seeded
     order, are then exactly the dataset asked for."""
-    if opts["world_size"] is not None:
+    if layout.world_size is not None:
         return "--world-size stores balanced steps over all the units' rows"
     for i, m in enumerate(manifests):
-        if m.rows_per_shard != opts["rows_per_shard"]:
+        if m.rows_per_shard != layout.rows_per_shard:
             return (
                 f"unit {i} holds {m.rows_per_shard} rows per shard, the merge asks for "
-                f"{opts['rows_per_shard']} (--rows-per-shard/--shard-size)"
+                f"{layout.rows_per_shard} (--rows-per-shard/--shard-size)"
             )
         stored = f"shuffled with seed {m.row_seed}" if m.shuffled else "not shuffled"
-        if not opts["shuffle"] and m.shuffled:
+        if not layout.shuffle and m.shuffled:
             return f"unit {i}'s rows are stored {stored}; --no-shuffle asks for FFD order"
-        if opts["shuffle"] and (not m.shuffled or m.row_seed != unit_row_seed(opts["seed"], i)):
+        if layout.shuffle and (not m.shuffled or m.row_seed != unit_row_seed(layout.seed, i)):
             return (
-                f"unit {i}'s rows are stored {stored}; --seed {opts['seed']} shuffles them "
-                f"with seed {unit_row_seed(opts['seed'], i)} (pack the units with that --seed)"
+                f"unit {i}'s rows are stored {stored}; --seed {layout.seed} shuffles them "
+                f"with seed {unit_row_seed(layout.seed, i)} (pack the units with that --seed)"
             )
     return None
 
@@ -409,7 +402,7 @@ def _reference(
     out: Path,
     units: list[tuple[Path, Manifest]],
     first_docs: list[int],
-    opts: dict[str, Any],
+    layout: Layout,
     record: Manifest,
     started: float,
     shards_at: AnyPath,
@@ -437,8 +430,8 @@ def _reference(
                     "(`packtool pack ... --units N --unit I --overwrite`)"
                 )
             shards.append(replace(entry, file=file, doc_offset=first_doc))
-    if opts["shuffle"]:
-        shards = [shards[i] for i in shard_order(len(shards), int(opts["seed"]))]
+    if layout.shuffle:
+        shards = [shards[i] for i in shard_order(len(shards), layout.seed)]
     first = units[0][1]
     _clear_merged(out)
     for name, source in (_tokenizer_copy(units) or {}).items():
@@ -468,31 +461,31 @@ def _tokenizer_copy(units: list[tuple[Path, Manifest]]) -> dict[str, Path] | Non
 
 
 def _resolve_options(
-    manifests: list[dict[str, Any]], given: dict[str, Any], shard_size: str | int | None
-) -> tuple[dict[str, Any], PackOptions]:
+    manifests: list[Manifest], given: dict[str, Any], shard_size: str | int | None
+) -> tuple[dict[str, Any], Layout]:
     """The merge's options: those given, else what the units recorded, else pack's defaults;
-    checked as ``pack`` checks them."""
+    checked as ``pack`` checks them. Returns them as the manifest records them (with
+    ``copy``) and as the :class:`~packtool.layout.Layout` the merged rows are stored in, its
+    ``rows_per_shard`` decided."""
     size = row_bytes(manifests[0].max_len, manifests[0].has_labels)
-    if given["rows_per_shard"] is not None:
-        check_int("--rows-per-shard", given["rows_per_shard"], 1, MAX_ROWS_PER_SHARD)
-    if given["seed"] is not None:
-        check_int("--seed", given["seed"], 0, MAX_SEED)
-    if given["rows_per_shard"] is None and shard_size is not None:
-        given = {**given, "rows_per_shard": max(1, parse_size(shard_size) // size)}
+    Layout(seed=given["seed"] or 0, rows_per_shard=given["rows_per_shard"])  # checked now
+    if given["rows_per_shard"] is None and shard_size is not None:  # beats the units' record
+        given = {**given, "rows_per_shard": Layout(shard_size=shard_size).shard_rows(size)}
     opts = _merge_options(manifests, given)
     defaults = {"shuffle": True, "seed": 0, "micro_batches": 1}  # copy: None, as needed
     for key, value in defaults.items():
         if opts[key] is None:
             opts[key] = value
-    layout = PackOptions(  # checks them as pack does
+    layout = Layout(
         shuffle=opts["shuffle"],
         seed=opts["seed"],
         world_size=opts["world_size"],
         micro_batches=opts["micro_batches"],
+        rows_per_shard=opts["rows_per_shard"],
     )
-    if opts["rows_per_shard"] is None:
-        opts["rows_per_shard"] = max(1, parse_size(DEFAULT_SHARD_SIZE) // size)
-    if opts["copy"] is False and opts["world_size"] is not None:
+    layout = replace(layout, rows_per_shard=layout.shard_rows(size))
+    opts["rows_per_shard"] = layout.rows_per_shard
+    if opts["copy"] is False and layout.world_size is not None:
         raise OptionError(NO_COPY_BALANCE)
     return opts, layout
 
@@ -536,15 +529,18 @@ def _write(
     units: list[tuple[Path, Manifest]],
     src: _Sources,
     order: np.ndarray,
-    rows_per_shard: int,
+    layout: Layout,
     record: dict[str, Any],
     started: float,
     progress: Callable[[str, int, int | None], None] | None,
 ) -> dict[str, Any]:
-    """Write the rows in ``order`` to a staging directory, then install it into ``out``
-    (the manifest ``record`` last, its ``seconds`` counted from ``started``)."""
+    """Write the rows in ``order`` to a staging directory, in shards of the ``layout``, then
+    install it into ``out`` (the manifest ``record`` last, its ``seconds`` counted from
+    ``started``)."""
     first = units[0][1]
     n_rows = src.n_rows
+    size = row_bytes(first.max_len, first.has_labels)
+    rows_per_shard = layout.shard_rows(size)
     stage = out / _STAGE
     writer = ShardWriter(
         stage,
@@ -554,7 +550,7 @@ def _write(
         with_labels=first.has_labels,
         overwrite=True,
     )
-    block = max(1, min(rows_per_shard, (64 << 20) // row_bytes(first.max_len, first.has_labels)))
+    block = max(1, min(rows_per_shard, (64 << 20) // size))
     manifest = write_dataset(
         writer,
         (

@@ -24,17 +24,10 @@ from typing import Any
 
 from .chat import DEFAULT_TEMPLATE_TIMEOUT
 from .errors import OptionError
-from .limits import (
-    MAX_LEN_LIMIT,
-    MAX_NUM_PROC,
-    MAX_ROWS_PER_SHARD,
-    MAX_SEED,
-    MAX_UNITS,
-    check_int,
-)
+from .layout import DEFAULT_SHARD_SIZE, Layout
+from .limits import MAX_LEN_LIMIT, MAX_NUM_PROC, MAX_UNITS, check_int
 
 __all__ = [
-    "DEFAULT_SHARD_SIZE",
     "ENGINES",
     "INPUT_SHAPES",
     "LOSS_ON",
@@ -43,7 +36,6 @@ __all__ = [
     "TOKENIZER_BACKENDS",
     "TXT_UNITS",
     "PackOptions",
-    "parse_size",
 ]
 
 OVERFLOWS = ("split", "truncate", "drop")
@@ -52,12 +44,9 @@ INPUT_SHAPES = ("text", "prompt-completion", "chat", "ids", "auto")
 LOSS_ON = ("completion", "assistant", "all")
 ENGINES = ("local", "ray")
 MAX_TEMPLATE_TIMEOUT = 24 * 3600.0  # seconds
-MAX_WORLD_SIZE = 1 << 20  # data-parallel ranks
-MAX_MICRO_BATCHES = 1 << 16  # rows a rank reads per step
 TOKENIZER_BACKENDS = ("auto", "fastokens", "hf")
 MAX_CHECK_SAMPLE = 1 << 30  # documents re-encoded by --check-sample
 
-DEFAULT_SHARD_SIZE = "256MB"
 _NEEDS_UNITS = "--unit, --engine and --ray-address work on units: give --units N"
 NO_COPY_BALANCE = (
     "--world-size stores the rows as balanced steps over all the units' rows, which a merge "
@@ -89,31 +78,6 @@ _ROWS_KEY = (
     "vocab_size",
     "split_on_eos",
 )
-
-
-def parse_size(size: str | int) -> int:
-    """Bytes in ``size``: an integer, or a text such as ``256MB``, ``1.5GB``, ``64KiB``."""
-    if isinstance(size, bool):
-        raise OptionError(f"--shard-size: cannot read {size!r} as a size (e.g. 256MB)")
-    if isinstance(size, int):
-        value = size
-    else:
-        text = str(size).strip().upper().replace("IB", "B")
-        units = (("KB", 1 << 10), ("MB", 1 << 20), ("GB", 1 << 30), ("B", 1))
-        number, factor = text, 1
-        for unit, unit_factor in units:
-            if text.endswith(unit):
-                number, factor = text[: -len(unit)].strip(), unit_factor
-                break
-        try:
-            value = int(float(number) * factor)
-        except (ValueError, OverflowError):
-            raise OptionError(
-                f"--shard-size: cannot read {size!r} as a size (e.g. 256MB)"
-            ) from None
-    if value <= 0:
-        raise OptionError(f"--shard-size must be positive, got {size!r}")
-    return value
 
 
 def _enum(flag: str, value: Any, choices: tuple[str, ...]) -> str:
@@ -160,7 +124,7 @@ class PackOptions:
     loss_mask_field: str | None = None  # ... or a 0/1 mask of the learned tokens
     vocab_size: int | None = None  # ids must be below it (default: the tokenizer's)
     split_on_eos: int | None = None  # cut pre-tokenized records after each of this id
-    # How rows are laid out
+    # How rows are laid out (the fields of ``layout``)
     shuffle: bool = True
     seed: int = 0
     world_size: int | None = None  # balanced steps for this many data-parallel ranks
@@ -205,12 +169,9 @@ class PackOptions:
             isinstance(self.pad_id, bool) or not isinstance(self.pad_id, int)
         ):  # its range is the tokenizer's vocabulary, checked when that is loaded
             raise OptionError(f"--pad-id must be an integer, got {self.pad_id!r}")
-        if self.rows_per_shard is not None:
-            check_int("--rows-per-shard", self.rows_per_shard, 1, MAX_ROWS_PER_SHARD)
-        parse_size(self.shard_size)
+        self.layout  # the layout's fields are checked by the record they make  # noqa: B018
         if self.num_proc is not None:
             check_int("--num-proc", self.num_proc, 1, MAX_NUM_PROC)
-        check_int("--seed", self.seed, 0, MAX_SEED)
         timeout = self.template_timeout
         if timeout is not None and not 0 < timeout <= MAX_TEMPLATE_TIMEOUT:
             raise OptionError(
@@ -218,25 +179,12 @@ class PackOptions:
                 f"seconds, got {timeout:g}"
             )
         check_int("--check-sample", self.check_sample, 0, MAX_CHECK_SAMPLE)
-        self._check_balance()
         self._check_units()
         self._check_ids()
         for name in ("tokenizer", "chat_template"):  # paths as text: they pickle and print
             value = getattr(self, name)
             if isinstance(value, os.PathLike):
                 object.__setattr__(self, name, os.fspath(value))
-
-    def _check_balance(self) -> None:
-        if self.world_size is not None:
-            check_int("--world-size", self.world_size, 1, MAX_WORLD_SIZE)
-            if not self.shuffle:
-                raise OptionError(
-                    "--world-size stores the rows as balanced steps in a seeded random order; "
-                    "leave out --no-shuffle (or --world-size)"
-                )
-        check_int("--micro-batches", self.micro_batches, 1, MAX_MICRO_BATCHES)
-        if self.micro_batches != 1 and self.world_size is None:
-            raise OptionError("--micro-batches balances steps across ranks: give --world-size W")
 
     def _check_ids(self) -> None:
         if self.ids_field is None:
@@ -299,8 +247,21 @@ class PackOptions:
         return self.tokenizer if isinstance(self.tokenizer, str) else None
 
     @property
+    def layout(self) -> Layout:
+        """How the rows are ordered and sharded: the layout fields as one record, which the
+        plan and write stages of ``pack``, a copying merge and the engines take."""
+        return Layout(
+            shuffle=self.shuffle,
+            seed=self.seed,
+            world_size=self.world_size,
+            micro_batches=self.micro_batches,
+            rows_per_shard=self.rows_per_shard,
+            shard_size=self.shard_size,
+        )
+
+    @property
     def shard_bytes(self) -> int:
-        return parse_size(self.shard_size)
+        return self.layout.shard_bytes
 
     def rows_key(self) -> dict[str, Any]:
         """The options that decide which rows a run packs (what work units are keyed by)."""
@@ -318,11 +279,7 @@ class PackOptions:
             "add_eos": self.add_eos,
             "bos": self.bos,
             "pad_id": self.pad_id,
-            "shuffle": self.shuffle,
-            "seed": self.seed,
-            "world_size": self.world_size,
-            "micro_batches": self.micro_batches,
-            "rows_per_shard": self.rows_per_shard,
+            **self.layout.describe(),
             "skip_bad_records": self.skip_bad_records,
             "split": self.split,
             "txt_unit": self.txt_unit,

@@ -23,6 +23,7 @@ from collections.abc import Callable
 import numpy as np
 
 from .errors import OptionError
+from .layout import Layout
 
 __all__ = [
     "COST_MODEL",
@@ -40,6 +41,7 @@ __all__ = [
     "shard_order",
     "step_imbalance",
     "step_loads",
+    "stored_order",
     "unit_row_seed",
 ]
 
@@ -272,25 +274,27 @@ def balanced_order(
 def stored_order(
     num_rows: int,
     costs_and_tokens: Callable[[], tuple[np.ndarray, np.ndarray]],
+    layout: Layout,
     *,
-    world_size: int | None,
-    micro_batches: int,
-    seed: int,
-    shuffle: bool,
     where: str,
 ) -> tuple[np.ndarray, dict[str, object] | None]:
     """The order rows are stored in, and the manifest's ``balance`` record (with a world
-    size), for ``pack`` and a copying merge alike: balanced over ``world_size`` ranks (the
-    rows' attention costs and tokens, asked for only then), else the seeded shuffle, else as
-    they are. ``where`` names the rows in the error of too small a world."""
-    if world_size is not None:
-        check_world_size(num_rows, world_size, where)
+    size), for ``pack`` and a copying merge alike, from their :class:`~packtool.layout.Layout`:
+    balanced over ``world_size`` ranks (the rows' attention costs and tokens, asked for only
+    then), else the seeded shuffle, else as they are. ``where`` names the rows in the error of
+    too small a world."""
+    if layout.world_size is not None:
+        check_world_size(num_rows, layout.world_size, where)
         costs, tokens = costs_and_tokens()
-        kw = {"world_size": world_size, "micro_batches": micro_batches, "seed": seed}
+        kw = {
+            "world_size": layout.world_size,
+            "micro_batches": layout.micro_batches,
+            "seed": layout.seed,
+        }
         order = balanced_order(costs, tokens, **kw)
         return order, balance_record(costs[order], tokens[order], **kw)
-    if shuffle:
-        return row_shuffle(num_rows, seed), None
+    if layout.shuffle:
+        return row_shuffle(num_rows, layout.seed), None
     return np.arange(num_rows, dtype=np.int64), None
 
 

@@ -42,6 +42,7 @@ from .errors import OptionError
 __all__ = [
     "Overflow",
     "RowPlan",
+    "cut_items",
     "first_fit_decreasing",
     "lower_bound_rows",
     "plan_rows",
@@ -584,6 +585,27 @@ def segment_labelled_items(
     counts["chunks_without_labels_dropped"] = int((~keep).sum())
     counts["tokens_in_chunks_without_labels"] = int(item_len[~keep].sum())
     return doc[keep], chunk[keep], item_len[keep], counts, labels
+
+
+def cut_items(
+    lengths: np.ndarray,
+    empty: np.ndarray,
+    labels: np.ndarray | None,
+    max_len: int,
+    overflow: Overflow,
+    *,
+    ignore: int,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict[str, int], np.ndarray | None]:
+    """The items ``pack`` stores for one batch of encoded documents (flat ``labels`` like
+    their ids, or ``None``): (document index in the batch, chunk, item length), the counts,
+    and the labels to store (``None`` without labels). Documents with labels are cut by
+    :func:`segment_labelled_items`, others by :func:`segment_items`; ``pack`` and ``verify
+    --against`` cut through this one function, so what verify expects is what pack stored.
+    """
+    if labels is None:
+        doc, chunk, item_len, counts = segment_items(lengths, empty, max_len, overflow)
+        return doc, chunk, item_len, counts, None
+    return segment_labelled_items(lengths, empty, labels, max_len, overflow, ignore=ignore)
 
 
 def _count_in(flags: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:

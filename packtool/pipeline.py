@@ -54,11 +54,10 @@ from .order import attention_costs, row_sums, stored_order
 from .packing import (
     Overflow,
     RowPlan,
+    cut_items,
     first_fit_decreasing,
     lower_bound_rows,
     plan_rows,
-    segment_items,
-    segment_labelled_items,
 )
 from .prepare import prepare
 from .pretokenized import IdsTokenizer
@@ -167,12 +166,7 @@ def _cut(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict[str, int], np.ndarray | None]:
     """Items of one encoded batch (document index in batch, chunk, length), the counts, and
     the labels to store with its tokens (``None`` for text)."""
-    if encoded.labels is None:
-        doc, chunk, item_len, counts = segment_items(
-            encoded.lengths, encoded.empty, max_len, overflow
-        )
-        return doc, chunk, item_len, counts, None
-    return segment_labelled_items(
+    return cut_items(
         encoded.lengths, encoded.empty, encoded.labels, max_len, overflow, ignore=IGNORE_INDEX
     )
 
@@ -318,8 +312,8 @@ def pack(
                 state.label_counts["documents_without_labels"],
                 state.bad_records,
             )
-        layout = _plan_stage(store, run.options, progress)
-        manifest = _write_stage(run, store, state, layout, started, progress, extra_manifest)
+        placement = _plan_stage(store, run.options, progress)
+        manifest = _write_stage(run, store, state, placement, started, progress, extra_manifest)
     stale = _STALE_CHECKPOINT.format(store.directory) if store.stale_checkpoint else None
     return _report(run, state, manifest, resumed, time.perf_counter() - started, stale)
 
@@ -394,7 +388,7 @@ def _prepare(
     options, tok, plan = prepared.options, prepared.tokenizer, prepared.plan
     pad_id, pad_from = _pad_id(options.pad_id, tok)
     one_row = row_bytes(options.max_len, plan.labelled)
-    rows_per_shard = options.rows_per_shard or max(1, options.shard_bytes // one_row)
+    rows_per_shard = options.layout.shard_rows(one_row)
     notice = None
     if options.rows_per_shard is None and options.shard_bytes < one_row:
         notice = (
@@ -465,7 +459,7 @@ def _tokenize_stage(
 
 
 @dataclass(frozen=True)
-class _Layout:
+class _Placement:
     """The row plan, and the order rows are written in."""
 
     plan: RowPlan
@@ -481,8 +475,9 @@ class _Layout:
         return int(self.plan.length.astype(np.int64).sum())
 
 
-def _plan_stage(store: TokenStore, o: PackOptions, progress: ProgressCallback | None) -> _Layout:
-    """First-fit-decreasing over the item lengths, then the seeded row shuffle."""
+def _plan_stage(store: TokenStore, o: PackOptions, progress: ProgressCallback | None) -> _Placement:
+    """First-fit-decreasing over the item lengths, then the order of the options' layout
+    (the seeded row shuffle, or balanced steps)."""
     items = store.items()
     item_len = items["length"]
     if progress:
@@ -497,45 +492,44 @@ def _plan_stage(store: TokenStore, o: PackOptions, progress: ProgressCallback | 
     output_order, balance = stored_order(
         n_rows,
         lambda: (attention_costs(seg_lengths, per_row), row_sums(seg_lengths, per_row)),
-        world_size=o.world_size,
-        micro_batches=o.micro_batches,
-        seed=o.seed,
-        shuffle=o.shuffle,
+        o.layout,
         where="the pack",
     )
-    return _Layout(plan, output_order, balance)
+    return _Placement(plan, output_order, balance)
 
 
 def _write_stage(
     run: _Run,
     store: TokenStore,
     state: _ReadState,
-    layout: _Layout,
+    placement: _Placement,
     started: float,
     progress: ProgressCallback | None,
     extra_manifest: Mapping[str, Any] | None,
 ) -> Manifest:
-    """Gather the rows from the store and write them, then the manifest (last)."""
+    """Gather the rows from the store and write them in shards of the options' layout, then
+    the manifest (last)."""
     o = run.options
-    assert o.max_len is not None and o.rows_per_shard is not None and o.pad_id is not None
-    n_rows = layout.n_rows
+    assert o.max_len is not None and o.pad_id is not None
+    rows_per_shard = o.layout.shard_rows(run.row_bytes)
+    n_rows = placement.n_rows
     # Rows are gathered, and written as Arrow record batches, _GATHER_BYTES at a time: a
     # block's rows hold documents from all over the store, so the store's pages a block
     # touches, like the blocks in flight (three: being gathered, queued, being written), are
     # bounded by the block size, not the corpus.
-    block = max(1, min(o.rows_per_shard, _GATHER_BYTES // run.row_bytes))
+    block = max(1, min(rows_per_shard, _GATHER_BYTES // run.row_bytes))
 
     def gather_blocks() -> Iterator[Any]:
         with store.reader() as source:
             for start in range(0, n_rows, block):
-                plan_block = layout.output_order[start : start + block]
-                yield gather_rows(source, layout.plan, plan_block, o.max_len, o.pad_id)
+                plan_block = placement.output_order[start : start + block]
+                yield gather_rows(source, placement.plan, plan_block, o.max_len, o.pad_id)
 
     writer = ShardWriter(
         run.out,
         max_len=o.max_len,
         num_rows=n_rows,
-        rows_per_shard=o.rows_per_shard,
+        rows_per_shard=rows_per_shard,
         with_labels=run.plan.labelled,
         overwrite=o.overwrite,
     )
@@ -544,7 +538,7 @@ def _write_stage(
         # Gathering (a thread; the copy kernel runs without the GIL) overlaps writing
         # (Arrow, hashing and file I/O, which release it too).
         _background(gather_blocks(), ahead=1),
-        lambda: _manifest(run, state, layout, time.perf_counter() - started, extra_manifest),
+        lambda: _manifest(run, state, placement, time.perf_counter() - started, extra_manifest),
         tokenizer=_tokenizer_files(run.tok, run.plan),
         progress=(lambda done: progress("write", done, n_rows)) if progress else None,
     )
@@ -571,7 +565,7 @@ def _tokenizer_files(tok: Tokenizer, plan: InputPlan) -> dict[str, bytes] | None
 def _manifest(
     run: _Run,
     state: _ReadState,
-    layout: _Layout,
+    placement: _Placement,
     seconds: float,
     extra: Mapping[str, Any] | None,
 ) -> Manifest:
@@ -588,20 +582,20 @@ def _manifest(
         inputs=state.input_records,
         figures=RunFigures(
             documents=state.counts,
-            segments=int(layout.plan.length.size),
+            segments=int(placement.plan.length.size),
             tokens=TokenCounts(
-                layout.n_tokens, state.tokens_truncated, state.tokens_dropped, learned
+                placement.n_tokens, state.tokens_truncated, state.tokens_dropped, learned
             ),
-            rows=layout.n_rows,
-            lower_bound_rows=lower_bound_rows(layout.n_tokens, o.max_len),
+            rows=placement.n_rows,
+            lower_bound_rows=lower_bound_rows(placement.n_tokens, o.max_len),
             max_len=o.max_len,
             bad_records=state.bad_records,
             special_strings=state.special_strings,
             parse_special=o.parse_special,
             seconds=seconds,
-            segment_lengths=layout.plan.length,
+            segment_lengths=placement.plan.length,
         ),
-        balance=layout.balance,
+        balance=placement.balance,
         labels=_describe_labels(run.plan, state.label_counts) if run.plan.labelled else None,
         extra=extra,
     )

@@ -20,18 +20,19 @@ LAYERS: dict[str, int] = {
     "_version": 0,
     "masks": 0,
     "tokenizer_file": 0,
-    # 1: the file-system seam (local paths, fsspec URLs)
+    # 1: the file-system seam (local paths, fsspec URLs); the bounds of the options
     "fs": 1,
-    # 2: the stages' own building blocks
-    "limits": 2,
+    "limits": 1,
+    # 2: the stages' own building blocks; the layout of finished rows
     "_stop": 0,
-    "order": 2,
+    "layout": 2,
     "packing": 2,
     "chat": 2,
     "readers": 2,
     "tokenize": 2,
-    # 3: the options record; the on-disk format and manifest
+    # 3: the options record; the order of rows; the on-disk format and manifest
     "options": 3,
+    "order": 3,
     "format": 3,
     "pretokenized": 3,
     # 4: the token store, the row gather, encoders of instruction data, row views
@@ -58,6 +59,11 @@ LAYERS: dict[str, int] = {
     # 11: the command line (12: ``python -m packtool``)
     "cli": 11,
     "__main__": 12,
+}
+# Inside a package split into modules: the order its modules may import each other in (a
+# module imports only lower ones), with no private names across them.
+PACKAGE_LAYERS: dict[str, dict[str, int]] = {
+    "verify": {"report": 0, "digest": 0, "rows": 1, "against": 2, "__init__": 3},
 }
 # The modules of packtool/format/, each on a layer of its own within the package.
 FORMAT_LAYERS: dict[str, int] = {
@@ -150,6 +156,54 @@ def test_no_private_names_across_modules() -> None:
             if private:
                 bad.append(f"{path.relative_to(REPO)}:{line}: {private} from {sub}")
     assert not bad, "\n".join(bad)
+
+
+def _package_imports(package: str, path: Path) -> list[tuple[int, str, list[str]]]:
+    """(line, module of ``package``, names) of each import of a sibling module in ``path``."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    out = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.ImportFrom):
+            continue
+        if node.level == 1 and node.module:  # from .rows import x
+            out.append((node.lineno, node.module.split(".")[0], [a.name for a in node.names]))
+        elif node.level == 0 and (node.module or "").startswith(f"packtool.{package}."):
+            out.append((node.lineno, node.module.split(".")[2], [a.name for a in node.names]))
+    return out
+
+
+def test_split_packages_layer_their_modules() -> None:
+    bad = []
+    for package, layers in PACKAGE_LAYERS.items():
+        paths = sorted((PACKAGE / package).glob("*.py"))
+        assert {p.stem for p in paths} == set(layers), (package, {p.stem for p in paths})
+        for path in paths:
+            mine = path.stem
+            for line, sub, names in _package_imports(package, path):
+                where = f"{path.relative_to(REPO)}:{line}"
+                if layers[sub] >= layers[mine]:
+                    bad.append(f"{where}: {package}.{mine} imports {package}.{sub}")
+                private = [n for n in names if n.startswith("_") and not n.startswith("__")]
+                if private:
+                    bad.append(f"{where}: {private} from {package}.{sub}")
+    assert not bad, "\n".join(bad)
+
+
+def test_verify_cuts_documents_with_the_pipelines_cut() -> None:
+    """``verify --against`` expects the items ``pack`` stored: both cut documents with
+    ``packing.cut_items`` (the overflow policy, the labelled cut), none with its own."""
+    cut = {"cut_items"}
+    own = {"segment_items", "segment_labelled_items"}
+    for path in (PACKAGE / "pipeline.py", PACKAGE / "verify" / "against.py"):
+        names = {n for _, top, sub, names in _imports(path) if sub == "packing" for n in names}
+        assert cut <= names and not names & own, (path, names)
+    for path in (PACKAGE / "verify").glob("*.py"):
+        called = {
+            node.func.id
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+        }
+        assert not called & own, (path, called & own)
 
 
 def test_format_modules_import_only_lower_layers() -> None:

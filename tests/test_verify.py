@@ -571,11 +571,11 @@ def test_rows_checked_in_small_blocks(tmp_path: Path, monkeypatch: pytest.Monkey
     """Blocks are slices of record batches: offsets of sliced lists must be handled."""
     import importlib
 
-    # packtool.verify is the function (exported); the module is in sys.modules
-    verify_module = importlib.import_module("packtool.verify")
+    # packtool.verify is the function (exported); its row checks are packtool.verify.rows
+    verify_module = importlib.import_module("packtool.verify.rows")
 
     src, out = pack_chars(tmp_path, shuffle=True)
-    monkeypatch.setattr(verify_module, "_BLOCK_TOKENS", 3 * 16)  # 3 rows per block
+    monkeypatch.setattr(verify_module, "BLOCK_TOKENS", 3 * 16)  # 3 rows per block
     assert verify(out, against=[src], tokenizer=CharTokenizer()).ok
     _, rows = read_rows(out)
     target = padded_row(rows)

@@ -185,9 +185,7 @@ def pack_units(
         for f in resolved
     ]
     options, shape_auto = corpus_options(files, options)  # the shape: over all the inputs
-    rows_per_shard = options.rows_per_shard or max(
-        1, options.shard_bytes // row_bytes(options.max_len, has_labels(options))
-    )
+    rows_per_shard = options.layout.shard_rows(row_bytes(options.max_len, has_labels(options)))
     merge_options = {
         "shuffle": options.shuffle,
         "seed": options.seed,

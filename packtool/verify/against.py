@@ -1,0 +1,589 @@
+"""``verify --against``: the inputs re-read and re-tokenized as ``pack`` did (the options
+the manifest records, the output's copy of the tokenizer), cut into the items ``pack``
+stores by the pipeline's own cut (:func:`packtool.packing.cut_items`), and compared with
+the rows through a digest per document, then the counts of every outcome with the
+manifest's."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..errors import ChatTemplateError, FormatError, OptionError
+from ..format import (
+    CHAT_TEMPLATE_FILE,
+    IGNORE_INDEX,
+    MANIFEST_FILE,
+    ChatTemplateRecord,
+    DocumentCounts,
+    Manifest,
+    PackedReader,
+)
+from ..fs import AnyPath, is_url
+from ..instruct import InputPlan, InstructEncoder, plan_input
+from ..options import PackOptions
+from ..packing import Overflow, cut_items
+from ..pretokenized import IdsEncoder, IdsTokenizer
+from ..readers import InputFile, resolve_inputs
+from ..tokenize import DocumentEncoder, Tokenizer, load_tokenizer
+from .digest import Digests, digest_terms, group_sums
+from .report import AgainstReport, Problems, VerifyProgress
+from .rows import Segments
+
+__all__ = [
+    "AgainstPlan",
+    "against_digests",
+    "against_input_plan",
+    "check_against",
+    "prepare_against",
+]
+
+
+def _rows_tokens(
+    reader: PackedReader, rows_of: np.ndarray, doc: int
+) -> tuple[np.ndarray, np.ndarray | None]:
+    """The tokens (and labels) of document ``doc`` read back from ``rows_of`` (its rows),
+    chunks joined."""
+    pieces: dict[int, tuple[np.ndarray, np.ndarray | None]] = {}
+    for r in sorted(set(rows_of.tolist())):
+        row = reader.row(int(r))
+        for seg in row.segments:
+            if seg.doc_id == doc and seg.chunk_id is not None:
+                labels = None if row.labels is None else row.labels[seg.start : seg.end]
+                pieces[seg.chunk_id] = (row.input_ids[seg.start : seg.end], labels)
+    if not pieces:
+        return np.zeros(0, np.int32), None
+    ids = np.concatenate([pieces[c][0] for c in sorted(pieces)])
+    if any(p[1] is None for p in pieces.values()):
+        return ids, None
+    return ids, np.concatenate([pieces[c][1] for c in sorted(pieces)])  # type: ignore[misc]
+
+
+def _resolve_tokenizer(
+    reader: PackedReader, tokenizer: Tokenizer | str | os.PathLike[str] | None
+) -> Tokenizer:
+    from ..tokenize import SpecialTokens
+
+    manifest = reader.manifest
+    if tokenizer is None:
+        try:
+            return reader.load_tokenizer()
+        except FormatError as e:
+            raise OptionError(f"{e}: pass the tokenizer it was packed with (--tokenizer)") from None
+    if isinstance(tokenizer, (str, os.PathLike)):
+        tok = load_tokenizer(tokenizer)
+        if manifest.special_tokens:
+            own_pad = manifest.pad_from == "tokenizer"  # else the padding's
+            tok.special = SpecialTokens(
+                eos_id=manifest.eos_id,
+                bos_id=manifest.bos_id,
+                pad_id=manifest.pad_id if own_pad else tok.special.pad_id,
+            )
+        return tok
+    return tokenizer
+
+
+@dataclass
+class _Expected:
+    """One batch of re-tokenized documents after the overflow policy."""
+
+    first: int  # document index of the batch's first record
+    lane0: np.ndarray  # digest per record (0 for a record with nothing to pack)
+    lane1: np.ndarray
+    length: np.ndarray  # tokens packed per record
+    tokens: Callable[[int], tuple[np.ndarray, np.ndarray | None]]  # packed ids, labels of i
+    label0: np.ndarray | None = None  # digest of the labels per record (labelled ids)
+    label1: np.ndarray | None = None
+
+
+@dataclass
+class AgainstPlan:
+    """What re-tokenizing needs, found before any row is read (so mistakes fail fast)."""
+
+    files: list[Any]
+    options: PackOptions  # as recorded in the manifest
+    overflow: Overflow
+    encoder: DocumentEncoder | IdsEncoder | InputPlan  # the plan itself for instruction data
+    read: Callable[..., Iterator[Any]]  # the plan's reader: texts, records or ids, as pack read
+    labelled: bool = False  # labels (instruction data, pre-tokenized labels) compared too
+
+
+def _recorded_options(
+    reader: PackedReader, parse_special: bool | None, chat_template: AnyPath | None
+) -> PackOptions:
+    """The options ``pack`` recorded in the manifest, as a :class:`PackOptions`: what
+    re-tokenizing needs (``parse_special``, when given, overrides the record). A chat
+    template is ``chat_template``, else the file the manifest names if it is still there,
+    else the tokenizer's own (checked against the recorded sha256 once loaded)."""
+    where = reader.path / MANIFEST_FILE
+    recorded = reader.manifest.options
+    needed = ("text_field", "overflow", "add_eos", "bos", "skip_bad_records", "split", "txt_unit")
+    if any(k not in recorded for k in needed):
+        raise FormatError(f"{where}: 'options' does not record how the data was packed")
+    values = {k: v for k, v in recorded.items() if k != "chat_template"}  # a record, not a path
+    if values.get("input_shape") == "chat":
+        values["chat_template"] = chat_template or _recorded_template_file(
+            reader.manifest.chat_template, reader.manifest.tokenizer_name, reader.path
+        )
+    if values.get("loss_on") == "labels":  # pre-tokenized labels: read from a field
+        values.pop("loss_on")
+    values.setdefault("parse_special", True)  # packed before the option existed: parsed
+    if parse_special is not None:
+        values["parse_special"] = parse_special
+    values["tokenizer_backend"] = "hf"  # the check stays independent of the fast path
+    try:
+        options = PackOptions.from_mapping(values)
+    except OptionError as e:
+        raise FormatError(f"{where}: 'options' are not options of pack: {e}") from None
+    if options.overflow is None:
+        raise FormatError(f"{where}: 'options' does not record the overflow policy")
+    return options
+
+
+def _recorded_template_file(
+    record: ChatTemplateRecord | None,
+    tokenizer_name: str | None = None,
+    out: AnyPath | None = None,
+) -> str | None:
+    """The chat template file the manifest names, if it was a file and is still there; for
+    a template that came with the tokenizer (its ``tokenizer_config.json`` or
+    ``chat_template.jinja``), that file of the tokenizer pack was given, if it is still
+    there; else ``None``: the tokenizer's own, of which the output keeps a copy beside its
+    ``tokenizer.json`` (its sha256 is checked once loaded)."""
+    if record is None:
+        return None
+    source = record.source
+    if source == "file":
+        name = record.name
+        if isinstance(name, str) and (is_url(name) or Path(name).is_file()):
+            return name
+    elif source in ("tokenizer_config.json", "chat_template.jinja") and tokenizer_name:
+        where = Path(tokenizer_name).expanduser()
+        candidate = (where if where.is_dir() else where.parent) / str(source)
+        if not is_url(tokenizer_name) and candidate.is_file():
+            return str(candidate)
+    if source != "tokenizer_config.json" and out is not None:  # the output's copy of it
+        copy = out / CHAT_TEMPLATE_FILE
+        if copy.is_file():
+            return str(copy)
+    return None
+
+
+def _check_template(plan: InputPlan, record: ChatTemplateRecord | None) -> None:
+    """Refuse a chat template other than the one the data was packed with: every label
+    would differ."""
+    if plan.template is None or record is None:
+        return
+    packed_with = record.sha256
+    if packed_with and plan.template.sha256 != packed_with:
+        raise OptionError(
+            f"--against: the chat template {plan.template.name} (sha256 "
+            f"{plan.template.sha256[:12]}...) is not the one the data was packed with "
+            f"({record.name}, sha256 {str(packed_with)[:12]}...): pass that one "
+            "with --chat-template"
+        )
+
+
+def prepare_against(
+    reader: PackedReader,
+    inputs: Sequence[str | os.PathLike[str]],
+    tokenizer: Tokenizer | str | os.PathLike[str] | None,
+    problems: Problems,
+    parse_special: bool | None = None,
+    chat_template: AnyPath | None = None,
+) -> AgainstPlan:
+    """What re-reading ``inputs`` needs (the recorded options, the files, the tokenizer and
+    the input plan), checked against what the manifest recorded before any row is read."""
+    manifest = reader.manifest
+    options = _recorded_options(reader, parse_special, chat_template)
+    if not inputs:
+        inputs = manifest.input_paths
+        if not inputs:
+            raise OptionError("--against: no inputs given and none recorded in the manifest")
+    files = resolve_inputs(inputs)
+    input_plan = against_input_plan(reader, files, options, tokenizer, problems)
+    instruct = isinstance(input_plan.encoder, InstructEncoder)
+    encoder = input_plan if instruct else input_plan.encoder
+    assert isinstance(encoder, (DocumentEncoder, IdsEncoder, InputPlan))
+    recorded = manifest.input_sizes
+    if len(files) != len(recorded):
+        problems.add(
+            "against", f"{len(files)} inputs given, the data was packed from {len(recorded)}"
+        )
+    for i, (inp, (rec_path, rec_size)) in enumerate(zip(files, recorded, strict=False)):
+        if rec_size not in (None, inp.size_bytes):
+            problems.add(
+                "against",
+                f"input {i} ({inp.path}) has {inp.size_bytes} bytes; the manifest recorded "
+                f"{rec_size} bytes for {rec_path}: not the same file",
+            )
+    labelled = (options.ids_field is not None or instruct) and input_plan.labelled
+    labelled = labelled and reader.has_labels
+    overflow = Overflow(options.overflow)
+    return AgainstPlan(files, options, overflow, encoder, input_plan.read, labelled)
+
+
+def against_input_plan(
+    reader: PackedReader,
+    files: Sequence[InputFile],
+    options: PackOptions,
+    tokenizer: Tokenizer | str | os.PathLike[str] | None,
+    problems: Problems,
+) -> InputPlan:
+    """The tokenizer and the input plan the inputs are re-read with, as ``pack`` built them:
+    the output's copy of the tokenizer (or ``tokenizer``; for pre-tokenized data packed
+    without one, the ids' own), checked against the recorded one, and
+    :func:`~packtool.instruct.plan_input` over the recorded ``options``, the chat template
+    checked against the recorded one. The one place ``--against`` decides how to tokenize."""
+    manifest = reader.manifest
+    if (
+        options.ids_field is not None
+        and tokenizer is None
+        and manifest.tokenizer_name == IdsTokenizer.name
+    ):
+        eos, bos = manifest.eos_id, manifest.bos_id
+        tok: Tokenizer = IdsTokenizer(  # type: ignore[assignment]
+            eos_token=None if eos is None else str(eos),
+            bos_token=None if bos is None else str(bos),
+            vocab_size=options.vocab_size,
+        )
+    else:
+        tok = _resolve_tokenizer(reader, tokenizer)
+    _check_tokenizer(tok, manifest, problems)
+    try:
+        input_plan = plan_input(files, tok, options)  # as pack built it
+    except ChatTemplateError as e:
+        if options.chat_template is not None or manifest.chat_template is None:
+            raise
+        raise ChatTemplateError(
+            f"--against: {reader.path} was packed with the chat template "
+            f"{manifest.chat_template.name}, "
+            "which is not found from here (nor a copy in the output): pass it with "
+            "--chat-template FILE (a .jinja, or the tokenizer's tokenizer_config.json)"
+        ) from e
+    _check_template(input_plan, manifest.chat_template)
+    return input_plan
+
+
+def check_against(
+    reader: PackedReader,
+    plan: AgainstPlan,
+    digests: Digests,
+    segments: Segments,
+    problems: Problems,
+    progress: VerifyProgress | None,
+) -> AgainstReport:
+    """Re-read and re-tokenize the inputs as ``pack`` did; compare digests and counts."""
+    started = time.perf_counter()
+    files, options = plan.files, plan.options
+    doc_seg, _, _, seg_rows, _ = segments.arrays()
+    by_doc = np.argsort(doc_seg, kind="stable")
+    where = _DocumentRows(doc_seg[by_doc], seg_rows[by_doc])
+    counts = asdict(DocumentCounts())  # read, packed, split, ... all 0
+    tokens = {"packed": 0, "truncated_away": 0, "dropped": 0}
+    label_counts = dict.fromkeys(_LABEL_COUNT_KEYS, 0) if digests.label0 is not None else None
+    compared = 0
+    total_bytes = sum(f.size_bytes for f in files)
+    bytes_before = 0
+    for inp in files:
+        for batch in plan.read(
+            inp,
+            skip_bad_records=options.skip_bad_records,
+            split=options.split,
+            txt_unit=options.txt_unit,
+        ):
+            expected = _expect_batch(batch, counts, tokens, plan, reader.max_len, label_counts)
+            compared += _compare_batch(reader, plan, digests, expected, len(batch.records),
+                                       where, problems)  # fmt: skip
+            if progress:
+                progress("against", bytes_before + batch.bytes_done, total_bytes)
+        bytes_before += inp.size_bytes
+    _compare_counts(reader.manifest, digests, counts, tokens, label_counts, problems)
+    return AgainstReport(
+        inputs=[str(f.path) for f in files],
+        documents=counts,
+        tokens=tokens,
+        documents_compared=compared,
+        seconds=time.perf_counter() - started,
+    )
+
+
+@dataclass(frozen=True)
+class _DocumentRows:
+    """The rows of each document: segment document ids (sorted) and the row of each."""
+
+    doc_sorted: np.ndarray
+    rows: np.ndarray
+
+    def of(self, doc: int) -> np.ndarray:
+        lo = np.searchsorted(self.doc_sorted, doc)
+        return self.rows[lo : np.searchsorted(self.doc_sorted, doc, side="right")]
+
+
+def _compare_batch(
+    reader: PackedReader,
+    plan: AgainstPlan,
+    digests: Digests,
+    expected: Any,
+    n_records: int,
+    where: _DocumentRows,
+    problems: Problems,
+) -> int:
+    """Compare one batch of re-read documents with the rows' digests; returns how many
+    documents were compared (those with tokens on either side)."""
+    known = digests.length.size  # documents.read of the manifest
+    lo, hi = expected.first, min(expected.first + n_records, known)
+    if hi <= lo:
+        return 0
+    w = hi - lo
+    wrong = (
+        (digests.length[lo:hi] != expected.length[:w])
+        | (digests.lane0[lo:hi] != expected.lane0[:w])
+        | (digests.lane1[lo:hi] != expected.lane1[:w])
+    )
+    if digests.label0 is not None and expected.label0 is not None:
+        wrong |= digests.label0[lo:hi] != expected.label0[:w]
+        wrong |= digests.label1[lo:hi] != expected.label1[:w]  # type: ignore[index]
+    bad = np.flatnonzero(wrong)
+    problems.count("against", int(bad.size))
+    for i in bad[: problems.room()]:
+        d = lo + int(i)
+        rows_of = where.of(d)
+        problems.keep(
+            "against",
+            _describe_mismatch(reader, d, rows_of, expected.tokens(int(i)), plan.overflow),
+            None,
+            int(rows_of.min()) if rows_of.size else None,
+        )
+    return int(np.count_nonzero((expected.length[:w] > 0) | (digests.length[lo:hi] > 0)))
+
+
+def _compare_counts(
+    manifest: Manifest,
+    digests: Digests,
+    counts: dict[str, int],
+    tokens: dict[str, int],
+    label_counts: dict[str, int] | None,
+    problems: Problems,
+) -> None:
+    """The inputs' document, token and label counts against the manifest's; documents in the
+    rows beyond the end of the inputs."""
+    beyond = np.flatnonzero(digests.length[counts["read"] :] > 0) + counts["read"]
+    problems.count("against", int(beyond.size))
+    for d in beyond[: problems.room()]:
+        problems.keep(
+            "against",
+            f"document {d} ({manifest.locate_document(int(d))}) is in the rows, but "
+            f"the inputs end after {counts['read']} documents",
+            None,
+            None,
+        )
+    documents = manifest.document_counts_recorded
+    if documents:
+        for key, value in counts.items():
+            if documents.get(key) != value:
+                problems.add(
+                    "against",
+                    f"the inputs give {value} documents "
+                    f"{'read' if key == 'read' else key.replace('_', ' ')}, the manifest "
+                    f"says {documents.get(key)}",
+                )
+    if label_counts is not None:
+        tokens["learned"] = label_counts.pop("learned")
+        for key, value in label_counts.items():
+            if manifest.labels.get(key) not in (None, value):
+                problems.add(
+                    "against",
+                    f"the inputs give {value} {key.replace('_', ' ')}, the manifest says "
+                    f"{manifest.labels.get(key)}",
+                )
+    for key, value in tokens.items():
+        if manifest.tokens_recorded.get(key) not in (None, value):
+            problems.add(
+                "against",
+                f"re-reading the inputs gives {value} tokens {key.replace('_', ' ')}, the "
+                f"manifest says {manifest.tokens_recorded.get(key)}",
+            )
+
+
+def _check_tokenizer(tok: Tokenizer, manifest: Manifest, problems: Problems) -> None:
+    if manifest.tokenizer_sha256 not in (None, tok.sha256):
+        problems.add(
+            "against",
+            f"the tokenizer {tok.name} (sha256 {tok.sha256[:12]}...) is not the one the data "
+            f"was packed with (sha256 {str(manifest.tokenizer_sha256)[:12]}...)",
+        )
+    special = manifest.special_tokens
+    if special:
+        for key, value in (("eos_id", tok.special.eos_id), ("bos_id", tok.special.bos_id)):
+            if special.get(key) != value:
+                problems.add(
+                    "against",
+                    f"the tokenizer's {key} is {value}, the data was packed with "
+                    f"{special.get(key)}",
+                )
+
+
+def _expect_batch(
+    batch: Any,
+    counts: dict[str, int],
+    tokens: dict[str, int],
+    plan: AgainstPlan,
+    max_len: int,
+    label_counts: dict[str, int] | None = None,
+) -> _Expected:
+    """Encode one batch as ``pack`` does, cut it into the items ``pack`` stores (the
+    pipeline's own cut, :func:`~packtool.packing.cut_items`), count the outcomes, and digest
+    what would be packed (the labels too, when ``label_counts`` is given: they are compared)."""
+    first = counts["read"]
+    n = len(batch.records)
+    counts["read"] += n
+    encoder = plan.encoder
+    if isinstance(encoder, InputPlan):  # instruction records: rendered, tokenized
+        encoded = encoder.finish(encoder.tokenize(batch, plan.options.skip_bad_records))
+        good = np.array([i for i, r in enumerate(batch.records) if r is not None], np.int64)
+    elif isinstance(encoder, IdsEncoder):  # pre-tokenized: the ids as read, compared directly
+        encoded, good = encoder.finish(batch), batch.good
+    else:
+        good = np.array([i for i, t in enumerate(batch.texts) if t is not None], np.int64)
+        encoded = encoder.encode([batch.texts[i] for i in good])
+    counts["bad_records_skipped"] += len(batch.bad)  # with the records a template failed
+    doc, chunk, item_len, c, labels = cut_items(
+        encoded.lengths, encoded.empty, encoded.labels, max_len, plan.overflow, ignore=IGNORE_INDEX
+    )
+    for key in ("packed", "split", "truncated", "dropped", "empty"):
+        counts[key] += c[key]
+    tokens["truncated_away"] += c["tokens_truncated"]
+    tokens["dropped"] += c["tokens_dropped"]
+    tokens["packed"] += int(item_len.sum())
+    if label_counts is not None:
+        for key in label_counts:
+            label_counts[key] += c.get(key, 0)
+    items = _Items(encoded.ids, encoded.offsets, doc, chunk, item_len, max_len)
+    return _digest_items(items, labels if label_counts is not None else None, good, first, n)
+
+
+_LABEL_COUNT_KEYS = (
+    "learned",
+    "documents_without_labels",
+    "chunks_without_labels_dropped",
+    "tokens_in_chunks_without_labels",
+)
+
+
+@dataclass(frozen=True)
+class _Items:
+    """The items of one encoded batch, as ``pack`` stores them: item ``k`` is chunk
+    ``chunk[k]`` of encoded document ``doc[k]``, ``length[k]`` tokens of ``ids`` from
+    ``offsets[doc[k]] + chunk[k] * max_len``."""
+
+    ids: np.ndarray
+    offsets: np.ndarray
+    doc: np.ndarray
+    chunk: np.ndarray
+    length: np.ndarray
+    max_len: int
+
+    def at(self, keep: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """(index in ``ids``, position in its document) of every token of the items (of the
+        items ``keep``), item by item."""
+        doc, chunk, length = self.doc, self.chunk, self.length
+        if keep is not None:
+            doc, chunk, length = doc[keep], chunk[keep], length[keep]
+        starts = np.cumsum(length) - length
+        inner = np.arange(int(length.sum())) - np.repeat(starts, length)
+        position = np.repeat(chunk.astype(np.int64) * self.max_len, length) + inner
+        return np.repeat(self.offsets[doc], length) + position, position
+
+
+def _digest_items(
+    items: _Items, labels: np.ndarray | None, good: np.ndarray, first: int, n: int
+) -> _Expected:
+    """The digests and token counts per record of a batch of ``n`` records (``good``: those
+    encoded, in order) from its items; ids and, given ``labels``, labels."""
+    at, position = items.at()
+    lanes = [*digest_terms(items.ids[at], position)]
+    if labels is not None:
+        lanes += digest_terms(labels[at], position)
+    sums = [np.zeros(n, np.uint64) for _ in lanes]
+    length = np.zeros(n, np.int64)
+    doc, item_len = items.doc, items.length
+    if doc.size:
+        starts = np.cumsum(item_len) - item_len
+        opens = np.concatenate([[True], doc[1:] != doc[:-1]]) & (item_len > 0)
+        for target, terms in zip(sums, lanes, strict=True):
+            target[good[doc[opens]]] = group_sums(terms, starts[opens])
+        length[good] = np.bincount(doc, weights=item_len, minlength=good.size).astype(np.int64)
+    where = np.full(n, -1, np.int64)
+    where[good] = np.arange(good.size)
+
+    def packed(i: int) -> tuple[np.ndarray, np.ndarray | None]:
+        take = doc == where[i] if where[i] >= 0 else np.zeros(doc.size, bool)
+        if not take.any():
+            return np.zeros(0, np.int32), None
+        idx, _ = items.at(take)
+        return items.ids[idx], None if labels is None else labels[idx]
+
+    label0, label1 = (sums[2], sums[3]) if labels is not None else (None, None)
+    return _Expected(first, sums[0], sums[1], length, packed, label0, label1)
+
+
+def _describe_mismatch(
+    reader: PackedReader,
+    doc: int,
+    rows_of: np.ndarray,
+    wanted: tuple[np.ndarray, np.ndarray | None],
+    overflow: Overflow,
+) -> str:
+    where = f"document {doc} ({reader.manifest.locate_document(doc)})"
+    expected, expected_labels = wanted
+    if expected.size == 0:
+        return f"{where} is in the rows, but re-reading the inputs gives nothing to pack for it"
+    if rows_of.size == 0:
+        return f"{where} is missing from the rows ({expected.size} tokens expected)"
+    try:
+        actual, actual_labels = _rows_tokens(reader, rows_of, doc)
+    except FormatError:
+        return f"{where}: its tokens differ from the re-tokenized input"
+    if actual.size != expected.size:
+        return (
+            f"{where} has {actual.size} tokens in the rows, {expected.size} after "
+            f"re-tokenizing the input (overflow {overflow.value})"
+        )
+    diff = np.flatnonzero(actual != expected)
+    if diff.size:
+        j = int(diff[0])
+        return (
+            f"{where}: token {j} is {actual[j]} in the rows, {expected[j]} after "
+            f"re-tokenizing ({diff.size} of {expected.size} tokens differ)"
+        )
+    if expected_labels is not None and actual_labels is not None:
+        diff = np.flatnonzero(actual_labels != expected_labels)
+        if diff.size:
+            j = int(diff[0])
+            return (
+                f"{where}: label {j} is {actual_labels[j]} in the rows, {expected_labels[j]} "
+                f"from the input ({diff.size} of {expected.size} labels differ)"
+            )
+    return f"{where}: its chunks are numbered or placed differently from a split of the input"
+
+
+def against_digests(reader: PackedReader, read: int | None, labelled: bool) -> Digests:
+    """Empty digests of the ``read`` documents, filled from the rows, then compared."""
+    if read is None:
+        raise FormatError(
+            f"{reader.path / MANIFEST_FILE}: no documents.read count: cannot compare with the "
+            "inputs"
+        )
+    digests = Digests(
+        np.zeros(read, np.uint64), np.zeros(read, np.uint64), np.zeros(read, np.int64)
+    )
+    if labelled:
+        digests.label0, digests.label1 = np.zeros(read, np.uint64), np.zeros(read, np.uint64)
+    return digests
