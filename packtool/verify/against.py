@@ -26,12 +26,13 @@ from ..format import (
     PackedReader,
 )
 from ..fs import AnyPath, is_url
-from ..instruct import InputPlan, InstructEncoder, plan_input
+from ..instruct import InputPlan, InstructEncoder
 from ..options import PackOptions
 from ..packing import Overflow, cut_items
+from ..prepare import choose_tokenizer, prepare
 from ..pretokenized import IdsEncoder, IdsTokenizer
 from ..readers import InputFile, resolve_inputs
-from ..tokenize import DocumentEncoder, Tokenizer, load_tokenizer
+from ..tokenize import DocumentEncoder, Tokenizer
 from .digest import Digests, digest_terms, group_sums
 from .report import AgainstReport, Problems, VerifyProgress
 from .rows import Segments
@@ -77,7 +78,7 @@ def _resolve_tokenizer(
         except FormatError as e:
             raise OptionError(f"{e}: pass the tokenizer it was packed with (--tokenizer)") from None
     if isinstance(tokenizer, (str, os.PathLike)):
-        tok = load_tokenizer(tokenizer)
+        tok = choose_tokenizer(PackOptions(tokenizer=str(tokenizer)), text=False)
         if manifest.special_tokens:
             own_pad = manifest.pad_from == "tokenizer"  # else the padding's
             tok.special = SpecialTokens(
@@ -239,25 +240,28 @@ def against_input_plan(
     """The tokenizer and the input plan the inputs are re-read with, as ``pack`` built them:
     the output's copy of the tokenizer (or ``tokenizer``; for pre-tokenized data packed
     without one, the ids' own), checked against the recorded one, and
-    :func:`~packtool.instruct.plan_input` over the recorded ``options``, the chat template
+    :func:`~packtool.prepare.prepare` over the recorded ``options``, the chat template
     checked against the recorded one. The one place ``--against`` decides how to tokenize."""
     manifest = reader.manifest
+    tok: Tokenizer
     if (
         options.ids_field is not None
         and tokenizer is None
         and manifest.tokenizer_name == IdsTokenizer.name
     ):
         eos, bos = manifest.eos_id, manifest.bos_id
-        tok: Tokenizer = IdsTokenizer(  # type: ignore[assignment]
-            eos_token=None if eos is None else str(eos),
-            bos_token=None if bos is None else str(bos),
-            vocab_size=options.vocab_size,
+        tok = choose_tokenizer(  # the ids' own stand-in, with the recorded EOS/BOS ids
+            options.replace(
+                tokenizer=None,
+                eos_token=None if eos is None else str(eos),
+                bos_token=None if bos is None else str(bos),
+            )
         )
     else:
         tok = _resolve_tokenizer(reader, tokenizer)
     _check_tokenizer(tok, manifest, problems)
     try:
-        input_plan = plan_input(files, tok, options)  # as pack built it
+        input_plan = prepare(files, options, tokenizer=tok).plan  # as pack built it
     except ChatTemplateError as e:
         if options.chat_template is not None or manifest.chat_template is None:
             raise
