@@ -571,11 +571,21 @@ def _load_fast(json_bytes: bytes) -> tuple[Any, str]:
         return None, f"fastokens cannot load this tokenizer.json ({first})"
     tok.no_truncation()
     tok.no_padding()
-    if tok.token_to_id(ANCHOR) is None:
-        from tokenizers import AddedToken
-
-        tok.add_tokens([AddedToken(ANCHOR, special=False, normalized=False)])
+    if tok.token_to_id(ANCHOR) is None:  # fastokens takes any object of these attributes
+        tok.add_tokens([_FastAddedToken(ANCHOR)])  # (importing tokenizers for one: 10 ms)
     return tok, "loaded"
+
+
+@dataclass(frozen=True)
+class _FastAddedToken:
+    """packtool's anchor as fastokens' ``add_tokens`` reads an added token."""
+
+    content: str
+    single_word: bool = False
+    lstrip: bool = False
+    rstrip: bool = False
+    normalized: bool = False
+    special: bool = False
 
 
 def _version(package: str) -> str:
@@ -747,11 +757,13 @@ def _parity_gate(
             )
         return None, _hf_backend(why, notice=f"{why}: tokenizing with Hugging Face tokenizers")
 
+    # The cached verdict is looked up while fastokens may still be loading (the libraries'
+    # versions come from their metadata: 20-30 ms of Python, off the load's critical path).
+    key = _gate_key(tok, add_special, parse_special)
+    verdict = _cached_verdict(key)
     fast, why = tok.fast()
     if fast is None:
         return refuse(why)
-    key = _gate_key(tok, add_special, parse_special)
-    verdict = _cached_verdict(key)
     if verdict is not None:
         if not verdict["ok"]:
             return refuse(str(verdict["why"]))
