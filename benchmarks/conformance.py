@@ -170,8 +170,12 @@ def _pieces(rows: list[dict]) -> dict[int, tuple[list[int], list[int] | None]]:
 def _first_diff(doc: int, got: list[int], want: list[int] | None) -> str:
     if want is None:
         return f"doc {doc}: packed ({len(got)} ids), reference empty"
-    i = next((i for i, (a, b) in enumerate(zip(got, want)) if a != b), min(len(got), len(want)))
-    return f"doc {doc} pos {i}: got {got[i : i + 4]} want {want[i : i + 4]} (len {len(got)}/{len(want)})"
+    pairs = enumerate(zip(got, want, strict=False))
+    i = next((i for i, (a, b) in pairs if a != b), min(len(got), len(want)))
+    return (
+        f"doc {doc} pos {i}: got {got[i : i + 4]} want {want[i : i + 4]} "
+        f"(len {len(got)}/{len(want)})"
+    )
 
 
 def _learned_runs(ids: list[int], labels: list[int]) -> list[list[int]]:
@@ -334,7 +338,7 @@ def main() -> None:
             for corpus, src, kind, template in corpora(name, directory, work, args.mb):
                 for backend in backends:
                     if kind != "text" and backend == "fastokens":
-                        continue  # instruction data is encoded with tokenizers (refused in one line)
+                        continue  # instruction data: tokenizers only (refused in one line)
                     row = run_one(name, directory, backend, corpus, src, kind, template, work, args)
                     results.append(row)
                     print(_line(row), flush=True)
