@@ -203,13 +203,20 @@ def compare_text(ref: Reference, texts: list[str], packed: dict, add_eos: bool):
     return compared, equal, first
 
 
-def compare_chat(ref: Reference, records: list[dict], packed: dict, template: str | None):
+def compare_chat(
+    ref: Reference, records: list[dict], packed: dict, template: str | None, max_len: int
+):
     compared, equal, first = 0, 0, ""
     for doc, record in enumerate(records):
         compared += 1
         messages = record["messages"]
-        ids, labels = packed[doc]
         want = ref.chat(messages, template)
+        if doc not in packed:  # dropped by pack (instruction data: --overflow drop)
+            ok = len(want) > max_len
+            equal += ok
+            first = first or ("" if ok else f"doc {doc}: missing, {len(want)} ids <= max-len")
+            continue
+        ids, labels = packed[doc]
         problem = "" if ids == want else _first_diff(doc, ids, want)
         if not problem:
             contents = [m["content"].strip() for m in messages if m["role"] == "assistant"]
@@ -285,7 +292,7 @@ def run_one(name, directory, backend, corpus, src, kind, template, work, args) -
             stats = compare_text(ref, _texts(src), packed, add_eos)
         elif kind == "chat":
             text = template.read_text(encoding="utf-8") if template is not None else None
-            stats = compare_chat(ref, _records(src), packed, text)
+            stats = compare_chat(ref, _records(src), packed, text, args.max_len)
         else:
             stats = compare_pc(ref, _records(src), packed, add_eos)
         row["compared"], row["equal"], row["first"] = stats
