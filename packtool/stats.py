@@ -49,6 +49,7 @@ from ._version import __version__
 from .errors import FormatError, InputError, OptionError
 from .format import MANIFEST_FILE, DocumentCounts, Manifest, Per, column_names, open_packed
 from .fs import StorePath, as_path
+from .instruct import InputShape, detect_shape
 from .limits import MAX_BATCH_SIZE, MAX_LEN_LIMIT, MAX_SEED, check_int, read_token_count
 from .options import PackOptions
 from .order import attention_costs, balanced_share, rank_share, step_imbalance, step_loads
@@ -1001,16 +1002,11 @@ def _refuse_instruction_data(first: InputFile, text_field: str, split: str | Non
     fields = first_record_fields(first, split=split) or []
     if text_field in fields:
         return
-    shape = (
-        "chat"
-        if "messages" in fields
-        else "prompt/completion"
-        if {"prompt", "completion"} <= set(fields)
-        else None
-    )
-    if shape is not None:
+    shape = detect_shape(fields, text_field=text_field)  # the pack's own rules, default names
+    if shape is not InputShape.TEXT:
+        name = "chat" if shape is InputShape.CHAT else "prompt/completion"
         raise InputError(
-            f"{first.path} holds {shape} records: `stats` before packing reads text corpora "
+            f"{first.path} holds {name} records: `stats` before packing reads text corpora "
             "only; pack it, then run `packtool stats` on the output (it reports the learned "
             "tokens too)"
         )
