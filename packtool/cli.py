@@ -231,9 +231,9 @@ _NUM_PROC, _NUM_PROC_CORPUS = _shared(
     help="Tokenizer threads (default: all cores).", show_default=False
 )
 _TOKENIZER_BACKEND, _TOKENIZER_BACKEND_CORPUS = _shared(
-    help="Tokenizer engine: auto (fastokens where it loads the file and passes the "
-    "parity gate, else Hugging Face tokenizers), fastokens (fail if it cannot) or hf. "
-    "The ids are the same.",
+    help="Tokenizer engine: auto (the fast backend suited to the tokenizer, gigatoken or "
+    "fastokens, where it loads the file and passes the parity gate, else Hugging Face "
+    "tokenizers), hf, fastokens or gigatoken (fail if it cannot). The ids are the same.",
 )
 
 
@@ -401,7 +401,7 @@ def pack(
         int,
         typer.Option(
             help="Re-encode about N documents, spread over the inputs, with Hugging Face "
-            "tokenizers and stop (writing nothing) if fastokens gave other ids.",
+            "tokenizers and stop (writing nothing) if the fast backend gave other ids.",
         ),
     ] = 0,
     resume: Annotated[

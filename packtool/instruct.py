@@ -862,10 +862,10 @@ def plan_input(
         )
     else:
         assert resolved_loss is not None
-        if o.tokenizer_backend == "fastokens":
+        if o.tokenizer_backend not in ("auto", "hf"):
             raise OptionError(
-                "--tokenizer-backend fastokens encodes text documents; instruction data is "
-                "encoded piece by piece with Hugging Face tokenizers: use auto or hf"
+                f"--tokenizer-backend {o.tokenizer_backend} encodes text documents; instruction "
+                "data is encoded piece by piece with Hugging Face tokenizers: use auto or hf"
             )
         if o.check_sample:
             raise OptionError(

@@ -44,7 +44,7 @@ INPUT_SHAPES = ("text", "prompt-completion", "chat", "ids", "auto")
 LOSS_ON = ("completion", "assistant", "all")
 ENGINES = ("local", "ray")
 MAX_TEMPLATE_TIMEOUT = 24 * 3600.0  # seconds
-TOKENIZER_BACKENDS = ("auto", "fastokens", "hf")
+TOKENIZER_BACKENDS = ("auto", "hf", "fastokens", "gigatoken")  # tokenize.registry.choices()
 MAX_CHECK_SAMPLE = 1 << 30  # documents re-encoded by --check-sample
 
 _NEEDS_UNITS = "--unit, --engine and --ray-address work on units: give --units N"

@@ -29,7 +29,7 @@ LAYERS: dict[str, int] = {
     "packing": 2,
     "chat": 2,
     "readers": 2,
-    "tokenize": 2,
+    "tokenize": 2,  # and its modules: PACKAGE_LAYERS
     # 3: the options record; the order of rows; the on-disk format and manifest
     "options": 3,
     "order": 3,
@@ -64,6 +64,15 @@ LAYERS: dict[str, int] = {
 # module imports only lower ones), with no private names across them.
 PACKAGE_LAYERS: dict[str, dict[str, int]] = {
     "verify": {"report": 0, "digest": 0, "rows": 1, "against": 2, "__init__": 3},
+    "tokenize": {
+        "backend": 0,
+        "hf": 1,
+        "fastokens": 1,
+        "gigatoken": 1,
+        "registry": 2,
+        "gate": 3,
+        "__init__": 4,
+    },
 }
 # The modules of packtool/format/, each on a layer of its own within the package.
 FORMAT_LAYERS: dict[str, int] = {

@@ -1,4 +1,5 @@
-"""The tokenizer backends: fastokens behind a parity gate, Hugging Face `tokenizers` otherwise.
+"""The tokenizer backends: fastokens and gigatoken behind a parity gate, Hugging Face `tokenizers`
+otherwise.
 
 The conformance matrix over every tokenizer family, on both backends, is in test_fidelity.py;
 here: the gate's verdicts (and their cache), the fallback of a batch fastokens raises on, the
@@ -19,9 +20,10 @@ from test_cli import assert_one_line_error, run
 import packtool
 from packtool.errors import OptionError, TokenizerError
 from packtool.options import PackOptions
-from packtool.tokenize import DocumentEncoder, HFTokenizer, load_tokenizer
+from packtool.tokenize import DocumentEncoder, Flat, HFTokenizer, load_tokenizer
 
 pytest.importorskip("fastokens")
+pytest.importorskip("gigatoken")
 
 TEXTS = [
     "The first document, in plain English.",
@@ -31,54 +33,53 @@ TEXTS = [
 
 
 class _Wrapped:
-    """fastokens' real tokenizer, with one fault injected: ids changed, or an exception,
+    """A fast backend's real engine, with one fault injected: ids changed, or an exception,
     for texts that hold ``trigger``."""
 
-    def __init__(self, fast, trigger: str, fault: str) -> None:
-        self.fast, self.trigger, self.fault = fast, trigger, fault
+    def __init__(self, engine, trigger: str, fault: str) -> None:
+        self.engine, self.trigger, self.fault = engine, trigger, fault
         self.calls = 0
 
-    def token_to_id(self, token):
-        return self.fast.token_to_id(token)
-
-    def encode_batch_flat(self, texts, add_special_tokens, split_special_tokens):
+    def encode(self, texts, add_special, parse_special):
         self.calls += 1
-        ids, offsets = self.fast.encode_batch_flat(
-            texts, add_special_tokens=add_special_tokens, split_special_tokens=split_special_tokens
-        )
+        flat = self.engine.encode(texts, add_special, parse_special)
         if any(self.trigger in t for t in texts):
             if self.fault == "raise":
                 raise ValueError("regex match limit exceeded")
-            flat = np.frombuffer(ids, np.uint32).copy()
-            ends = np.frombuffer(offsets, np.uint64)[1:]
+            ids = flat.ids.copy()
+            ends = np.cumsum(flat.lengths)
             hit = next(i for i, t in enumerate(texts) if self.trigger in t)
-            flat[int(ends[hit]) - 1] ^= 1  # the last id of the first text that holds it
-            ids = flat.tobytes()
-        return ids, offsets
+            ids[int(ends[hit]) - 1] ^= 1  # the last id of the first text that holds it
+            flat = Flat(ids, flat.lengths)
+        return flat
 
 
 def _faulty(monkeypatch, trigger: str, fault: str) -> list[_Wrapped]:
-    """Every fastokens loaded from now on is faulty; the parity gate starts from an empty
+    """Every fast engine loaded from now on is faulty; the parity gate starts from an empty
     cache (a verdict cached by another test would skip the comparison of the first
     documents, and a difference found here is cached too)."""
     monkeypatch.setenv("PACKTOOL_CACHE_DIR", tempfile.mkdtemp(prefix="packtool-faulty-"))
     made: list[_Wrapped] = []
-    real = HFTokenizer.fast
+    real = HFTokenizer.engine
 
-    def fast(self):
-        tok, why = real(self)
+    def engine(self, backend):
+        tok, why = real(self, backend)
+        if tok is None:
+            return tok, why
         made.append(_Wrapped(tok, trigger, fault))
         return made[-1], why
 
-    monkeypatch.setattr(HFTokenizer, "fast", fast)
+    monkeypatch.setattr(HFTokenizer, "engine", engine)
     return made
 
 
-def test_auto_uses_fastokens_and_records_it(tmp_path) -> None:
+def test_auto_uses_the_fast_backend_suited_to_the_tokenizer_and_records_it(tmp_path) -> None:
+    """The bundled tokenizer is a byte-level BPE: gigatoken is the faster there
+    (docs/performance.md), so ``auto`` tries it first."""
     src = write_jsonl(tmp_path / "d.jsonl", [{"text": t} for t in TEXTS])
     report = packtool.pack([src], tmp_path / "out", max_len=32)
     backend = json.loads((tmp_path / "out" / "manifest.json").read_text())["tokenizer"]["backend"]
-    assert backend["name"] == "fastokens" and backend["reason"].startswith("passed the parity gate")
+    assert backend["name"] == "gigatoken" and backend["reason"].startswith("passed the parity gate")
     assert backend["version"].count(".") >= 1 and backend["fallback_batches"] == 0
     assert report.backend == backend and report.notices == []
 
@@ -88,9 +89,10 @@ def test_a_difference_on_the_first_documents_falls_back_to_hf(tmp_path, monkeypa
     src = write_jsonl(tmp_path / "d.jsonl", [{"text": t} for t in TEXTS])
     report = packtool.pack([src], tmp_path / "out", max_len=32, tokenizer_backend="auto")
     assert report.backend["name"] == "hf"
-    assert report.notices == [
-        "fastokens differs from tokenizers on document 2 of the first batch: tokenizing with "
-        "Hugging Face tokenizers"
+    assert report.notices == [  # every fast backend tried, in auto's order, and why not
+        "gigatoken differs from tokenizers on document 2 of the first batch; fastokens "
+        "differs from tokenizers on document 2 of the first batch: tokenizing with Hugging "
+        "Face tokenizers"
     ]
     tok = load_tokenizer()
     _, rows = read_rows(tmp_path / "out")
@@ -99,11 +101,12 @@ def test_a_difference_on_the_first_documents_falls_back_to_hf(tmp_path, monkeypa
     assert [got[i] for i in range(3)] == want
 
 
-def test_a_difference_fails_when_fastokens_is_forced(tmp_path, monkeypatch) -> None:
+@pytest.mark.parametrize("backend", ["fastokens", "gigatoken"])
+def test_a_difference_fails_when_a_fast_backend_is_forced(tmp_path, monkeypatch, backend) -> None:
     _faulty(monkeypatch, "z" * 300, "ids")
     src = write_jsonl(tmp_path / "d.jsonl", [{"text": t} for t in TEXTS])
-    with pytest.raises(TokenizerError, match="document 3 of the first batch; use --tokenizer"):
-        packtool.pack([src], tmp_path / "out", max_len=32, tokenizer_backend="fastokens")
+    with pytest.raises(TokenizerError, match=f"{backend} differs from tokenizers on document 3"):
+        packtool.pack([src], tmp_path / "out", max_len=32, tokenizer_backend=backend)
     assert not (tmp_path / "out").exists()
 
 
@@ -115,25 +118,27 @@ def test_a_difference_on_the_probes_is_cached_by_the_file(tmp_path, monkeypatch)
     src = write_jsonl(tmp_path / "d.jsonl", [{"text": t} for t in TEXTS[:1]])
     first = packtool.pack([src], tmp_path / "a", max_len=32)
     assert first.backend["name"] == "hf"
+    assert "gigatoken differs from tokenizers on 'Привет, мир!" in first.notices[0]
     assert "fastokens differs from tokenizers on 'Привет, мир!" in first.notices[0]
-    assert len(list((tmp_path / "cache" / "parity-gate").glob("*.json"))) == 1
+    assert len(list((tmp_path / "cache" / "parity-gate").glob("*.json"))) == 2  # one each
     monkeypatch.undo()  # a correct fastokens now: the cached verdict still stands
     monkeypatch.setenv("PACKTOOL_CACHE_DIR", str(tmp_path / "cache"))
     second = packtool.pack([src], tmp_path / "b", max_len=32)
     assert second.notices == first.notices and made[0].calls >= 1
     monkeypatch.setenv("PACKTOOL_CACHE_DIR", str(tmp_path / "fresh"))
-    assert packtool.pack([src], tmp_path / "c", max_len=32).backend["name"] == "fastokens"
+    assert packtool.pack([src], tmp_path / "c", max_len=32).backend["name"] == "gigatoken"
 
 
-def test_a_batch_fastokens_raises_on_is_re_encoded_with_hf_and_counted(
-    tmp_path, monkeypatch
+@pytest.mark.parametrize("backend", ["fastokens", "gigatoken"])
+def test_a_batch_a_fast_backend_raises_on_is_re_encoded_with_hf_and_counted(
+    tmp_path, monkeypatch, backend
 ) -> None:
     _faulty(monkeypatch, "BOOM", "raise")
     tok = load_tokenizer()
-    encoder = DocumentEncoder(tok, backend="fastokens")
+    encoder = DocumentEncoder(tok, backend=backend)
     good = encoder.encode(TEXTS)
     bad = encoder.encode(["BOOM " + t for t in TEXTS])
-    assert encoder.backend.name == "fastokens" and encoder.backend.fallback_batches == 1
+    assert encoder.backend.name == backend and encoder.backend.fallback_batches == 1
     reference = DocumentEncoder(tok)
     for got, texts in ((good, TEXTS), (bad, ["BOOM " + t for t in TEXTS])):
         want = reference.encode(texts)
@@ -141,11 +146,12 @@ def test_a_batch_fastokens_raises_on_is_re_encoded_with_hf_and_counted(
         assert got.lengths.tolist() == want.lengths.tolist()
 
 
-def test_flat_ids_are_read_in_place(tmp_path) -> None:
-    encoder = DocumentEncoder(load_tokenizer(), add_eos=False, backend="fastokens")
+@pytest.mark.parametrize("backend", ["fastokens", "gigatoken"])
+def test_flat_ids_are_read_in_place(tmp_path, backend) -> None:
+    encoder = DocumentEncoder(load_tokenizer(), add_eos=False, backend=backend)
     flat = encoder.tokenize(TEXTS)
-    assert type(flat).__name__ == "_Flat"
-    assert flat.ids.base is not None and not flat.ids.flags.writeable  # a view of the buffer
+    assert isinstance(flat, Flat)
+    assert flat.ids.base is not None  # a view of the engine's buffer, not a copy
     assert encoder.finish(flat).ids is flat.ids  # no EOS to insert: not even one copy
 
 
@@ -160,7 +166,7 @@ def test_verify_against_re_tokenizes_with_hf(tmp_path, monkeypatch) -> None:
 
 
 def test_the_option_is_checked(tmp_path) -> None:
-    with pytest.raises(OptionError, match="--tokenizer-backend must be one of auto, fastokens"):
+    with pytest.raises(OptionError, match="--tokenizer-backend must be one of auto, hf, fas"):
         PackOptions(tokenizer_backend="rust")
     result = run("pack", SAMPLE, "-L", "64", "-o", tmp_path / "o", "--tokenizer-backend", "x")
     assert_one_line_error(result, "--tokenizer-backend must be one of", 2)
@@ -174,7 +180,7 @@ def test_instruction_data_keeps_hf_pieces(tmp_path) -> None:
         packtool.pack([src], tmp_path / "o2", max_len=32, tokenizer_backend="fastokens")
 
 
-@pytest.mark.parametrize("backend", ["hf", "fastokens"])
+@pytest.mark.parametrize("backend", ["hf", "fastokens", "gigatoken"])
 def test_batches_are_cut_by_text_size_not_by_documents(tmp_path, monkeypatch, backend) -> None:
     """What a tokenizer call gets is bounded by characters (one longer document alone), and
     the rows do not depend on where batches are cut."""
@@ -231,7 +237,7 @@ def _huge_text() -> str:
     return "\n".join(mixed) + "\nthe end"
 
 
-@pytest.mark.parametrize("backend", ["hf", "fastokens"])
+@pytest.mark.parametrize("backend", ["hf", "fastokens", "gigatoken"])
 @pytest.mark.parametrize("family", ["default", "gpt2", "llama3", "qwen"])
 def test_a_huge_document_in_pieces_equals_it_whole(piece_dirs, monkeypatch, family, backend):
     """A document over HUGE_CHARS is encoded in pieces cut at single line breaks before letters
@@ -262,7 +268,7 @@ def test_a_huge_document_in_pieces_equals_it_whole(piece_dirs, monkeypatch, fami
     ]
 
 
-@pytest.mark.parametrize("backend", ["hf", "fastokens"])
+@pytest.mark.parametrize("backend", ["hf", "fastokens", "gigatoken"])
 @pytest.mark.parametrize("family", ["default", "gpt2", "llama3", "qwen"])
 def test_a_huge_one_line_document_in_pieces_equals_it_whole(
     piece_dirs, monkeypatch, family, backend
@@ -300,7 +306,7 @@ def test_pack_of_a_huge_document_is_the_same_in_pieces(tmp_path, monkeypatch) ->
     packtool.pack([src], tmp_path / "whole", max_len=64, tokenizer_backend="hf")
     monkeypatch.setattr(tokenize, "HUGE_CHARS", 1000)
     monkeypatch.setattr(tokenize, "PIECE_CHARS", 700)
-    for backend in ("hf", "fastokens"):
+    for backend in ("hf", "fastokens", "gigatoken"):
         packtool.pack([src], tmp_path / backend, max_len=64, tokenizer_backend=backend)
         for a, b in zip(
             sorted((tmp_path / "whole").glob("*.arrow")),
@@ -323,7 +329,7 @@ def test_check_sample_catches_a_divergence_the_gate_did_not_see(tmp_path, monkey
     _faulty(monkeypatch, "TRIGGER", "ids")
     silent = packtool.pack([src], tmp_path / "silent", max_len=64, tokenizer_backend="fastokens")
     assert silent.backend["name"] == "fastokens" and silent.backend["documents_checked"] == 0
-    with pytest.raises(TokenizerError, match="--check-sample: fastokens and tokenizers give"):
+    with pytest.raises(TokenizerError, match="--check-sample: gigatoken and tokenizers give"):
         packtool.pack([src], tmp_path / "out", max_len=64, check_sample=60)
     assert not (tmp_path / "out").exists()
 
@@ -334,7 +340,7 @@ def test_check_sample_counts_the_documents_it_checked(tmp_path) -> None:
     report = packtool.pack([src], tmp_path / "out", max_len=64, check_sample=20)
     manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
     checked = manifest["tokenizer"]["backend"]["documents_checked"]
-    assert report.backend["name"] == "fastokens" and 15 <= checked <= 25
+    assert report.backend["name"] == "gigatoken" and 15 <= checked <= 25
     with pytest.raises(OptionError, match="--check-sample must be an integer from 0 to"):
         PackOptions(check_sample=-1)
 
@@ -350,7 +356,7 @@ def test_stats_of_a_corpus_tokenizes_with_the_backend_layer(tmp_path, monkeypatc
     }
     assert got["hf"]["tokenizer_backend"]["name"] == "hf"
     assert got["fastokens"]["tokenizer_backend"]["name"] == "fastokens"
-    assert got["auto"]["tokenizer_backend"]["name"] == "fastokens"
+    assert got["auto"]["tokenizer_backend"]["name"] == "gigatoken"
     for key in ("document_lengths", "max_lens", "documents_read", "special_strings"):
         assert got["hf"][key] == got["fastokens"][key] == got["auto"][key], key
     # The same lengths as pack writes, on the fast engine.

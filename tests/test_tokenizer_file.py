@@ -146,7 +146,7 @@ def test_a_cached_verdict_runs_without_tokenizers(tmp_path, monkeypatch) -> None
     warm_tok = load_tokenizer(backend="auto")
     warm = DocumentEncoder(warm_tok, backend="auto")
     got = warm.encode(texts)
-    assert warm.backend.name == "fastokens" and warm.backend.reason == GATE_CACHED
+    assert warm.backend.name == "gigatoken" and warm.backend.reason == GATE_CACHED
     assert not warm_tok.hf_loaded
     assert got.ids.tolist() == want.ids.tolist() and got.lengths.tolist() == want.lengths.tolist()
     # pack on the cached verdict: recorded as such; the same rows as with tokenizers.

@@ -305,7 +305,7 @@ def render_corpus_stats(s: CorpusStats) -> RenderableType:
         "lengths from the cache"
         if s.cache_hit
         else f"tokenized with {engine}"
-        if engine in ("fastokens", "hf")
+        if engine not in (None, "none", "custom")
         else "tokenized"
     )
     head = Text.assemble(

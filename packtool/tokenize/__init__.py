@@ -46,15 +46,24 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from .errors import TokenizerError
-from .fs import AnyPath, as_path, is_url
-from .tokenizer_file import SpecialTokens, TokenizerFile, resolve_special_tokens, turned_off_notice
+from ..errors import TokenizerError
+from ..fs import AnyPath, as_path, is_url
+from ..tokenizer_file import SpecialTokens, TokenizerFile, resolve_special_tokens
+from .backend import ANCHOR, Backend, BackendSpec, Engine, Flat, first_line
+from .gate import GATE_CACHED, GATE_PASSED, gate_key, parity_gate, reference_backend, save_verdict
+from .hf import add_anchor, disable_truncation_and_padding, load_hf
+from .registry import AUTO, REFERENCE, candidates, choices, spec_of
 
 __all__ = [
+    "ANCHOR",
     "DEFAULT_TOKENIZER",
+    "GATE_CACHED",
+    "GATE_PASSED",
     "Backend",
+    "BackendSpec",
     "DocumentEncoder",
     "EncodedBatch",
+    "Flat",
     "HFTokenizer",
     "SpecialStringFinder",
     "SpecialTokens",
@@ -64,14 +73,7 @@ __all__ = [
 ]
 
 DEFAULT_TOKENIZER = "packtool-default"
-_DATA = Path(__file__).parent / "_data"
-
-ANCHOR = "\ufdd0packtool-anchor\ufdd1"
-"""A non-special added token put in front of a piece of text that does not start a document, so
-the piece is encoded as it is in the middle of a text (after an added token): Metaspace's
-``prepend_scheme="first"`` then adds no word-start mark. Its id is dropped again. Made of Unicode
-noncharacters, which never appear in interchanged text, and added to packtool's own copies of the
-tokenizer only."""
+_DATA = Path(__file__).parent.parent / "_data"
 
 
 @runtime_checkable
@@ -115,13 +117,13 @@ class HFTokenizer:
         bos_token: str | None = None,
         pad_token: str | None = None,
         directory: Path | None = None,
-        fast: concurrent.futures.Future[tuple[Any, str]] | None = None,
+        start: Sequence[str] = (),
         file: TokenizerFile | None = None,
     ) -> None:
         self.file = file if file is not None else TokenizerFile.parse(json_bytes)
         self.notice = self.file.turned_off()
         if tokenizer is not None:
-            _disable_truncation_and_padding(tokenizer)
+            disable_truncation_and_padding(tokenizer)
         self.name = name
         self.directory = directory  # where tokenizer.json was found (chat_template.jinja)
         self.json_bytes = json_bytes
@@ -152,20 +154,27 @@ class HFTokenizer:
             raise TokenizerError(str(e.args[0])) from None
         self._n_special = self.file.num_special_tokens_to_add()
         self._id_to_token: dict[int, str] | None = None
-        self._fast = fast
+        self._engines: dict[str, concurrent.futures.Future[tuple[Engine | None, str]]] = {}
+        for backend in start:
+            self._start(spec_of(backend))
+        self.backend_choice = REFERENCE  # what load_tokenizer was asked for (prepare's choice)
 
-    def fast(self) -> tuple[Any, str]:
-        """fastokens' copy of this tokenizer (truncation and padding off, :data:`ANCHOR`
-        added), or ``None`` and why not. Loaded once, in a thread started by
-        :func:`load_tokenizer` (``backend``) or here."""
+    def _start(self, backend: BackendSpec) -> concurrent.futures.Future[tuple[Engine | None, str]]:
+        """Start loading ``backend``'s copy of this tokenizer in a thread (its Rust loader
+        runs while the rest of the run's set-up goes on), once."""
         with self._lock:
-            if self._fast is None:
-                self._fast = _start_fast_load(self.json_bytes)
-            future = self._fast
-        fast, why = future.result()
-        if fast is not None and fast.token_to_id(ANCHOR) != self.anchor_id:
-            return None, "fastokens gave packtool's anchor token another id than tokenizers"
-        return fast, why
+            future = self._engines.get(backend.name)
+            if future is None:
+                future = self._engines[backend.name] = _start_load(
+                    backend, self.json_bytes, self.anchor_id
+                )
+        return future
+
+    def engine(self, backend: str) -> tuple[Engine | None, str]:
+        """``backend``'s copy of this tokenizer (truncation and padding off, :data:`ANCHOR`
+        added at :attr:`anchor_id`), or ``None`` and why not. Loaded once, in a thread
+        started by :func:`load_tokenizer` or here."""
+        return self._start(spec_of(backend)).result()
 
     @property
     def hf_loaded(self) -> bool:
@@ -182,8 +191,8 @@ class HFTokenizer:
                 if self._loaded is not None:
                     tok, self._loaded = self._loaded, None
                 else:
-                    tok = _load_hf(self.json_bytes, self.name)
-                _add_anchor(tok, self.anchor_id)
+                    tok = load_hf(self.json_bytes, self.name)
+                add_anchor(tok, self.anchor_id)
                 tok.encode_special_tokens = not parse_special
                 self._copies[parse_special] = tok
         return self._copies[parse_special]
@@ -267,40 +276,6 @@ class HFTokenizer:
             },
             "turned_off": self.notice,
         }
-
-
-def _load_hf(json_bytes: bytes, name: str, *, as_is: bool = False) -> Any:
-    """`tokenizers`' copy of a tokenizer.json, truncation and padding off (``as_is``: as
-    the file has them; :class:`HFTokenizer` turns them off)."""
-    from tokenizers import Tokenizer as RustTokenizer
-
-    try:
-        tok = RustTokenizer.from_str(json_bytes.decode("utf-8"))
-    except Exception as e:  # tokenizers raises a bare Exception on malformed files
-        raise TokenizerError(f"{name}: cannot load as a tokenizers tokenizer.json: {e}") from e
-    if not as_is:
-        _disable_truncation_and_padding(tok)
-    return tok
-
-
-def _disable_truncation_and_padding(tok: Any) -> str | None:
-    """Turn off a loaded tokenizer's truncation and padding; say what was on (``None``:
-    neither)."""
-    truncation, padding = tok.truncation, tok.padding
-    if truncation:
-        tok.no_truncation()
-    if padding:
-        tok.no_padding()
-    return turned_off_notice(truncation, padding)
-
-
-def _add_anchor(tok: Any, expected_id: int) -> None:
-    from tokenizers import AddedToken
-
-    if tok.token_to_id(ANCHOR) is None:
-        tok.add_tokens([AddedToken(ANCHOR, special=False, normalized=False)])
-    if tok.token_to_id(ANCHOR) != expected_id:  # pragma: no cover - tokenizers' contract
-        raise TokenizerError("packtool's anchor token did not get the next id")
 
 
 class SpecialStringFinder:
@@ -423,44 +398,45 @@ def _from_file(
     path: AnyPath,
     name: str,
     config: dict[str, Any],
-    backend: str = "hf",
+    backend: str = REFERENCE,
+    preload: bool = True,
     **overrides: str | None,
 ) -> HFTokenizer:
-    """The tokenizer of ``path``. With ``backend="hf"`` `tokenizers` loads it at once;
-    ``auto``/``fastokens``: fastokens starts loading it in a thread; ``lazy``: neither. Any
-    other engine loads when first needed."""
+    """The tokenizer of ``path``. ``preload``: the engine that will encode starts loading at
+    once (`tokenizers` for ``hf``, else the first fast backend the choice tries, in a
+    thread); any other engine loads when first needed."""
     try:
         data = path.read_bytes()
     except Exception as e:  # a local OSError, or a store's own error types
         raise TokenizerError(f"{path}: cannot read: {getattr(e, 'strerror', None) or e}") from e
-    tok = _load_hf(data, str(path), as_is=True) if backend == "hf" else None
-    # fastokens' load (seconds for a large vocabulary, mostly without the GIL) starts first,
-    # so that reading the JSON here and the rest of the run's set-up happen beside it.
-    fast = _start_fast_load(data) if backend in ("auto", "fastokens") else None
+    tok = load_hf(data, str(path), as_is=True) if preload and backend == REFERENCE else None
     try:
         file = TokenizerFile.parse(data)
     except (ValueError, KeyError, TypeError, IndexError):
         # Not JSON that packtool reads: `tokenizers` says why (or reads it, and its own
         # serialization is then read instead).
-        tok = tok if tok is not None else _load_hf(data, str(path), as_is=True)
+        tok = tok if tok is not None else load_hf(data, str(path), as_is=True)
         file = TokenizerFile.parse(tok.to_str().encode("utf-8"))
-    return HFTokenizer(
+    first = candidates(backend, file)[:1] if preload else []
+    made = HFTokenizer(
         tok,
         name=name,
         json_bytes=data,
         config=config,
         directory=path.parent,
-        fast=fast,
+        start=[b.name for b in first if b.refuses(file) is None],
         file=file,
         **overrides,
     )
+    made.backend_choice = backend
+    return made
 
 
 def _offline() -> bool:
     return os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on")
 
 
-def _from_hub(name: str, backend: str, **overrides: str | None) -> HFTokenizer:
+def _from_hub(name: str, backend: str, preload: bool, **overrides: str | None) -> HFTokenizer:
     if name.count("/") > 1 or name.startswith((".", "/", "~")) or name.endswith(".json"):
         raise TokenizerError(f"tokenizer {name!r}: no such file or directory")
     try:
@@ -484,7 +460,35 @@ def _from_hub(name: str, backend: str, **overrides: str | None) -> HFTokenizer:
     config: dict[str, Any] = {}
     with contextlib.suppress(Exception):  # an optional file
         config = _read_config(Path(hf_hub_download(name, "tokenizer_config.json")).parent)
-    return _from_file(path, name, config, backend, **overrides)
+    return _from_file(path, name, config, backend, preload, **overrides)
+
+
+def _start_load(
+    backend: BackendSpec, json_bytes: bytes, anchor_id: int
+) -> concurrent.futures.Future[tuple[Engine | None, str]]:
+    """Load ``backend``'s copy of a tokenizer.json in a thread; its future gives the engine
+    (or ``None``) and why not."""
+    future: concurrent.futures.Future[tuple[Engine | None, str]] = concurrent.futures.Future()
+
+    def load() -> None:
+        try:
+            if backend.load is None:
+                raise ValueError("it has no engine of its own")
+            future.set_result((backend.load(json_bytes, anchor_id), "loaded"))
+        except ImportError:
+            future.set_result(
+                (None, f"{backend.name} is not installed (pip install {backend.package})")
+            )
+        except Exception as e:  # an engine raises ValueError for the models it does not know
+            why = f"{backend.name} cannot load this tokenizer.json ({first_line(e)})"
+            future.set_result((None, why))
+        except BaseException as e:  # pragma: no cover - an interrupt
+            future.set_exception(e)
+
+    # Not a daemon: a process that ends (an error, Ctrl-C) while a daemon thread is inside
+    # a Rust loader aborts at exit ("FATAL: exception not rethrown"); this one is joined.
+    threading.Thread(target=load, daemon=False, name=f"packtool-{backend.name}-load").start()
+    return future
 
 
 def set_tokenizer_threads(num_proc: int | None) -> None:
@@ -503,30 +507,39 @@ def load_tokenizer(
     eos_token: str | None = None,
     bos_token: str | None = None,
     pad_token: str | None = None,
-    backend: str = "hf",
+    backend: str = REFERENCE,
     preload: bool = True,
 ) -> HFTokenizer:
     """Load a tokenizer from a ``tokenizer.json``, a model directory, a hub name, or the default.
 
     ``eos_token``/``bos_token``/``pad_token`` (a token string, or an id) override the special
-    tokens found in the tokenizer's files (read from its JSON). The engine that will encode
-    starts loading at once: `tokenizers` for ``backend="hf"``, else fastokens, in a thread
-    (see :meth:`HFTokenizer.fast`); `tokenizers` is then loaded only if something needs it.
-    ``preload=False``: neither, until first needed (``stats`` whose lengths are cached needs
-    no engine at all).
+    tokens found in the tokenizer's files (read from its JSON). ``backend``: a name of the
+    backend table (:mod:`packtool.tokenize.registry`) or ``auto``; it is the choice the
+    run's :class:`DocumentEncoder` follows (:attr:`HFTokenizer.backend_choice`). The engine
+    that will encode starts loading at once: `tokenizers` for ``hf``, else the first fast
+    backend tried, in a thread (see :meth:`HFTokenizer.engine`); `tokenizers` is then loaded
+    only if something needs it. ``preload=False``: none, until first needed (``stats`` whose
+    lengths are cached needs no engine at all).
     """
-    if not preload:
-        backend = "lazy"
+    if backend not in choices():
+        raise TokenizerError(
+            f"unknown tokenizer backend {backend!r} (one of {', '.join(choices())})"
+        )
     overrides = {"eos_token": eos_token, "bos_token": bos_token, "pad_token": pad_token}
     if spec is None or str(spec) == DEFAULT_TOKENIZER:
         return _from_file(
-            _DATA / "tokenizer.json", DEFAULT_TOKENIZER, _read_config(_DATA), backend, **overrides
+            _DATA / "tokenizer.json",
+            DEFAULT_TOKENIZER,
+            _read_config(_DATA),
+            backend,
+            preload,
+            **overrides,
         )
     # A URL (s3://bucket/tok/tokenizer.json, or the prefix holding it) is read through the
     # store: the tokenizer's files are small and read whole.
     path = as_path(spec) if is_url(spec) else Path(spec).expanduser()
     if path.is_file():
-        return _from_file(path, str(spec), _read_config(path.parent), backend, **overrides)
+        return _from_file(path, str(spec), _read_config(path.parent), backend, preload, **overrides)
     if path.is_dir():
         if not (path / "tokenizer.json").exists():
             raise TokenizerError(
@@ -534,259 +547,9 @@ def load_tokenizer(
                 "files; save one with transformers' tokenizer.save_pretrained)"
             )
         return _from_file(
-            path / "tokenizer.json", str(spec), _read_config(path), backend, **overrides
+            path / "tokenizer.json", str(spec), _read_config(path), backend, preload, **overrides
         )
-    return _from_hub(str(spec), backend, **overrides)
-
-
-# -- backends: Hugging Face `tokenizers`, or fastokens behind a parity gate ------------------
-
-
-def _start_fast_load(json_bytes: bytes) -> concurrent.futures.Future[tuple[Any, str]]:
-    """Load fastokens' copy of a ``tokenizer.json`` in a thread (its Rust loader runs while
-    `tokenizers` loads the other copy)."""
-    future: concurrent.futures.Future[tuple[Any, str]] = concurrent.futures.Future()
-
-    def load() -> None:
-        try:
-            future.set_result(_load_fast(json_bytes))
-        except BaseException as e:  # pragma: no cover - _load_fast catches what it can
-            future.set_exception(e)
-
-    # Not a daemon: a process that ends (an error, Ctrl-C) while a daemon thread is inside
-    # the Rust loader aborts at exit ("FATAL: exception not rethrown"); this one is joined.
-    threading.Thread(target=load, daemon=False, name="packtool-fastokens-load").start()
-    return future
-
-
-def _load_fast(json_bytes: bytes) -> tuple[Any, str]:
-    try:
-        import fastokens
-    except ImportError:
-        return None, "fastokens is not installed (pip install fastokens)"
-    try:
-        tok = fastokens.Tokenizer.from_json_str(json_bytes.decode("utf-8"))
-    except Exception as e:  # fastokens raises ValueError for the models it does not support
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        return None, f"fastokens cannot load this tokenizer.json ({first})"
-    tok.no_truncation()
-    tok.no_padding()
-    if tok.token_to_id(ANCHOR) is None:  # fastokens takes any object of these attributes
-        tok.add_tokens([_FastAddedToken(ANCHOR)])  # (importing tokenizers for one: 10 ms)
-    return tok, "loaded"
-
-
-@dataclass(frozen=True)
-class _FastAddedToken:
-    """packtool's anchor as fastokens' ``add_tokens`` reads an added token."""
-
-    content: str
-    single_word: bool = False
-    lstrip: bool = False
-    rstrip: bool = False
-    normalized: bool = False
-    special: bool = False
-
-
-def _version(package: str) -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version(package)
-    except PackageNotFoundError:  # pragma: no cover - installed, or not imported at all
-        return "unknown"
-
-
-@dataclass
-class Backend:
-    """Which engine encodes a run's documents, and why (the manifest's ``tokenizer.backend``).
-
-    ``fallback_batches`` counts the batches the fast backend raised on, re-encoded with
-    Hugging Face `tokenizers`; ``notice`` is the one line a run prints when ``auto`` chose
-    `tokenizers` because fastokens could not be used.
-    """
-
-    name: str  # "fastokens", "hf", "custom" (a tokenizer object of the library user), "none"
-    version: str | None
-    reason: str
-    fallback_batches: int = 0
-    notice: str | None = None
-    documents_checked: int = 0  # --check-sample: documents re-encoded with tokenizers, equal
-
-    def describe(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "version": self.version,
-            "reason": self.reason,
-            "fallback_batches": self.fallback_batches,
-            "documents_checked": self.documents_checked,
-        }
-
-
-def _hf_backend(reason: str, notice: str | None = None) -> Backend:
-    # The installed version, read without importing `tokenizers` (a warm fastokens run
-    # never loads it).
-    return Backend("hf", _version("tokenizers"), reason, notice=notice)
-
-
-_PROBES: tuple[str, ...] = (
-    "Hello, world! The quick brown fox jumps over the lazy dog. It's 5 o'clock; we'll see.",
-    "Ünïcödé façade naïve café — “double” ‘single’ «guillemets» … ½ ² ™ ©",
-    "Привет, мир! Съешь же ещё этих мягких французских булок.",
-    "Γειά σου Κόσμε. שלום עולם. مرحبا بالعالم. नमस्ते दुनिया. ภาษาไทย. ქართული.",
-    "こんにちは世界、カタカナ、ひらがな。你好，世界。中文文本测试。안녕하세요 세계",
-    "emoji 😀👍🏽🇫🇷👨‍👩‍👧‍👦 and 𝔘𝔫𝔦𝔠𝔬𝔡𝔢 and \U0001f9ea\U0001fae0",
-    "   leading spaces",
-    "trailing spaces   ",
-    "tabs\t\tand\nnewlines\n\n\r\n\r\nend",
-    " " * 257,
-    "\n" * 65 + "x",
-    "a  b   c    d     e\u00a0f\u2003g\u3000h\u200bi\ufeffj",
-    "digits 0 12 123 1234 12345 3.14159 1,000,000 2026-12-01 +44 (0)20 7946 0958",
-    "9" * 301,
-    "x" * 5003,
-    "supercalifragilisticexpialidocious" * 60,
-    "a" + "ą" * 1001 + "b",
-    "def f(x):\n    return x ** 2  # comment\n\tif (a && b) { y = [1, 2]; }\n",
-    '<html><body class="x">&amp; &#x27;</body></html>',
-    "'s 't 're 've 'm 'll 'd 'S 'T 'RE I'M you'LL",
-    "MiXeD CaSe ÀÉÎÕÜ ǅ ß ẞ ﬁ ﬂ ｆｕｌｌｗｉｄｔｈ ①②③",
-    "",
-    " ",
-)
-_PROBE_VERSION = 1  # bump when _PROBES change: cached verdicts are keyed by it
-_GATE_DOCS = 16  # first documents of the input in the gate, each cut to _GATE_DOC_CHARS
-_GATE_DOC_CHARS = 8 << 10
-_GATE_LONGEST_CHARS = 64 << 10  # the longest document of the first batch, cut to this
-# Cut, because `tokenizers` encodes the gate's texts at its own speed (1-2 MB/s on 2 cores)
-# before the first batch can go on: what the gate reads costs ~0.1 s, not a second.
-
-
-def _probe_texts(tok: HFTokenizer) -> list[str]:
-    """The fixed part of the parity gate: many scripts, whitespace runs, digits, long words,
-    and the tokenizer's own added-token strings alone, glued and inside text."""
-    out = list(_PROBES)
-    added = sorted(set(tok.added_strings))[:2000]
-    out.extend(added)
-    out.extend(f"x {a} y{a}z" for a in added)
-    out.append("".join(added[:200]))
-    return out
-
-
-def _cache_dir() -> Path:
-    root = os.environ.get("PACKTOOL_CACHE_DIR")
-    if root:
-        return Path(root)
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "packtool"
-
-
-def _gate_key(tok: HFTokenizer, add_special: bool, parse_special: bool) -> str:
-    text = json.dumps(
-        [tok.sha256, _version("fastokens"), _version("tokenizers"), _PROBE_VERSION],
-    )
-    text += f"{add_special:d}{parse_special:d}"
-    return hashlib.sha256(text.encode()).hexdigest()
-
-
-def _cached_verdict(key: str) -> dict[str, Any] | None:
-    path = _cache_dir() / "parity-gate" / f"{key}.json"
-    try:
-        verdict = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return verdict if isinstance(verdict, dict) and "ok" in verdict else None
-
-
-def _save_verdict(key: str, ok: bool, why: str) -> None:
-    folder = _cache_dir() / "parity-gate"
-    with contextlib.suppress(OSError):  # a cache: a read-only home only costs the probes
-        folder.mkdir(parents=True, exist_ok=True)
-        tmp = folder / f".{key}.{os.getpid()}.{threading.get_ident()}.tmp"
-        tmp.write_text(json.dumps({"ok": ok, "why": why}), encoding="utf-8")
-        os.replace(tmp, folder / f"{key}.json")
-
-
-def _flat_lists(ids: bytes, offsets: bytes) -> list[list[int]]:
-    flat = np.frombuffer(ids, dtype="<u4")
-    off = np.frombuffer(offsets, dtype="<u8")
-    return [flat[off[i] : off[i + 1]].tolist() for i in range(off.size - 1)]
-
-
-def _first_difference(
-    tok: HFTokenizer, fast: Any, texts: Sequence[str], add_special: bool, parse_special: bool
-) -> int | None:
-    """The index of the first text whose ids differ between the two backends."""
-    if not texts:
-        return None
-    want = [e.ids for e in tok.encodings(texts, add_special, parse_special)]
-    try:
-        got = _flat_lists(
-            *fast.encode_batch_flat(
-                list(texts), add_special_tokens=add_special, split_special_tokens=not parse_special
-            )
-        )
-    except Exception:  # the fast backend failed on a probe: not a pass
-        return 0
-    if len(got) != len(want):
-        return 0
-    return next((i for i, (a, b) in enumerate(zip(want, got, strict=True)) if a != b), None)
-
-
-def _parity_gate(
-    tok: HFTokenizer,
-    choice: str,
-    first_batch: Sequence[str],
-    add_special: bool,
-    parse_special: bool,
-) -> tuple[Any, Backend]:
-    """fastokens' copy and its :class:`Backend` if it encodes the probes and the first
-    documents exactly as `tokenizers` does; else `tokenizers` (``auto``) or an error
-    (``fastokens``).
-
-    The probes' verdict is cached by the file's sha256 and both libraries' versions. When it
-    is cached (and good), `tokenizers` is not loaded at all: the first documents are not
-    compared either (``--check-sample`` compares documents of the run, at the cost of that
-    load); the :class:`Backend`'s reason says which gate was passed.
-    """
-
-    def refuse(why: str) -> tuple[Any, Backend]:
-        if choice == "fastokens":
-            raise TokenizerError(
-                f"--tokenizer-backend fastokens: {why}; use --tokenizer-backend auto or hf"
-            )
-        return None, _hf_backend(why, notice=f"{why}: tokenizing with Hugging Face tokenizers")
-
-    # The cached verdict is looked up while fastokens may still be loading (the libraries'
-    # versions come from their metadata: 20-30 ms of Python, off the load's critical path).
-    key = _gate_key(tok, add_special, parse_special)
-    verdict = _cached_verdict(key)
-    fast, why = tok.fast()
-    if fast is None:
-        return refuse(why)
-    if verdict is not None:
-        if not verdict["ok"]:
-            return refuse(str(verdict["why"]))
-        return fast, Backend("fastokens", _version("fastokens"), GATE_CACHED)
-    probes = _probe_texts(tok)
-    at = _first_difference(tok, fast, probes, add_special, parse_special)
-    why = "" if at is None else f"fastokens differs from tokenizers on {probes[at][:40]!r}"
-    _save_verdict(key, at is None, why)
-    if at is not None:
-        return refuse(why)
-    data = [text[:_GATE_DOC_CHARS] for text in first_batch[:_GATE_DOCS]]
-    if first_batch:
-        data.append(max(first_batch, key=len)[:_GATE_LONGEST_CHARS])
-    at = _first_difference(tok, fast, data, add_special, parse_special)
-    if at is not None:  # remembered: a later run with a cached verdict would not look
-        where = f"document {at + 1}" if at < len(data) - 1 else "the longest document"
-        _save_verdict(key, False, f"fastokens differed from tokenizers on {where} of a run's data")
-        return refuse(f"fastokens differs from tokenizers on {where} of the first batch")
-    return fast, Backend("fastokens", _version("fastokens"), GATE_PASSED)
-
-
-GATE_PASSED = "passed the parity gate"
-GATE_CACHED = "passed the parity gate (cached verdict; tokenizers not loaded)"
+    return _from_hub(str(spec), backend, preload, **overrides)
 
 
 HUGE_CHARS = 8 << 20
@@ -872,30 +635,6 @@ def cut_points(text: str, size: int) -> list[int]:
     return cuts
 
 
-class _Flat:
-    """A batch as fastokens returns it: every document's ids in one buffer, read in place."""
-
-    __slots__ = ("ids", "lengths", "room", "special_strings")
-
-    def __init__(self, ids: bytes, offsets: bytes) -> None:
-        self.ids = np.frombuffer(ids, dtype="<i4")  # ids < 2**31: the same bits as uint32
-        self.lengths = np.diff(np.frombuffer(offsets, dtype="<u8")).astype(np.int64)
-        self.room: np.ndarray | None = None
-        self.special_strings = 0
-
-    @classmethod
-    def of_document(cls, room: np.ndarray, n: int) -> _Flat:
-        """One document's ``n`` ids, encoded in pieces into ``room`` (which has space after
-        them for an EOS)."""
-        out = cls.__new__(cls)
-        out.ids, out.lengths, out.room = room[:n], np.array([n], np.int64), room
-        out.special_strings = 0
-        return out
-
-    def __len__(self) -> int:
-        return int(self.lengths.size)
-
-
 @dataclass(frozen=True)
 class EncodedBatch:
     """Token ids of a batch of documents, flat, with each document's length.
@@ -943,10 +682,13 @@ class DocumentEncoder:
       the post-processor at all.
     - ``parse_special`` (default off): special-token strings in the text are text; on, they
       become the control tokens they spell (for data that holds markup on purpose).
-    - ``backend`` (default ``"hf"``): ``"auto"`` encodes with fastokens when it loads the file
-      and passes the parity gate on the first batch (:attr:`backend` says which and why),
-      ``"fastokens"`` fails when it cannot. A batch fastokens raises on is re-encoded with
-      `tokenizers` and counted (``Backend.fallback_batches``). The ids are the same.
+    - ``backend`` (default: the choice the tokenizer was loaded with,
+      :attr:`HFTokenizer.backend_choice`, made once by ``prepare.choose_tokenizer``): ``"hf"``
+      encodes with `tokenizers`; ``"auto"`` with the first fast backend of the table that
+      loads the file and passes the parity gate on the first batch (:attr:`backend` says
+      which and why); a fast backend named (``"fastokens"``, ``"gigatoken"``) fails when it
+      cannot. A batch a fast backend raises on is re-encoded with `tokenizers` and counted
+      (``Backend.fallback_batches``). The ids are the same.
 
     Encoding is two steps so that a pipeline can overlap them: :meth:`tokenize` runs the
     tokenizer (Rust, all cores, without the GIL) and :meth:`finish` turns its output into flat
@@ -960,9 +702,11 @@ class DocumentEncoder:
         add_eos: bool = True,
         bos: bool | None = None,
         parse_special: bool = False,
-        backend: str = "hf",
+        backend: str | None = None,
         check_every: int = 0,
     ):
+        if backend is None:
+            backend = getattr(tokenizer, "backend_choice", REFERENCE)
         self.tokenizer = tokenizer
         self.add_eos = add_eos
         self.bos = bos
@@ -974,18 +718,18 @@ class DocumentEncoder:
         self._choice = backend
         # Huge documents in pieces: None until the first one (asked of the engine in use).
         self._pieces: bool | None = None if isinstance(tokenizer, HFTokenizer) else False
-        self._fast: Any = None
+        self._engine: Engine | None = None
         self._check_every = check_every
         self._chars_seen = 0
         self._gate_lock = threading.Lock()
-        self._gated = backend == "hf" or not isinstance(tokenizer, HFTokenizer)
+        self._gated = backend == REFERENCE or not isinstance(tokenizer, HFTokenizer)
         if isinstance(tokenizer, HFTokenizer):
-            self.backend = _hf_backend(
-                "--tokenizer-backend hf" if backend == "hf" else "no document to encode"
+            self.backend = reference_backend(
+                "--tokenizer-backend hf" if backend == REFERENCE else "no document to encode"
             )
-        elif backend == "fastokens":
+        elif backend not in (AUTO, REFERENCE):
             raise TokenizerError(
-                f"--tokenizer-backend fastokens needs a tokenizer.json; {tokenizer.name} is "
+                f"--tokenizer-backend {backend} needs a tokenizer.json; {tokenizer.name} is "
                 "not a Hugging Face tokenizer"
             )
         else:
@@ -1002,9 +746,9 @@ class DocumentEncoder:
                 self._pieces = False
             elif not self._add_special or not self._n_special:
                 self._pieces = True
-            elif self._fast is not None:
-                bare = self._encode_flat(["a"], False, self._fast).ids.tolist()
-                full = self._encode_flat(["a"], True, self._fast).ids.tolist()
+            elif self._engine is not None:
+                bare = self._engine.encode(["a"], False, self.parse_special).ids.tolist()
+                full = self._engine.encode(["a"], True, self.parse_special).ids.tolist()
                 self._pieces = full[len(full) - len(bare) :] == bare
             else:
                 bare = tok.encode_batch(["a"], add_special_tokens=False)[0]
@@ -1012,7 +756,7 @@ class DocumentEncoder:
                 self._pieces = full[len(full) - len(bare) :] == bare
         return self._pieces
 
-    def _encode_huge(self, text: str, fast: Any) -> _Flat:
+    def _encode_huge(self, text: str, fast: Engine | None) -> Flat:
         """One document of more than :data:`HUGE_CHARS` characters, encoded a few pieces at
         a time (as many as the tokenizer's threads can share) and joined."""
         cuts = cut_points(text, PIECE_CHARS)
@@ -1029,7 +773,7 @@ class DocumentEncoder:
                 first, rest = group[:1], group[1:]
                 for part, special in ((first, g == 0 and self._add_special), (rest, False)):
                     if part:
-                        parts.append(self._encode_flat(part, special, fast).ids)
+                        parts.append(fast.encode(part, special, self.parse_special).ids)
             else:
                 assert isinstance(self.tokenizer, HFTokenizer)
                 for i, piece in enumerate(group):
@@ -1040,16 +784,9 @@ class DocumentEncoder:
                 room[n : n + ids.size] = ids
                 n += ids.size
             del group, parts
-        return _Flat.of_document(room, n)
+        return Flat.of_document(room, n)
 
-    def _encode_flat(self, texts: list[str], add_special: bool, fast: Any) -> _Flat:
-        return _Flat(
-            *fast.encode_batch_flat(
-                texts, add_special_tokens=add_special, split_special_tokens=not self.parse_special
-            )
-        )
-
-    def _check(self, texts: Sequence[str], flat: _Flat) -> None:
+    def _check(self, texts: Sequence[str], flat: Flat) -> None:
         """``--check-sample``: the documents of this batch at every ``check_every``-th
         character of the run, re-encoded with `tokenizers`, must have the same ids."""
         sizes = np.fromiter(map(len, texts), np.int64, len(texts))
@@ -1069,10 +806,11 @@ class DocumentEncoder:
         offsets = np.concatenate([[0], np.cumsum(flat.lengths)])
         for i, text, enc in zip(picks.tolist(), chosen, want, strict=True):
             if flat.ids[offsets[i] : offsets[i + 1]].tolist() != enc.ids:
-                key = _gate_key(self.tokenizer, self._add_special, self.parse_special)
-                _save_verdict(key, False, "fastokens differed from tokenizers on a document")
+                name = self.backend.name
+                key = gate_key(self.tokenizer, spec_of(name), self._add_special, self.parse_special)
+                save_verdict(key, False, f"{name} differed from tokenizers on a document")
                 raise TokenizerError(
-                    f"--check-sample: fastokens and tokenizers give different ids for a "
+                    f"--check-sample: {name} and tokenizers give different ids for a "
                     f"document ({text[:40]!r}...): nothing was written; pack with "
                     "--tokenizer-backend hf"
                 )
@@ -1083,7 +821,7 @@ class DocumentEncoder:
         with self._gate_lock:
             if not self._gated:
                 assert isinstance(self.tokenizer, HFTokenizer)
-                self._fast, self.backend = _parity_gate(
+                self._engine, self.backend = parity_gate(
                     self.tokenizer, self._choice, texts, self._add_special, self.parse_special
                 )
                 self._gated = True
@@ -1102,16 +840,16 @@ class DocumentEncoder:
         out: Any
         if len(texts) == 1 and len(texts[0]) > HUGE_CHARS and self._in_pieces():
             try:
-                out = self._encode_huge(texts[0], self._fast)
+                out = self._encode_huge(texts[0], self._engine)
             except Exception:  # as below: the whole document with tokenizers, counted
-                if self._fast is None:
+                if self._engine is None:
                     raise
                 with self._gate_lock:
                     self.backend.fallback_batches += 1
                 out = self._encode_huge(texts[0], None)
-        elif self._fast is not None:
+        elif self._engine is not None:
             try:
-                out = self._encode_flat(list(texts), self._add_special, self._fast)
+                out = self._engine.encode(list(texts), self._add_special, self.parse_special)
                 if self._check_every:
                     self._check(texts, out)
             except TokenizerError:
@@ -1136,7 +874,7 @@ class DocumentEncoder:
 
     def finish(self, encoded: Sequence[Any]) -> EncodedBatch:
         """Flatten the tokenizer's output, adding BOS/EOS and marking empty documents."""
-        if isinstance(encoded, _Flat):  # the ids are read in place, no object per document
+        if isinstance(encoded, Flat):  # the ids are read in place, no object per document
             raw_len, ids = encoded.lengths, encoded.ids
         else:
             n = len(encoded)

@@ -1,0 +1,164 @@
+"""gigatoken: a Rust tokenizer (SIMD pre-tokenizer) that loads tokenizer.json and encodes a
+batch into flat ids with offsets (an awkward array, read here in place).
+
+It always matches added tokens, special ones included, and never runs the post-processor, so
+packtool loads it from an edited copy of the JSON: without the special added tokens when their
+strings are text (as `tokenizers`' ``encode_special_tokens``), with all of them otherwise, and
+:data:`~.backend.ANCHOR` added in both; the post-processor's tokens (a template's BOS/EOS, a
+BERT-style CLS/SEP) are added from the file's own record. Whatever it gives passes the parity
+gate before a run uses it.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from ..tokenizer_file import TokenizerFile
+from .backend import ANCHOR, BackendSpec, Flat
+
+__all__ = ["BACKEND", "GigatokenEngine", "post_processor_affixes"]
+
+
+def post_processor_affixes(pp: Any) -> tuple[list[int], list[int]] | None:
+    """The ids a post-processor puts before and after a single text; ``None``: one this
+    module does not know."""
+    if pp is None:
+        return [], []
+    if not isinstance(pp, Mapping):
+        return None
+    kind = pp.get("type")
+    if kind == "ByteLevel":
+        return [], []
+    if kind == "Sequence":
+        before: list[int] = []
+        after: list[int] = []
+        for step in pp.get("processors") or ():
+            got = post_processor_affixes(step)
+            if got is None:
+                return None
+            before, after = before + got[0], got[1] + after
+        return before, after
+    if kind in ("BertProcessing", "RobertaProcessing"):
+        return [int(pp["cls"][1])], [int(pp["sep"][1])]
+    if kind == "TemplateProcessing":
+        tokens = pp.get("special_tokens") or {}
+        before, after, seen = [], [], False
+        for item in pp.get("single") or ():
+            if "Sequence" in item:
+                seen = True
+                continue
+            name = item.get("SpecialToken", {}).get("id")
+            if name not in tokens:
+                return None
+            ids = [int(i) for i in tokens[name]["ids"]]
+            (after if seen else before).extend(ids)
+        return before, after
+    return None
+
+
+def edited_json(json_bytes: bytes, anchor_id: int, parse_special: bool) -> str:
+    """The tokenizer.json gigatoken loads: special added tokens kept only when they are
+    parsed, packtool's anchor added, truncation and padding off."""
+    spec = json.loads(json_bytes)
+    added = [a for a in spec.get("added_tokens") or () if parse_special or not a.get("special")]
+    added.append(
+        {
+            "id": anchor_id,
+            "content": ANCHOR,
+            "single_word": False,
+            "lstrip": False,
+            "rstrip": False,
+            "normalized": False,
+            "special": False,
+        }
+    )
+    spec["added_tokens"] = added
+    spec["truncation"] = None
+    spec["padding"] = None
+    return json.dumps(spec, ensure_ascii=False)
+
+
+class GigatokenEngine:
+    """gigatoken's copies of a tokenizer.json, one per mode (special-token strings as text,
+    or parsed), each loaded when first needed."""
+
+    def __init__(self, json_bytes: bytes, anchor_id: int) -> None:
+        self._json = json_bytes
+        self._anchor_id = anchor_id
+        self._copies: dict[bool, Any] = {}
+        self._lock = threading.Lock()
+        self._affixes = post_processor_affixes(TokenizerFile.parse(json_bytes).post_processor)
+        self._copy(False)
+
+    def _copy(self, parse_special: bool) -> Any:
+        copy = self._copies.get(parse_special)
+        if copy is not None:
+            return copy
+        with self._lock:
+            if parse_special not in self._copies:
+                import gigatoken
+
+                text = edited_json(self._json, self._anchor_id, parse_special)
+                tok = gigatoken.Tokenizer.from_json(text)
+                if tok.encode(ANCHOR).tolist() != [self._anchor_id]:
+                    raise ValueError("gigatoken gave packtool's anchor token another id")
+                self._copies[parse_special] = tok
+        return self._copies[parse_special]
+
+    def encode(self, texts: list[str], add_special: bool, parse_special: bool) -> Flat:
+        layout = self._copy(parse_special).encode_batch(texts).layout
+        flat = Flat.from_offsets(np.asarray(layout.content.data), np.asarray(layout.offsets.data))
+        if add_special:
+            if self._affixes is None:
+                raise ValueError("gigatoken: a post-processor packtool cannot read")
+            before, after = self._affixes
+            if before or after:
+                flat = _with_affixes(flat, before, after)
+        return flat
+
+
+def _with_affixes(flat: Flat, before: list[int], after: list[int]) -> Flat:
+    """``flat`` with ``before`` put in front of each document's ids and ``after`` behind."""
+    p, s = len(before), len(after)
+    lengths = flat.lengths + p + s
+    ends = np.cumsum(lengths)
+    starts = ends - lengths
+    out = np.empty(int(ends[-1]) if ends.size else 0, np.int32)
+    old_starts = np.cumsum(flat.lengths) - flat.lengths
+    where = np.repeat(starts + p - old_starts, flat.lengths) + np.arange(flat.ids.size)
+    out[where] = flat.ids
+    for k, tid in enumerate(before):
+        out[starts + k] = tid
+    for k, tid in enumerate(after):
+        out[ends - s + k] = tid
+    return Flat(out, lengths)
+
+
+def load(json_bytes: bytes, anchor_id: int) -> GigatokenEngine:
+    return GigatokenEngine(json_bytes, anchor_id)
+
+
+def _refuses(file: TokenizerFile) -> str | None:
+    if file.model_type != "BPE":
+        return f"gigatoken loads BPE tokenizers, not {file.model_type}"
+    return None
+
+
+def _suits(file: TokenizerFile) -> int:
+    # docs/performance.md: the fastest on byte-level BPE (o200k, Qwen3, Llama 3 layouts, load
+    # included); slower than fastokens on SentencePiece-style files.
+    return 3 if "ByteLevel" in repr(file.pre_tokenizer) else 1
+
+
+BACKEND = BackendSpec(
+    name="gigatoken",
+    package="gigatoken",
+    refuses=_refuses,
+    load=load,
+    suits=_suits,
+)
