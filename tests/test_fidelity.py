@@ -101,10 +101,27 @@ FAST_REFUSES = {  # what fastokens 0.3 says of the others, in the notice of a ru
     "bert": "unsupported normalizer type: BertNormalizer",
     "nfkc_lower": "unsupported normalizer type: NFKC",
 }
+GIGA_FAMILIES = ("gpt2", "llama3", "qwen", "llama2", "mistral_metaspace", "gemma")
+"""Families gigatoken (0.10) loads and encodes exactly behind the gate."""
+GIGA_REFUSES = {
+    "t5": "gigatoken loads BPE tokenizers, not Unigram",
+    "bert": "gigatoken loads BPE tokenizers, not WordPiece",
+    "nfkc_lower": "Unsupported normalizer type: NFKC",
+}
+AUTO_PICKS = {  # byte-level BPE: gigatoken first; the others: fastokens first
+    "gpt2": "gigatoken",
+    "llama3": "gigatoken",
+    "qwen": "gigatoken",
+    "llama2": "fastokens",
+    "gemma": "fastokens",
+    "mistral_metaspace": "gigatoken",  # fastokens refuses Metaspace
+}
 
 
 def test_every_family_is_fast_or_refused() -> None:
     assert sorted(FAST_FAMILIES + tuple(FAST_REFUSES)) == sorted(FAMILIES)
+    assert sorted(GIGA_FAMILIES + tuple(GIGA_REFUSES)) == sorted(FAMILIES)
+    assert sorted(AUTO_PICKS) == sorted(set(FAST_FAMILIES) | set(GIGA_FAMILIES))
 
 
 @pytest.mark.parametrize("backend", ["hf", "auto"])
@@ -141,15 +158,15 @@ def test_text_documents_match_auto_tokenizer(family_dirs, tmp_path, family, trap
     notices = report.notices
     used = manifest["tokenizer"]["backend"]
     assert report.backend == used and used["fallback_batches"] == 0
-    if backend == "auto" and family in FAST_REFUSES:
+    if backend == "auto" and family not in AUTO_PICKS:
         assert used["name"] == "hf"
-        assert FAST_REFUSES[family] in notices[-1]
+        assert FAST_REFUSES[family] in notices[-1] and GIGA_REFUSES[family] in notices[-1]
         assert notices[-1].endswith(": tokenizing with Hugging Face tokenizers")
         assert "\n" not in notices[-1]
         notices = notices[:-1]
     else:
         fast = backend == "auto"
-        assert used["name"] == ("fastokens" if fast else "hf")
+        assert used["name"] == (AUTO_PICKS[family] if fast else "hf")
         gate = used["reason"].startswith("passed the parity gate")
         assert gate if fast else used["reason"] == "--tokenizer-backend hf"
     if trap:
@@ -161,13 +178,17 @@ def test_text_documents_match_auto_tokenizer(family_dirs, tmp_path, family, trap
         assert turned_off is None and notices == []
 
 
-@pytest.mark.parametrize("family", FAST_FAMILIES)
-def test_both_backends_write_the_same_bytes(family_dirs, tmp_path, family) -> None:
-    """Every column of every shard, and the rows' order, are the same on both backends."""
+@pytest.mark.parametrize(
+    ("family", "fast"),
+    [(f, "fastokens") for f in FAST_FAMILIES] + [(f, "gigatoken") for f in GIGA_FAMILIES],
+)
+def test_both_backends_write_the_same_bytes(family_dirs, tmp_path, family, fast) -> None:
+    """Every column of every shard, and the rows' order, are the same on a fast backend and
+    on `tokenizers`."""
     texts = _corpus(family) * 3
     src = write_jsonl(tmp_path / "docs.jsonl", [{"text": t} for t in texts])
     digests = {}
-    for backend in ("hf", "fastokens"):
+    for backend in ("hf", fast):
         out = tmp_path / backend
         packtool.pack(
             [src],
@@ -177,22 +198,26 @@ def test_both_backends_write_the_same_bytes(family_dirs, tmp_path, family) -> No
             tokenizer_backend=backend,
         )
         digests[backend] = [(p.name, p.read_bytes()) for p in sorted(out.glob("*.arrow"))]
-    assert digests["hf"] == digests["fastokens"]
+    assert digests["hf"] == digests[fast]
 
 
-@pytest.mark.parametrize("family", sorted(FAST_REFUSES))
-def test_forcing_fastokens_on_a_family_it_cannot_load_fails_in_one_line(
-    family_dirs, tmp_path, family
+@pytest.mark.parametrize(
+    ("family", "fast", "why"),
+    [(f, "fastokens", w) for f, w in sorted(FAST_REFUSES.items())]
+    + [(f, "gigatoken", w) for f, w in sorted(GIGA_REFUSES.items())],
+)
+def test_forcing_a_fast_backend_on_a_family_it_cannot_load_fails_in_one_line(
+    family_dirs, tmp_path, family, fast, why
 ) -> None:
     src = write_jsonl(tmp_path / "docs.jsonl", [{"text": "hello"}])
-    with pytest.raises(TokenizerError, match=FAST_REFUSES[family]) as caught:
+    with pytest.raises(TokenizerError, match=why) as caught:
         packtool.pack(
             [src],
             tmp_path / "out",
             max_len=MAX_LEN,
             tokenizer=family_dirs[family, False],
             add_eos=_add_eos(family),
-            tokenizer_backend="fastokens",
+            tokenizer_backend=fast,
         )
     assert "use --tokenizer-backend auto or hf" in str(caught.value)
     assert not (tmp_path / "out").exists()
@@ -256,7 +281,7 @@ def test_stats_and_verify_with_a_truncating_tokenizer(family_dirs, tmp_path, fam
     # cannot be used (BERT), after the file's truncation and padding, turned off.
     turned_off, *fast = data["notices"]
     assert turned_off == "tokenizer.json truncates to 16 and pads to 16; packtool turned both off"
-    if family in FAST_REFUSES:
+    if family not in AUTO_PICKS:
         assert len(fast) == 1 and FAST_REFUSES[family] in fast[0]
     else:
         assert fast == []
