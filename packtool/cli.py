@@ -702,7 +702,7 @@ def stats(
     show_stats(result, as_json=as_json)
     if html is not None or svg is not None:
         from .render.stats import say_written
-        from .stats_page import write_html, write_svgs
+        from .stats_html import write_html, write_svgs
 
         written = [write_html(result, html)] if html is not None else []
         written += write_svgs(result, svg) if svg is not None else []

@@ -361,8 +361,4 @@ def say_written(paths: list[Any], *, quiet: bool) -> None:
     names = ", ".join(str(p) for p in paths[:3]) + (
         f" and {len(paths) - 3} more" if len(paths) > 3 else ""
     )
-    line = Text(f"wrote {names}")
-    if quiet:
-        stderr().print(line)
-    else:
-        stdout().print(line)
+    (stderr() if quiet else stdout()).print(Text(f"wrote {names}"), soft_wrap=True)

@@ -18,7 +18,7 @@ from test_cli import assert_one_line_error, run
 
 import packtool
 from packtool.stats import BATCHINGS, Histogram
-from packtool.stats_page import _BAR_WIDTH, bar_chart, charts, stats_page, write_svgs
+from packtool.stats_html import _BAR_WIDTH, bar_chart, charts, stats_page, write_svgs
 
 SVG = "{http://www.w3.org/2000/svg}"
 
