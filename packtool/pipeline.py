@@ -613,7 +613,7 @@ def _report(
     not read, the notices printed."""
     notices = (
         getattr(run.tok, "notice", None),
-        _backend(run.plan).notice,
+        *_backend(run.plan).notices,
         run.plan.notice,
         run.notice,
         resume_notice,

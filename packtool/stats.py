@@ -1260,7 +1260,9 @@ def corpus_stats(
         seconds=time.perf_counter() - started,
         special_strings=data.special_strings,
         parse_special=o.parse_special,
-        notices=[n for n in (getattr(tok, "notice", None), backend and backend.notice) if n],
+        notices=[
+            n for n in (getattr(tok, "notice", None), *(backend.notices if backend else ())) if n
+        ],
         skipped_files=[str(p) for p in skipped],
         backend=None if hit or backend is None else backend.describe(),
     )

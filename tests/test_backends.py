@@ -223,7 +223,26 @@ def piece_dirs(tmp_path_factory):
     from tokenizer_families import build_family
 
     root = tmp_path_factory.mktemp("piece-families")
-    return {name: build_family(name, root / name) for name in ("gpt2", "llama3", "qwen", "llama2")}
+    dirs = {
+        name: build_family(name, root / name)
+        for name in ("gpt2", "llama3", "qwen", "llama2", "mistral_metaspace")
+    }
+    # The layouts of the cl100k and o200k files (GPT-4, GPT-4o): the split kept as matches
+    # (Removed, invert), and o200k's own pattern, on the Llama 3 family's vocabulary.
+    from packtool.tokenize import _O200K
+
+    for name, pattern in (("cl100k_removed", None), ("o200k", _O200K)):
+        spec = json.loads((dirs["llama3"] / "tokenizer.json").read_text(encoding="utf-8"))
+        split = spec["pre_tokenizer"]["pretokenizers"][0]
+        split.update(behavior="Removed", invert=True)
+        if pattern is not None:
+            split["pattern"] = {"Regex": pattern}
+        dirs[name] = root / name
+        dirs[name].mkdir()
+        (dirs[name] / "tokenizer.json").write_text(json.dumps(spec), encoding="utf-8")
+        config = dirs["llama3"] / "tokenizer_config.json"
+        (dirs[name] / "tokenizer_config.json").write_bytes(config.read_bytes())
+    return dirs
 
 
 def _huge_text() -> str:
@@ -290,6 +309,58 @@ def test_a_huge_one_line_document_in_pieces_equals_it_whole(
     pieces = encoder.encode([text])
     assert encoder.backend.fallback_batches == 0
     assert pieces.ids.tolist() == whole.ids.tolist()
+
+
+@pytest.mark.parametrize("backend", ["hf", "auto"])
+@pytest.mark.parametrize("shape", ["lines", "one line", "no whitespace"])
+@pytest.mark.parametrize("family", ["cl100k_removed", "o200k", "mistral_metaspace"])
+def test_huge_documents_of_more_layouts_in_pieces_equal_them_whole(
+    piece_dirs, monkeypatch, family, shape, backend
+):
+    """cl100k/o200k files (their split kept as matches), Metaspace (cut at spaces only), and a
+    text without any whitespace (cut between a letter and the punctuation, symbol or digit
+    after it): the pieces' ids are the whole text's. Metaspace without whitespace has no
+    exact cut: it is cut where it is, and the run says so."""
+    import packtool.tokenize as tokenize
+
+    tok = load_tokenizer(piece_dirs[family], backend=backend)
+    text = _huge_text()
+    if shape == "one line":
+        text = text.replace("\n", " ")
+    elif shape == "no whitespace":
+        text = "".join(text.split())
+    whole = DocumentEncoder(tok).encode([text])
+    monkeypatch.setattr(tokenize, "HUGE_CHARS", 1000)
+    monkeypatch.setattr(tokenize, "PIECE_CHARS", 700)
+    encoder = DocumentEncoder(tok)
+    assert encoder._in_pieces()
+    pieces = encoder.encode([text])
+    assert encoder.backend.fallback_batches == 0
+    rule = "metaspace" if family == "mistral_metaspace" else "byte-level"
+    cuts, inexact = tokenize.cut_plan(text, 700, rule)
+    assert len(cuts) > 20
+    if rule == "metaspace" and shape == "no whitespace":
+        assert inexact == len(cuts) - 2 and encoder.backend.inexact_cuts == inexact
+        assert "no exact cut was found" in encoder.backend.notices[-1]
+        assert encoder.backend.describe()["inexact_cuts"] == inexact
+        return
+    assert inexact == 0 and encoder.backend.notices == []
+    assert "inexact_cuts" not in encoder.backend.describe()
+    assert pieces.ids.tolist() == whole.ids.tolist()
+
+
+def test_a_text_of_one_letter_is_cut_where_it_is_and_counted(monkeypatch) -> None:
+    import packtool.tokenize as tokenize
+
+    monkeypatch.setattr(tokenize, "HUGE_CHARS", 1000)
+    monkeypatch.setattr(tokenize, "PIECE_CHARS", 700)
+    encoder = DocumentEncoder(load_tokenizer())
+    text = "a" * 20_000
+    got = encoder.encode([text])
+    cuts, inexact = tokenize.cut_plan(text, 700)
+    assert cuts == [*range(0, 20_000 - 2800, 700), 20_000] and inexact == len(cuts) - 2
+    assert encoder.backend.inexact_cuts == inexact
+    assert got.lengths[0] > 0  # every character encoded; bounded pieces, not one word
 
 
 @pytest.mark.parametrize("family", ["llama2"])

@@ -38,6 +38,7 @@ import json
 import os
 import re
 import threading
+import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass
 from operator import attrgetter
@@ -554,29 +555,46 @@ def load_tokenizer(
 
 HUGE_CHARS = 8 << 20
 """A document of more characters is encoded in pieces of about :data:`PIECE_CHARS`, where
-the tokenizer allows it (:func:`pieces_are_exact`), so that what the tokenizer builds for it
+the tokenizer allows it (:func:`piece_rule`), so that what the tokenizer builds for it
 (words, offsets; ten bytes and more per character) stays bounded."""
 PIECE_CHARS = 4 << 20
+REACH = 4
+"""How far past :data:`PIECE_CHARS` an exact cut is looked for (pieces of up to ``REACH``
+times that size) before a stretch without one is cut where it is (:func:`cut_plan`)."""
 
-# The regex split pre-tokenizers of GPT-2 (ByteLevel's own), Llama 3 and Qwen 2: each cuts
-# after a single line break before a letter whatever comes before it: no alternative matches
-# across a line break into a letter ([^\r\n\p{L}\p{N}]?\p{L}+ cannot start at the break,
-# \s*[\r\n]+ and \s+ stop at the letter).
+# The regex split pre-tokenizers of GPT-2 (ByteLevel's own), Llama 3 / cl100k, Qwen 2 and
+# o200k: each cuts after a single line break before a letter whatever comes before it: no
+# alternative matches across a line break into a letter ([^\r\n\p{L}\p{N}]? cannot start
+# at the break, \s*[\r\n]+ and \s+ stop at the letter).
+_O200K = (
+    r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+"
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)?|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+"
+    r"[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|\p{N}{1,3}"
+    r"| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
 _SAFE_SPLITS = frozenset(
     {
         r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}"
         r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+",
         r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}"
         r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+",
+        _O200K,
     }
 )
 # A single line break between a non-space and a letter. Not after a run of whitespace: GPT-2's
 # \s+(?!\S) groups a run that ends a text ("\n\n") but splits the same run before a letter.
 # A text without such a line break (one huge line) is cut before a single space between two
 # letters: every one of these splits ends a word at its last letter and starts the next
-# pre-token at the space (" word", [^\r\n\p{L}\p{N}]?\p{L}+), whatever follows.
+# pre-token at the space (" word", [^\r\n\p{L}\p{N}]?\p{L}+), whatever follows. A text
+# without spaces either (CJK prose, minified data) is cut between a letter and a punctuation
+# mark, a symbol or a digit that follows it (not an apostrophe: o200k keeps "'s" with its
+# word): no letter run takes such a character, and the pre-token it starts is the same.
 _LINE_START = re.compile(r"(?<=\S)\n(?=[^\W\d_])")
 _WORD_START = re.compile(r"(?<=[^\W\d_]) (?=[^\W\d_])")
+_MARK_AFTER_LETTER = re.compile(r"(?<=[^\W\d_])[^\w\s']|(?<=[^\W\d_])\d")
+# Metaspace (spaces are "▁", a pre-token starts at each): any single space is a cut; a
+# line break is not (it is inside a pre-token).
+_SPACE = re.compile(r"(?<=\S) (?=\S)")
 
 
 def _byte_level(p: Any, use_regex: bool) -> bool:
@@ -588,51 +606,95 @@ def _byte_level(p: Any, use_regex: bool) -> bool:
     )
 
 
-def pieces_are_exact(tok: HFTokenizer) -> bool:
-    """Whether cutting a text at a single line break before a letter (after a non-space)
-    leaves its ids unchanged:
-    a byte-level BPE (no dropout) with no normalizer or NFC, one of the known regex splits,
-    and no added token holding a line break (added tokens are matched before the split)."""
+def piece_rule(tok: HFTokenizer) -> str | None:
+    """How a huge text may be cut into pieces whose ids, joined, are the whole text's:
+    ``"byte-level"`` (a byte-level BPE with one of the known regex splits, isolated or kept
+    as matches, no normalizer or NFC: at line breaks, spaces, punctuation after letters),
+    ``"metaspace"`` (a BPE whose ``Metaspace`` pre-tokenizer splits at every space and whose
+    prepend scheme adds a mark only to a text that does not start with a space: at spaces), or
+    ``None`` (no exact cut known). No dropout, and no added token holding a line break or a
+    space (added tokens are matched before the split)."""
     file = tok.file
     norm, pre = file.normalizer, file.pre_tokenizer
     if file.model_type != "BPE" or file.dropout not in (None, 0, 0.0):
-        return False
-    if norm is not None and norm.get("type") != "NFC":
-        return False
+        return None
+    empty = isinstance(norm, dict) and norm.get("type") == "Sequence"
+    empty = empty and not norm.get("normalizers")
+    if norm is not None and norm.get("type") != "NFC" and not empty:
+        return None
     if any("\n" in a or " " in a for a in tok.added_strings):
-        return False
+        return None
     if _byte_level(pre, True):
-        return True
+        return "byte-level"
+    if isinstance(pre, dict) and pre.get("type") == "Metaspace":
+        scheme = pre.get("prepend_scheme", "always" if pre.get("add_prefix_space") else "never")
+        mark = pre.get("replacement")
+        # Not split at spaces (Mistral's files): the whole text is one word to BPE, and still
+        # the same in pieces cut before a space if no token holds the mark but at its start
+        # (no merge can join across it).
+        exact = scheme in ("always", "first", "never") and mark == "\u2581"
+        if exact and not pre.get("split", True):
+            exact = not any(mark in t[1:] for t in file.vocab)
+        return "metaspace" if exact else None
     steps = pre.get("pretokenizers") if isinstance(pre, dict) else None
     if not steps or len(steps) != 2 or not _byte_level(steps[1], False):
-        return False
+        return None
     split = steps[0]
-    return (
-        split.get("type") == "Split"
-        and split.get("behavior") == "Isolated"
-        and not split.get("invert")
-        and (split.get("pattern") or {}).get("Regex") in _SAFE_SPLITS
+    kept = (split.get("behavior") == "Isolated" and not split.get("invert")) or (
+        split.get("behavior") == "Removed" and split.get("invert")  # cl100k, o200k files
     )
+    pattern = (split.get("pattern") or {}).get("Regex")
+    exact = split.get("type") == "Split" and kept and pattern in _SAFE_SPLITS
+    return "byte-level" if exact else None
 
 
-def cut_points(text: str, size: int) -> list[int]:
-    """Where to cut ``text`` into pieces of about ``size`` characters: after a single line
-    break before a letter, else (a line longer than ``size``) before a single space between
-    two letters (see :func:`pieces_are_exact`); ``[0, len(text)]`` if neither is found."""
-    cuts, pos = [0], size
+def pieces_are_exact(tok: HFTokenizer) -> bool:
+    """Whether a huge text of ``tok`` may be cut into pieces exactly (:func:`piece_rule`)."""
+    return piece_rule(tok) is not None
+
+
+def _exact_cut(text: str, pos: int, end: int, rule: str) -> int | None:
+    """The first exact cut of ``rule`` in ``text[pos:end]``, by preference of kind."""
+    if rule == "metaspace":
+        space = _SPACE.search(text, pos, end)
+        return None if space is None else space.start()
+    line = _LINE_START.search(text, pos, end)
+    if line is not None:
+        return line.end()
+    word = _WORD_START.search(text, pos, end)
+    if word is not None:
+        return word.start()
+    mark = _MARK_AFTER_LETTER.search(text, pos, end)
+    while mark is not None:  # a punctuation mark, a symbol or a digit, not a combining mark
+        if mark.group().isdigit() or unicodedata.category(mark.group())[0] in "PS":
+            return mark.start()
+        mark = _MARK_AFTER_LETTER.search(text, mark.end(), end)
+    return None
+
+
+def cut_plan(text: str, size: int, rule: str = "byte-level") -> tuple[list[int], int]:
+    """Where to cut ``text`` into pieces of about ``size`` characters (see :func:`piece_rule`),
+    and how many of the cuts are not exact: a stretch of ``REACH`` times ``size`` characters
+    without any exact cut (a text of one letter repeated, a CJK text without punctuation)
+    is cut at ``size``, a cut whose ids at the join may differ from the whole text's."""
+    cuts, pos, inexact = [0], size, 0
     while pos < len(text):
-        line = _LINE_START.search(text, pos, pos + size)
-        if line is not None:
-            cut = line.end()
-        else:
-            word = _WORD_START.search(text, pos)
-            if word is None:
-                break
-            cut = word.start()
+        cut = _exact_cut(text, pos, pos + size, rule)
+        if cut is None:
+            cut = _exact_cut(text, pos + size, pos + REACH * size, rule)
+        if cut is None:
+            if pos + REACH * size >= len(text):
+                break  # the rest is short enough to be one piece
+            cut, inexact = pos, inexact + 1
         cuts.append(cut)
         pos = cut + size
     cuts.append(len(text))
-    return cuts
+    return cuts, inexact
+
+
+def cut_points(text: str, size: int, rule: str = "byte-level") -> list[int]:
+    """Where to cut ``text`` into pieces of about ``size`` characters (:func:`cut_plan`)."""
+    return cut_plan(text, size, rule)[0]
 
 
 @dataclass(frozen=True)
@@ -719,6 +781,7 @@ class DocumentEncoder:
         # Huge documents in pieces: None until the first one (asked of the engine in use).
         self._pieces: bool | None = None if isinstance(tokenizer, HFTokenizer) else False
         self._engine: Engine | None = None
+        self._rule: str | None = None
         self._check_every = check_every
         self._chars_seen = 0
         self._gate_lock = threading.Lock()
@@ -742,7 +805,8 @@ class DocumentEncoder:
         if self._pieces is None:
             tok = self.tokenizer
             assert isinstance(tok, HFTokenizer)
-            if not pieces_are_exact(tok):
+            self._rule = piece_rule(tok)
+            if self._rule is None:
                 self._pieces = False
             elif not self._add_special or not self._n_special:
                 self._pieces = True
@@ -759,12 +823,15 @@ class DocumentEncoder:
     def _encode_huge(self, text: str, fast: Engine | None) -> Flat:
         """One document of more than :data:`HUGE_CHARS` characters, encoded a few pieces at
         a time (as many as the tokenizer's threads can share) and joined."""
-        cuts = cut_points(text, PIECE_CHARS)
+        cuts, inexact = cut_plan(text, PIECE_CHARS, self._rule or "byte-level")
+        if inexact:
+            with self._gate_lock:
+                self.backend.inexact_cuts += inexact
         spans = list(itertools.pairwise(cuts))
-        # Byte-level BPE: every id holds at least one byte, so a document of n characters
-        # (at most 4n bytes) has at most 4n ids, plus the post-processor's and an EOS. Pages
-        # of the array count in memory only once written.
-        room = np.empty(4 * len(text) + self._n_special + 2, np.int32)
+        # Byte-level BPE (or byte fallback): every id holds at least one byte, so a document
+        # of n characters (at most 4n bytes) has at most 4n ids, plus a word-start mark, the
+        # post-processor's and an EOS. Pages of the array count in memory only once written.
+        room = np.empty(4 * len(text) + self._n_special + 8, np.int32)
         n = 0
         for g in range(0, len(spans), 2):
             group = [text[a:b] for a, b in spans[g : g + 2]]

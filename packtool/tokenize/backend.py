@@ -132,15 +132,31 @@ class Backend:
     fallback_batches: int = 0
     notice: str | None = None
     documents_checked: int = 0  # --check-sample: documents re-encoded with tokenizers, equal
+    inexact_cuts: int = 0  # huge documents cut where no exact cut was found (see notices)
 
     def describe(self) -> dict[str, Any]:
-        return {
+        out = {
             "name": self.name,
             "version": self.version,
             "reason": self.reason,
             "fallback_batches": self.fallback_batches,
             "documents_checked": self.documents_checked,
         }
+        if self.inexact_cuts:  # a key of its own only where it happened (same manifests)
+            out["inexact_cuts"] = self.inexact_cuts
+        return out
+
+    @property
+    def notices(self) -> list[str]:
+        """The lines a run prints about its engine."""
+        out = [self.notice] if self.notice else []
+        if self.inexact_cuts:
+            out.append(
+                f"{self.inexact_cuts} cut(s) of huge documents were made where no exact cut "
+                "was found (a stretch of 16 Mi characters without a line break, space or "
+                "punctuation): the ids at those joins may differ from the whole text's"
+            )
+        return out
 
 
 def first_line(error: BaseException) -> str:

@@ -7,6 +7,12 @@ strings are text (as `tokenizers`' ``encode_special_tokens``), with all of them 
 :data:`~.backend.ANCHOR` added in both; the post-processor's tokens (a template's BOS/EOS, a
 BERT-style CLS/SEP) are added from the file's own record. Whatever it gives passes the parity
 gate before a run uses it.
+
+Its caches of pre-tokens grow with the distinct words it has seen and are never trimmed (3.4 GB
+of peak RSS after 300 MB of generated text of unique words, o200k): a copy whose process has
+grown by more than :data:`CACHE_BUDGET` since it was loaded is dropped and loaded again (what
+frees the caches: 350 MiB again after each reload), checked every :data:`CHECK_EVERY`
+characters encoded. On real prose the caches level off and no reload happens.
 """
 
 from __future__ import annotations
@@ -21,7 +27,29 @@ import numpy as np
 from ..tokenizer_file import TokenizerFile
 from .backend import ANCHOR, BackendSpec, Flat
 
-__all__ = ["BACKEND", "GigatokenEngine", "post_processor_affixes"]
+__all__ = ["BACKEND", "CACHE_BUDGET", "CHECK_EVERY", "GigatokenEngine", "post_processor_affixes"]
+
+CACHE_BUDGET = 512 << 20
+"""Bytes a process may grow by while one gigatoken copy encodes, before the copy is reloaded."""
+CHECK_EVERY = 32 << 20
+"""Characters encoded between two looks at the process's resident memory."""
+
+
+def resident_bytes() -> int | None:
+    """This process's resident memory (Linux ``/proc``; ``None`` elsewhere)."""
+    try:
+        with open("/proc/self/statm", "rb") as f:
+            return int(f.read().split()[1]) * _PAGE
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+try:
+    import os as _os
+
+    _PAGE = _os.sysconf("SC_PAGE_SIZE")
+except (AttributeError, ValueError, OSError):  # pragma: no cover - not POSIX
+    _PAGE = 4096
 
 
 def post_processor_affixes(pp: Any) -> tuple[list[int], list[int]] | None:
@@ -92,6 +120,9 @@ class GigatokenEngine:
         self._anchor_id = anchor_id
         self._copies: dict[bool, Any] = {}
         self._lock = threading.Lock()
+        self._encoded = 0  # characters encoded since the last look at the memory
+        self._base: int | None = None  # resident bytes when the copies were (re)loaded
+        self.reloads = 0
         self._affixes = post_processor_affixes(TokenizerFile.parse(json_bytes).post_processor)
         self._copy(False)
 
@@ -108,9 +139,28 @@ class GigatokenEngine:
                 if tok.encode(ANCHOR).tolist() != [self._anchor_id]:
                     raise ValueError("gigatoken gave packtool's anchor token another id")
                 self._copies[parse_special] = tok
+                self._base = resident_bytes()
         return self._copies[parse_special]
 
+    def _mind_the_caches(self, chars: int) -> None:
+        """Reload the copies if the process grew past :data:`CACHE_BUDGET` since their load
+        (their pre-token caches are never trimmed)."""
+        with self._lock:
+            self._encoded += chars
+            if self._encoded < CHECK_EVERY:
+                return
+            self._encoded = 0
+            now, base = resident_bytes(), self._base
+            if now is None or base is None or now - base <= CACHE_BUDGET:
+                return
+            modes = list(self._copies)
+            self._copies.clear()  # calls under way keep their copy until they return
+            self.reloads += 1
+        for mode in modes:
+            self._copy(mode)
+
     def encode(self, texts: list[str], add_special: bool, parse_special: bool) -> Flat:
+        self._mind_the_caches(sum(map(len, texts)))
         layout = self._copy(parse_special).encode_batch(texts).layout
         flat = Flat.from_offsets(np.asarray(layout.content.data), np.asarray(layout.offsets.data))
         if add_special:
