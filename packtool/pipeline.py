@@ -65,6 +65,7 @@ from .readers import InputFile, RecordBatch, TextBatch, resolve_inputs, skip_rec
 from .store import TokenStore, lock_output
 from .tokenize import (
     Backend,
+    DocumentEncoder,
     EncodedBatch,
     HFTokenizer,
     Tokenizer,
@@ -757,6 +758,17 @@ def _tokenize_loop(
     counts = state.counts
     last_checkpoint = time.monotonic()
     warming_up = False
+    if progress:
+        encoder = run.plan.encoder
+        if isinstance(encoder, DocumentEncoder):
+            # One huge document is encoded in pieces: each piece moves the bar (characters
+            # for bytes, below the batch's true end, which the batch's report then gives).
+            done_before = [state.bytes_before]
+            encoder.on_progress = lambda chars: progress(
+                "tokenize", min(done_before[0] + chars, total_bytes), total_bytes
+            )
+    else:
+        done_before = [0]
     for index, batch, encoded in stream:
         inp = files[index]
         if batch is None:
@@ -796,7 +808,8 @@ def _tokenize_loop(
             store.checkpoint(fingerprint, state.to_json())
             last_checkpoint = time.monotonic()
         if progress:
-            progress("tokenize", state.bytes_before + batch.bytes_done, total_bytes)
+            done_before[0] = state.bytes_before + batch.bytes_done
+            progress("tokenize", done_before[0], total_bytes)
 
 
 _BATCH_CHARS = 4 << 20

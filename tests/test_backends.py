@@ -349,6 +349,26 @@ def test_huge_documents_of_more_layouts_in_pieces_equal_them_whole(
     assert pieces.ids.tolist() == whole.ids.tolist()
 
 
+def test_a_huge_document_moves_the_progress_piece_by_piece(tmp_path, monkeypatch) -> None:
+    """One huge document is one batch: its pieces report the characters encoded so far, so
+    the bar (and a log's heartbeat) moves while it is encoded, never past the input's size."""
+    import packtool.tokenize as tokenize
+
+    text = _huge_text()
+    src = write_jsonl(tmp_path / "d.jsonl", [{"text": text}])
+    monkeypatch.setattr(tokenize, "HUGE_CHARS", 1000)
+    monkeypatch.setattr(tokenize, "PIECE_CHARS", 700)
+    seen: list[int] = []
+
+    def progress(stage: str, done: int, total: int | None) -> None:
+        if stage == "tokenize":
+            assert total == src.stat().st_size and done <= total
+            seen.append(done)
+
+    packtool.pack([src], tmp_path / "out", max_len=64, progress=progress)
+    assert len(seen) > 10 and seen == sorted(seen) and seen[-1] == src.stat().st_size
+
+
 def test_a_text_of_one_letter_is_cut_where_it_is_and_counted(monkeypatch) -> None:
     import packtool.tokenize as tokenize
 

@@ -370,3 +370,28 @@ def test_a_shard_size_below_one_row_is_said(tmp_path: Path) -> None:
     assert {s["rows"] for s in manifest["shards"]} == {1}
     plain = run("pack", SAMPLE, "-L", "512", "-o", tmp_path / "plain", "-q")
     assert plain.exit_code == 0 and "--shard-size" not in plain.stderr
+
+
+def test_a_stage_without_reports_still_logs_a_heartbeat(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Off a terminal, a stage that has not finished gets its plain line every
+    LOG_PROGRESS_SECONDS even when no report comes (one huge document in the tokenizer), with
+    the time elapsed since the run began, not since the stage's first report."""
+    import time
+
+    from packtool.render import progress
+
+    monkeypatch.setattr(progress, "LOG_PROGRESS_SECONDS", 0.2)
+    with progress.RichProgress(True) as bars:
+        time.sleep(1.1)  # loading, the first batch...
+        bars("tokenize", 1_000_000, 5_000_000)
+        time.sleep(0.8)  # no report: the heartbeat writes the lines
+        bars("tokenize", 5_000_000, 5_000_000)
+    lines = [
+        line for line in capsys.readouterr().err.splitlines() if line.startswith("read + tokenize")
+    ]
+    beats = [line for line in lines if "1.0/5.0 MB" in line]
+    assert len(beats) >= 2, lines
+    assert all(line.startswith("read + tokenize:  20% 1.0/5.0 MB (0:00:0") for line in beats)
+    assert any(line.endswith("(0:00:01 elapsed)") for line in beats), beats

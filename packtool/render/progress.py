@@ -4,6 +4,7 @@ a plain line per stage now and then."""
 from __future__ import annotations
 
 import datetime
+import threading
 import time
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -31,6 +32,10 @@ class RichProgress:
         self.tasks: dict[str, TaskID] = {}
         self.begun: dict[str, float] = {}  # monotonic time of each stage's first report
         self.logged: dict[str, float] = {}  # ... and of its last plain progress line
+        self.last: dict[str, tuple[int, int | None, str]] = {}  # each stage's last report
+        self._beat: threading.Thread | None = None
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
         if not enabled:  # --quiet, --json: rich's progress module is not even imported
             return
         from rich.progress import (
@@ -55,9 +60,13 @@ class RichProgress:
     started = False  # at the first report, so that an early error prints its line alone
 
     def __enter__(self) -> RichProgress:
-        return self
+        self.entered = time.monotonic()  # the first stage's clock starts here, not at its
+        return self  # first report (one huge document: minutes later)
 
     def __exit__(self, *exc: Any) -> None:
+        self._stop.set()
+        if self._beat is not None:
+            self._beat.join()
         if not self.started:
             return
         if exc[0] is None:
@@ -77,6 +86,20 @@ class RichProgress:
         if not self.started:
             self.progress.__enter__()
             self.started = True
+            if not stderr().is_terminal:
+                self._beat = threading.Thread(
+                    target=self._heartbeat, daemon=True, name="packtool-progress"
+                )
+                self._beat.start()
+
+    def _heartbeat(self) -> None:
+        """Off a terminal, a stage that has not finished gets its line every
+        LOG_PROGRESS_SECONDS even while no report comes (one huge document in the
+        tokenizer, a slow store), with its true elapsed time."""
+        while not self._stop.wait(max(LOG_PROGRESS_SECONDS / 4, 0.05)):
+            for stage, (completed, total, detail) in list(self.last.items()):
+                if total is None or completed < total:
+                    self._log(stage, completed, total, detail)
 
     def _detail(self, stage: str, completed: int, total: int | None) -> str:
         if stage == "tokenize":
@@ -89,9 +112,17 @@ class RichProgress:
         self._start()
         task = self.tasks.get(stage)
         if task is None:
+            first = not self.tasks
             task = self.progress.add_task(self._LABELS.get(stage, stage), total=total, detail="")
             self.tasks[stage] = task
+            entered = getattr(self, "entered", None)
+            if first and entered is not None:
+                # rich's clock (time.monotonic too) and the plain lines' start at __enter__
+                self.progress.tasks[-1].start_time = entered
+                self.begun.setdefault(stage, entered)
         detail = self._detail(stage, completed, total)
+        self.begun.setdefault(stage, time.monotonic())
+        self.last[stage] = (completed, total, detail)
         self.progress.update(task, completed=completed, total=total or 1, detail=detail)
         if not stderr().is_terminal:
             self._log(stage, completed, total, detail)
@@ -100,10 +131,11 @@ class RichProgress:
         """Off a terminal (a Slurm or CI log), the bars are drawn only at the end: a plain
         line per stage every LOG_PROGRESS_SECONDS instead, so a long run shows it moves."""
         now = time.monotonic()
-        first = self.begun.setdefault(stage, now)
-        if now - self.logged.get(stage, first) < LOG_PROGRESS_SECONDS:
-            return
-        self.logged[stage] = now
+        with self._lock:  # the reports' thread and the heartbeat's
+            first = self.begun.setdefault(stage, now)
+            if now - self.logged.get(stage, first) < LOG_PROGRESS_SECONDS:
+                return
+            self.logged[stage] = now
         share = f"{completed / total:4.0%} " if total else ""
         elapsed = datetime.timedelta(seconds=int(now - first))
         stderr().print(

@@ -39,7 +39,7 @@ import os
 import re
 import threading
 import unicodedata
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from operator import attrgetter
 from pathlib import Path
@@ -782,6 +782,8 @@ class DocumentEncoder:
         self._pieces: bool | None = None if isinstance(tokenizer, HFTokenizer) else False
         self._engine: Engine | None = None
         self._rule: str | None = None
+        self.on_progress: Callable[[int], None] | None = None
+        """Called with the characters encoded so far of a huge document, piece by piece."""
         self._check_every = check_every
         self._chars_seen = 0
         self._gate_lock = threading.Lock()
@@ -851,6 +853,8 @@ class DocumentEncoder:
                 room[n : n + ids.size] = ids
                 n += ids.size
             del group, parts
+            if self.on_progress is not None:
+                self.on_progress(spans[min(g + 1, len(spans) - 1)][1])
         return Flat.of_document(room, n)
 
     def _check(self, texts: Sequence[str], flat: Flat) -> None:

@@ -29,9 +29,9 @@ from .backend import ANCHOR, BackendSpec, Flat
 
 __all__ = ["BACKEND", "CACHE_BUDGET", "CHECK_EVERY", "GigatokenEngine", "post_processor_affixes"]
 
-CACHE_BUDGET = 512 << 20
+CACHE_BUDGET = 384 << 20
 """Bytes a process may grow by while one gigatoken copy encodes, before the copy is reloaded."""
-CHECK_EVERY = 32 << 20
+CHECK_EVERY = 8 << 20
 """Characters encoded between two looks at the process's resident memory."""
 
 
