@@ -18,8 +18,11 @@ corpus (``sample_data/make_corpus.py``) with a 151k byte-level BPE trained local
   (all cores) encodes it in batches of 4 Mi characters: load + read + tokenize, the whole
   process's wall time, as for ``pack`` (interpreter start and imports included);
 - ``fastokens alone``: the same with fastokens' ``encode_batch_flat``;
-- ``pack hf`` / ``pack fastokens``: ``packtool pack --tokenizer-backend ...`` end to end, the
-  whole process's wall time (interpreter start, imports, parity gate, writing, checksums);
+- ``gigatoken alone``: the same with gigatoken's ``encode_batch`` (flat ids in an awkward
+  array; it parses special-token strings, which the corpora do not hold);
+- ``pack hf`` / ``pack fastokens`` / ``pack gigatoken`` / ``pack auto``: ``packtool pack
+  --tokenizer-backend ...`` end to end, the whole process's wall time (interpreter start,
+  imports, parity gate, writing, checksums);
 - ``TRL``: ``datasets.load_dataset("json")`` + ``map`` with a ``PreTrainedTokenizerFast``
   (batched) + ``trl.pack_dataset(strategy="bfd")``, as TRL's SFT recipe does; tokens/s over
   the tokens it tokenized (its bfd then truncates each document to ``max_len``).
@@ -74,10 +77,15 @@ if backend == "hf":
     from tokenizers import Tokenizer
     tok = Tokenizer.from_file(tok_file)
     tok.encode_special_tokens = True
+    tok.no_truncation(); tok.no_padding()
+elif backend == "gigatoken":
+    import gigatoken
+    with open(tok_file, "rb") as f:
+        tok = gigatoken.Tokenizer.from_json(f.read())
 else:
     import fastokens
     tok = fastokens.Tokenizer.from_file(tok_file)
-tok.no_truncation(); tok.no_padding()
+    tok.no_truncation(); tok.no_padding()
 loaded = time.perf_counter()
 opts = pj.ReadOptions(block_size=256 << 20)
 texts = pj.read_json(corpus, read_options=opts).column("text").to_pylist()
@@ -86,6 +94,8 @@ n, batch, size = 0, [], 0
 def encode(batch):
     if backend == "hf":
         return sum(len(e) for e in tok.encode_batch_fast(batch, add_special_tokens=False))
+    if backend == "gigatoken":
+        return len(tok.encode_batch(batch).layout.content)
     ids, _ = tok.encode_batch_flat(batch, add_special_tokens=False, split_special_tokens=True)
     return len(ids) // 4
 for t in texts:
@@ -192,10 +202,17 @@ def pack(backend: str, tok: Path, corpus: Path, out: Path, cache: Path, root: Pa
     )
     report = json.loads(stdout)
     manifest = json.loads((out / "manifest.json").read_text())
-    assert manifest["tokenizer"]["backend"]["name"] == backend, manifest["tokenizer"]
+    used = manifest["tokenizer"]["backend"]["name"]
+    assert used == backend or backend == "auto", manifest["tokenizer"]
     rss = int(stderr.rsplit("PEAK=", 1)[1].split()[0])
     reason = manifest["tokenizer"]["backend"]["reason"]
-    return {"seconds": wall, "tokens": report["tokens"]["packed"], "rss": rss, "reason": reason}
+    return {
+        "seconds": wall,
+        "tokens": report["tokens"]["packed"],
+        "rss": rss,
+        "reason": reason,
+        "used": used,
+    }
 
 
 def compile_tree(root: Path = ROOT) -> None:
@@ -305,7 +322,9 @@ TOKENIZERS = {
     "wordpiece30k": (build_wordpiece, "30k WordPiece (BERT uncased layout; the HF path)"),
     **{name: (lambda name=name: fetch(name), label) for name, label in PUBLISHED.items()},
 }
-HF_ONLY = {"wordpiece30k", "gpt4o", "claude"}  # tokenizers fastokens 0.3 does not load
+HF_ONLY = {"wordpiece30k", "claude"}  # tokenizers no fast backend loads
+NO_FASTOKENS = {"wordpiece30k", "gpt4o", "claude"}  # fastokens 0.3 does not load these
+NO_GIGATOKEN = {"wordpiece30k", "claude"}  # gigatoken 0.10: not WordPiece, not NFKC
 # The corpora of each tokenizer: (name, kind, megabytes, seed); None: the default set.
 # Published tokenizers fastokens loads: real prose at 30 and 120 MB, and the generated
 # prose; those it does not load (the HF path): real prose; WordPiece: 130 MB of code.
@@ -317,16 +336,18 @@ CORPORA: dict[str, list[tuple[str, str, float, int]] | None] = {
     "wordpiece30k": [("long code", "code", 130, 9)],
     "deepseek_v3": _FAST_PUBLISHED,
     "gemini": _FAST_PUBLISHED,
-    "gpt4o": [("long docs", "docs", 30, 13)],
+    "gpt4o": _FAST_PUBLISHED,
     "claude": [("long docs", "docs", 30, 13)],
 }
 
 
-def _warm(tok: Path, cache: Path, tmp: Path, root: Path = ROOT) -> None:
+def _warm(tok: Path, cache: Path, tmp: Path, root: Path = ROOT, skip: tuple = ()) -> None:
     """Cache the parity gate's verdict for ``tok`` in ``cache`` (a pack of one document)."""
     tiny = tmp / "tiny.jsonl"
     tiny.write_text(json.dumps({"text": "One short document."}) + "\n", encoding="utf-8")
-    pack("fastokens", tok, tiny, tmp / "tiny-out", cache, root)
+    for backend in ("fastokens", "gigatoken"):
+        if backend not in skip:
+            pack(backend, tok, tiny, tmp / "tiny-out", cache, root)
 
 
 def _measures(
@@ -337,26 +358,31 @@ def _measures(
     tmp: Path,
     base: Path | None,
     hf_only: bool = False,
+    skip: tuple[str, ...] = (),
 ) -> list[tuple[str, Any]]:
     out, warm = tmp / "o", tmp / "warm"
     measures: list[tuple[str, Any]] = [
         ("hf alone", lambda: alone("hf", tok, corpus)),
         ("fastokens alone", lambda: alone("fastokens", tok, corpus)),
+        ("gigatoken alone", lambda: alone("gigatoken", tok, corpus)),
         ("pack hf", lambda: pack("hf", tok, corpus, out, warm)),
         ("pack fastokens", lambda: pack("fastokens", tok, corpus, out, warm)),
-        ("pack fast, cold", lambda: pack("fastokens", tok, corpus, out, cold_cache(tmp))),
+        ("pack gigatoken", lambda: pack("gigatoken", tok, corpus, out, warm)),
+        ("pack auto", lambda: pack("auto", tok, corpus, out, warm)),
+        ("pack auto, cold", lambda: pack("auto", tok, corpus, out, cold_cache(tmp))),
     ]
+    measures = [m for m in measures if not any(b in m[0] for b in skip)]
     if base is not None:
         measures.append(
             ("pack fast, base", lambda: pack("fastokens", tok, corpus, out, warm, base))
         )
+    fast = ("fastokens alone", "gigatoken alone", "pack fastokens", "pack gigatoken", "pack auto")
     if kind == "huge":  # memory: the fast path only
-        measures = [m for m in measures if m[0] in ("fastokens alone", "pack fastokens")]
+        measures = [m for m in measures if m[0] in fast]
     elif name == "long x4":  # memory, and the ratio once the fixed costs are spread out
-        keep = ("hf alone", "fastokens alone", "pack fastokens")
-        measures = [m for m in measures if m[0] in keep]
+        measures = [m for m in measures if m[0] in ("hf alone", *fast)]
     elif name == "long docs x4":  # the fast path at 120 MB
-        measures = [m for m in measures if m[0] in ("fastokens alone", "pack fastokens")]
+        measures = [m for m in measures if m[0] in fast]
     if hf_only:  # fastokens does not load it: the HF path, side by side
         measures = [m for m in measures if m[0] in ("hf alone", "pack hf")]
     return measures
@@ -438,16 +464,21 @@ def _run_tokenizer(
     print(header)
     print("-" * len(header))
     compile_tree()
+    skip = tuple(
+        b
+        for b, names in (("fastokens", NO_FASTOKENS), ("gigatoken", NO_GIGATOKEN))
+        if tok_name in names
+    )
     if tok_name not in HF_ONLY:
-        _warm(tok, tmpdir / "warm", tmpdir)
+        _warm(tok, tmpdir / "warm", tmpdir, skip=skip)
     if base is not None:
         compile_tree(base)
-        _warm(tok, tmpdir / "warm", tmpdir, base)
+        _warm(tok, tmpdir / "warm", tmpdir, base, skip=skip)
     for name, kind, size_mb, seed in corpora:
         corpus = tmpdir / f"{kind}-{size_mb}.jsonl"
         nbytes, ndocs = write_corpus(corpus, kind, size_mb, seed)
         runs: dict[str, list[dict]] = {}
-        measures = _measures(kind, name, tok, corpus, tmpdir, base, tok_name in HF_ONLY)
+        measures = _measures(kind, name, tok, corpus, tmpdir, base, tok_name in HF_ONLY, skip)
         for _ in range(rounds):
             for run_label, fn in measures:
                 runs.setdefault(run_label, []).append(fn())
@@ -501,6 +532,15 @@ def _ratios(runs: dict[str, list[dict]]) -> None:
                 + f"; fastokens alone vs hf alone: {med['hf alone'] / med['fastokens alone']:.1f}x"
             )
         print(f"{'':<10} {line}")
+    alones = [k for k in ("fastokens alone", "gigatoken alone") if k in med]
+    if "pack auto" in med and alones:
+        fastest = min(alones, key=med.__getitem__)
+        used = runs["pack auto"][0].get("used", "?")
+        print(
+            f"{'':<10} pack auto ({used}) / fastest alone ({fastest}) speed: "
+            f"{med[fastest] / med['pack auto']:.2f} (per round "
+            f"{per_round(fastest, 'pack auto')})"
+        )
     if "pack hf" in med and "hf alone" in med:
         print(
             f"{'':<10} pack hf / hf alone speed: {med['hf alone'] / med['pack hf']:.0%} "
