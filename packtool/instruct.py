@@ -62,6 +62,8 @@ from .readers import (
 from .readers.batches import describe_value
 from .tokenize import (
     ANCHOR,
+    AUTO,
+    REFERENCE,
     DocumentEncoder,
     EncodedBatch,
     HFTokenizer,
@@ -862,7 +864,7 @@ def plan_input(
         )
     else:
         assert resolved_loss is not None
-        if o.tokenizer_backend not in ("auto", "hf"):
+        if o.tokenizer_backend not in (AUTO, REFERENCE):
             raise OptionError(
                 f"--tokenizer-backend {o.tokenizer_backend} encodes text documents; instruction "
                 "data is encoded piece by piece with Hugging Face tokenizers: use auto or hf"

@@ -172,6 +172,16 @@ def test_the_option_is_checked(tmp_path) -> None:
     assert_one_line_error(result, "--tokenizer-backend must be one of", 2)
 
 
+def test_the_option_takes_the_backend_table() -> None:
+    """``--tokenizer-backend`` takes ``auto`` and every backend of the table (options.py spells
+    them without importing the tokenizer stage, which imports numpy)."""
+    from packtool.options import TOKENIZER_BACKENDS
+    from packtool.tokenize.registry import BACKENDS, choices
+
+    assert TOKENIZER_BACKENDS == choices() == ("auto", *BACKENDS)
+    assert [b.name for b in BACKENDS.values() if not b.fast] == ["hf"]
+
+
 def test_instruction_data_keeps_hf_pieces(tmp_path) -> None:
     src = write_jsonl(tmp_path / "pc.jsonl", [{"prompt": "Q: 2+2?", "completion": " 4"}])
     report = packtool.pack([src], tmp_path / "out", max_len=32)

@@ -57,9 +57,11 @@ from .registry import AUTO, REFERENCE, candidates, choices, spec_of
 
 __all__ = [
     "ANCHOR",
+    "AUTO",
     "DEFAULT_TOKENIZER",
     "GATE_CACHED",
     "GATE_PASSED",
+    "REFERENCE",
     "Backend",
     "BackendSpec",
     "DocumentEncoder",
