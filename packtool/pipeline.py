@@ -758,17 +758,13 @@ def _tokenize_loop(
     counts = state.counts
     last_checkpoint = time.monotonic()
     warming_up = False
-    if progress:
-        encoder = run.plan.encoder
-        if isinstance(encoder, DocumentEncoder):
-            # One huge document is encoded in pieces: each piece moves the bar (characters
-            # for bytes, below the batch's true end, which the batch's report then gives).
-            done_before = [state.bytes_before]
-            encoder.on_progress = lambda chars: progress(
-                "tokenize", min(done_before[0] + chars, total_bytes), total_bytes
-            )
-    else:
-        done_before = [0]
+    done_before = [state.bytes_before]
+    if progress and isinstance(run.plan.encoder, DocumentEncoder):
+        # One huge document is encoded in pieces: each piece moves the bar (characters for
+        # bytes, below the batch's true end, which the batch's report then gives).
+        run.plan.encoder.on_progress = lambda chars: progress(
+            "tokenize", min(done_before[0] + chars, total_bytes), total_bytes
+        )
     for index, batch, encoded in stream:
         inp = files[index]
         if batch is None:
