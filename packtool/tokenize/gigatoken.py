@@ -29,7 +29,7 @@ from .backend import ANCHOR, BackendSpec, Flat
 
 __all__ = ["BACKEND", "CACHE_BUDGET", "CHECK_EVERY", "GigatokenEngine", "post_processor_affixes"]
 
-CACHE_BUDGET = 384 << 20
+CACHE_BUDGET = 256 << 20
 """Bytes a process may grow by while one gigatoken copy encodes, before the copy is reloaded."""
 CHECK_EVERY = 8 << 20
 """Characters encoded between two looks at the process's resident memory."""
