@@ -509,3 +509,26 @@ def test_check_sample_is_refused_where_there_is_nothing_to_compare(tmp_path) -> 
         r"pre-tokenized inputs \(--ids-field\) are not tokenized",
     )
     assert not (tmp_path / "c").exists() and not (tmp_path / "i").exists()
+
+
+@pytest.mark.parametrize("bos", [None, False])
+@pytest.mark.parametrize("family", ["gpt2", "llama3", "qwen", "llama2", "mistral_metaspace"])
+def test_gigatoken_parses_special_strings_when_asked(piece_dirs, monkeypatch, family, bos):
+    """gigatoken always matches special added tokens: packtool's copy for data that holds
+    markup on purpose keeps them, the copy for text drops them; both through the gate, the
+    post-processor's tokens (Llama's BOS) added by packtool."""
+    from tokenizer_families import hard_texts
+
+    monkeypatch.setenv("PACKTOOL_CACHE_DIR", tempfile.mkdtemp(prefix="packtool-giga-"))
+    texts = [*hard_texts(), "<s>a</s> <|endoftext|> <|im_start|>user"]
+    for parse_special in (False, True):
+        tok = load_tokenizer(piece_dirs[family], backend="gigatoken")
+        giga = DocumentEncoder(tok, parse_special=parse_special, bos=bos)
+        got = giga.encode(texts)
+        assert giga.backend.name == "gigatoken" and giga.backend.reason == "passed the parity gate"
+        ref = DocumentEncoder(
+            load_tokenizer(piece_dirs[family]), parse_special=parse_special, bos=bos
+        )
+        want = ref.encode(texts)
+        assert got.ids.tolist() == want.ids.tolist()
+        assert got.lengths.tolist() == want.lengths.tolist()
