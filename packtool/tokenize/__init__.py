@@ -1,7 +1,9 @@
 """Tokenizer loading and document encoding.
 
 The tokenizer sits behind a small :class:`Tokenizer` protocol, so tests can use a fake and
-Hugging Face `tokenizers` is one implementation (:class:`HFTokenizer`).
+a tokenizer.json is one implementation (:class:`HFTokenizer`). The engines that encode it are
+the backends of one table (:mod:`.registry`: Hugging Face `tokenizers`, the reference;
+fastokens and gigatoken, behind the parity gate of :mod:`.gate`), one module each.
 
 ``load_tokenizer(spec)`` takes, in this order:
 
@@ -103,8 +105,10 @@ class Tokenizer(Protocol):
 class HFTokenizer:
     """A Hugging Face tokenizer file: its special tokens and provenance, read from its JSON
     (:class:`~packtool.tokenizer_file.TokenizerFile`), and `tokenizers` loaded from it only
-    when something is encoded or decoded with `tokenizers` (a run that encodes with fastokens
-    never loads it, unless a batch falls back or the parity gate has no cached verdict).
+    when something is encoded or decoded with `tokenizers` (a run that encodes with a fast
+    backend never loads it, unless a batch falls back or the parity gate has no cached
+    verdict); each fast backend's copy is loaded once, when first asked for
+    (:meth:`engine`).
 
     ``tokenizer``: a `tokenizers.Tokenizer` already loaded from ``json_bytes`` (or ``None``).
     """
@@ -902,7 +906,7 @@ class DocumentEncoder:
     def tokenize(self, texts: Sequence[str]) -> Sequence[Any]:
         """Run the tokenizer on ``texts`` (the heavy, parallel part).
 
-        With fastokens the result is one flat buffer of ids for the whole batch; with
+        With a fast backend the result is one flat buffer of ids for the whole batch; with
         Hugging Face `tokenizers` its `Encoding` objects, whose ids :meth:`finish` reads one
         document at a time; otherwise, lists of ids.
         """
