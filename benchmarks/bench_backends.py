@@ -449,6 +449,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--no-trl", action="store_true")
+    parser.add_argument("--mb", type=int, help="the base corpus size (default 30; 3 --quick)")
     parser.add_argument(
         "--skip", nargs="*", default=[], help="runs to leave out (e.g. 'hf' 'cold': by label)"
     )
@@ -472,7 +473,7 @@ def main(argv: list[str] | None = None) -> None:
     )
     args = parser.parse_args(argv)
     rounds = 1 if args.quick else args.rounds
-    mb = 3 if args.quick else 30
+    mb = args.mb or (3 if args.quick else 30)
     with tempfile.TemporaryDirectory(prefix="packtool-bench-backends-") as tmp:
         tmpdir = Path(tmp)
         base = baseline_tree(args.baseline, tmpdir) if args.baseline else None
