@@ -270,3 +270,63 @@ def test_a_ray_address_where_nothing_listens_is_one_line(tmp_path: Path) -> None
     result = run(*args, "--ray-address", f"ray://127.0.0.1:{port}")
     assert_one_line_error(result, rf"--ray-address ray://127\.0\.0\.1:{port}: ", 2)
     assert not (tmp_path / "out").exists()
+
+
+# -- issue 35: error text is shown as it is ---------------------------------------------------
+
+
+def test_error_text_is_never_read_as_markup(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Field names, ids, file names and install hints hold brackets: each error shows them as
+    they are (rich read them as markup: a MarkupError traceback, or the bracket eaten)."""
+    src = tmp_path / "m.jsonl"
+    src.write_text('{"text": "a"}\n{"[/]": "b"}\n')
+    out = tmp_path / "out"
+    assert_one_line_error(
+        run("pack", src, "-L", "64", "-o", out),
+        r"m\.jsonl:2: no field 'text' \(fields found: '\[/\]'\)",
+    )
+    assert_one_line_error(
+        run("pack", src, "-L", "64", "-o", out, "--text-field", "[/]"),
+        r"the first record has no field '\[/\]' \(--text-field\)",
+    )
+    ids = write_jsonl(tmp_path / "ids.jsonl", [{"input_ids": ["[/]"]}])
+    assert_one_line_error(
+        run("pack", ids, "-L", "64", "-o", out, "--ids-field", "input_ids", "--pad-id", "0"),
+        r"""'input_ids'\[0\] is "\[/\]", not an integer token id""",
+    )
+    red = tmp_path / "[red]x.jsonl"
+    red.write_text("not json\n")
+    assert_one_line_error(run("pack", red, "-L", "64", "-o", out), r"/\[red\]x\.jsonl:1: malformed")
+    monkeypatch.setitem(sys.modules, "ray", None)  # as if Ray were not installed
+    result = run("pack", src, "-L", "64", "-o", out, "--units", "2", "--engine", "ray")
+    assert_one_line_error(result, r"pip install 'packtool\[ray\]'$", 2)
+    assert not out.exists()
+    # the reports too: a title naming the output, a note naming a file
+    good = write_jsonl(tmp_path / "[b]in :smile:.jsonl", [{"text": "hello"}])
+    bracketed = tmp_path / "[bold]o:smile:"
+    result = run("pack", good, "-L", "64", "-o", bracketed)
+    assert result.exit_code == 0, result.output
+    assert "/[bold]o:smile:" in result.stdout  # (the title may wrap before it)
+    result = run("verify", bracketed)
+    assert result.exit_code == 0, result.output
+    assert "/[bold]o:smile:" in result.stdout
+
+
+def test_a_control_character_in_a_file_name_is_escaped_in_the_error(tmp_path: Path) -> None:
+    """A newline in a file name split the error into two lines, the second looking like
+    another message: it is shown escaped (``\\n``), as ``repr`` shows it."""
+    for name, shown in (
+        ("a\nb.jsonl", r"a\\nb\.jsonl"),
+        ("c\r\x1b[31md.jsonl", r"c\\r\\x1b\[31md"),
+    ):
+        src = tmp_path / name
+        src.write_text("not json\n")
+        result = run("pack", src, "-L", "64", "-o", tmp_path / "out")
+        assert_one_line_error(result, rf"{shown}.*:1: malformed JSON")
+        assert "\x1b" not in result.stderr and "\r" not in result.stderr
+    good = write_jsonl(tmp_path / "x\ny.jsonl", [{"text": "hello"}])
+    result = run("pack", good, "-L", "64", "-o", tmp_path / "o\nut")
+    assert result.exit_code == 0, result.output
+    assert "/o\\nut" in result.stdout

@@ -24,7 +24,7 @@ from ..stats import (
     LengthSummary,
     PackingStats,
 )
-from .console import stdout
+from .console import clean, stdout
 from .pack import print_notices, say_bad_records, say_skipped
 
 __all__ = ["render_corpus_stats", "render_dataset_stats", "show_stats"]
@@ -223,9 +223,9 @@ def render_dataset_stats(s: DatasetStats) -> RenderableType:
     p = s.packing
     head = Text.assemble(
         ("stats of ", ""),
-        (str(s.path), "bold"),
+        (clean(s.path), "bold"),
         f"  max_len {p.max_len:,} · {s.shards:,} shard{'s' if s.shards != 1 else ''}"
-        + (f" · tokenizer {s.tokenizer}" if s.tokenizer else ""),
+        + (f" · tokenizer {clean(s.tokenizer)}" if s.tokenizer else ""),
     )
     pairs = _packing_pairs(p)
     if s.learned_tokens is not None:
@@ -310,8 +310,8 @@ def render_corpus_stats(s: CorpusStats) -> RenderableType:
     )
     head = Text.assemble(
         ("stats of corpus ", ""),
-        (inputs, "bold"),
-        f"  tokenizer {s.tokenizer} · {s.documents_read:,} documents read ({source})",
+        (clean(inputs), "bold"),
+        f"  tokenizer {clean(s.tokenizer)} · {s.documents_read:,} documents read ({source})",
     )
     summary = Table(
         title="Packing at each max_len",
