@@ -330,3 +330,20 @@ def test_a_control_character_in_a_file_name_is_escaped_in_the_error(tmp_path: Pa
     result = run("pack", good, "-L", "64", "-o", tmp_path / "o\nut")
     assert result.exit_code == 0, result.output
     assert "/o\\nut" in result.stdout
+
+
+def test_a_megatron_index_with_a_negative_length_is_one_line(tmp_path: Path) -> None:
+    """A damaged ``.idx`` whose last sequence has length -5 (the pointers still chain): one
+    line naming the index and the sequence (a traceback from the packer before)."""
+    import struct
+
+    from test_units_inputs import write_megatron
+
+    write_megatron(tmp_path / "corpus", [[5, 6, 7], [8, 9]])
+    idx = tmp_path / "corpus.idx"
+    data = bytearray(idx.read_bytes())
+    data[34 + 4 : 34 + 8] = struct.pack("<i", -5)  # lengths[1]
+    idx.write_bytes(bytes(data))
+    result = run("pack", idx, "-L", "16", "-o", tmp_path / "out", "--pad-id", "0")
+    assert_one_line_error(result, r"corpus\.idx: sequence 1 has length -5: .* damaged")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["corpus.bin", "corpus.idx"]
