@@ -131,6 +131,8 @@ class HFTokenizer:
         # The bound of the ids (every id is below it), and the id packtool's anchor gets.
         self.vocab_size = self.file.next_id if known is None else known
         self.anchor_id = self.vocab_size
+        if known is None and self.file.added_next_id != self.anchor_id:
+            raise TokenizerError(_gapped_vocabulary(name, self.file))
         self._special_ids = self.file.special_ids
         self.special_strings: tuple[str, ...] = self.file.special_strings
         self.added_strings: tuple[str, ...] = self.file.added_strings
@@ -292,6 +294,18 @@ def _disable_truncation_and_padding(tok: Any) -> str | None:
     if padding:
         tok.no_padding()
     return turned_off_notice(truncation, padding)
+
+
+def _gapped_vocabulary(name: str, file: TokenizerFile) -> str:
+    """Why packtool cannot add its anchor token to a vocabulary with gaps in its ids."""
+    top = file.next_id - 1
+    where = name if name.endswith(".json") else f"{name.rstrip('/')}/tokenizer.json"
+    return (
+        f"{where}: the vocabulary's ids have gaps ({len(file.vocab):,} tokens, the highest id "
+        f"{top:,}): tokenizers gives a token added to it the id {file.added_next_id:,}, not "
+        f"one above every id ({file.next_id:,}) as packtool's anchor token needs; renumber "
+        "the ids without gaps"
+    )
 
 
 def _add_anchor(tok: Any, expected_id: int) -> None:

@@ -203,6 +203,16 @@ class TokenizerFile:
         return max(top, *(t.id for t in self.added)) + 1 if self.added else top + 1
 
     @property
+    def added_next_id(self) -> int:
+        """The id `tokenizers` gives a new token added to the loaded file (as :meth:`_assign_ids`
+        gives the file's own): the model's count of tokens, or one above the highest added
+        token if that is at or above it. It is :attr:`next_id` unless the model's ids have gaps
+        in the middle (then it is an id below the highest, perhaps one already taken)."""
+        model_size = len(self.vocab)
+        top = max((t.id for t in self.added), default=None)
+        return model_size if top is None or (top < model_size and model_size) else top + 1
+
+    @property
     def special_ids(self) -> frozenset[int]:
         return frozenset(t.id for t in self.added if t.special)
 
