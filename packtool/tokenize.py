@@ -935,6 +935,11 @@ class EncodedBatch:
 def check_special_tokens(tokenizer: Tokenizer, *, add_eos: bool, bos: bool | None) -> None:
     """Fail early, naming the option, when EOS or BOS is asked for and the tokenizer has none."""
     special = tokenizer.special
+    missing = dict(getattr(special, "missing", ()))
+    if add_eos and special.eos_id is None and "eos" in missing:
+        raise TokenizerError(_not_in_vocabulary(tokenizer, "eos", missing["eos"], "--no-eos"))
+    if bos and special.bos_id is None and "bos" in missing:
+        raise TokenizerError(_not_in_vocabulary(tokenizer, "bos", missing["bos"], "drop --bos"))
     if add_eos and special.eos_id is None:
         raise TokenizerError(
             f"tokenizer {tokenizer.name} has no EOS token I can find: "
@@ -945,6 +950,16 @@ def check_special_tokens(tokenizer: Tokenizer, *, add_eos: bool, bos: bool | Non
             f"tokenizer {tokenizer.name} has no BOS token (tokenizer_config.json names none, "
             "and no special token has a usual BOS name): name one with --bos-token, or drop --bos"
         )
+
+
+def _not_in_vocabulary(tokenizer: Tokenizer, kind: str, token: str, off: str) -> str:
+    """The config names an EOS or BOS token that the vocabulary does not hold."""
+    directory = getattr(tokenizer, "directory", None)
+    where = directory / "tokenizer_config.json" if directory is not None else tokenizer.name
+    return (
+        f"{where}: {kind}_token {token!r} is not in the vocabulary of tokenizer "
+        f"{tokenizer.name}: name the {kind.upper()} with --{kind}-token, or pass {off}"
+    )
 
 
 class DocumentEncoder:

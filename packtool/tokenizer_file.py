@@ -49,6 +49,9 @@ class SpecialTokens:
     eos_id: int | None
     bos_id: int | None
     pad_id: int | None
+    missing: tuple[tuple[str, str], ...] = ()
+    """``(kind, token)`` for the EOS or BOS token ``tokenizer_config.json`` names when it is
+    not in the vocabulary (that id is then ``None``: never another token in its place)."""
 
 
 @dataclass(frozen=True)
@@ -319,9 +322,11 @@ def resolve_special_tokens(
     option); the token
     ``tokenizer_config.json`` names; for PAD, the pad id of the file's padding settings when
     it is a special token; a usual name (:data:`EOS_NAMES`...) that is an added token marked
-    special. ``None`` where none of them gives one.
+    special. ``None`` where none of them gives one, and for an EOS or BOS that
+    ``tokenizer_config.json`` names but the vocabulary lacks (listed in ``missing``).
     """
     special_ids = file.special_ids
+    missing: list[tuple[str, str]] = []
 
     def resolve(kind: str, names: Sequence[str]) -> int | None:
         override = overrides.get(kind)
@@ -345,6 +350,9 @@ def resolve_special_tokens(
             tid = file.token_to_id(configured)
             if tid is not None:
                 return tid
+            if configured and kind != "pad":  # named, not there: no other token stands in
+                missing.append((kind, configured))
+                return None
         if kind == "pad" and file.padding_pad_id in special_ids:
             return file.padding_pad_id
         for candidate in names:
@@ -357,4 +365,5 @@ def resolve_special_tokens(
         eos_id=resolve("eos", EOS_NAMES),
         bos_id=resolve("bos", BOS_NAMES),
         pad_id=resolve("pad", PAD_NAMES),
+        missing=tuple(missing),
     )

@@ -17,7 +17,7 @@ from conftest import REPO, SAMPLE, CharTokenizer, write_jsonl
 from test_cli import assert_one_line_error, run
 
 import packtool
-from packtool.errors import InputError, OptionError, OutputExistsError
+from packtool.errors import InputError, OptionError, OutputExistsError, TokenizerError
 from packtool.store import lock_output
 
 
@@ -347,3 +347,42 @@ def test_a_megatron_index_with_a_negative_length_is_one_line(tmp_path: Path) -> 
     result = run("pack", idx, "-L", "16", "-o", tmp_path / "out", "--pad-id", "0")
     assert_one_line_error(result, r"corpus\.idx: sequence 1 has length -5: .* damaged")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["corpus.bin", "corpus.idx"]
+
+
+def test_an_eos_token_the_vocabulary_lacks_is_one_line_naming_the_config(tmp_path: Path) -> None:
+    """tokenizer_config.json names an eos_token the vocabulary does not hold: one line naming
+    the config, the token and the fix (before: rc 0, and another token, id 0, as the EOS)."""
+    data = REPO / "packtool" / "_data"
+    tok = tmp_path / "tok"
+    tok.mkdir()
+    (tok / "tokenizer.json").write_bytes((data / "tokenizer.json").read_bytes())
+    config = json.loads((data / "tokenizer_config.json").read_text())
+    (tok / "tokenizer_config.json").write_text(json.dumps({**config, "eos_token": "<|eot_id|>"}))
+    src = write_jsonl(tmp_path / "in.jsonl", [{"text": "hello world"}])
+    out = tmp_path / "out"
+    args = ["pack", src, "-L", "64", "-o", out, "--tokenizer", tok]
+    assert_one_line_error(
+        run(*args),
+        rf"^Error: {tok}/tokenizer_config\.json: eos_token '<\|eot_id\|>' is not in the "
+        r"vocabulary of tokenizer .*: name the EOS with --eos-token, or pass --no-eos$",
+    )
+    assert not out.exists()
+    with pytest.raises(TokenizerError, match=r"eos_token '<\|eot_id\|>' is not in the vocabulary"):
+        packtool.pack([src], out, max_len=64, tokenizer=str(tok))
+    # the fixes it names
+    assert run(*args, "--no-eos", "-q").exit_code == 0
+    assert (
+        json.loads((out / "manifest.json").read_text())["tokenizer"]["special_tokens"]["eos_id"]
+        is None
+    )
+    assert run(*args, "--eos-token", "<|endoftext|>", "-q", "--overwrite").exit_code == 0
+    assert (
+        json.loads((out / "manifest.json").read_text())["tokenizer"]["special_tokens"]["eos_id"]
+        == 0
+    )
+    # a bos_token the vocabulary lacks: --bos says so the same way
+    (tok / "tokenizer_config.json").write_text(json.dumps({**config, "bos_token": "<|bot|>"}))
+    assert_one_line_error(
+        run(*args, "--bos", "--overwrite"),
+        r"tokenizer_config\.json: bos_token '<\|bot\|>' is not in the vocabulary .*drop --bos$",
+    )
