@@ -5,6 +5,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -386,3 +387,27 @@ def test_an_eos_token_the_vocabulary_lacks_is_one_line_naming_the_config(tmp_pat
         run(*args, "--bos", "--overwrite"),
         r"tokenizer_config\.json: bos_token '<\|bot\|>' is not in the vocabulary .*drop --bos$",
     )
+
+
+@pytest.mark.parametrize("suffix", [".csv", ".csv.gz"])
+def test_a_csv_quote_never_closed_is_one_line_naming_its_line(tmp_path: Path, suffix: str) -> None:
+    """`1,"unterminated` then more rows: pyarrow read the quoted cell to the end of the file,
+    so two rows were packed as one document, rc 0. Now: one line naming the file and the
+    line the quote opens on; a quoted cell over several lines is still read."""
+    text = 'id,text\n1,first\n2,"unterminated\n3,ok\n4,last\n'
+    src = tmp_path / f"u{suffix}"
+    src.write_bytes(gzip.compress(text.encode()) if suffix.endswith(".gz") else text.encode())
+    out = tmp_path / "out"
+    for extra in ([], ["--skip-bad-records"]):
+        assert_one_line_error(
+            run("pack", src, "-L", "64", "-o", out, *extra),
+            rf"u{re.escape(suffix)}:3: a quoted field that starts in the record on this line is "
+            r"never closed",
+        )
+        assert not out.exists()
+    # the same rows, the quote closed over two lines: read, three documents
+    fine = tmp_path / "fine.csv"
+    fine.write_text('id,text\n1,first\n2,"two\nlines"\n3,last')  # (no newline at the end)
+    result = run("pack", fine, "-L", "64", "-o", out, "--json", "--tokenizer-backend", "hf")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["documents"]["read"] == 3
