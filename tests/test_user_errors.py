@@ -24,7 +24,6 @@ from test_cli import assert_one_line_error, run
 
 import packtool
 from packtool.errors import InputError, OptionError, OutputExistsError, TokenizerError
-from packtool.readers.batches import as_read
 from packtool.store import lock_output
 
 
@@ -473,6 +472,8 @@ def test_dictionary_and_view_columns_are_read_as_the_plain_ones(
 def test_a_list_view_is_read_as_the_lists_it_shows(views, cut) -> None:
     """Views of any offsets (out of order, overlapping, sliced): the lists read are the
     lists the column shows (pyarrow's own cast to a list gave invalid offsets)."""
+    from packtool.readers.batches import as_read
+
     values = pa.array(range(100, 112), pa.int64())
     offsets = [0 if v is None else v[0] for v in views]
     sizes = [0 if v is None else v[1] for v in views]
