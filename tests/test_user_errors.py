@@ -314,10 +314,10 @@ def test_error_text_is_never_read_as_markup(
     bracketed = tmp_path / "[bold]o:smile:"
     result = run("pack", good, "-L", "64", "-o", bracketed)
     assert result.exit_code == 0, result.output
-    assert "/[bold]o:smile:" in result.stdout  # (the title may wrap before it)
+    assert "/[bold]o:smile:" in "".join(result.stdout.split())  # (the title may wrap)
     result = run("verify", bracketed)
     assert result.exit_code == 0, result.output
-    assert "/[bold]o:smile:" in result.stdout
+    assert "/[bold]o:smile:" in "".join(result.stdout.split())
 
 
 def test_a_control_character_in_a_file_name_is_escaped_in_the_error(tmp_path: Path) -> None:
@@ -335,7 +335,7 @@ def test_a_control_character_in_a_file_name_is_escaped_in_the_error(tmp_path: Pa
     good = write_jsonl(tmp_path / "x\ny.jsonl", [{"text": "hello"}])
     result = run("pack", good, "-L", "64", "-o", tmp_path / "o\nut")
     assert result.exit_code == 0, result.output
-    assert "/o\\nut" in result.stdout
+    assert "/o\\nut" in "".join(result.stdout.split())
 
 
 def test_a_megatron_index_with_a_negative_length_is_one_line(tmp_path: Path) -> None:
