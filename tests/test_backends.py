@@ -8,6 +8,7 @@ options, the manifest, and that ``verify --against`` re-tokenizes with `tokenize
 
 from __future__ import annotations
 
+import itertools
 import json
 import tempfile
 
@@ -532,3 +533,22 @@ def test_gigatoken_parses_special_strings_when_asked(piece_dirs, monkeypatch, fa
         want = ref.encode(texts)
         assert got.ids.tolist() == want.ids.tolist()
         assert got.lengths.tolist() == want.lengths.tolist()
+
+
+@pytest.mark.parametrize("family", ["default", "gpt2", "llama3", "qwen", "o200k"])
+def test_no_whitespace_cuts_after_letters_only(piece_dirs, family) -> None:
+    """Without whitespace a text is cut between a letter and a digit or punctuation after it,
+    never after a numeral that is not a digit ("²"), which \\p{N}{1,3} joins with the digit
+    after it; the pieces' ids are the whole text's."""
+    import packtool.tokenize as tokenize
+
+    tok = load_tokenizer(None if family == "default" else piece_dirs[family])
+    text = "".join(f"ab²{i}7,cdé{i}x'sΩ½{i}" for i in range(800))
+    cuts, inexact = tokenize.cut_plan(text, 100)
+    assert inexact == 0 and len(cuts) > 50
+    assert all(text[c - 1].isalpha() and not text[c - 1].isnumeric() for c in cuts[1:-1])
+    whole = tok.encode_batch([text], False)[0]
+    pieces = [
+        i for a, b in itertools.pairwise(cuts) for i in tok.encode_batch([text[a:b]], False)[0]
+    ]
+    assert pieces == whole

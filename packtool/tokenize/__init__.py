@@ -685,8 +685,11 @@ def _exact_cut(text: str, pos: int, end: int, rule: str) -> int | None:
     if word is not None:
         return word.start()
     mark = _MARK_AFTER_LETTER.search(text, pos, end)
-    while mark is not None:  # a punctuation mark, a symbol or a digit, not a combining mark
-        if mark.group().isdigit() or unicodedata.category(mark.group())[0] in "PS":
+    while mark is not None:
+        # A letter (not a numeral such as "²", which \p{N}{1,3} would join with a digit
+        # after it), then a punctuation mark, a symbol or a digit (not a combining mark).
+        after = unicodedata.category(mark.group())[0]
+        if unicodedata.category(text[mark.start() - 1])[0] == "L" and after in "PSN":
             return mark.start()
         mark = _MARK_AFTER_LETTER.search(text, mark.end(), end)
     return None
