@@ -315,6 +315,23 @@ def pack(
             "on stops the run, naming the record (or is skipped with --skip-bad-records).",
         ),
     ] = 10.0,  # chat.DEFAULT_TEMPLATE_TIMEOUT (tests/test_imports.py checks they agree)
+    chat_turns: Annotated[
+        str,
+        typer.Option(
+            help="Chats: one example per conversation, every assistant turn learned (all), or "
+            "one per assistant turn, its history rendered as the template renders it at that "
+            "turn and only that turn learned (each: for reasoning templates that drop earlier "
+            "reasoning).",
+        ),
+    ] = "all",
+    learn_reasoning: Annotated[
+        bool,
+        typer.Option(
+            "--learn-reasoning/--no-learn-reasoning",
+            help="Chats: learn the reasoning of assistant turns (<think> blocks, gpt-oss "
+            "analysis) with the answer, or keep it as context.",
+        ),
+    ] = True,
     overflow: Annotated[
         str | None,
         typer.Option(

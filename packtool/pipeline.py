@@ -648,6 +648,7 @@ class _ReadState:
     input_records: list[dict[str, Any]] = field(default_factory=list)
     input_index: int = 0  # the input being read
     records_done: int = 0  # records of that input already in the store
+    documents_done: int = 0  # documents they made (more with --chat-turns each)
     bytes_before: int = 0  # size of the inputs before it
     done: bool = False
     label_counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(_LABEL_COUNTS, 0))
@@ -760,14 +761,16 @@ def _tokenize_loop(
     for index, batch, encoded in stream:
         inp = files[index]
         if batch is None:
-            first_doc = counts.read - state.records_done
-            state.input_records.append(_describe_input(inp, first_doc, state.records_done))
+            first_doc = counts.read - state.documents_done
+            state.input_records.append(_describe_input(inp, first_doc, state.documents_done))
             state.bytes_before += inp.size_bytes
-            state.input_index, state.records_done = index + 1, 0
+            state.input_index, state.records_done, state.documents_done = index + 1, 0, 0
             continue
         base_doc = counts.read
         counts.read += len(batch.records)
-        state.records_done += len(batch.records)
+        records_read = getattr(batch, "records_read", None)
+        state.records_done += len(batch.records) if records_read is None else records_read
+        state.documents_done += len(batch.records)
         counts.bad_records_skipped += len(batch.bad)
         room = max(0, _BAD_RECORDS_KEPT - len(state.bad_records))
         state.bad_records.extend(str(e) for e in batch.bad[:room])
