@@ -898,8 +898,8 @@ class InputPlan:
             "loss_on": self.loss_on.value if self.loss_on is not None else None,
             "chat_template": self.template.describe() if self.template is not None else None,
             "parse_special": self.parse_special,
-            "chat_turns": getattr(self.encoder, "chat_turns", None),
-            "learn_reasoning": getattr(self.encoder, "learn_reasoning", None),
+            "chat_turns": getattr(self.encoder, "chat_turns", "all"),
+            "learn_reasoning": getattr(self.encoder, "learn_reasoning", True),
         }
 
 
