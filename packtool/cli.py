@@ -852,6 +852,14 @@ def verify(
             show_default=False,
         ),
     ] = None,
+    reference: Annotated[
+        str,
+        typer.Option(
+            help="With --against, text documents: re-tokenize with the tokenizer.json (file, "
+            "as pack does) or with transformers' AutoTokenizer for its directory "
+            "(transformers: the ids your transformers code gets).",
+        ),
+    ] = "file",
     max_problems: Annotated[int, typer.Option(help="Problems to list (all are counted).")] = 20,
     export_dir: Annotated[
         Path | None,
@@ -897,6 +905,7 @@ def verify(
             progress=progress,
             parse_special=parse_special,
             chat_template=chat_template,
+            reference=reference,
         )
     export_check = None
     if export_dir is not None:

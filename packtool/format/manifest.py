@@ -239,7 +239,11 @@ class Manifest(Mapping[str, Any]):
             "seconds",
             "labels",
         )
-        return {k: self._data[k] for k in keys if k in self._data}
+        out = {k: self._data[k] for k in keys if k in self._data}
+        tokenizer = _section(self._data.get("tokenizer"))
+        if "eos_appended" in tokenizer:  # {"token", "id"} of the EOS after every document
+            out["eos_appended"] = tokenizer["eos_appended"]
+        return out
 
     @classmethod
     def committed(
@@ -567,6 +571,13 @@ class Manifest(Mapping[str, Any]):
     @property
     def special_tokens(self) -> dict[str, Any]:
         return dict(_section(self.tokenizer.get("special_tokens")))
+
+    @property
+    def eos_appended(self) -> dict[str, Any] | None:
+        """``{"token", "id"}`` of the EOS appended to every document (``None``: none, or a
+        manifest that does not say)."""
+        value = self.tokenizer.get("eos_appended")
+        return dict(value) if isinstance(value, Mapping) else None
 
     @property
     def eos_id(self) -> int | None:

@@ -84,6 +84,9 @@ def summary_table(report: Any, *, tokenized: bool = True) -> Table:
     vocab = report.manifest.vocab_size
     name = report.manifest.tokenizer_name
     table.add_row("tokenizer", f"{name}" + (f" ({vocab:,} ids)" if vocab else ""))
+    eos = report.manifest.eos_appended
+    if eos is not None:
+        table.add_row("EOS appended", f"{eos['token']} (id {eos['id']})")
     table.add_row("segments", f"{report.segments:,}")
     table.add_row("tokens in rows", f"{report.tokens:,}")
     if report.tokens_learned is not None:
