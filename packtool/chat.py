@@ -382,6 +382,16 @@ class ChatTemplate:
                 regions[k] = self._region(full, messages, k, tools)
             return regions[k]
 
+        renderings: dict[tuple[int, bool], str] = {}
+
+        def rendered(n: int, prompt: bool = False) -> str:
+            """Messages 0..n-1 rendered (with the generation prompt): each once."""
+            if (n, prompt) not in renderings:
+                renderings[n, prompt] = self.render(
+                    messages[:n], add_generation_prompt=prompt, tools=tools
+                )
+            return renderings[n, prompt]
+
         def neighbour(k: int) -> tuple[int, int] | None:
             """The region of a message next to an assistant one; None: not rendered."""
             try:
@@ -396,7 +406,7 @@ class ChatTemplate:
             previous = neighbour(k - 1) if k > 0 else None
             if previous is not None and previous[1] <= start:
                 low = max(low, previous[1])
-            header = self._header(messages, k, tools)
+            header = self._header(rendered, k)
             at = full.find(header, low, start) if header else -1
             begin = at + len(header) if at >= 0 else start
             last = k + 1 == len(messages)
@@ -404,7 +414,8 @@ class ChatTemplate:
             bound = len(full) if following is None else max(end, following[0])
             finish = end
             if control is not None:
-                tail = full[end:] if last else self._tail(messages, k, tools)
+                ending = full if last else rendered(k + 1)
+                tail = self._tail(full, ending, end, messages, k, tools)
                 common = _common_prefix(full, end, bound, tail)
                 # the last control token of the turn's end, as the template ends it
                 closing = next(reversed(list(control.finditer(full, end, end + common))), None)
@@ -443,28 +454,41 @@ class ChatTemplate:
                 f"message {k} ({messages[k].get('role')}): the chat template does not render "
                 "its text, so its turn cannot be located"
             )
+        # The sentinels' characters are in `other` only: the renderings agree up to the first
+        # and after the last, unless the template changed more than the text (then: compare).
+        first, last = other.find("\ufdd0"), other.rfind("\ufdd1") + 1
+        tail = len(other) - last
+        same_ends = full.startswith(other[:first]) and full.endswith(other[last:])
+        if 0 <= first < last and first + tail <= len(full) and same_ends:
+            return first, len(full) - tail
         n = min(len(full), len(other))
-        a = 0
-        while a < n and full[a] == other[a]:
-            a += 1
-        b = 0
-        while b < n - a and full[-1 - b] == other[-1 - b]:
-            b += 1
+        a = _common_prefix(full, 0, n, other)
+        b = _common_prefix(full[::-1], 0, n - a, other[::-1])
         return a, len(full) - b
 
-    def _tail(self, messages: Sequence[Mapping[str, Any]], k: int, tools: Any) -> str:
+    def _tail(
+        self,
+        full: str,
+        ending: str,
+        end: int,
+        messages: Sequence[Mapping[str, Any]],
+        k: int,
+        tools: Any,
+    ) -> str:
         """What the template renders after the text of message ``k`` when the conversation
-        ends there (``<|im_end|>\n``, ``<|eot_id|>``...): how it closes that turn."""
-        ending = self.render(messages[: k + 1], tools=tools)
+        ends there (``ending``: ``<|im_end|>\n``, ``<|eot_id|>``...): how it closes that turn.
+        ``end``: where that text ends in the whole conversation."""
+        if end <= len(ending) and full.startswith(ending):
+            return ending[end:]  # the same text as the whole conversation's, up to there
         return ending[self._region(ending, messages[: k + 1], k, tools)[1] :]
 
-    def _header(self, messages: Sequence[Mapping[str, Any]], k: int, tools: Any) -> str:
+    @staticmethod
+    def _header(rendered: Any, k: int) -> str:
         """What the generation prompt adds after messages ``0..k-1`` (``<|im_start|>assistant\n``):
         the header of an assistant turn, which the model does not generate. Empty when the
         template has no generation prompt, or it is not an addition at the end."""
         try:
-            with_prompt = self.render(messages[:k], add_generation_prompt=True, tools=tools)
-            without = self.render(messages[:k], tools=tools)
+            with_prompt, without = rendered(k, True), rendered(k)
         except RenderError:
             return ""
         return with_prompt[len(without) :] if with_prompt.startswith(without) else ""
@@ -477,12 +501,18 @@ _RESERVED = re.compile("[\ufdd0\ufdd1]")
 
 
 def _common_prefix(full: str, start: int, stop: int, other: str) -> int:
-    """Length of the common prefix of ``full[start:stop]`` and ``other``."""
-    n = min(stop - start, len(other))
-    i = 0
-    while i < n and full[start + i] == other[i]:
-        i += 1
-    return i
+    """Length of the common prefix of ``full[start:stop]`` and ``other`` (a binary search of
+    slice comparisons: no loop over characters in Python)."""
+    lo, hi = 0, min(stop - start, len(other))
+    if full.startswith(other[:hi], start):
+        return hi
+    while lo < hi:  # full[start:start+lo] == other[:lo], and not at hi
+        mid = (lo + hi + 1) // 2
+        if full.startswith(other[:mid], start):
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
 
 
 def _sentinel_call(call: Any, sentinel: str) -> Any:

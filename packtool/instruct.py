@@ -421,27 +421,29 @@ def _per_turn(batch: RecordBatch) -> None:
     batch.records, batch.locations = records, locations
 
 
-def _learned(offsets: Sequence[tuple[int, int]], spans: Sequence[tuple[int, int]]) -> list[bool]:
+def _learned(offsets: Sequence[tuple[int, int]], spans: Sequence[tuple[int, int]]) -> np.ndarray:
     """Which tokens overlap a learned span: exactly the rule of transformers'
     ``return_assistant_tokens_mask`` (a token that straddles a span's edge is learned)."""
-    out = [False] * len(offsets)
-    i = 0
-    for t, (start, end) in enumerate(offsets):
-        while i < len(spans) and start >= spans[i][1]:
-            i += 1
-        if i == len(spans):
-            break
-        if end > spans[i][0]:
-            out[t] = True
+    out = np.zeros(len(offsets), bool)
+    if not spans or not offsets:
+        return out
+    bounds = np.array(offsets, dtype=np.int64).reshape(-1, 2)
+    starts = np.fromiter((a for a, _ in spans), np.int64, len(spans))
+    ends = np.fromiter((b for _, b in spans), np.int64, len(spans))
+    # the first span that ends after the token starts: learned if it starts before the token ends
+    i = np.searchsorted(ends, bounds[:, 0], side="right")
+    inside = i < len(spans)
+    out[inside] = bounds[inside, 1] > starts[i[inside]]
     return out
 
 
-def _runs(ids: Sequence[int], learned: Sequence[bool]) -> list[tuple[PieceKind, list[int]]]:
+def _runs(ids: Sequence[int], learned: np.ndarray) -> list[tuple[PieceKind, tuple[int, ...]]]:
     """``ids`` cut into runs of learned (LEARN) and not learned (CONTEXT) tokens."""
-    out: list[tuple[PieceKind, list[int]]] = []
-    for flag, group in itertools.groupby(zip(ids, learned, strict=True), key=lambda p: p[1]):
-        out.append((PieceKind.LEARN if flag else PieceKind.CONTEXT, [t for t, _ in group]))
-    return out
+    if not len(ids):
+        return []
+    cuts = [0, *(np.flatnonzero(learned[1:] != learned[:-1]) + 1).tolist(), len(ids)]
+    kinds = (PieceKind.CONTEXT, PieceKind.LEARN)
+    return [(kinds[int(learned[a])], tuple(ids[a:b])) for a, b in itertools.pairwise(cuts)]
 
 
 REASONING = re.compile(
@@ -686,8 +688,7 @@ class InstructEncoder:
             plan: list[tuple[PieceKind, _Source]] = []
             if self.bos:
                 plan.append((PieceKind.CONTEXT, _Fixed.BOS_UNLESS_FIRST))
-            for kind, run in _runs(ids, _learned(offsets, example.learn)):
-                plan.append((kind, tuple(run)))
+            plan.extend(_runs(ids, _learned(offsets, example.learn)))
             if self.add_eos:
                 plan.append((PieceKind.CONTEXT, _Fixed.EOS_UNLESS_LAST))
             plans.append(plan)

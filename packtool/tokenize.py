@@ -232,7 +232,7 @@ class HFTokenizer:
     ) -> list[tuple[list[int], list[tuple[int, int]]]]:
         """:meth:`encode_with_offsets` of each text, in one batch (the tokenizer's threads)."""
         encodings = self._copy(parse_special).encode_batch(list(texts), add_special_tokens=False)
-        return [(list(e.ids), [tuple(o) for o in e.offsets]) for e in encodings]
+        return [(e.ids, e.offsets) for e in encodings]  # lists of ints, of (start, end)
 
     def encode_batch(
         self, texts: Sequence[str], add_special_tokens: bool = True, parse_special: bool = False

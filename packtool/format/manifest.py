@@ -573,11 +573,14 @@ class Manifest(Mapping[str, Any]):
         return dict(_section(self.tokenizer.get("special_tokens")))
 
     @property
-    def eos_appended(self) -> dict[str, Any] | None:
-        """``{"token", "id"}`` of the EOS appended to every document (``None``: none, or a
+    def eos_appended(self) -> tuple[str | None, int] | None:
+        """``(token, id)`` of the EOS appended to every document (``None``: none, or a
         manifest that does not say)."""
         value = self.tokenizer.get("eos_appended")
-        return dict(value) if isinstance(value, Mapping) else None
+        if not isinstance(value, Mapping) or int_or_none(value.get("id")) is None:
+            return None
+        token = value.get("token")
+        return (token if isinstance(token, str) else None), int(value["id"])
 
     @property
     def eos_id(self) -> int | None:

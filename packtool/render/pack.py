@@ -86,7 +86,8 @@ def summary_table(report: Any, *, tokenized: bool = True) -> Table:
     table.add_row("tokenizer", f"{name}" + (f" ({vocab:,} ids)" if vocab else ""))
     eos = report.manifest.eos_appended
     if eos is not None:
-        table.add_row("EOS appended", f"{eos['token']} (id {eos['id']})")
+        token, eos_id = eos
+        table.add_row("EOS appended", f"{token} (id {eos_id})")
     table.add_row("segments", f"{report.segments:,}")
     table.add_row("tokens in rows", f"{report.tokens:,}")
     if report.tokens_learned is not None:
