@@ -8,22 +8,26 @@ tokenizer.
   tokenizer's directory would give other ids than its tokenizer.json (a ``tokenizer_class``
   that rebuilds the pipeline: Llama 2's ``LlamaTokenizer`` drops a leading space, GPT-4o's
   ``GPT2Tokenizer`` swaps the pre-tokenizer), a note from a probe of a few strings. The probe
-  runs in a thread while the pack tokenizes, and only for such a class, when `transformers` is
-  importable: packtool's ids stay tokenizer.json's.
+  runs in a process of its own while the pack tokenizes, and only for such a class, when
+  `transformers` is installed: packtool's ids stay tokenizer.json's.
 """
 
 from __future__ import annotations
 
-import concurrent.futures
 import importlib.util
-import threading
+import json
+import os
+import subprocess
+import sys
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 __all__ = [
     "END_OF_TURN_TOKENS",
     "PROBE_STRINGS",
     "REFERENCES",
+    "Probe",
     "eos_appended",
     "eos_note",
     "probe_note",
@@ -95,62 +99,87 @@ def transformers_tokenizer(directory: Any) -> Any:
     return AutoTokenizer.from_pretrained(str(directory))
 
 
-def _probe(tokenizer: Any, directory: Any, cls: str) -> str | None:
-    try:
-        auto = transformers_tokenizer(directory)
-    except Exception:  # transformers cannot load it: nothing to compare with
-        return None
-    differ: list[tuple[str, Sequence[int], Sequence[int]]] = []
-    for text in PROBE_STRINGS:
-        ours = list(tokenizer.encode_batch([text], add_special_tokens=True)[0])
-        theirs = list(auto(text, add_special_tokens=True)["input_ids"])
-        if ours != theirs:
-            differ.append((text, ours, theirs))
-    if not differ:
-        return None
-    text, ours, theirs = differ[0]
-    return (
-        f"transformers' AutoTokenizer for {directory} (tokenizer_class {cls}) gives other ids "
-        f"than its tokenizer.json for {len(differ)} of {len(PROBE_STRINGS)} probe strings (e.g. "
-        f"{text!r}: {ours[:6]} here, {theirs[:6]} there); packtool packs tokenizer.json's ids: "
-        "train with PreTrainedTokenizerFast(tokenizer_file=...), and see `packtool verify "
-        "--against ... --reference transformers` (docs/tokenization.md)"
-    )
+_PROBE_SCRIPT = """
+import json, sys
+from transformers import AutoTokenizer
+auto = AutoTokenizer.from_pretrained(sys.argv[1])
+print(json.dumps([list(auto(s, add_special_tokens=True)["input_ids"])
+                  for s in json.loads(sys.argv[2])]))
+"""
+PROBE_TIMEOUT = 120.0
+"""Seconds the probe may take (importing transformers is most of it); past it, no note."""
 
 
-def start_probe(tokenizer: Any) -> concurrent.futures.Future[str | None] | None:
-    """Start the probe of ``tokenizer``'s directory in a thread, where it applies (a directory
-    with a tokenizer_config.json whose ``tokenizer_class`` rebuilds the pipeline, and
-    transformers importable); ``None`` where it does not."""
+@dataclass
+class Probe:
+    """The probe of a tokenizer directory with transformers, running in its own process (no
+    import of transformers here, and no lock held while the pack tokenizes)."""
+
+    tokenizer: Any
+    directory: Any
+    tokenizer_class: str
+    process: subprocess.Popen[str]
+
+    def note(self) -> str | None:
+        """The note, once the probe is done (``None``: the same ids, or no answer)."""
+        try:
+            out, _ = self.process.communicate(timeout=PROBE_TIMEOUT)
+            theirs_all = json.loads(out) if self.process.returncode == 0 else None
+        except (subprocess.TimeoutExpired, ValueError):
+            self.process.kill()
+            self.process.communicate()
+            return None
+        if not isinstance(theirs_all, list) or len(theirs_all) != len(PROBE_STRINGS):
+            return None  # transformers cannot load it: nothing to compare with
+        ours_all = self.tokenizer.encode_batch(list(PROBE_STRINGS), add_special_tokens=True)
+        differ = [
+            (text, list(ours), list(theirs))
+            for text, ours, theirs in zip(PROBE_STRINGS, ours_all, theirs_all, strict=True)
+            if list(ours) != list(theirs)
+        ]
+        if not differ:
+            return None
+        text, ours, theirs = differ[0]
+        return (
+            f"transformers' AutoTokenizer for {self.directory} (tokenizer_class "
+            f"{self.tokenizer_class}) gives other ids than its tokenizer.json for {len(differ)} "
+            f"of {len(PROBE_STRINGS)} probe strings (e.g. {text!r}: {ours[:6]} here, "
+            f"{theirs[:6]} there); packtool packs tokenizer.json's ids: train with "
+            "PreTrainedTokenizerFast(tokenizer_file=...), and see `packtool verify --against "
+            "... --reference transformers` (docs/tokenization.md)"
+        )
+
+
+def start_probe(tokenizer: Any) -> Probe | None:
+    """Start the probe of ``tokenizer``'s directory in a process of its own, where it applies
+    (a local directory with a tokenizer_config.json whose ``tokenizer_class`` rebuilds the
+    pipeline, and transformers installed); ``None`` where it does not."""
+    from .fs import is_url
+
     directory = getattr(tokenizer, "directory", None)
     config = getattr(tokenizer, "config", None) or {}
     cls = config.get("tokenizer_class")
-    if directory is None or cls in GENERIC_CLASSES:
+    if directory is None or cls in GENERIC_CLASSES or is_url(str(directory)):
         return None
     if not (directory / "tokenizer_config.json").is_file():
         return None
     if importlib.util.find_spec("transformers") is None:
         return None
-    future: concurrent.futures.Future[str | None] = concurrent.futures.Future()
+    env = {**os.environ, "TRANSFORMERS_VERBOSITY": "error", "TOKENIZERS_PARALLELISM": "false"}
+    process = subprocess.Popen(
+        [sys.executable, "-c", _PROBE_SCRIPT, str(directory), json.dumps(PROBE_STRINGS)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        stdin=subprocess.DEVNULL,
+        text=True,
+        env=env,
+    )
+    return Probe(tokenizer, directory, str(cls), process)
 
-    def run() -> None:
-        try:
-            future.set_result(_probe(tokenizer, directory, str(cls)))
-        except BaseException as e:  # pragma: no cover - reported as no note
-            future.set_exception(e)
 
-    threading.Thread(target=run, name="packtool-transformers-probe", daemon=True).start()
-    return future
-
-
-def probe_note(future: concurrent.futures.Future[str | None] | None) -> str | None:
+def probe_note(probe: Probe | None) -> str | None:
     """The probe's note, once it is done (``None``: nothing to say)."""
-    if future is None:
-        return None
-    try:
-        return future.result()
-    except Exception:
-        return None
+    return None if probe is None else probe.note()
 
 
 REFERENCES = ("file", "transformers")

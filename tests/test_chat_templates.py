@@ -378,6 +378,10 @@ def test_multi_turn_qwen3_packs(tmp_path: Path, families) -> None:
     )  # fmt: skip
     assert each.exit_code == 0, each.output
     assert json.loads(each.stdout)["documents"]["read"] == 3 * 5  # 3 + 2 assistant turns
+    # verify --against re-renders them as pack did, one example per turn
+    for out in ("o", "e"):
+        checked = run("verify", tmp_path / out, "--against", src)
+        assert checked.exit_code == 0, checked.output
 
 
 @settings(
