@@ -355,6 +355,7 @@ class ChatTemplate:
         *,
         tools: Sequence[Any] | None = None,
         control: re.Pattern[str] | None = None,
+        last_turn: bool = False,
     ) -> tuple[str, list[tuple[int, int]]]:
         """The whole conversation rendered once, and the character spans of what the assistant
         generates in it (see the module docstring): the ``{% generation %}`` blocks where the
@@ -364,12 +365,20 @@ class ChatTemplate:
         message is learned up to and including the first one after its text). Message
         contents must not hold them as text (escape them first); U+FDD0..U+FDD3 are refused.
 
+        ``last_turn``: the spans of the last assistant message only (``--chat-turns each``).
+
         Raises :class:`RenderError` when the template fails on ``messages`` or an assistant
         turn cannot be located exactly.
         """
+        assistants = [k for k, m in enumerate(messages) if m.get("role") == "assistant"]
         if self.has_generation:
             spans: list[tuple[int, int]] = []
             full = self.render(messages, tools=tools, track=spans)
+            if last_turn:  # the blocks after those of the conversation before that turn
+                before: list[tuple[int, int]] = []
+                if assistants:
+                    self.render(messages[: assistants[-1]], tools=tools, track=before)
+                spans = spans[len(before) :] if assistants else []
             return full, [(a, b) for a, b in spans if b > a]
         _check_reserved(messages)
         full = self.render(messages, tools=tools)
@@ -399,9 +408,7 @@ class ChatTemplate:
             except RenderError:
                 return None
 
-        for k, message in enumerate(messages):
-            if message.get("role") != "assistant":
-                continue
+        for k in assistants[-1:] if last_turn else assistants:
             start, end = region(k)
             previous = neighbour(k - 1) if k > 0 else None
             if previous is not None and previous[1] <= start:

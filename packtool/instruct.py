@@ -585,11 +585,9 @@ class InstructEncoder:
         if escaper is not None:
             chat = escaper.escape(chat)
         messages = chat.messages if chat.turn is None else chat.messages[: chat.turn + 1]
-        text, learn = self.template.assistant_spans(
-            messages, tools=chat.tools, control=self.finder.pattern
+        text, learn = self.template.assistant_spans(  # --chat-turns each: the last turn only
+            messages, tools=chat.tools, control=self.finder.pattern, last_turn=chat.turn is not None
         )
-        if chat.turn is not None:
-            learn = learn[-1:]  # the turn of this example; the earlier ones are its context
         data: list[tuple[int, int]] = []
         if escaper is not None:
             text, data, convert = escaper.unescape(text)

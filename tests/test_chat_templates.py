@@ -331,12 +331,14 @@ def test_special_strings_in_content_stay_text(families) -> None:
     assert learned.count(im_end) == 1, "the content's <|im_end|> is text"
 
 
-def test_chat_turns_each(families) -> None:
+@pytest.mark.parametrize("template", ["qwen3.jinja", "qwen3_marked.jinja", "qwen3_training.jinja"])
+def test_chat_turns_each(families, template: str) -> None:
     """One example per assistant turn: the history as the template renders it at that turn
-    (Qwen3 keeps the reasoning of the turn after the last user message), that turn learned."""
-    fam = families("qwen3", "qwen3.jinja")
+    (Qwen3 keeps the reasoning of the turn after the last user message), that turn learned
+    as it is learned when the conversation ends there (a marked template's blocks too)."""
+    fam = families("qwen3", template)
     messages, tools = QWEN_CHATS[0]
-    encoded = fam.encoder("qwen3.jinja", chat_turns="each").encode([Chat(messages, tools)])
+    encoded = fam.encoder(template, chat_turns="each").encode([Chat(messages, tools)])
     turns = [k for k, m in enumerate(messages) if m["role"] == "assistant"]
     assert len(encoded.lengths) == len(turns)
     at = 0
@@ -345,14 +347,10 @@ def test_chat_turns_each(families) -> None:
         labels = encoded.labels[at : at + n].tolist()
         at += n
         head = _clean(messages[: k + 1])
-        assert (
-            ids
-            == fam.reference("qwen3.jinja", head, tools, tokenize=True, return_dict=True)[
-                "input_ids"
-            ]
-        )
-        (run,) = learned_text(fam.hf, ids, labels)
-        assert run.endswith("<|im_end|>")
+        reference = fam.reference(template, head, tools, tokenize=True, return_dict=True)
+        assert ids == reference["input_ids"]
+        whole = encode(fam.encoder(template), head, tools)
+        assert learned_text(fam.hf, ids, labels) == learned_text(fam.hf, *whole)[-1:]
     first = encoded.ids[: encoded.lengths[0]].tolist()
     assert "<think>\nThe user greets me.\n</think>" in fam.hf.decode(first)
 
