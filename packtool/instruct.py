@@ -673,10 +673,8 @@ class InstructEncoder:
             if self.finder and self._has_special_strings(record):
                 special_strings += 1
             examples.append(rendered)
-        plain = [e.text for e in examples if not e.data]
-        encoded = iter(
-            self._encode_plain(plain) if plain else []
-        )  # one batch: the tokenizer's threads
+        plain = [e for e in examples if not e.data]
+        encoded = iter(self._encode_plain(plain) if plain else [])  # one batch: all threads
         plans: list[list[tuple[PieceKind, _Source]]] = []
         for example in examples:
             if example.data:
@@ -692,14 +690,26 @@ class InstructEncoder:
             plans.append(plan)
         return _Tokenized(plans, [], special_strings)
 
-    def _encode_plain(self, texts: list[str]) -> list[tuple[list[int], list[tuple[int, int]]]]:
-        """Ids and character offsets of rendered chats, control-token strings parsed."""
+    def _encode_plain(
+        self, examples: list[_Rendered]
+    ) -> list[tuple[list[int], list[tuple[int, int]]]]:
+        """Ids and character offsets of rendered chats, control-token strings parsed. A
+        tokenizer without offsets (not a Hugging Face one) encodes each chat in pieces cut at
+        the learned spans' edges, each token given its piece's span."""
         tok = self.tokenizer
         if isinstance(tok, HFTokenizer):
-            return tok.encode_batch_with_offsets(texts, parse_special=True)
-        raise TokenizerError(  # pragma: no cover - chats need offsets: Hugging Face only
-            f"tokenizer {tok.name}: chats need a Hugging Face tokenizer (character offsets)"
-        )
+            return tok.encode_batch_with_offsets([e.text for e in examples], parse_special=True)
+        out = []
+        for e in examples:
+            cuts = sorted({0, len(e.text), *(p for span in e.learn for p in span)})
+            spans = [(a, b) for a, b in itertools.pairwise(cuts) if b > a]
+            pieces = tok.encode_batch(
+                [e.text[a:b] for a, b in spans], add_special_tokens=False, parse_special=True
+            )
+            ids = [t for piece in pieces for t in piece]
+            offsets = [span for span, piece in zip(spans, pieces, strict=True) for _ in piece]
+            out.append((ids, offsets))
+        return out
 
     def _encode_rendered(
         self, text: str, data: Sequence[tuple[int, int]]

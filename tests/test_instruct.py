@@ -980,3 +980,23 @@ def test_stats_and_inspect_show_learned_tokens(tmp_path: Path) -> None:
     shown = CliRunner().invoke(app, ["inspect", str(out), "--decode"], env={"COLUMNS": "120"})
     assert shown.exit_code == 0, shown.output
     assert "learned tokens (labels)" in shown.stdout
+
+
+def test_chat_with_a_tokenizer_without_offsets(char_tokenizer) -> None:
+    """A tokenizer that is not a Hugging Face one (no character offsets) encodes a chat in
+    pieces cut at the learned spans: the same labels."""
+    template = ChatTemplate.from_string(
+        "{% for m in messages %}[{{ m.role }}]{{ m.content }}\n{% endfor %}"
+    )
+    encoder = InstructEncoder(
+        char_tokenizer,
+        shape=InputShape.CHAT,
+        loss_on=LossOn.ASSISTANT,
+        template=template,
+        add_eos=False,
+    )
+    messages = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]
+    encoded = encoder.encode([messages])
+    ids, labels = encoded.ids.tolist(), encoded.labels.tolist()
+    assert char_tokenizer.decode(ids) == template.render(messages)
+    assert [char_tokenizer.decode(r) for r in learned_runs(ids, labels)] == ["yo"]
