@@ -1,28 +1,30 @@
-"""Chat templates: load one, render it in a sandbox, and cut a conversation into pieces.
+"""Chat templates: load one, render it in a sandbox, and find the assistant turns in it.
 
 A chat template is a Jinja template (the Hugging Face convention: it sees ``messages``,
-``add_generation_prompt``, ``bos_token``, ``eos_token``, ``pad_token`` and can call
-``raise_exception``). packtool renders it in jinja2's ``ImmutableSandboxedEnvironment``: a
-template cannot reach Python internals (``__class__``, ``__globals__``...), run code, change
-its arguments, or include files; trying to is a :class:`~packtool.errors.ChatTemplateError`.
+``tools``, ``add_generation_prompt``, ``bos_token``, ``eos_token``, ``pad_token`` and can call
+``raise_exception`` and ``strftime_now``). packtool renders it in jinja2's
+``ImmutableSandboxedEnvironment``: a template cannot reach Python internals (``__class__``,
+``__globals__``...), run code, change its arguments, or include files; trying to is a
+:class:`~packtool.errors.ChatTemplateError`.
 
-To learn exactly the assistant tokens, a conversation is cut into pieces whose boundaries are
-the boundaries of the assistant contents, by rendering the conversation and its prefixes::
+A conversation is rendered once; what the assistant generates in it is a list of character
+spans of that text (:meth:`ChatTemplate.assistant_spans`)::
 
     messages  [system "Be brief.", user "Hi", assistant "Hello!"]
 
-    rendered  <|im_start|>system\\nBe brief.<|im_end|>\\n<|im_start|>user\\nHi<|im_end|>\\n
-              <|im_start|>assistant\\nHello!<|im_end|>\\n
-    pieces    CONTEXT   "<|im_start|>system\\n ... <|im_start|>assistant\\n"
-              LEARN     "Hello!"
-              TURN_END  "<|im_end|>\\n"     (learned up to and including its first special
-                                           token: the end-of-turn token that closes it)
+    rendered  <|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n
+              <|im_start|>assistant\nHello!<|im_end|>\n
+    learned                          "Hello!<|im_end|>"
 
-For each assistant message ``k``: the conversation up to message ``k - 1`` rendered with the
-generation prompt says where the assistant turn starts; up to message ``k`` (without it), where
-the turn ends; the content is found in between. Each prefix must render as a prefix of the whole
-conversation (true of the usual templates); a template that renders earlier turns differently
-once more turns follow is reported, with the record that shows it.
+- where the template has ``{% generation %}...{% endgeneration %}`` blocks (the transformers
+  and TRL convention), the text of those blocks;
+- else each assistant message is located by rendering the conversation again with its text
+  replaced by sentinels (Unicode noncharacters no message holds): the two renderings differ
+  exactly where its text is, whatever the template does to the other turns (it need not be
+  prefix-consistent). The span starts after the header the generation prompt adds
+  (``<|im_start|>assistant\n``) and ends with the control token that closes the turn: the last
+  one of the turn's ending as the template writes it when the conversation ends there, else
+  the first one after the text.
 """
 
 from __future__ import annotations

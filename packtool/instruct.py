@@ -9,12 +9,14 @@ Two record shapes besides plain text (``--input-shape``):
   rendered with a chat template (:mod:`packtool.chat`). The assistant contents are learned, and
   the end-of-turn token that closes each.
 
-Boundaries are exact by construction: an example is cut into pieces at the learned text
-(prompt | completion | EOS, or context | assistant content | turn end | context ...) and each
-piece is tokenized on its own, so no token straddles a boundary even with a tokenizer that would
-merge across it. It is also what the model meets when generating: the prompt tokenized, then
-the answer produced token by token after it. A completion ``"5"`` after the prompt ``"2+3="``,
-with the bundled tokenizer (no BOS)::
+A chat's ids are those of the whole conversation rendered once (what
+``apply_chat_template(messages, tokenize=True)`` gives) and a token is learned when it overlaps
+an assistant span of the rendering (:meth:`~packtool.chat.ChatTemplate.assistant_spans`; the
+rule of transformers' ``return_assistant_tokens_mask``). A prompt/completion pair is cut into
+pieces (prompt | completion | EOS), each tokenized on its own, so no token straddles the
+boundary: what the model meets when generating, the prompt tokenized, then the answer produced
+token by token after it. A completion ``"5"`` after the prompt ``"2+3="``, with the bundled
+tokenizer (no BOS)::
 
     text       2     +     3     =   |  5 | <|endoftext|>
     ids       23    16    24    34   | 26 |  0
