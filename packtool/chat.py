@@ -428,7 +428,9 @@ class ChatTemplate:
                 common = _common_prefix(full, end, bound, tail)
                 # the last control token of the turn's end, as the template ends it
                 closing = next(reversed(list(control.finditer(full, end, end + common))), None)
-                if closing is None:  # rendered otherwise when more follows: the first one
+                if closing is None and control.search(tail):
+                    # the template ends the turn with a control token, another one when more
+                    # follows (gpt-oss: <|return|>, else <|end|>): the first one after the text
                     closing = control.search(full, end, bound)
                 if closing is not None:
                     finish = closing.end()

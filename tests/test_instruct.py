@@ -1000,3 +1000,24 @@ def test_chat_with_a_tokenizer_without_offsets(char_tokenizer) -> None:
     ids, labels = encoded.ids.tolist(), encoded.labels.tolist()
     assert char_tokenizer.decode(ids) == template.render(messages)
     assert [char_tokenizer.decode(r) for r in learned_runs(ids, labels)] == ["yo"]
+
+
+def test_turn_without_control_token_before_a_header_with_one(tmp_path: Path) -> None:
+    """A template that closes assistant turns with no control token, where the next message's
+    header starts with one: that header is not learned."""
+    text = (
+        "{% for m in messages %}{% if m.role == 'assistant' %}A: {{ m.content }}\n{% else %}"
+        "<|im_start|>{{ m.role }}: {{ m.content }}\n{% endif %}{% endfor %}"
+    )
+    template = ChatTemplate.from_string(text)
+    tok = packtool.load_tokenizer()
+    messages = [*GOOD, {"role": "user", "content": "more"}, {"role": "assistant", "content": "ok"}]
+    encoder = InstructEncoder(
+        tok, shape=InputShape.CHAT, loss_on=LossOn.ASSISTANT, template=template, add_eos=False
+    )
+    encoded = encoder.encode([messages])
+    ids, labels = encoded.ids.tolist(), encoded.labels.tolist()
+    assert tok.decode(ids) == template.render(messages)
+    runs = [tok.decode(r) for r in learned_runs(ids, labels)]
+    assert [r.strip() for r in runs] == ["hello", "ok"]
+    assert not any("<|im_start|>" in r for r in runs)
