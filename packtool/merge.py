@@ -443,6 +443,7 @@ def _reference(
         with_labels=first.has_labels,
         shards=shards,
         manifest=record,
+        added=first.has_seq_lengths,
     )
 
 
@@ -549,6 +550,7 @@ def _write(
         rows_per_shard=rows_per_shard,
         with_labels=first.has_labels,
         overwrite=True,
+        added=first.has_seq_lengths,
     )
     block = max(1, min(rows_per_shard, (64 << 20) // size))
     manifest = write_dataset(

@@ -124,8 +124,9 @@ GOLDEN_INPUT = Path(__file__).parent / "data" / "golden_input.jsonl"
 
 
 def test_golden_v1_output_still_reads_and_is_reproduced(tmp_path: Path) -> None:
-    """A format-1 output committed to the repo: today's reader reads it, and today's pack
-    writes the same rows and figures from the same input (a format change shows here)."""
+    """A format-1 output committed to the repo, written before the ``seq_lengths`` column:
+    today's reader reads and verifies it, and today's pack writes the same rows and figures
+    from the same input, plus ``seq_lengths`` = diff(cu_seqlens) (a format change shows here)."""
     import sys
 
     sys.path.insert(0, str(Path(__file__).parent))
@@ -157,12 +158,20 @@ def test_golden_v1_output_still_reads_and_is_reproduced(tmp_path: Path) -> None:
         seed=7,
     )
     manifest, rows = read_rows(tmp_path / "now")
+    for row in rows:
+        assert row.pop("seq_lengths") == np.diff(row["cu_seqlens"]).tolist()
     assert rows == golden_rows
+    assert manifest["columns"] == [*golden_manifest["columns"], "seq_lengths"]
+    assert "seq_lengths" not in golden_manifest["columns"]
+    assert not reader.has_seq_lengths
+    assert [reader[i].seq_lengths.tolist() for i in range(len(reader))] == [
+        np.diff(r["cu_seqlens"]).tolist() for r in golden_rows
+    ]
+    assert packtool.verify(GOLDEN).ok
     for key in (
         "format",
         "format_version",
         "max_len",
-        "columns",
         "documents",
         "segments",
         "tokens",
@@ -214,6 +223,7 @@ def test_the_column_table_is_the_one_of_docs_format() -> None:
     assert [(name, kind) for name, kind, _ in rows] == [(c.name, _doc_type(c)) for c in COLUMNS]
     for (_, _, meaning), column in zip(rows, COLUMNS, strict=True):
         assert ("instruction data only" in meaning) == column.labels_only, column.name
+        assert ("packs written before" in meaning) == column.added, column.name
 
 
 @pytest.mark.parametrize("labels", [False, True])

@@ -31,7 +31,7 @@ from .manifest import (
     ShardEntry,
     read_manifest,
 )
-from .metadata import layout_problems
+from .metadata import layout_problems, trainer_cache_files
 from .output import (
     CHAT_TEMPLATE_FILE,
     TOKENIZER_CONFIG_FILE,
@@ -63,6 +63,7 @@ from .schema import (
     packed_schema,
     row_bytes,
     schema_problem,
+    seq_lengths,
 )
 from .writer import PackedBatch, ShardWriter, commit_in_place, write_dataset
 
@@ -107,7 +108,9 @@ __all__ = [
     "remove_stale_temporaries",
     "row_bytes",
     "schema_problem",
+    "seq_lengths",
     "sha256_file",
+    "trainer_cache_files",
     "write_dataset",
     "write_error",
 ]

@@ -16,7 +16,7 @@ from .manifest import Manifest, ShardEntry
 from .output import write_json
 from .schema import hf_features
 
-__all__ = ["layout_problems", "write_metadata"]
+__all__ = ["layout_problems", "trainer_cache_files", "write_metadata"]
 
 
 def write_metadata(directory: Path, schema: pa.Schema, shards: Sequence[ShardEntry]) -> None:
@@ -42,13 +42,22 @@ def write_metadata(directory: Path, schema: pa.Schema, shards: Sequence[ShardEnt
     )
 
 
+def trainer_cache_files(path: AnyPath, manifest: Manifest) -> list[str]:
+    """Files that `datasets` writes beside a dataset it maps (``cache-*.arrow``, as TRL's
+    and Hugging Face's preprocessing do on ``load_from_disk("out")``) that the manifest does
+    not list: a trainer's cache, not part of the pack and no damage to it."""
+    listed = {s.file for s in manifest.shards}
+    return sorted(p.name for p in path.glob("cache-*.arrow") if p.name not in listed)
+
+
 def layout_problems(path: AnyPath, manifest: Manifest) -> list[str]:
     """The files of the dataset at ``path`` that disagree with its manifest: shards it does not
     list, a ``state.json`` naming other shards, a tokenizer copy that is missing or altered."""
     found: list[str] = []
     listed = [s.file for s in manifest.shards]
+    cache = set(trainer_cache_files(path, manifest))
     for stray in sorted(p.name for p in path.glob("*.arrow")):
-        if stray not in listed:
+        if stray not in listed and stray not in cache:
             found.append(
                 f"{stray} is not a shard of the manifest (load_dataset('arrow', "
                 "data_files='*.arrow') would read it too): remove it"

@@ -55,6 +55,12 @@ class PackedRow:
     labels: np.ndarray | None = None
 
     @property
+    def seq_lengths(self) -> np.ndarray:
+        """Every segment's length, the padding tail's too: ``diff(cu_seqlens)`` (the
+        ``seq_lengths`` column, derived here also for a pack written before it)."""
+        return np.diff(np.asarray(self.cu_seqlens, dtype=np.int64)).astype(np.int32)
+
+    @property
     def segments(self) -> list[Segment]:
         """Document segments in order, then the padding segment if the row has one."""
         cu = self.cu_seqlens
@@ -103,6 +109,10 @@ class PackedReader:
     @property
     def has_labels(self) -> bool:
         return self.manifest.has_labels
+
+    @property
+    def has_seq_lengths(self) -> bool:
+        return self.manifest.has_seq_lengths
 
     @property
     def vocab_size(self) -> int:
@@ -201,7 +211,9 @@ class PackedReader:
                 table.validate(full=True)
             except (OSError, pa.ArrowException, UnicodeDecodeError) as e:
                 raise FormatError(f"{path}: cannot read shard: {e}") from e
-            problem = schema_problem(table.schema, self.max_len, self.has_labels)
+            problem = schema_problem(
+                table.schema, self.max_len, self.has_labels, self.has_seq_lengths
+            )
             if problem:
                 raise FormatError(f"{path}: {problem} (run `packtool verify`)")
             if table.num_rows != self.shard_rows[shard]:
@@ -253,6 +265,8 @@ class PackedReader:
         rec = self.shard_table(shard).slice(local, 1)
         values: dict[str, Any] = {}
         for column in columns(self.has_labels):
+            if column.per is Per.SPAN:
+                continue  # derived from cu_seqlens (PackedRow.seq_lengths)
             data = rec.column(column.name)
             if column.per is Per.TOKEN:
                 values[column.name] = data.chunk(0).flatten().to_numpy(zero_copy_only=False)

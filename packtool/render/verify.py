@@ -61,6 +61,8 @@ def show_verify(report: Any, export_check: Any, *, quiet: bool, as_json: bool) -
     stdout().print(verify_table(report))
     for note in report.notes:
         stdout().print(f"[dim]note:[/] {note}", highlight=False, soft_wrap=True)
+    for warning in report.warnings:
+        stdout().print(f"[yellow]warning:[/] {warning}", highlight=False, soft_wrap=True)
     for problem in report.problems:
         stdout().print(f"[red]problem:[/] {problem}", highlight=False, soft_wrap=True)
     hidden = report.problems_total - len(report.problems)
