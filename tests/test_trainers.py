@@ -1,0 +1,209 @@
+"""The common training paths on packtool's rows, each exact or shown to leak: TRL's own
+padding-free collator (exact, through the ``seq_lengths`` column), TRL's default collator and
+transformers' DataCollatorWithFlattening (documents attend to each other: docs/trl.md says so,
+``check-model --feed plain`` shows it). A real tiny Llama from its config, on the CPU; each
+document's logits in the batch against the same document alone."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from conftest import REPO
+
+import packtool
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+datasets = pytest.importorskip("datasets")
+trl = pytest.importorskip("trl")
+
+from packtool.torch import collate  # noqa: E402
+
+ROWS = 4  # rows in the batch
+
+
+def _pack(tmp: Path, kind: str) -> Path:
+    if kind == "chat":
+        lines = (REPO / "sample_data" / "chat.jsonl").read_text(encoding="utf-8").splitlines()
+        (tmp / "in.jsonl").write_text("\n".join(lines[:60]) + "\n", encoding="utf-8")
+        template = REPO / "sample_data" / "chatml.jinja"
+        packtool.pack([tmp / "in.jsonl"], tmp / kind, max_len=256, chat_template=template)
+    else:
+        lines = (REPO / "sample_data" / "corpus.jsonl").read_text(encoding="utf-8").splitlines()
+        (tmp / "in.jsonl").write_text("\n".join(lines[:60]) + "\n", encoding="utf-8")
+        packtool.pack([tmp / "in.jsonl"], tmp / kind, max_len=256, shuffle=False)
+    return tmp / kind
+
+
+@pytest.fixture(scope="module", params=["chat", "text"])
+def pack(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return _pack(tmp_path_factory.mktemp(request.param), request.param)
+
+
+def tiny_llama(vocab: int) -> Any:
+    config = transformers.LlamaConfig(
+        vocab_size=vocab,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=1024,
+    )
+    torch.manual_seed(0)
+    return transformers.LlamaForCausalLM._from_config(
+        config, attn_implementation="sdpa", dtype=torch.float32
+    )
+
+
+def tokenizer_of(out: Path) -> Any:
+    tokenizer = transformers.PreTrainedTokenizerFast(tokenizer_file=str(out / "tokenizer.json"))
+    tokenizer.pad_token_id = packtool.open_packed(out).manifest.special_tokens["pad_id"]
+    return tokenizer
+
+
+def picked(out: Path) -> list[int]:
+    """ROWS rows of the pack, those of several documents first."""
+    reader = packtool.open_packed(out)
+    rows = sorted(range(len(reader)), key=lambda i: -len(reader[i].doc_ids))
+    return sorted(rows[:ROWS])
+
+
+def document_diffs(model: Any, out: Path, logits: Any) -> dict[str, float]:
+    """Max |logit difference| of the documents of the :func:`picked` rows (``logits``
+    [ROWS, L, V]), packed vs alone: of the first document of each row, and of those after."""
+    reader = packtool.open_packed(out)
+    diffs = {"first": 0.0, "after": 0.0}
+    after = 0
+    with torch.no_grad():
+        for b, index in enumerate(picked(out)):
+            row = reader[index]
+            for i, seg in enumerate(row.segments):
+                if seg.is_padding:
+                    continue
+                doc = torch.tensor(row.input_ids[seg.start : seg.end], dtype=torch.long)
+                alone = model(input_ids=doc[None], use_cache=False).logits[0]
+                diff = float((logits[b, seg.start : seg.end] - alone).abs().max())
+                kind = "first" if i == 0 else "after"
+                after += kind == "after"
+                diffs[kind] = max(diffs[kind], diff)
+    assert after > 0  # some documents come after others in their row
+    return diffs
+
+
+def sft_trainer(out: Path, run: Path, **config: Any) -> Any:
+    from trl import SFTConfig, SFTTrainer
+
+    reader = packtool.open_packed(out)
+    args = SFTConfig(
+        output_dir=str(run),
+        max_steps=1,
+        per_device_train_batch_size=ROWS,
+        bf16=False,
+        report_to=[],
+        save_strategy="no",
+        **config,
+    )
+    return SFTTrainer(
+        tiny_llama(reader.vocab_size),
+        args,
+        train_dataset=datasets.load_from_disk(str(out)),
+        processing_class=tokenizer_of(out),
+    )
+
+
+def inputs_of(batch: dict[str, Any]) -> dict[str, Any]:
+    """The model's inputs of a collator's batch, as TRL's compute_loss passes them (it adds
+    use_cache=False; a KV cache would turn off transformers' packed-sequence detection)."""
+    return {**{k: v for k, v in batch.items() if k != "labels"}, "use_cache": False}
+
+
+def trl_batch(trainer: Any, out: Path) -> dict[str, Any]:
+    """TRL's collator on the :func:`picked` rows, as the trainer prepared and kept them."""
+    dataset = trainer._remove_unused_columns(trainer.train_dataset, "training")
+    return trainer.data_collator([dataset[i] for i in picked(out)])
+
+
+def test_trl_padding_free_is_exact(pack: Path, tmp_path: Path) -> None:
+    """SFTConfig(padding_free=True, max_length=None) on load_from_disk(out), with TRL's own
+    collator: it reads seq_lengths, so every document is computed as if alone (and, for a
+    chat pack, on packtool's labels exactly); datasets.disable_caching() keeps TRL's preparation
+    from writing cache-*.arrow into the pack."""
+    datasets.disable_caching()
+    try:
+        before = sorted(os.listdir(pack))
+        trainer = sft_trainer(pack, tmp_path / "run", padding_free=True, max_length=None)
+        assert sorted(os.listdir(pack)) == before  # nothing written into the pack
+    finally:
+        datasets.enable_caching()
+    batch = trl_batch(trainer, pack)
+    max_len = packtool.open_packed(pack).max_len
+    assert batch["input_ids"].shape == (1, ROWS * max_len)
+    model = trainer.model.eval()
+    with torch.no_grad():
+        logits = model(**inputs_of(batch)).logits
+    diffs = document_diffs(model, pack, logits.reshape(ROWS, max_len, -1))
+    assert diffs["first"] < 1e-5 and diffs["after"] < 1e-5, diffs
+
+    ds = datasets.load_from_disk(str(pack))
+    rows = [ds[i] for i in picked(pack)]
+    ours = collate(rows)
+    assert torch.equal(batch["position_ids"], ours["position_ids"].reshape(1, -1))
+    assert torch.equal(batch["cu_seq_lens_q"], ours["cu_seq_lens_q"])
+    same = batch["labels"].reshape(ROWS, max_len) == ours["labels"]
+    if packtool.open_packed(pack).has_labels:
+        assert bool(same.all())  # packtool's labels, exactly
+    else:
+        # TRL builds labels = input_ids for a text pack: it also learns pad -> pad in the
+        # padding tail (its first pad excepted); the documents' labels are packtool's
+        for b, row in enumerate(rows):
+            n = row["num_tokens"]
+            assert bool(same[b, : n + 1].all())
+            assert bool((~same[b, n + 1 :]).all())
+
+
+def test_trl_padding_free_trains(pack: Path, tmp_path: Path) -> None:
+    datasets.disable_caching()
+    try:
+        trainer = sft_trainer(pack, tmp_path / "run", padding_free=True, max_length=None)
+        result = trainer.train()
+    finally:
+        datasets.enable_caching()
+    assert result.global_step == 1 and np.isfinite(result.training_loss)
+
+
+def test_trl_defaults_let_documents_attend_to_each_other(pack: Path, tmp_path: Path) -> None:
+    """TRL's default collator sends a 2-D attention mask and no position_ids: every document
+    after the first of its row sees those before it. Nothing in the rows can refuse it (TRL
+    reads only input_ids, labels and seq_lengths, and ignores seq_lengths here): docs/trl.md,
+    the pack's summary and its README.md say so, and check-model --feed plain measures it."""
+    datasets.disable_caching()
+    try:
+        trainer = sft_trainer(pack, tmp_path / "run")
+    finally:
+        datasets.enable_caching()
+    batch = trl_batch(trainer, pack)
+    assert "attention_mask" in batch and "position_ids" not in batch
+    model = trainer.model.eval()
+    with torch.no_grad():
+        logits = model(**inputs_of(batch)).logits
+    diffs = document_diffs(model, pack, logits)
+    assert diffs["first"] < 1e-5 and diffs["after"] > 0.05, diffs
+
+
+def test_data_collator_with_flattening_takes_each_row_as_one_sequence(pack: Path) -> None:
+    """transformers' DataCollatorWithFlattening numbers positions over the whole row: the
+    documents after the first of a row attend to those before it."""
+    ds = datasets.load_from_disk(str(pack))
+    rows = [{"input_ids": ds[i]["input_ids"]} for i in picked(pack)]
+    batch = transformers.DataCollatorWithFlattening(return_flash_attn_kwargs=True)(rows)
+    reader = packtool.open_packed(pack)
+    model = tiny_llama(reader.vocab_size).eval()
+    with torch.no_grad():
+        logits = model(**inputs_of(batch)).logits
+    diffs = document_diffs(model, pack, logits.reshape(ROWS, reader.max_len, -1))
+    assert diffs["first"] < 1e-5 and diffs["after"] > 0.05, diffs
