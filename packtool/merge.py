@@ -76,7 +76,7 @@ MERGE_KEYS = ("shuffle", "seed", "rows_per_shard", "world_size", "micro_batches"
 
 _BAD_RECORDS_KEPT = 20
 _STAGE = ".merge"  # the merged dataset is built in OUT_DIR/.merge, then moved up
-_DATASET_FILES = ("dataset_info.json", "state.json", "tokenizer.json")
+_DATASET_FILES = ("README.md", "dataset_info.json", "state.json", "tokenizer.json")
 
 
 def segment_lengths(table: pa.Table) -> np.ndarray:

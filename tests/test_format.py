@@ -348,3 +348,31 @@ def test_typed_accessors_read_damaged_values_as_none() -> None:
     assert units is not None and units.plan == "p"
     assert (units.count, units.packing_loss, units.copied) == (None, None, None)
     assert m.unit_index is None and m.unit_plan is None and m.balance_world_size is None
+
+
+@pytest.mark.parametrize("chat", [False, True])
+def test_the_dataset_card_says_which_trainers_keep_documents_apart(
+    tmp_path: Path, chat: bool
+) -> None:
+    """Every pack holds a README.md (written with the `datasets` metadata) naming the
+    trainers' paths that keep its documents apart and those that do not."""
+    from conftest import REPO
+
+    import packtool
+    from packtool.format import CARD_FILE
+
+    if chat:
+        src = tmp_path / "in.jsonl"
+        lines = (REPO / "sample_data" / "chat.jsonl").read_text(encoding="utf-8").splitlines()
+        src.write_text("\n".join(lines[:10]) + "\n", encoding="utf-8")
+        template = REPO / "sample_data" / "chatml.jinja"
+        packtool.pack([src], tmp_path / "out", max_len=256, chat_template=template)
+    else:
+        packtool.pack([GOLDEN_INPUT], tmp_path / "out", max_len=16)
+    card = (tmp_path / "out" / CARD_FILE).read_text(encoding="utf-8")
+    assert card.startswith("---\n")
+    for needed in ("padding_free=True", "DataCollatorWithFlattening", "packtool check-model"):
+        assert needed in card
+    assert ("learns packtool's `labels`" in card) == chat
+    assert ("pad after pad" in card) == (not chat)
+    assert packtool.verify(tmp_path / "out").ok

@@ -207,3 +207,29 @@ def test_data_collator_with_flattening_takes_each_row_as_one_sequence(pack: Path
         logits = model(**inputs_of(batch)).logits
     diffs = document_diffs(model, pack, logits.reshape(ROWS, reader.max_len, -1))
     assert diffs["first"] < 1e-5 and diffs["after"] > 0.05, diffs
+
+
+def test_packs_summary_says_which_trainers_keep_examples_apart(tmp_path: Path) -> None:
+    """`pack` of instruction data names the exact paths and the leaking defaults, in one line;
+    a text pack's summary does not (its README.md does)."""
+    from typer.testing import CliRunner
+
+    from packtool.cli import app
+
+    runner = CliRunner()
+    lines = (REPO / "sample_data" / "chat.jsonl").read_text(encoding="utf-8").splitlines()
+    (tmp_path / "chat.jsonl").write_text("\n".join(lines[:10]) + "\n", encoding="utf-8")
+    template = str(REPO / "sample_data" / "chatml.jinja")
+    chat = runner.invoke(
+        app, ["pack", str(tmp_path / "chat.jsonl"), "--chat-template", template, "-L", "256",
+              "-o", str(tmp_path / "chat")],
+    )  # fmt: skip
+    assert chat.exit_code == 0, chat.output
+    (line,) = [x for x in chat.output.splitlines() if x.startswith("training:")]
+    for needed in ("padding_free=True", "DataCollatorWithFlattening", "check-model"):
+        assert needed in line
+    (tmp_path / "text.jsonl").write_text('{"text": "a b c"}\n', encoding="utf-8")
+    text = runner.invoke(
+        app, ["pack", str(tmp_path / "text.jsonl"), "-L", "16", "-o", str(tmp_path / "t")]
+    )
+    assert text.exit_code == 0 and "training:" not in text.output

@@ -31,7 +31,7 @@ from .manifest import (
     ShardEntry,
     read_manifest,
 )
-from .metadata import layout_problems, trainer_cache_files
+from .metadata import CARD_FILE, dataset_card, layout_problems, trainer_cache_files
 from .output import (
     CHAT_TEMPLATE_FILE,
     TOKENIZER_CONFIG_FILE,
@@ -68,6 +68,7 @@ from .schema import (
 from .writer import PackedBatch, ShardWriter, commit_in_place, write_dataset
 
 __all__ = [
+    "CARD_FILE",
     "CHAT_TEMPLATE_FILE",
     "COLUMNS",
     "FORMAT_NAME",
@@ -99,6 +100,7 @@ __all__ = [
     "column_names",
     "columns",
     "commit_in_place",
+    "dataset_card",
     "hf_features",
     "layout_problems",
     "open_packed",
