@@ -233,3 +233,39 @@ def test_packs_summary_says_which_trainers_keep_examples_apart(tmp_path: Path) -
         app, ["pack", str(tmp_path / "text.jsonl"), "-L", "16", "-o", str(tmp_path / "t")]
     )
     assert text.exit_code == 0 and "training:" not in text.output
+
+
+def _python_blocks(doc: str) -> list[str]:
+    import re
+
+    text = (REPO / "docs" / doc).read_text(encoding="utf-8")
+    return re.findall(r"^```python\n(.*?)^```", text, flags=re.M | re.S)
+
+
+@pytest.mark.slow  # two short TRL runs
+def test_the_trl_recipes_run_on_a_cpu(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """docs/trl.md's code blocks, as written, on a chat pack in chat/ with a tiny Llama: they
+    train on the CPU and write nothing into the pack."""
+    import shutil
+
+    chat = _pack(tmp_path_factory.mktemp("docs"), "chat")
+    shutil.copytree(chat, tmp_path / "chat")
+    monkeypatch.chdir(tmp_path)
+    blocks = _python_blocks("trl.md")
+    assert len(blocks) == 2
+    before = sorted(os.listdir(tmp_path / "chat"))
+    for block in blocks:
+        shutil.rmtree(tmp_path / "run", ignore_errors=True)
+        scope: dict[str, Any] = {
+            "model": tiny_llama(packtool.open_packed(chat).vocab_size),
+            "tokenizer": tokenizer_of(chat),
+        }
+        try:
+            exec(compile(block, "docs/trl.md", "exec"), scope)
+        finally:
+            datasets.enable_caching()
+        state = scope["trainer"].state
+        assert state.global_step > 0 and np.isfinite(state.log_history[-1]["train_loss"])
+        assert sorted(os.listdir(tmp_path / "chat")) == before
