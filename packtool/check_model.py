@@ -136,7 +136,7 @@ def load_causal_lm(
     except (OSError, ValueError, KeyError, ImportError) as e:
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise OptionError(f"{directory}: cannot load a causal LM: {first}") from e
-    return model.eval(), not has_weights
+    return model.train(False), not has_weights
 
 
 def _feed(kind: str, rows: list[dict[str, Any]]) -> tuple[dict[str, Any], Any]:

@@ -100,19 +100,19 @@ COLUMNS: tuple[Column, ...] = (
         "each document segment's chunk number (0 unless the document was split)",
     ),
     Column(
-        "labels",
-        Per.TOKEN,
-        pa.int32(),
-        f"the token to learn, or {IGNORE_INDEX} (instruction data only)",
-        labels_only=True,
-    ),
-    Column(
         "seq_lengths",
         Per.SPAN,
         pa.int32(),
         "each segment's length, the padding tail's too: diff(cu_seqlens) "
         "(what TRL's padding-free collator reads)",
         added=True,
+    ),
+    Column(
+        "labels",
+        Per.TOKEN,
+        pa.int32(),
+        f"the token to learn, or {IGNORE_INDEX} (instruction data only)",
+        labels_only=True,
     ),
 )
 """Every column a packed row can hold, in the order a shard stores them."""
