@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from .console import stderr, stdout
+from .console import plain, say, stdout
 
 
 def show_check_model(result: Any, *, as_json: bool) -> None:
@@ -20,7 +20,7 @@ def show_check_model(result: Any, *, as_json: bool) -> None:
         f"{result.model} ({weights}), {result.rows} rows fed as --feed {result.feed}, "
         f"{result.attn_implementation} on {result.device}"
     )
-    table = Table(title=title, title_justify="left")
+    table = Table(title=plain(title), title_justify="left")
     table.add_column("documents")
     table.add_column("count", justify="right")
     table.add_column("max |logit difference|, packed vs alone", justify="right")
@@ -28,12 +28,10 @@ def show_check_model(result: Any, *, as_json: bool) -> None:
         table.add_row(kind, f"{count:,}", f"{result.max_diff[kind]:.2g}")
     stdout().print(table)
     if result.advice is None:
-        stdout().print(
+        say(
             f"verdict: exact (every difference <= 1e-4): --feed {result.feed} keeps the "
-            "documents apart",
-            highlight=False,
-            soft_wrap=True,
+            "documents apart"
         )
     else:
-        stdout().print("verdict: LEAK", highlight=False)
-        stderr().print(f"[bold red]leak:[/] {result.advice}", highlight=False, soft_wrap=True)
+        say("verdict: LEAK")
+        say(result.advice, label="[bold red]leak:[/]", err=True)
