@@ -48,7 +48,7 @@ def assert_items_are_the_rows(pack: Path, dest: Path) -> None:
             "cu_seqlens": (row.cu_seqlens, np.int32),
             "doc_ids": (row.doc_ids, np.int64),
             "chunk_ids": (row.chunk_ids, np.int32),
-            "seq_lengths": (np.diff(row.cu_seqlens), np.int32),
+            "seq_lengths": (row.seq_lengths, np.int32),
         }
         if reader.has_labels:
             expected["labels"] = (row.labels, np.int32)

@@ -152,18 +152,18 @@ def test_trl_padding_free_is_exact(pack: Path, tmp_path: Path) -> None:
     ds = datasets.load_from_disk(str(pack))
     rows = [ds[i] for i in picked(pack)]
     ours = collate(rows)
-    assert torch.equal(batch["position_ids"], ours["position_ids"].reshape(1, -1))
-    assert torch.equal(batch["cu_seq_lens_q"], ours["cu_seq_lens_q"])
-    same = batch["labels"].reshape(ROWS, max_len) == ours["labels"]
-    if packtool.open_packed(pack).has_labels:
-        assert bool(same.all())  # packtool's labels, exactly
-    else:
-        # TRL builds labels = input_ids for a text pack: it also learns pad -> pad in the
-        # padding tail (its first pad excepted); the documents' labels are packtool's
-        for b, row in enumerate(rows):
-            n = row["num_tokens"]
-            assert bool(same[b, : n + 1].all())
-            assert bool((~same[b, n + 1 :]).all())
+    # the documents' positions are packtool's; each pad is a sequence of its own (position 0)
+    theirs = batch["position_ids"].reshape(ROWS, max_len)
+    for b, row in enumerate(rows):
+        n = row["num_tokens"]
+        assert torch.equal(theirs[b, :n], ours["position_ids"][b, :n])
+        assert bool((theirs[b, n:] == 0).all())
+    # every document boundary of the rows is one of TRL's sequence boundaries
+    starts = set(batch["cu_seq_lens_q"].tolist())
+    for b, row in enumerate(rows):
+        assert {b * max_len + c for c in row["cu_seqlens"]} <= starts
+    # the labels are packtool's exactly: a chat's, or a text's every token, and no padding
+    assert torch.equal(batch["labels"].reshape(ROWS, max_len), ours["labels"])
 
 
 def test_trl_padding_free_trains(pack: Path, tmp_path: Path) -> None:

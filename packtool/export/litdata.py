@@ -73,7 +73,9 @@ def items(reader: PackedReader) -> Iterator[dict[str, Any]]:
                 else:
                     ragged[c.name] = _ragged(data)
             cu_off, cu = ragged["cu_seqlens"]
-            span, span_off = seq_lengths(cu[cu_off[0] : cu_off[-1]], cu_off - cu_off[0])
+            span, span_off = seq_lengths(
+                cu[cu_off[0] : cu_off[-1]], cu_off - cu_off[0], fixed["num_tokens"]
+            )
             ragged["seq_lengths"] = (span_off, span)
             for r in range(n):
                 item: dict[str, Any] = {}

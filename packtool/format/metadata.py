@@ -69,8 +69,8 @@ def dataset_card(schema: pa.Schema) -> str:
     trl_note = (
         "; it learns packtool's `labels`"
         if labels
-        else "; it builds `labels = input_ids`, so it also learns pad after pad in a row's padding "
-        "tail"
+        else "; it builds `labels = input_ids` and learns no pad (`seq_lengths` makes each pad a "
+        "sequence of its own)"
     )
     return _CARD.format(max_len=max_len, kind=kind, trl_note=trl_note)
 

@@ -18,7 +18,7 @@ from ..errors import FormatError, RowIndexError
 from ..fs import AnyPath, StorePath, arrow_input, as_path
 from .cache import cached_shard
 from .manifest import MANIFEST_FILE, Manifest, ShardEntry, is_count, read_manifest
-from .schema import Per, columns, int_array, schema_problem
+from .schema import Per, columns, int_array, schema_problem, seq_lengths
 
 __all__ = ["PackedReader", "PackedRow", "Segment", "open_packed"]
 
@@ -56,9 +56,11 @@ class PackedRow:
 
     @property
     def seq_lengths(self) -> np.ndarray:
-        """Every segment's length, the padding tail's too: ``diff(cu_seqlens)`` (the
+        """The documents' segment lengths, then each pad of the padding tail on its own (the
         ``seq_lengths`` column, derived here also for a pack written before it)."""
-        return np.diff(np.asarray(self.cu_seqlens, dtype=np.int64)).astype(np.int32)
+        cu = np.asarray(self.cu_seqlens, dtype=np.int64)
+        values, _ = seq_lengths(cu, np.array([0, cu.size]), np.array([self.num_tokens]))
+        return values.astype(np.int32)
 
     @property
     def segments(self) -> list[Segment]:

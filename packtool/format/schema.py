@@ -9,7 +9,7 @@ One row, ``max_len`` 24, documents of 5, 9 and 7 tokens, then 3 pad tokens (``P`
     num_tokens   21
     doc_ids      [d_a, d_b, d_c]       (one per document segment; none for the padding)
     chunk_ids    [0, 0, 0]
-    seq_lengths  [5, 9, 7, 3]          (diff(cu_seqlens): every segment, the padding's too)
+    seq_lengths  [5, 9, 7, 1, 1, 1]    (the documents' lengths, then each pad on its own)
 
 The padding tail is a segment of its own (the last one), so the segments cover every position
 and ``position_ids[cu[i]:cu[i+1]] == arange(cu[i+1] - cu[i])`` holds for every segment.
@@ -136,18 +136,37 @@ def column_names(with_labels: bool = False, *per: Per, added: bool = True) -> li
     return [c.name for c in columns(with_labels, *per, added=added)]
 
 
-def seq_lengths(cu_values: np.ndarray, cu_offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def seq_lengths(
+    cu_values: np.ndarray, cu_offsets: np.ndarray, num_tokens: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
     """The ``seq_lengths`` (values, offsets) of rows whose ``cu_seqlens`` are ``cu_values``
-    split at ``cu_offsets``: each row's ``diff(cu_seqlens)``, one value fewer per row."""
+    split at ``cu_offsets`` and whose real tokens are ``num_tokens``: each row's document
+    segments' lengths (``diff(cu_seqlens)``), then its padding tail as segments of one token
+    each, so that a trainer that learns no label at a sequence start (TRL's padding-free
+    collator) learns no padding, and each pad attends only to itself."""
     cu_values = np.asarray(cu_values, dtype=np.int64)
     cu_offsets = np.asarray(cu_offsets, dtype=np.int64)
+    num_tokens = np.asarray(num_tokens, dtype=np.int64)
     counts = np.diff(cu_offsets)
     lengths = np.diff(cu_values)
     # a row's last boundary to the next row's first is no segment
     ends = cu_offsets[1:][counts > 0] - 1
     lengths = np.delete(lengths, ends[ends < lengths.size])
-    offsets = np.concatenate([[0], np.cumsum(np.maximum(counts - 1, 0))])
-    return lengths, offsets
+    per_row = np.maximum(counts - 1, 0)
+    seg_off = np.concatenate([[0], np.cumsum(per_row)])
+    # the padding tail: the last segment of a row whose last boundary is past its real tokens
+    has = per_row > 0
+    last = np.zeros(counts.size, np.int64)
+    last[has] = cu_values[cu_offsets[1:][has] - 1]
+    where = np.flatnonzero(has & (last > num_tokens))
+    seg = seg_off[where + 1] - 1
+    pads = np.minimum(last[where] - num_tokens[where], lengths[seg]).clip(min=1)
+    reps = np.ones(lengths.size, np.int64)
+    reps[seg] = pads
+    values = lengths.copy()
+    values[seg] = 1
+    per_row[where] += pads - 1
+    return np.repeat(values, reps), np.concatenate([[0], np.cumsum(per_row)])
 
 
 def row_bytes(max_len: int, with_labels: bool = False) -> int:

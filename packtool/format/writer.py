@@ -86,7 +86,7 @@ class PackedBatch:
         if name == "cu_seqlens":
             return self.cu_values, self.cu_offsets
         if name == "seq_lengths":
-            return seq_lengths(self.cu_values, self.cu_offsets)
+            return seq_lengths(self.cu_values, self.cu_offsets, self.num_tokens)
         return getattr(self, name), self.seg_offsets
 
 

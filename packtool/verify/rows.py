@@ -364,10 +364,10 @@ def _check_shape(b: _Block, report: _Report) -> _Shape:
 
 
 def _check_seq_lengths(b: _Block, ok: np.ndarray, report: _Report) -> None:
-    """seq_lengths is diff(cu_seqlens), in every row (well-formed rows)."""
+    """seq_lengths is the documents' lengths then one per pad, in every row (well-formed rows)."""
     if b.spans is None or b.span_off is None:
         return
-    expected, expected_off = seq_lengths(b.cu, b.cu_off)
+    expected, expected_off = seq_lengths(b.cu, b.cu_off, b.nt)
     spans, span_off = b.spans, b.span_off
     counts_bad = np.diff(span_off) != np.diff(expected_off)
     diff_row = np.repeat(np.arange(b.n), np.diff(expected_off))
@@ -379,7 +379,10 @@ def _check_seq_lengths(b: _Block, ok: np.ndarray, report: _Report) -> None:
     def describe(i: int) -> str:
         got = spans[span_off[i] : span_off[i + 1]]
         want = expected[expected_off[i] : expected_off[i + 1]]
-        return f"seq_lengths {_show(got)} is not diff(cu_seqlens) {_show(want)}"
+        return (
+            f"seq_lengths {_show(got)} is not {_show(want)} (the documents' lengths by "
+            "cu_seqlens, then one per pad)"
+        )
 
     report("seq_lengths", bad, describe)
 
