@@ -31,7 +31,7 @@ from .manifest import (
     ShardEntry,
     read_manifest,
 )
-from .metadata import layout_problems
+from .metadata import CARD_FILE, dataset_card, layout_problems, trainer_cache_files
 from .output import (
     CHAT_TEMPLATE_FILE,
     TOKENIZER_CONFIG_FILE,
@@ -63,10 +63,12 @@ from .schema import (
     packed_schema,
     row_bytes,
     schema_problem,
+    seq_lengths,
 )
 from .writer import PackedBatch, ShardWriter, commit_in_place, write_dataset
 
 __all__ = [
+    "CARD_FILE",
     "CHAT_TEMPLATE_FILE",
     "COLUMNS",
     "FORMAT_NAME",
@@ -98,6 +100,7 @@ __all__ = [
     "column_names",
     "columns",
     "commit_in_place",
+    "dataset_card",
     "hf_features",
     "layout_problems",
     "open_packed",
@@ -107,7 +110,9 @@ __all__ = [
     "remove_stale_temporaries",
     "row_bytes",
     "schema_problem",
+    "seq_lengths",
     "sha256_file",
+    "trainer_cache_files",
     "write_dataset",
     "write_error",
 ]
