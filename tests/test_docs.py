@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import re
+import shlex
+from pathlib import Path
 
 import pytest
 from conftest import REPO
@@ -41,16 +43,6 @@ def test_every_option_is_documented(command: str) -> None:
     assert options, command
     missing = sorted(o for o in options if not re.search(re.escape(o) + r"(?![a-z-])", DOCS))
     assert not missing, f"packtool {command}: undocumented options {missing}"
-
-
-def test_readme_pack_table_lists_every_pack_option() -> None:
-    readme = (REPO / "README.md").read_text(encoding="utf-8")
-    table = readme[readme.index("## `packtool pack` options") :]
-    table = table[: table.index("\n## ")]
-    missing = sorted(
-        o for o in options_of("pack") if not re.search(re.escape(o) + r"(?![a-z-])", table)
-    )
-    assert not missing, f"README's pack table misses {missing}"
 
 
 def test_ci_runs_the_readme_test_command_in_parallel() -> None:
@@ -92,3 +84,77 @@ def test_the_cli_reference_is_what_the_cli_declares() -> None:
                     assert f"`{option}`" in section, (command, option)
     assert "| `--max-len`, `-L` INTEGER | (required) |" in text
     assert "| `--seed` | `0` | Seed of the row shuffle. |" in text
+
+
+README = (REPO / "README.md").read_text(encoding="utf-8")
+
+
+def test_readme_is_a_front_door() -> None:
+    """At most 150 lines; the long option tables live in docs/cli.md, linked from it."""
+    assert len(README.splitlines()) <= 150
+    assert "(docs/cli.md)" in README
+    for doc in re.findall(r"\]\((docs/[\w.]+\.md|CHANGELOG\.md)", README):
+        assert (REPO / doc).is_file(), doc
+
+
+def _cells(line: str) -> list[str]:
+    """A table row's cells, whether drawn with rich's box characters or with spaces."""
+    return [c.strip() for c in re.split(r"\s{2,}|[│┃|]", line.strip()) if c.strip()]
+
+
+def _tour() -> list[tuple[str, list[str]]]:
+    """The README tour's commands (``$ packtool ...``) and the output lines shown after each."""
+    shown: list[tuple[str, list[str]]] = []
+    fence: str | None = None  # the info string of the code block we are in
+    for line in README.splitlines():
+        if line.startswith("```"):
+            fence = None if fence is not None else line[3:]
+        elif fence == "" and line.startswith("$ packtool "):
+            shown.append((line[2:], []))
+        elif fence == "" and shown and line.strip():
+            shown[-1][1].append(line)
+        elif fence is None and shown:
+            shown.append(("", []))  # prose ends a command's output
+    return [(c, lines) for c, lines in shown if c]
+
+
+@pytest.mark.slow
+def test_readme_tour_runs_and_prints_what_it_shows(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every command of the tour runs on the sample data, and every line of output the README
+    shows is in what it prints (the same cells, figures recomputed)."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "sample_data").symlink_to(REPO / "sample_data")
+    tour = _tour()
+    assert [c.split()[1] for c, _ in tour] == ["pack", "stats", "inspect", "verify"]
+    for command, lines in tour:
+        result = CliRunner().invoke(app, shlex.split(command)[1:], env={"COLUMNS": "100"})
+        assert result.exit_code == 0, (command, result.output)
+        printed = [_cells(out) for out in result.output.splitlines()]
+        for line in lines:
+            want = _cells(line)
+            assert any(got[: len(want)] == want for got in printed), (command, line)
+    assert (tmp_path / "stats.html").is_file()
+    # the other commands of the README's code blocks run too
+    commands = re.findall(r"^(packtool (?:pack|inspect) .*?)(?:\s+#.*)?$", README, flags=re.M)
+    for command in commands:
+        result = CliRunner().invoke(app, shlex.split(command)[1:], env={"COLUMNS": "200"})
+        assert result.exit_code == 0, (command, result.output)
+
+
+@pytest.mark.slow
+@pytest.mark.torch
+def test_readme_training_snippet_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import packtool
+
+    monkeypatch.chdir(tmp_path)
+    packtool.pack([REPO / "sample_data" / "corpus.jsonl"], "out/", max_len=4096)
+    training = README[README.index("## Training") :]
+    (snippet,) = re.findall(r"```python\n(.*?)```", training, flags=re.S)[:1]
+    scope: dict = {}
+    exec(compile(snippet, "README.md", "exec"), scope)
+    loss = scope["loss"]
+    assert loss.ndim == 0 and bool(loss.isfinite())
+    grads = [p.grad for p in scope["model"].parameters() if p.grad is not None]
+    assert grads  # the backward pass reached the model

@@ -30,7 +30,7 @@ def special_strings_line(documents: int, parsed: bool) -> str | None:
 
 BUNDLED_TOKENIZER_NOTE = (
     "tokenized with packtool's bundled sample tokenizer (an 8,192-id BPE trained on "
-    "sample_data, for trying packtool out): pass --tokenizer for your model's"
+    "sample_data, for trying packtool out): pass --tokenizer for your model's tokenizer"
 )
 
 

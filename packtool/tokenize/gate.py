@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import TokenizerError
+from ..fs import user_cache_dir
 from .backend import Backend, BackendSpec, Engine, first_line, package_version
 from .registry import AUTO, REFERENCE, candidates
 
@@ -85,11 +86,7 @@ def probe_texts(tok: Any) -> list[str]:
 
 
 def _cache_dir() -> Path:
-    root = os.environ.get("PACKTOOL_CACHE_DIR")
-    if root:
-        return Path(root)
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "packtool"
+    return user_cache_dir()
 
 
 def gate_key(tok: Any, backend: BackendSpec, add_special: bool, parse_special: bool) -> str:
