@@ -29,9 +29,11 @@ from __future__ import annotations
 
 import contextlib
 import enum
+import functools
 import hashlib
 import json
 import os
+import re
 import threading
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -92,6 +94,9 @@ def _tojson(
     separators: Any = None,
     sort_keys: bool = False,
 ) -> str:
+    wide = len(indent) if isinstance(indent, str) else indent
+    if isinstance(wide, (int, float)) and wide > _MAX_INDENT:
+        _refuse(f"tojson with an indent of {wide:,} (at most {_MAX_INDENT})")
     return json.dumps(
         value, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys
     )
@@ -100,8 +105,89 @@ def _tojson(
 DEFAULT_TEMPLATE_TIMEOUT = 10.0
 """Seconds a chat template may spend on one record (``--template-timeout``)."""
 
-_MAX_REPEAT = 10_000_000  # longest string or list a template may make with ``*``
+_MAX_REPEAT = 10_000_000  # longest string or list a template may make in one operation
 _MAX_POWER_BITS = 1 << 16  # largest integer (in bits) a template may make with ``**``
+_MAX_INDENT = 256  # tojson's widest indent
+_MAX_LIPSUM_WORDS = 100_000  # lipsum(n, min, max): n * max
+_MAX_OUTPUT_FLOOR = 1 << 22  # characters a rendering may make beyond 4x its messages' text
+_WIDE_FORMAT = re.compile(r"(%[^a-zA-Z%]*|\{[^{}]*:[^{}]*)\d{8}")  # a width of 10^7 or more
+
+
+def _refuse(what: str) -> None:
+    from jinja2.sandbox import SecurityError
+
+    raise SecurityError(f"{what} is too large")
+
+
+def _check_made(value: Any, what: str) -> Any:
+    """``value``, if it is not a string or container longer than :data:`_MAX_REPEAT`."""
+    if isinstance(value, (str, list, tuple, dict)) and len(value) > _MAX_REPEAT:
+        _refuse(f"{what} making a {type(value).__name__} of {len(value):,} items")
+    return value
+
+
+def _check_arguments(what: str, args: Sequence[Any], kwargs: Mapping[str, Any]) -> None:
+    """Refuse a number above :data:`_MAX_REPEAT` given to a function or filter (a width, a
+    count: what makes a string of that size in one step of C that no budget could stop)."""
+    for value in (*args, *kwargs.values()):
+        number = isinstance(value, (int, float)) and not isinstance(value, bool)
+        if number and abs(value) > _MAX_REPEAT:
+            _refuse(f"{what} given {value:,}")
+
+
+def _check_string_call(obj: Any, args: Sequence[Any]) -> None:
+    """Bound the string methods whose result can be far longer than their arguments."""
+    obj = getattr(obj, "__wrapped__", obj)  # the sandbox's wrapper of str.format
+    owner, name = getattr(obj, "__self__", None), getattr(obj, "__name__", "")
+    if not isinstance(owner, str):
+        return
+    if name == "replace" and len(args) >= 2 and isinstance(args[0], str):
+        new = args[1] if isinstance(args[1], str) else ""
+        count = owner.count(args[0]) if args[0] else len(owner) + 1
+        if len(owner) + count * max(0, len(new) - len(args[0])) > _MAX_REPEAT:
+            _refuse(f"replacing {count:,} times in a string of {len(owner):,} characters")
+    elif name == "join" and args and isinstance(args[0], (list, tuple)):
+        if len(owner) * len(args[0]) > _MAX_REPEAT:
+            _refuse(f"joining {len(args[0]):,} items with {len(owner):,} characters")
+    elif name in ("format", "format_map") and _WIDE_FORMAT.search(owner):
+        _refuse("a format width of 10,000,000 or more")
+
+
+def _joined(items: Sequence[Any]) -> str:
+    """What ``a ~ b ~ c`` makes, bounded."""
+    parts = [str(x) for x in items]
+    if sum(map(len, parts)) > _MAX_REPEAT:
+        _refuse(f"joining with ~ {sum(map(len, parts)):,} characters")
+    return "".join(parts)
+
+
+def _lipsum(n: int = 5, html: bool = True, min: int = 20, max: int = 100) -> Any:
+    from jinja2.utils import generate_lorem_ipsum
+
+    if not all(isinstance(v, int) for v in (n, min, max)) or n * max > _MAX_LIPSUM_WORDS:
+        _refuse(f"lipsum of {n!r} paragraphs of up to {max!r} words")
+    return generate_lorem_ipsum(n=n, html=html, min=min, max=max)
+
+
+_lipsum.__name__ = "lipsum"  # as errors name it
+
+
+def _bounded_filter(name: str, function: Any) -> Any:
+    """A filter checked like a call of the sandbox: budget, arguments, size of the result."""
+
+    skip = 2 if hasattr(function, "jinja_pass_arg") else 1  # the context, then the value
+
+    @functools.wraps(function)  # keeps jinja's pass_context & co
+    def bounded(*args: Any, **kwargs: Any) -> Any:
+        _check_budget()
+        _check_arguments(f"the filter {name}", args[skip:], kwargs)
+        value = args[skip - 1] if len(args) >= skip else None
+        if name == "format" and isinstance(value, str) and _WIDE_FORMAT.search(value):
+            _refuse("a format width of 10,000,000 or more")
+        return _check_made(function(*args, **kwargs), f"the filter {name}")
+
+    return bounded
+
 
 _budget = threading.local()  # .deadline, .seconds: the budget of this thread's record
 
@@ -142,26 +228,67 @@ def _budgeted(iterable: Iterable[Any]) -> Iterator[Any]:
         yield item
 
 
+class _TooMuchText(Exception):
+    pass
+
+
+def _text_size(messages: Sequence[Mapping[str, Any]]) -> int:
+    """About the characters of ``messages`` (their string values; others by their repr)."""
+    size = 0
+    for m in messages:
+        for value in m.values() if isinstance(m, Mapping) else (m,):
+            size += len(value) if isinstance(value, str) else len(repr(value))
+    return size
+
+
+def _bounded_output(parts: Iterable[Any], messages: Sequence[Mapping[str, Any]]) -> str:
+    """The rendered text from its parts, stopped once longer than the output bound: at most
+    :data:`_MAX_OUTPUT_FLOOR` characters beyond 4 times the messages' own text."""
+    limit = _MAX_OUTPUT_FLOOR + 4 * _text_size(messages)
+    out: list[str] = []
+    total = 0
+    for part in parts:
+        total += len(part)
+        if total > limit:
+            raise _TooMuchText(limit)
+        out.append(part)
+    return "".join(out)
+
+
 def _environment() -> Any:
     from jinja2 import DictLoader, nodes
     from jinja2.ext import Extension, loopcontrols
     from jinja2.sandbox import ImmutableSandboxedEnvironment, SecurityError
+    from jinja2.visitor import NodeTransformer
 
     class _BudgetedEnvironment(ImmutableSandboxedEnvironment):
         """The sandbox, checking the render budget (:func:`render_budget`) at every call, at
         every step of every loop, and before ``*`` and ``**``, which it also bounds (one such
         operation in C could not be stopped)."""
 
-        intercepted_binops = frozenset({"*", "**"})
-        budgeted = staticmethod(_budgeted)  # an attribute of the environment: no template
-        # variable can shadow it
+        intercepted_binops = frozenset({"*", "**", "+", "%"})
+        budgeted = staticmethod(_budgeted)  # attributes of the environment: no template
+        joined = staticmethod(_joined)  # variable can shadow them
 
         def call(self, context: Any, obj: Any, /, *args: Any, **kwargs: Any) -> Any:
             _check_budget()
-            return super().call(context, obj, *args, **kwargs)
+            what = f"calling {getattr(obj, '__name__', type(obj).__name__)}"
+            _check_arguments(what, args, kwargs)
+            _check_string_call(obj, args)
+            return _check_made(super().call(context, obj, *args, **kwargs), what)
 
         def call_binop(self, context: Any, operator: str, left: Any, right: Any) -> Any:
             _check_budget()
+            if operator == "+":
+                sized = (str, list, tuple)
+                both = isinstance(left, sized) and isinstance(right, sized)
+                if both and len(left) + len(right) > _MAX_REPEAT:
+                    _refuse(f"adding {len(left):,} and {len(right):,} items")
+                return super().call_binop(context, operator, left, right)
+            if operator == "%":
+                if isinstance(left, str) and _WIDE_FORMAT.search(left):
+                    _refuse("a format width of 10,000,000 or more")
+                return _check_made(super().call_binop(context, operator, left, right), "%")
             ints = isinstance(left, int) and isinstance(right, int)
             if operator == "**" and ints and right > 0 and abs(left) > 1:
                 if right * abs(left).bit_length() > _MAX_POWER_BITS:
@@ -184,15 +311,23 @@ def _environment() -> Any:
             raw: bool = False,
             defer_init: bool = False,
         ) -> Any:
-            if isinstance(source, str):  # every {% for %} iterates through _budgeted
-                source = self.parse(source, name, filename)
+            if isinstance(source, str):  # every {% for %} iterates through _budgeted,
+                source = self.parse(source, name, filename)  # every ~ is made by _joined
                 for loop in source.find_all(nodes.For):
                     budgeted = nodes.EnvironmentAttribute("budgeted", lineno=loop.lineno)
                     loop.iter = nodes.Call(
                         budgeted, [loop.iter], [], None, None, lineno=loop.lineno
                     )
+                source = _BoundedConcat().visit(source)
                 source.set_environment(self)
             return super().compile(source, name, filename, raw, defer_init)
+
+    class _BoundedConcat(NodeTransformer):
+        def visit_Concat(self, node: Any) -> Any:
+            self.generic_visit(node)
+            joined = nodes.EnvironmentAttribute("joined", lineno=node.lineno)
+            items = nodes.List(node.nodes, lineno=node.lineno)
+            return nodes.Call(joined, [items], [], None, None, lineno=node.lineno)
 
     class _Generation(Extension):
         """``{% generation %}...{% endgeneration %}`` (Hugging Face's marker of assistant text):
@@ -215,7 +350,10 @@ def _environment() -> Any:
         loader=DictLoader({}),  # no files: {% include %} and {% import %} find nothing
     )
     env.filters["tojson"] = _tojson
+    for name, function in list(env.filters.items()):
+        env.filters[name] = _bounded_filter(name, function)
     env.globals["raise_exception"] = _raise_exception
+    env.globals["lipsum"] = _lipsum
     return env
 
 
@@ -284,13 +422,17 @@ class ChatTemplate:
 
         try:
             with render_budget(self.timeout):
-                return str(
-                    self._compiled.render(
-                        messages=list(messages),
-                        add_generation_prompt=add_generation_prompt,
-                        **self.variables,
-                    )
+                parts = self._compiled.generate(
+                    messages=list(messages),
+                    add_generation_prompt=add_generation_prompt,
+                    **self.variables,
                 )
+                return _bounded_output(parts, messages)
+        except _TooMuchText as e:
+            raise RenderError(
+                f"the chat template made more than {e.args[0]:,} characters of text for this "
+                f"record (at most {_MAX_OUTPUT_FLOOR:,} beyond 4 times its messages' text)"
+            ) from None
         except _OverBudget as e:
             raise RenderError(
                 f"the chat template ran for more than {e.args[0]:g} s on this record (a loop "
