@@ -76,6 +76,7 @@ _EXPORTS: dict[str, str] = {
     "plan_units": "units",
     "rank_share": "order",
     "row_mask_grid": "inspect",
+    "stats_page": "stats_html",
     "verify": "verify",
 }
 
@@ -100,6 +101,7 @@ if TYPE_CHECKING:  # for type checkers and IDEs: the same names, imported eagerl
     from .packing import Overflow, first_fit_decreasing, lower_bound_rows
     from .pipeline import PackReport, pack
     from .stats import CorpusStats, DatasetStats, PackingStats, corpus_stats, dataset_stats
+    from .stats_html import stats_page
     from .tokenize import DocumentEncoder, HFTokenizer, SpecialTokens, Tokenizer, load_tokenizer
     from .units import Unit, UnitResult, plan_units
     from .verify import AgainstReport, Problem, VerifyReport, verify
@@ -158,6 +160,7 @@ __all__ = [
     "plan_units",
     "rank_share",
     "row_mask_grid",
+    "stats_page",
     "verify",
 ]
 

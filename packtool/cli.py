@@ -585,6 +585,23 @@ def stats(
     as_json: Annotated[
         bool, typer.Option("--json", help="Print the figures as one JSON object.")
     ] = False,
+    html: Annotated[
+        Path | None,
+        typer.Option(
+            "--html",
+            help="Also write the figures and charts as one self-contained HTML page (no "
+            "script, nothing loaded: it opens offline).",
+            show_default=False,
+        ),
+    ] = None,
+    svg: Annotated[
+        Path | None,
+        typer.Option(
+            "--svg",
+            help="Also write each chart as DIR/NAME.svg (the directory is made).",
+            show_default=False,
+        ),
+    ] = None,
     tokenizer: Annotated[str | None, _TOKENIZER_CORPUS] = None,
     text_field: Annotated[str, _TEXT_FIELD_CORPUS] = "text",
     overflow: Annotated[
@@ -683,6 +700,13 @@ def stats(
                 progress=progress,
             )
     show_stats(result, as_json=as_json)
+    if html is not None or svg is not None:
+        from .render.stats import say_written
+        from .stats_html import write_html, write_svgs
+
+        written = [write_html(result, html)] if html is not None else []
+        written += write_svgs(result, svg) if svg is not None else []
+        say_written(written, quiet=as_json)
 
 
 # -- inspect ------------------------------------------------------------------------------

@@ -66,6 +66,7 @@ from .tokenize import (
 
 __all__ = [
     "BATCHINGS",
+    "BATCHING_LABELS",
     "IMBALANCE_EDGES",
     "BalanceStats",
     "Batching",
@@ -81,12 +82,20 @@ __all__ = [
     "dataset_stats",
     "default_cache_dir",
     "histogram",
+    "imbalance_labels",
     "is_packed_output",
     "parse_max_lens",
 ]
 
 BATCHINGS = ("packed", "pad_to_max_len", "random_batches", "length_grouped")
 """The keys of :attr:`PackingStats.comparison`, in display order."""
+BATCHING_LABELS = {
+    "packed": "packed",
+    "pad_to_max_len": "pad to max_len",
+    "random_batches": "random batches",
+    "length_grouped": "length-grouped",
+}
+"""How the terminal report and the HTML page name each of :data:`BATCHINGS`."""
 
 LENGTH_BINS = 16
 FILL_BINS = 10
@@ -122,6 +131,23 @@ class Histogram:
 
     def to_dict(self) -> dict[str, Any]:
         return {"edges": list(self.edges), "counts": list(self.counts), "above": self.above}
+
+    def labels(self, percent_of: int | None = None) -> list[str]:
+        """Labels of the bins: ``≤ e1``, ``e1+1–e2``, ..., or percents of ``percent_of``
+        (``above`` has none: its reader names it)."""
+        e = self.edges
+        labels = []
+        for i in range(len(e) - 1):
+            lo, hi = e[i], e[i + 1]
+            if percent_of:
+                labels.append(f"{100 * lo / percent_of:.0f}–{100 * hi / percent_of:.0f}%")
+            elif i == 0:
+                labels.append(f"≤ {hi:,}" if hi - lo > 1 else f"{hi:,}")
+            elif hi - lo == 1:
+                labels.append(f"{hi:,}")
+            else:
+                labels.append(f"{lo + 1:,}–{hi:,}")
+        return labels
 
 
 @dataclass(frozen=True)
@@ -260,6 +286,13 @@ class PackingStats:
 
 IMBALANCE_EDGES = (0, 10, 20, 30, 50, 100, 200, 500, 1000)
 """Bins of the per-step imbalance histogram, in thousandths over 1 (10: max/mean 1.01)."""
+
+
+def imbalance_labels(hist: Histogram) -> list[str]:
+    """Labels of an imbalance histogram's bins and of its ``above``, in percent over 1."""
+    e = hist.edges
+    inner = [f"+{e[i] / 10:g}–{e[i + 1] / 10:g}%" for i in range(1, len(e) - 1)]
+    return [f"≤ +{e[1] / 10:g}%", *inner, f"> +{e[-1] / 10:g}%"]
 
 
 @dataclass(frozen=True)

@@ -47,6 +47,8 @@ LAYERS: dict[str, int] = {
     "stats": 6,
     "verify": 6,
     "export": 6,
+    # 7: the stats page (figures drawn as SVG in one HTML page)
+    "stats_html": 7,
     # 7-9: work units, their merge, the engines that run them
     "units": 7,
     "merge": 8,

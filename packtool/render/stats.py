@@ -15,6 +15,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ..stats import (
+    BATCHING_LABELS,
     BATCHINGS,
     BalanceStats,
     CorpusStats,
@@ -23,11 +24,12 @@ from ..stats import (
     Histogram,
     LengthSummary,
     PackingStats,
+    imbalance_labels,
 )
-from .console import stdout
+from .console import stderr, stdout
 from .pack import print_notices, say_bad_records, say_skipped
 
-__all__ = ["render_corpus_stats", "render_dataset_stats", "show_stats"]
+__all__ = ["render_corpus_stats", "render_dataset_stats", "say_written", "show_stats"]
 
 BAR_WIDTH = 40
 _EIGHTHS = " ▏▎▍▌▋▊▉"
@@ -46,29 +48,12 @@ def _pct(x: float) -> str:
     return f"{x:.1%}"
 
 
-def _bin_labels(hist: Histogram, percent_of: int | None = None) -> list[str]:
-    """Labels of the bins: ``≤ e1``, ``e1+1–e2``, ..., or percents of ``percent_of``."""
-    e = hist.edges
-    labels = []
-    for i in range(len(e) - 1):
-        lo, hi = e[i], e[i + 1]
-        if percent_of:
-            labels.append(f"{100 * lo / percent_of:.0f}–{100 * hi / percent_of:.0f}%")
-        elif i == 0:
-            labels.append(f"≤ {hi:,}" if hi - lo > 1 else f"{hi:,}")
-        elif hi - lo == 1:
-            labels.append(f"{hi:,}")
-        else:
-            labels.append(f"{lo + 1:,}–{hi:,}")
-    return labels
-
-
 def histogram_table(
     title: str, hist: Histogram, *, percent_of: int | None = None, above: str = ""
 ) -> Table:
     """One histogram as a table: bin, count, share, and a bar."""
     counts = list(hist.counts)
-    labels = _bin_labels(hist, percent_of)
+    labels = hist.labels(percent_of)
     if hist.above:
         counts.append(hist.above)
         labels.append(above or f"> {hist.edges[-1]:,}")
@@ -89,14 +74,6 @@ def _counts_table(title: str, labels: list[str], counts: list[int]) -> Table:
     return table
 
 
-_BATCHING_LABELS = {
-    "packed": "packed",
-    "pad_to_max_len": "pad to max_len",
-    "random_batches": "random batches",
-    "length_grouped": "length-grouped",
-}
-
-
 _CAPTION = (
     "slots: token positions computed; padding: share of them that are padding; saved: slots "
     "packing avoids; speed-up: real tokens per slot, packed / that batching (docs/stats.md)"
@@ -109,7 +86,7 @@ def _comparison_rows(table: Table, p: PackingStats, first: str | None = None) ->
         saved = "-" if key == "packed" else f"{b.slots_saved:,}"
         speedup = "-" if b.speedup is None else f"{b.speedup:.2f}x"
         cells = [
-            _BATCHING_LABELS[key],
+            BATCHING_LABELS[key],
             f"{b.slots:,}",
             _pct(b.padding_fraction),
             saved,
@@ -277,13 +254,7 @@ def balance_line(b: BalanceStats) -> str:
 
 
 def _imbalance_table(title: str, hist: Histogram) -> Table:
-    e = hist.edges
-    labels = [f"≤ +{e[1] / 10:g}%"] + [
-        f"+{e[i] / 10:g}–{e[i + 1] / 10:g}%" for i in range(1, len(e) - 1)
-    ]
-    counts = [*hist.counts, hist.above]
-    labels.append(f"> +{e[-1] / 10:g}%")
-    return _counts_table(title, labels, counts)
+    return _counts_table(title, imbalance_labels(hist), [*hist.counts, hist.above])
 
 
 def balance_parts(b: BalanceStats) -> list[RenderableType]:
@@ -380,3 +351,14 @@ def show_stats(result: Any, *, as_json: bool) -> None:
         return
     stdout().print(render_corpus_stats(result) if corpus else render_dataset_stats(result))
     say_bad_records(result.bad_records)
+
+
+def say_written(paths: list[Any], *, quiet: bool) -> None:
+    """The line naming the page and charts ``stats --html/--svg`` wrote (on stderr with
+    ``--json``, so standard output stays one JSON object)."""
+    if not paths:
+        return
+    names = ", ".join(str(p) for p in paths[:3]) + (
+        f" and {len(paths) - 3} more" if len(paths) > 3 else ""
+    )
+    (stderr() if quiet else stdout()).print(Text(f"wrote {names}"), soft_wrap=True)
