@@ -763,3 +763,58 @@ def test_the_bounds_leave_ordinary_templates_alone() -> None:
     chat = [{"role": "user", "content": "Hi"}]
     rendered = ChatTemplate.from_string(text).render(chat)
     assert rendered.startswith('<|user|>Hiuser  |{\n  "role": "user",\n  "content": "Hi"\n}   1')
+
+
+# -- issue 35, 7: what a killed run left is removed by the next run and named by verify ---------
+
+
+def _dead_pid() -> int:
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return proc.pid
+
+
+def _leave(path: Path, megabytes: int = 1) -> Path:
+    """A staging directory as a run killed by SIGKILL leaves it."""
+    path.mkdir()
+    (path / "data-00000-of-00001.arrow").write_bytes(bytes(megabytes << 20))
+    return path
+
+
+def test_what_killed_runs_left_is_named_by_verify_and_removed_by_the_next_run(
+    tmp_path: Path,
+) -> None:
+    src = tmp_path / "in.jsonl"
+    src.write_text("".join(json.dumps({"text": "word " * (i % 30)}) + "\n" for i in range(200)))
+    out = tmp_path / "out"
+    result = run("pack", src, "-L", "64", "-o", out, "--units", "2", "--copy")
+    assert result.exit_code == 0, result.output
+    pid = _dead_pid()
+    merge_stage = _leave(out / f"..merge.packtool-tmp-{pid}", 2)  # merge --copy, kill -9
+    aside = out / f".manifest.json.packtool-tmp-{pid}"
+    aside.write_text("{}")
+    beside = _leave(tmp_path / f".out.packtool-tmp-{pid}")  # pack, kill -9
+    live = _leave(tmp_path / f".out.packtool-tmp-{os.getpid()}")  # a live run's: kept
+
+    result = run("verify", out)
+    assert result.exit_code == 0, result.output
+    said = " ".join(result.output.split())
+    for left in (merge_stage, aside, beside):
+        assert f"left by a killed run: {left}" in said, said
+    assert "(2.1 MB)" in said and str(live) not in said
+
+    result = run("merge", out, "--copy")
+    assert result.exit_code == 0, result.output
+    assert not merge_stage.exists() and not aside.exists() and not beside.exists()
+    assert live.exists()
+    result = run("verify", out)
+    assert result.exit_code == 0 and "left by a killed run" not in result.output
+
+
+def test_an_export_removes_what_a_killed_export_left(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    assert run("pack", SAMPLE, "-L", "256", "-o", out).exit_code == 0
+    left = _leave(tmp_path / f".megatron.packtool-tmp-{_dead_pid()}")
+    result = run("export", out, "--to", "megatron", "-o", tmp_path / "megatron")
+    assert result.exit_code == 0, result.output
+    assert not left.exists()

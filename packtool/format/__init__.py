@@ -34,12 +34,14 @@ from .manifest import (
 from .metadata import layout_problems
 from .output import (
     CHAT_TEMPLATE_FILE,
+    MERGE_STAGE,
     TOKENIZER_CONFIG_FILE,
     check_output_dir,
     check_store_output,
     publish,
     remove_stale_temporaries,
     sha256_file,
+    stale_temporaries,
     write_error,
 )
 from .reader import PackedReader, PackedRow, Segment, open_packed
@@ -73,6 +75,7 @@ __all__ = [
     "FORMAT_VERSION",
     "IGNORE_INDEX",
     "MANIFEST_FILE",
+    "MERGE_STAGE",
     "TOKENIZER_CONFIG_FILE",
     "BackendRecord",
     "ChatTemplateRecord",
@@ -108,6 +111,7 @@ __all__ = [
     "row_bytes",
     "schema_problem",
     "sha256_file",
+    "stale_temporaries",
     "write_dataset",
     "write_error",
 ]

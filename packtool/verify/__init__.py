@@ -45,9 +45,10 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Sequence
+from pathlib import Path
 
 from ..errors import OptionError
-from ..format import open_packed
+from ..format import MERGE_STAGE, open_packed, stale_temporaries
 from ..fs import as_path
 from ..tokenize import Tokenizer
 from .against import against_digests, check_against, prepare_against
@@ -55,6 +56,30 @@ from .report import AgainstReport, Problem, Problems, VerifyProgress, VerifyRepo
 from .rows import Rules, check_coverage, check_files, check_manifest, check_shards
 
 __all__ = ["AgainstReport", "Problem", "VerifyProgress", "VerifyReport", "verify"]
+
+
+def _leftovers(out: Path) -> list[str]:
+    """Notes naming what killed runs left beside and inside the output (the next run of the
+    command that wrote them removes them) and a merge's unfinished stage."""
+    notes = []
+    for entry in stale_temporaries(out):
+        size = _disk_bytes(entry)
+        notes.append(
+            f"left by a killed run: {entry} ({size / 1e6:,.1f} MB); the next run writing "
+            f"{out.name} removes it, or remove it yourself"
+        )
+    if (out / MERGE_STAGE).is_dir():
+        notes.append(
+            f"an unfinished merge: {out / MERGE_STAGE} (a merge running now, or killed); "
+            "merging again finishes it"
+        )
+    return notes
+
+
+def _disk_bytes(entry: Path) -> int:
+    if not entry.is_dir() or entry.is_symlink():
+        return entry.lstat().st_size
+    return sum(p.lstat().st_size for p in entry.rglob("*"))
 
 
 def verify(
@@ -125,6 +150,7 @@ def verify(
             report.against = check_against(reader, plan, digests, segments, problems, progress)
         else:
             report.notes.append("--against skipped: some shards could not be read")
+    report.notes.extend(_leftovers(reader.path))
     report.problem_counts = dict(problems.counts)
     report.seconds = time.perf_counter() - started
     return report
