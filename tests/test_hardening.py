@@ -818,3 +818,39 @@ def test_an_export_removes_what_a_killed_export_left(tmp_path: Path) -> None:
     result = run("export", out, "--to", "megatron", "-o", tmp_path / "megatron")
     assert result.exit_code == 0, result.output
     assert not left.exists()
+
+
+# -- issue 35, 9: verify while another run replaces the output -----------------------------------
+
+
+def test_verify_says_the_output_changed_under_it_instead_of_false_corruptions(
+    tmp_path: Path,
+) -> None:
+    from packtool.verify import verify
+
+    src, other = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    src.write_text(
+        "".join(json.dumps({"text": f"alpha {i} " * (i % 40)}) + "\n" for i in range(400))
+    )
+    other.write_text(
+        "".join(json.dumps({"text": f"beta {i} " * (i % 25)}) + "\n" for i in range(300))
+    )
+    out = tmp_path / "out"
+    assert run("pack", src, "-L", "64", "-o", out, "--rows-per-shard", "40").exit_code == 0
+    assert verify(out, against=[src]).ok
+    replaced = []
+
+    def replace_it(stage: str, done: int, total: int | None) -> None:
+        if not replaced:  # pack --overwrite lands while verify reads the shards
+            result = run("pack", other, "-L", "64", "-o", out, "--overwrite",
+                         "--rows-per-shard", "40")  # fmt: skip
+            assert result.exit_code == 0, result.output
+            replaced.append(stage)
+
+    report = verify(out, against=[src], progress=replace_it)
+    assert replaced
+    assert not report.ok
+    assert [p.check for p in report.problems] == ["changed"]
+    assert report.problems_total == 1
+    assert "changed while it was being verified" in report.problems[0].what
+    assert verify(out, against=[other]).ok  # the new output, verified once the run is done

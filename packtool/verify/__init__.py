@@ -46,9 +46,10 @@ import os
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
-from ..errors import OptionError
-from ..format import MERGE_STAGE, open_packed, stale_temporaries
+from ..errors import FormatError, OptionError
+from ..format import MANIFEST_FILE, MERGE_STAGE, open_packed, stale_temporaries
 from ..fs import as_path
 from ..tokenize import Tokenizer
 from .against import against_digests, check_against, prepare_against
@@ -117,7 +118,61 @@ def verify(
     if max_problems < 0:
         raise OptionError(f"--max-problems must be >= 0, got {max_problems}")
     started = time.perf_counter()
+    before = _identity(path)
     reader = open_packed(path)
+    try:
+        report = _verify(reader, path, against, tokenizer, max_problems, progress,
+                         parse_special, chat_template, started)  # fmt: skip
+    except Exception:
+        if _identity(path) != before:  # files gone or changed under the checks
+            raise FormatError(_changed(path)) from None
+        raise
+    if _identity(path) != before:  # what was read is not one dataset: its problems are not
+        report.problems = [Problem(None, None, _changed(path), "changed")]  # its own
+        report.problems_total, report.problem_counts = 1, {"changed": 1}
+        report.against = None
+    return report
+
+
+def _identity(path: str | os.PathLike[str]) -> tuple[Any, ...] | None:
+    """What changes when an output directory is replaced or its manifest rewritten (a rerun
+    with ``--overwrite`` renames a new directory into place): the directory's and the
+    manifest's inode, the manifest's size and time. ``None`` for an output on a store."""
+    local = as_path(path)
+    if not isinstance(local, Path):
+        return None
+    marks: list[Any] = []
+    for p in (local, local / MANIFEST_FILE):
+        try:
+            st = os.stat(p)
+        except OSError:
+            marks.append(None)
+        else:
+            marks.append(
+                (st.st_dev, st.st_ino) + (() if p is local else (st.st_size, st.st_mtime_ns))
+            )
+    return tuple(marks)
+
+
+def _changed(path: str | os.PathLike[str]) -> str:
+    return (
+        f"{path} changed while it was being verified (another run replaced it: pack or merge "
+        "with --overwrite?); what was read is not one dataset, so nothing is reported from "
+        "it: verify again once that run is done"
+    )
+
+
+def _verify(
+    reader: Any,
+    path: str | os.PathLike[str],
+    against: Sequence[str | os.PathLike[str]] | None,
+    tokenizer: Tokenizer | str | os.PathLike[str] | None,
+    max_problems: int,
+    progress: VerifyProgress | None,
+    parse_special: bool | None,
+    chat_template: str | os.PathLike[str] | None,
+    started: float,
+) -> VerifyReport:
     manifest = reader.manifest
     report = VerifyReport(path=as_path(path))
     problems = Problems(report, max_problems)
