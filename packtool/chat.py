@@ -228,6 +228,9 @@ def _budgeted(iterable: Iterable[Any]) -> Iterator[Any]:
         yield item
 
 
+_SIZED = (str, list, tuple)
+
+
 class _TooMuchText(Exception):
     pass
 
@@ -243,14 +246,18 @@ def _text_size(messages: Sequence[Mapping[str, Any]]) -> int:
 
 def _bounded_output(parts: Iterable[Any], messages: Sequence[Mapping[str, Any]]) -> str:
     """The rendered text from its parts, stopped once longer than the output bound: at most
-    :data:`_MAX_OUTPUT_FLOOR` characters beyond 4 times the messages' own text."""
-    limit = _MAX_OUTPUT_FLOOR + 4 * _text_size(messages)
+    :data:`_MAX_OUTPUT_FLOOR` characters beyond 4 times the messages' own text (counted only
+    past the floor: the usual rendering never needs to)."""
+    limit = _MAX_OUTPUT_FLOOR
     out: list[str] = []
     total = 0
     for part in parts:
         total += len(part)
         if total > limit:
-            raise _TooMuchText(limit)
+            if limit == _MAX_OUTPUT_FLOOR:
+                limit += 4 * _text_size(messages)
+            if total > limit:
+                raise _TooMuchText(limit)
         out.append(part)
     return "".join(out)
 
@@ -278,13 +285,12 @@ def _environment() -> Any:
             return _check_made(super().call(context, obj, *args, **kwargs), what)
 
         def call_binop(self, context: Any, operator: str, left: Any, right: Any) -> Any:
-            _check_budget()
-            if operator == "+":
-                sized = (str, list, tuple)
-                both = isinstance(left, sized) and isinstance(right, sized)
-                if both and len(left) + len(right) > _MAX_REPEAT:
+            if operator == "+":  # the common case, kept cheap: checked after the step, which
+                made = left + right  # its operands bound (each at most a step's or a record's)
+                if isinstance(made, _SIZED) and len(made) > _MAX_REPEAT:
                     _refuse(f"adding {len(left):,} and {len(right):,} items")
-                return super().call_binop(context, operator, left, right)
+                return made
+            _check_budget()
             if operator == "%":
                 if isinstance(left, str) and _WIDE_FORMAT.search(left):
                     _refuse("a format width of 10,000,000 or more")
@@ -422,12 +428,21 @@ class ChatTemplate:
 
         try:
             with render_budget(self.timeout):
-                parts = self._compiled.generate(
-                    messages=list(messages),
-                    add_generation_prompt=add_generation_prompt,
-                    **self.variables,
+                compiled = self._compiled  # what Template.render does, the text bounded
+                context = compiled.new_context(
+                    {
+                        "messages": list(messages),
+                        "add_generation_prompt": add_generation_prompt,
+                        **self.variables,
+                    }
                 )
-                return _bounded_output(parts, messages)
+                try:
+                    return _bounded_output(compiled.root_render_func(context), messages)
+                except (_TooMuchText, _OverBudget):
+                    raise
+                except Exception:
+                    compiled.environment.handle_exception()
+                    raise  # not reached: handle_exception raises the template's error
         except _TooMuchText as e:
             raise RenderError(
                 f"the chat template made more than {e.args[0]:,} characters of text for this "

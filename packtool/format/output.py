@@ -216,7 +216,7 @@ def _process_alive(pid: int) -> bool:
     return True
 
 
-def stale_temporaries(out_dir: str | os.PathLike[str]) -> list[Path]:
+def stale_temporaries(out_dir: str | os.PathLike[str] | StorePath) -> list[Path]:
     """What killed runs left beside and inside ``out_dir``, of processes that no longer exist.
 
     A run killed by SIGKILL (or the OOM killer, or a power cut) cannot clean up its hidden
@@ -226,6 +226,8 @@ def stale_temporaries(out_dir: str | os.PathLike[str]) -> list[Path]:
     live process (another run writing the same output) are not listed. The work store
     ``.OUT.packtool-work`` is not one: the next run resets it, or ``--resume`` continues it.
     """
+    if isinstance(out_dir, StorePath):
+        return []  # a store has no staging directories (unfinished uploads: fs)
     out_dir = Path(out_dir)
     parent = out_dir.parent if str(out_dir.parent) else Path(".")
     found: list[Path] = []

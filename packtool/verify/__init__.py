@@ -59,7 +59,7 @@ from .rows import Rules, check_coverage, check_files, check_manifest, check_shar
 __all__ = ["AgainstReport", "Problem", "VerifyProgress", "VerifyReport", "verify"]
 
 
-def _leftovers(out: Path) -> list[str]:
+def _leftovers(out: Any) -> list[str]:
     """Notes naming what killed runs left beside and inside the output (the next run of the
     command that wrote them removes them) and a merge's unfinished stage."""
     notes = []
@@ -69,7 +69,7 @@ def _leftovers(out: Path) -> list[str]:
             f"left by a killed run: {entry} ({size / 1e6:,.1f} MB); the next run writing "
             f"{out.name} removes it, or remove it yourself"
         )
-    if (out / MERGE_STAGE).is_dir():
+    if isinstance(out, Path) and (out / MERGE_STAGE).is_dir():
         notes.append(
             f"an unfinished merge: {out / MERGE_STAGE} (a merge running now, or killed); "
             "merging again finishes it"
