@@ -50,9 +50,9 @@ def _token_count(text: str) -> int:
 
 def fail(message: str, code: int = 1) -> typer.Exit:
     """Print a one-line error to stderr; return the Exit to raise."""
-    from .render.console import stderr
+    from .render.console import error
 
-    stderr().print(f"[bold red]Error:[/] {message}", highlight=False, soft_wrap=True)
+    error(message)
     return typer.Exit(code)
 
 
@@ -149,9 +149,9 @@ def _written_by_this_run(kwargs: dict[str, Any], started: float) -> Path | None:
 
 def _version(value: bool) -> None:
     if value:
-        from .render.console import stdout
+        from .render.console import say
 
-        stdout().print(f"packtool {__version__}")
+        say(f"packtool {__version__}")
         raise typer.Exit()
 
 

@@ -576,7 +576,7 @@ def _manifest(
         version=__version__,
         tokenizer={
             **_describe_tokenizer(run.tok, o.pad_id, run.pad_from),
-            "backend": _backend(run.plan).describe(),
+            "backend": state.backend or _backend(run.plan).describe(),
         },
         options={**o.describe(), **run.plan.describe()},
         inputs=state.input_records,
@@ -652,6 +652,7 @@ class _ReadState:
     done: bool = False
     label_counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(_LABEL_COUNTS, 0))
     special_strings: int = 0  # documents whose data held special-token strings
+    backend: dict[str, Any] | None = None  # the engine that encoded the stored work (Backend)
 
     def to_json(self) -> dict[str, Any]:
         return {**asdict(self), "counts": asdict(self.counts)}
@@ -691,6 +692,7 @@ def _read_and_tokenize(
         "txt_unit": o.txt_unit,
     }
     start_input, skip = state.input_index, state.records_done
+    before = (state.backend, state.counts.read)  # what a resumed checkpoint recorded
 
     def read_all() -> Iterator[tuple[int, TextBatch | RecordBatch | None]]:
         for index in range(start_input, len(files)):
@@ -735,11 +737,33 @@ def _read_and_tokenize(
     switch_interval = sys.getswitchinterval()
     sys.setswitchinterval(min(switch_interval, 0.0005))
     try:
-        _tokenize_loop(encode_all(), run, state, store, progress)
+        _tokenize_loop(encode_all(), run, state, store, progress, before)
     finally:
         sys.setswitchinterval(switch_interval)
     state.done = True
+    _record_backend(run, state, before)
     store.checkpoint(fingerprint, state.to_json())
+
+
+def _record_backend(
+    run: _Run, state: _ReadState, before: tuple[dict[str, Any] | None, int]
+) -> None:
+    """Record in ``state`` (so in the checkpoint, then the manifest) the engine that encoded
+    the stored work: a run resumed after all of it was encoded encodes nothing, and its own
+    encoder's record ("hf", "no document to encode") would name the wrong one."""
+    saved, read_before = before
+    now = _backend(run.plan).describe()
+    if saved is None or state.counts.read == read_before:  # nothing before, or nothing now
+        state.backend = saved or now
+        return
+    summed = {k: (saved.get(k) or 0) + (now.get(k) or 0)
+              for k in ("fallback_batches", "documents_checked")}  # fmt: skip
+    if saved.get("name") != now["name"]:
+        now["reason"] = (
+            f"{now['reason']}; before --resume: {saved.get('name')} {saved.get('version')} "
+            f"({saved.get('reason')})"
+        )
+    state.backend = {**now, **summed}
 
 
 def _tokenize_loop(
@@ -748,8 +772,10 @@ def _tokenize_loop(
     state: _ReadState,
     store: TokenStore,
     progress: ProgressCallback | None,
+    before: tuple[dict[str, Any] | None, int],
 ) -> None:
-    """The in-order stage of :func:`_read_and_tokenize`: cut items, store, checkpoint."""
+    """The in-order stage of :func:`_read_and_tokenize`: cut items, store, checkpoint
+    (``before``: the backend a resumed checkpoint recorded, and the documents read then)."""
     files, fingerprint, overflow = run.files, run.fingerprint, run.plan.overflow
     max_len = run.options.max_len
     assert max_len is not None
@@ -793,6 +819,7 @@ def _tokenize_loop(
             _warm_up_kernels()  # a large run: the compiled kernels will pay off
             warming_up = True
         if time.monotonic() - last_checkpoint >= _CHECKPOINT_SECONDS:
+            _record_backend(run, state, before)
             store.checkpoint(fingerprint, state.to_json())
             last_checkpoint = time.monotonic()
         if progress:

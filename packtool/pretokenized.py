@@ -154,6 +154,11 @@ def _list_parts(
         flat = flat.fill_null(0)
     values = flat.to_numpy(zero_copy_only=False)
     if values.dtype == np.uint64 and values.size and values.max() > np.iinfo(np.int64).max:
+        # named here with their value: as int64 (clamped) they would read 9223372036854775807
+        at = np.flatnonzero(values > np.iinfo(np.int64).max)
+        rows, first = np.unique(np.searchsorted(offsets, at, "right") - 1, return_index=True)
+        for r, i in zip(rows.tolist(), at[first].tolist(), strict=True):
+            problems.setdefault(r, f"{name!r}[{i - offsets[r]}] is {int(values[i])}, beyond int32")
         values = np.minimum(values, np.iinfo(np.int64).max)
     return values, offsets
 

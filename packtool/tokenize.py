@@ -131,6 +131,8 @@ class HFTokenizer:
         # The bound of the ids (every id is below it), and the id packtool's anchor gets.
         self.vocab_size = self.file.next_id if known is None else known
         self.anchor_id = self.vocab_size
+        if known is None and self.file.added_next_id != self.anchor_id:
+            raise TokenizerError(_gapped_vocabulary(name, self.file))
         self._special_ids = self.file.special_ids
         self.special_strings: tuple[str, ...] = self.file.special_strings
         self.added_strings: tuple[str, ...] = self.file.added_strings
@@ -292,6 +294,18 @@ def _disable_truncation_and_padding(tok: Any) -> str | None:
     if padding:
         tok.no_padding()
     return turned_off_notice(truncation, padding)
+
+
+def _gapped_vocabulary(name: str, file: TokenizerFile) -> str:
+    """Why packtool cannot add its anchor token to a vocabulary with gaps in its ids."""
+    top = file.next_id - 1
+    where = name if name.endswith(".json") else f"{name.rstrip('/')}/tokenizer.json"
+    return (
+        f"{where}: the vocabulary's ids have gaps ({len(file.vocab):,} tokens, the highest id "
+        f"{top:,}): tokenizers gives a token added to it the id {file.added_next_id:,}, not "
+        f"one above every id ({file.next_id:,}) as packtool's anchor token needs; renumber "
+        "the ids without gaps"
+    )
 
 
 def _add_anchor(tok: Any, expected_id: int) -> None:
@@ -921,6 +935,11 @@ class EncodedBatch:
 def check_special_tokens(tokenizer: Tokenizer, *, add_eos: bool, bos: bool | None) -> None:
     """Fail early, naming the option, when EOS or BOS is asked for and the tokenizer has none."""
     special = tokenizer.special
+    missing = dict(getattr(special, "missing", ()))
+    if add_eos and special.eos_id is None and "eos" in missing:
+        raise TokenizerError(_not_in_vocabulary(tokenizer, "eos", missing["eos"], "--no-eos"))
+    if bos and special.bos_id is None and "bos" in missing:
+        raise TokenizerError(_not_in_vocabulary(tokenizer, "bos", missing["bos"], "drop --bos"))
     if add_eos and special.eos_id is None:
         raise TokenizerError(
             f"tokenizer {tokenizer.name} has no EOS token I can find: "
@@ -931,6 +950,16 @@ def check_special_tokens(tokenizer: Tokenizer, *, add_eos: bool, bos: bool | Non
             f"tokenizer {tokenizer.name} has no BOS token (tokenizer_config.json names none, "
             "and no special token has a usual BOS name): name one with --bos-token, or drop --bos"
         )
+
+
+def _not_in_vocabulary(tokenizer: Tokenizer, kind: str, token: str, off: str) -> str:
+    """The config names an EOS or BOS token that the vocabulary does not hold."""
+    directory = getattr(tokenizer, "directory", None)
+    where = directory / "tokenizer_config.json" if directory is not None else tokenizer.name
+    return (
+        f"{where}: {kind}_token {token!r} is not in the vocabulary of tokenizer "
+        f"{tokenizer.name}: name the {kind.upper()} with --{kind}-token, or pass {off}"
+    )
 
 
 class DocumentEncoder:

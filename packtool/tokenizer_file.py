@@ -49,6 +49,9 @@ class SpecialTokens:
     eos_id: int | None
     bos_id: int | None
     pad_id: int | None
+    missing: tuple[tuple[str, str], ...] = ()
+    """``(kind, token)`` for the EOS or BOS token ``tokenizer_config.json`` names when it is
+    not in the vocabulary (that id is then ``None``: never another token in its place)."""
 
 
 @dataclass(frozen=True)
@@ -203,6 +206,16 @@ class TokenizerFile:
         return max(top, *(t.id for t in self.added)) + 1 if self.added else top + 1
 
     @property
+    def added_next_id(self) -> int:
+        """The id `tokenizers` gives a new token added to the loaded file (as :meth:`_assign_ids`
+        gives the file's own): the model's count of tokens, or one above the highest added
+        token if that is at or above it. It is :attr:`next_id` unless the model's ids have gaps
+        in the middle (then it is an id below the highest, perhaps one already taken)."""
+        model_size = len(self.vocab)
+        top = max((t.id for t in self.added), default=None)
+        return model_size if top is None or (top < model_size and model_size) else top + 1
+
+    @property
     def special_ids(self) -> frozenset[int]:
         return frozenset(t.id for t in self.added if t.special)
 
@@ -309,9 +322,11 @@ def resolve_special_tokens(
     option); the token
     ``tokenizer_config.json`` names; for PAD, the pad id of the file's padding settings when
     it is a special token; a usual name (:data:`EOS_NAMES`...) that is an added token marked
-    special. ``None`` where none of them gives one.
+    special. ``None`` where none of them gives one, and for an EOS or BOS that
+    ``tokenizer_config.json`` names but the vocabulary lacks (listed in ``missing``).
     """
     special_ids = file.special_ids
+    missing: list[tuple[str, str]] = []
 
     def resolve(kind: str, names: Sequence[str]) -> int | None:
         override = overrides.get(kind)
@@ -335,6 +350,9 @@ def resolve_special_tokens(
             tid = file.token_to_id(configured)
             if tid is not None:
                 return tid
+            if configured and kind != "pad":  # named, not there: no other token stands in
+                missing.append((kind, configured))
+                return None
         if kind == "pad" and file.padding_pad_id in special_ids:
             return file.padding_pad_id
         for candidate in names:
@@ -347,4 +365,5 @@ def resolve_special_tokens(
         eos_id=resolve("eos", EOS_NAMES),
         bos_id=resolve("bos", BOS_NAMES),
         pad_id=resolve("pad", PAD_NAMES),
+        missing=tuple(missing),
     )

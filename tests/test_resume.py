@@ -174,3 +174,35 @@ def test_resume_chat_keeps_labels(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     m_res, rows_res = read_rows(tmp_path / "out")
     assert rows_res == rows_full and "labels" in rows_res[0]
     assert m_res["tokens"] == m_full["tokens"] and m_res["labels"] == m_full["labels"]
+
+
+@pytest.mark.parametrize("stage", ["tokenize", "pack"])
+@pytest.mark.parametrize("again", ["fastokens", "auto"])
+def test_resume_records_the_backend_that_encoded_the_stored_work(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, stage: str, again: str
+) -> None:
+    """A run stopped after its documents were encoded (by fastokens) encodes nothing when
+    resumed: the manifest named `tokenizers` ("no document to encode") all the same."""
+    monkeypatch.setattr(pipeline, "_CHECKPOINT_SECONDS", 0.0)
+    inputs = _corpus(tmp_path)
+    opts = {"max_len": 512, "skip_bad_records": True, "tokenizer_backend": "fastokens"}
+    full = packtool.pack(inputs, tmp_path / "full", **opts)
+    assert full.manifest.backend["name"] == "fastokens"
+    out = tmp_path / "out"
+    seen = {"n": 0}
+
+    def stop(at: str, done: int, total: int | None) -> None:
+        seen["n"] += at == stage
+        if at == stage and (stage == "pack" or seen["n"] == 2):
+            raise Stop
+
+    with pytest.raises(Stop):
+        packtool.pack(inputs, out, resume=True, progress=stop, **opts)
+    resumed = packtool.pack(inputs, out, resume=True, **{**opts, "tokenizer_backend": again})
+    assert resumed.resumed
+    record = json.loads((out / "manifest.json").read_text())["tokenizer"]["backend"]
+    assert record["name"] == "fastokens", record
+    assert "no document" not in record["reason"]
+    assert record == {**full.manifest.backend, "reason": record["reason"]}
+    if stage == "pack":  # nothing was encoded after the resume: the record is the first run's
+        assert record == full.manifest.backend

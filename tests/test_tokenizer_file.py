@@ -13,6 +13,7 @@ import tokenizer_families as tf
 from conftest import write_jsonl
 from helpers import documents_from_rows, read_rows
 from hypothesis import given, settings
+from test_cli import assert_one_line_error, run
 from tokenizers import Tokenizer
 
 import packtool
@@ -221,3 +222,33 @@ def test_ids_with_a_gap_bound_the_vocabulary_and_place_the_anchor(family_dirs, t
         want = tok.encode("a plain line <|far|> and more", add_special_tokens=False).ids
         assert far in want and docs[0][: len(want)] == want
         assert report.documents.packed == 2
+
+
+def test_ids_with_a_gap_in_the_middle_are_one_line_naming_the_file(tmp_path: Path) -> None:
+    """Ids above 4000 moved up by 100: `tokenizers` loads the file, but gives a token added
+    to it the count of tokens as its id (an id of the vocabulary), never one above the
+    highest. packtool says so on one line naming the file (before: "packtool's anchor token
+    did not get the next id", naming nothing)."""
+    data = json.loads(
+        (Path(packtool.__file__).parent / "_data" / "tokenizer.json").read_text(encoding="utf-8")
+    )
+    vocab = data["model"]["vocab"]
+    data["model"]["vocab"] = {k: i + 100 if i > 4000 else i for k, i in vocab.items()}
+    gapped = tmp_path / "gapped"
+    gapped.mkdir()
+    (gapped / "tokenizer.json").write_text(json.dumps(data), encoding="utf-8")
+    file = TokenizerFile.parse((gapped / "tokenizer.json").read_bytes())
+    tok = Tokenizer.from_file(str(gapped / "tokenizer.json"))
+    tok.add_tokens(["<probe-token>"])
+    assert file.added_next_id == tok.token_to_id("<probe-token>") == len(vocab)
+    assert file.next_id == max(vocab.values()) + 101
+    corpus = write_jsonl(tmp_path / "c.jsonl", [{"text": "hello"}])
+    for backend in ("hf", "auto"):
+        result = run("pack", corpus, "-L", "64", "-o", tmp_path / "out", "--tokenizer", gapped,
+                     "--tokenizer-backend", backend)  # fmt: skip
+        assert_one_line_error(
+            result,
+            rf"{gapped}/tokenizer\.json: the vocabulary's ids have gaps \(8,192 tokens, the "
+            r"highest id 8,291\): tokenizers gives a token added to it the id 8,192",
+        )
+    assert not (tmp_path / "out").exists()

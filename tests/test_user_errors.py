@@ -5,19 +5,25 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+import hypothesis.strategies as st
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 import zstandard
 from conftest import REPO, SAMPLE, CharTokenizer, write_jsonl
+from helpers import documents_from_rows, read_rows
+from hypothesis import given, settings
 from test_cli import assert_one_line_error, run
 
 import packtool
-from packtool.errors import InputError, OptionError, OutputExistsError
+from packtool.errors import InputError, OptionError, OutputExistsError, TokenizerError
 from packtool.store import lock_output
 
 
@@ -270,3 +276,223 @@ def test_a_ray_address_where_nothing_listens_is_one_line(tmp_path: Path) -> None
     result = run(*args, "--ray-address", f"ray://127.0.0.1:{port}")
     assert_one_line_error(result, rf"--ray-address ray://127\.0\.0\.1:{port}: ", 2)
     assert not (tmp_path / "out").exists()
+
+
+# -- issue 35: error text is shown as it is ---------------------------------------------------
+
+
+def test_error_text_is_never_read_as_markup(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Field names, ids, file names and install hints hold brackets: each error shows them as
+    they are (rich read them as markup: a MarkupError traceback, or the bracket eaten)."""
+    src = tmp_path / "m.jsonl"
+    src.write_text('{"text": "a"}\n{"[/]": "b"}\n')
+    out = tmp_path / "out"
+    assert_one_line_error(
+        run("pack", src, "-L", "64", "-o", out),
+        r"m\.jsonl:2: no field 'text' \(fields found: '\[/\]'\)",
+    )
+    assert_one_line_error(
+        run("pack", src, "-L", "64", "-o", out, "--text-field", "[/]"),
+        r"the first record has no field '\[/\]' \(--text-field\)",
+    )
+    ids = write_jsonl(tmp_path / "ids.jsonl", [{"input_ids": ["[/]"]}])
+    assert_one_line_error(
+        run("pack", ids, "-L", "64", "-o", out, "--ids-field", "input_ids", "--pad-id", "0"),
+        r"""'input_ids'\[0\] is "\[/\]", not an integer token id""",
+    )
+    red = tmp_path / "[red]x.jsonl"
+    red.write_text("not json\n")
+    assert_one_line_error(run("pack", red, "-L", "64", "-o", out), r"/\[red\]x\.jsonl:1: malformed")
+    monkeypatch.setitem(sys.modules, "ray", None)  # as if Ray were not installed
+    result = run("pack", src, "-L", "64", "-o", out, "--units", "2", "--engine", "ray")
+    assert_one_line_error(result, r"pip install 'packtool\[ray\]'$", 2)
+    assert not out.exists()
+    # the reports too: a title naming the output, a note naming a file
+    good = write_jsonl(tmp_path / "[b]in :smile:.jsonl", [{"text": "hello"}])
+    bracketed = tmp_path / "[bold]o:smile:"
+    result = run("pack", good, "-L", "64", "-o", bracketed)
+    assert result.exit_code == 0, result.output
+    assert "/[bold]o:smile:" in "".join(result.stdout.split())  # (the title may wrap)
+    result = run("verify", bracketed)
+    assert result.exit_code == 0, result.output
+    assert "/[bold]o:smile:" in "".join(result.stdout.split())
+
+
+def test_a_control_character_in_a_file_name_is_escaped_in_the_error(tmp_path: Path) -> None:
+    """A newline in a file name split the error into two lines, the second looking like
+    another message: it is shown escaped (``\\n``), as ``repr`` shows it."""
+    for name, shown in (
+        ("a\nb.jsonl", r"a\\nb\.jsonl"),
+        ("c\r\x1b[31md.jsonl", r"c\\r\\x1b\[31md"),
+    ):
+        src = tmp_path / name
+        src.write_text("not json\n")
+        result = run("pack", src, "-L", "64", "-o", tmp_path / "out")
+        assert_one_line_error(result, rf"{shown}.*:1: malformed JSON")
+        assert "\x1b" not in result.stderr and "\r" not in result.stderr
+    good = write_jsonl(tmp_path / "x\ny.jsonl", [{"text": "hello"}])
+    result = run("pack", good, "-L", "64", "-o", tmp_path / "o\nut")
+    assert result.exit_code == 0, result.output
+    assert "/o\\nut" in "".join(result.stdout.split())
+
+
+def test_a_megatron_index_with_a_negative_length_is_one_line(tmp_path: Path) -> None:
+    """A damaged ``.idx`` whose last sequence has length -5 (the pointers still chain): one
+    line naming the index and the sequence (a traceback from the packer before)."""
+    import struct
+
+    from test_units_inputs import write_megatron
+
+    write_megatron(tmp_path / "corpus", [[5, 6, 7], [8, 9]])
+    idx = tmp_path / "corpus.idx"
+    data = bytearray(idx.read_bytes())
+    data[34 + 4 : 34 + 8] = struct.pack("<i", -5)  # lengths[1]
+    idx.write_bytes(bytes(data))
+    result = run("pack", idx, "-L", "16", "-o", tmp_path / "out", "--pad-id", "0")
+    assert_one_line_error(result, r"corpus\.idx: sequence 1 has length -5: .* damaged")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["corpus.bin", "corpus.idx"]
+
+
+def test_an_eos_token_the_vocabulary_lacks_is_one_line_naming_the_config(tmp_path: Path) -> None:
+    """tokenizer_config.json names an eos_token the vocabulary does not hold: one line naming
+    the config, the token and the fix (before: rc 0, and another token, id 0, as the EOS)."""
+    data = REPO / "packtool" / "_data"
+    tok = tmp_path / "tok"
+    tok.mkdir()
+    (tok / "tokenizer.json").write_bytes((data / "tokenizer.json").read_bytes())
+    config = json.loads((data / "tokenizer_config.json").read_text())
+    (tok / "tokenizer_config.json").write_text(json.dumps({**config, "eos_token": "<|eot_id|>"}))
+    src = write_jsonl(tmp_path / "in.jsonl", [{"text": "hello world"}])
+    out = tmp_path / "out"
+    args = ["pack", src, "-L", "64", "-o", out, "--tokenizer", tok]
+    assert_one_line_error(
+        run(*args),
+        rf"^Error: {tok}/tokenizer_config\.json: eos_token '<\|eot_id\|>' is not in the "
+        r"vocabulary of tokenizer .*: name the EOS with --eos-token, or pass --no-eos$",
+    )
+    assert not out.exists()
+    with pytest.raises(TokenizerError, match=r"eos_token '<\|eot_id\|>' is not in the vocabulary"):
+        packtool.pack([src], out, max_len=64, tokenizer=str(tok))
+    # the fixes it names
+    assert run(*args, "--no-eos", "-q").exit_code == 0
+    assert (
+        json.loads((out / "manifest.json").read_text())["tokenizer"]["special_tokens"]["eos_id"]
+        is None
+    )
+    assert run(*args, "--eos-token", "<|endoftext|>", "-q", "--overwrite").exit_code == 0
+    assert (
+        json.loads((out / "manifest.json").read_text())["tokenizer"]["special_tokens"]["eos_id"]
+        == 0
+    )
+    # a bos_token the vocabulary lacks: --bos says so the same way
+    (tok / "tokenizer_config.json").write_text(json.dumps({**config, "bos_token": "<|bot|>"}))
+    assert_one_line_error(
+        run(*args, "--bos", "--overwrite"),
+        r"tokenizer_config\.json: bos_token '<\|bot\|>' is not in the vocabulary .*drop --bos$",
+    )
+
+
+@pytest.mark.parametrize("suffix", [".csv", ".csv.gz"])
+def test_a_csv_quote_never_closed_is_one_line_naming_its_line(tmp_path: Path, suffix: str) -> None:
+    """`1,"unterminated` then more rows: pyarrow read the quoted cell to the end of the file,
+    so two rows were packed as one document, rc 0. Now: one line naming the file and the
+    line the quote opens on; a quoted cell over several lines is still read."""
+    text = 'id,text\n1,first\n2,"unterminated\n3,ok\n4,last\n'
+    src = tmp_path / f"u{suffix}"
+    src.write_bytes(gzip.compress(text.encode()) if suffix.endswith(".gz") else text.encode())
+    out = tmp_path / "out"
+    for extra in ([], ["--skip-bad-records"]):
+        assert_one_line_error(
+            run("pack", src, "-L", "64", "-o", out, *extra),
+            rf"u{re.escape(suffix)}:3: a quoted field that starts in the record on this line is "
+            r"never closed",
+        )
+        assert not out.exists()
+    # the same rows, the quote closed over two lines: read, three documents
+    fine = tmp_path / "fine.csv"
+    fine.write_text('id,text\n1,first\n2,"two\nlines"\n3,last')  # (no newline at the end)
+    result = run("pack", fine, "-L", "64", "-o", out, "--json", "--tokenizer-backend", "hf")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["documents"]["read"] == 3
+
+
+def _write_table(path: Path, table: pa.Table) -> Path:
+    if path.suffix == ".parquet":
+        pq.write_table(table, path)
+    else:
+        with pa.OSFile(str(path), "wb") as f, pa.ipc.new_file(f, table.schema) as w:
+            w.write_table(table)
+    return path
+
+
+@pytest.mark.parametrize("suffix", [".parquet", ".arrow"])
+def test_dictionary_and_view_columns_are_read_as_the_plain_ones(
+    tmp_path: Path, suffix: str
+) -> None:
+    """A text column dictionary-encoded or ``string_view``, ids as ``list_view``: valid
+    columns, refused before ("not a string column"); now packed exactly as the plain ones."""
+    texts = ["hello world", "a second document", "hello world", None, "three"]
+    ids = [[5, 6, 7], [8], None, [], [9, 10]]
+    plain = pa.array(texts)
+    for name, column in (
+        ("dictionary", plain.dictionary_encode()),
+        ("string_view", pa.array(texts, pa.string_view())),
+        ("large_string", pa.array(texts, pa.large_string())),
+    ):
+        outs = []
+        for label, col in (("plain", plain), (name, column)):
+            src = _write_table(tmp_path / f"{label}{suffix}", pa.table({"text": col}))
+            out = tmp_path / f"out-{label}"
+            result = run("pack", src, "-L", "64", "-o", out, "--skip-bad-records", "--overwrite")
+            assert result.exit_code == 0, result.output
+            outs.append(read_rows(out)[1])
+        assert outs[0] == outs[1], name
+    for typ in (
+        pa.list_view(pa.int64()),
+        pa.large_list_view(pa.int32()),
+        pa.large_list(pa.int64()),
+    ):
+        src = _write_table(tmp_path / f"ids{suffix}", pa.table({"ids": pa.array(ids, typ)}))
+        out = tmp_path / "out-ids"
+        args = ["--ids-field", "ids", "--pad-id", "0", "--no-eos", "--skip-bad-records"]
+        result = run("pack", src, "-L", "64", "-o", out, *args, "--overwrite")
+        assert result.exit_code == 0, result.output
+        manifest, rows = read_rows(out)
+        assert sorted(documents_from_rows(rows).values()) == [[5, 6, 7], [8], [9, 10]], typ
+        assert manifest["documents"]["bad_records_skipped"] == 1  # the null
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.one_of(st.none(), st.tuples(st.integers(0, 8), st.integers(0, 4))), max_size=8),
+    st.integers(0, 3),
+)
+def test_a_list_view_is_read_as_the_lists_it_shows(views, cut) -> None:
+    """Views of any offsets (out of order, overlapping, sliced): the lists read are the
+    lists the column shows (pyarrow's own cast to a list gave invalid offsets)."""
+    from packtool.readers.batches import as_read
+
+    values = pa.array(range(100, 112), pa.int64())
+    offsets = [0 if v is None else v[0] for v in views]
+    sizes = [0 if v is None else v[1] for v in views]
+    mask = pa.array([v is None for v in views], pa.bool_())
+    column = pa.ListViewArray.from_arrays(
+        pa.array(offsets, pa.int32()), pa.array(sizes, pa.int32()), values, mask=mask
+    ).slice(min(cut, len(views)))
+    batch = pa.record_batch([column], names=["ids"])
+    read = as_read(batch, "x.parquet", 0)
+    read.validate(full=True)
+    assert read.schema.field("ids").type == pa.list_(pa.int64())
+    assert read.column(0).to_pylist() == column.to_pylist()
+
+
+def test_a_uint64_id_is_named_with_its_value(tmp_path: Path) -> None:
+    """An id of 2**63 + 3 in a uint64 column was reported as 9223372036854775807."""
+    table = pa.table({"ids": pa.array([[1, 2], [2**63 + 3, 4]], pa.list_(pa.uint64()))})
+    src = _write_table(tmp_path / "ids.parquet", table)
+    result = run("pack", src, "-L", "64", "-o", tmp_path / "out", "--ids-field", "ids",
+                 "--pad-id", "0")  # fmt: skip
+    assert_one_line_error(result, str(2**63 + 3))
+    assert "9223372036854775807" not in result.stderr

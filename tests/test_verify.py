@@ -857,3 +857,25 @@ def test_the_segment_length_histogram_is_checked(tmp_path: Path) -> None:
     edit_manifest(out, shift)
     report = verify(out)
     assert any("segment_lengths" in p.what for p in report.problems), report.problems
+
+
+def test_shard_sizes_are_checked_before_any_shard_is_hashed(tmp_path: Path) -> None:
+    """A shard grown (sparse, as a 10 GB one was) is named by its size before the first
+    shard is hashed, and is not hashed itself: its bytes cannot be the recorded ones (verify
+    hashed all 10 GB, 38 s, before saying so)."""
+    _, out = pack_chars(tmp_path, rows_per_shard=4)
+    first, grown = shard_file(out, 0), shard_file(out, 2)
+    data = bytearray(first.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    first.write_bytes(bytes(data))  # altered, same size: only its hash tells
+    size = grown.stat().st_size
+    with open(grown, "r+b") as f:
+        f.truncate(size + (256 << 20))  # 256 MiB more, no disk used
+    report = verify(out)
+    assert not report.ok
+    assert (report.problems[0].shard, report.problems[0].check) == (grown.name, "bytes")
+    assert "grown" in report.problems[0].what
+    assert (first.name, "sha256") in {(p.shard, p.check) for p in report.problems}
+    assert (grown.name, "sha256") in {(p.shard, p.check) for p in report.problems}
+    shards = sorted(out.glob("*.arrow"))
+    assert report.bytes_hashed == sum(p.stat().st_size for p in shards if p != grown)

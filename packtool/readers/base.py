@@ -25,7 +25,7 @@ import pyarrow as pa
 from ..errors import InputError
 from ..fs import AnyPath
 from .adapt import as_texts
-from .batches import Records, TableSource, TextBatch, Want, check_column
+from .batches import Records, TableSource, TextBatch, Want, as_read, check_column, read_schema
 from .files import BATCH_DOCS, InputFile
 
 SchemaCheck = Callable[[pa.Schema], None]
@@ -217,8 +217,11 @@ class TableReader(FieldReader):
         source = self.open_table(inp, fields, split, batch_rows)
         try:
             if check is not None:
-                check(source.schema)
-            yield from source.parts
+                check(read_schema(source.schema))
+            for part in source.parts:  # dictionary-encoded, view types: as packtool reads them
+                if part.table is not None:
+                    part.table = as_read(part.table, part.where, part.row0)
+                yield part
         finally:
             source.close()
 

@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
+import numpy as np
 import pyarrow as pa
 
 from ..errors import BadRecordError, InputError
@@ -207,9 +208,77 @@ def check_column(schema: pa.Schema, text_field: str, where: str) -> None:
             f"{where}: no column {text_field!r} (columns found: {fields}); "
             "choose the column with --text-field"
         )
-    kind = schema.field(text_field).type
+    kind = read_type(schema.field(text_field).type)
     if not (pa.types.is_string(kind) or pa.types.is_large_string(kind)):
         raise InputError(f"{where}: column {text_field!r} is {kind}, not a string column")
+
+
+def read_type(t: pa.DataType) -> pa.DataType:
+    """The type packtool reads a column stored as ``t`` as: a dictionary-encoded column as its
+    values, ``string_view`` as ``large_string`` (``binary_view``: ``large_binary``), a
+    ``list_view`` as a list (``large_list_view``: a large list), inside lists and structs too;
+    any other type as it is.
+
+    >>> read_type(pa.dictionary(pa.int32(), pa.string()))
+    DataType(string)
+    >>> read_type(pa.list_view(pa.string_view()))
+    ListType(list<item: large_string>)
+    """
+    if pa.types.is_dictionary(t):
+        return read_type(t.value_type)
+    if t == pa.string_view():
+        return pa.large_string()
+    if t == pa.binary_view():
+        return pa.large_binary()
+    if pa.types.is_list_view(t) or pa.types.is_list(t):
+        return pa.list_(t.value_field.with_type(read_type(t.value_type)))
+    if pa.types.is_large_list_view(t) or pa.types.is_large_list(t):
+        return pa.large_list(t.value_field.with_type(read_type(t.value_type)))
+    if pa.types.is_fixed_size_list(t):
+        return pa.list_(t.value_field.with_type(read_type(t.value_type)), t.list_size)
+    if pa.types.is_struct(t):
+        return pa.struct([f.with_type(read_type(f.type)) for f in t])
+    return t
+
+
+def read_schema(schema: pa.Schema) -> pa.Schema:
+    """``schema`` with each column's type as packtool reads it (:func:`read_type`)."""
+    return pa.schema([f.with_type(read_type(f.type)) for f in schema], metadata=schema.metadata)
+
+
+def as_read(batch: pa.RecordBatch, where: str, row: int) -> pa.RecordBatch:
+    """``batch`` with its columns in the types packtool reads (:func:`read_type`): Parquet
+    and Arrow files may store a valid text column dictionary-encoded or as ``string_view``,
+    ids as ``list_view``. Checked first (:func:`validate_arrow`): a cast trusts the data."""
+    schema = read_schema(batch.schema)
+    if schema.equals(batch.schema):
+        return batch
+    validate_arrow(batch, where, row, "")
+    columns = [
+        _as_read(column, field.type) for column, field in zip(batch.columns, schema, strict=True)
+    ]
+    return pa.RecordBatch.from_arrays(columns, schema=schema)
+
+
+def _as_read(column: pa.Array, to: pa.DataType) -> pa.Array:
+    if column.type == to:
+        return column
+    t = column.type
+    if pa.types.is_list_view(t) or pa.types.is_large_list_view(t):
+        # (pyarrow's cast of a list_view to a list gave invalid offsets: taken by hand)
+        nulls = np.asarray(column.is_null(), dtype=bool)
+        sizes = np.where(nulls, 0, np.asarray(column.sizes, dtype=np.int64))
+        starts = np.asarray(column.offsets, dtype=np.int64)
+        ends = np.cumsum(sizes)
+        take = np.arange(int(ends[-1]) if sizes.size else 0, dtype=np.int64)
+        take += np.repeat(starts - (ends - sizes), sizes)
+        values = _as_read(column.values.take(pa.array(take)), to.value_type)
+        offsets = pa.array(np.concatenate([[0], ends]), pa.int64())
+        if pa.types.is_list(to):
+            offsets = offsets.cast(pa.int32())
+        make = pa.LargeListArray if pa.types.is_large_list(to) else pa.ListArray
+        return make.from_arrays(offsets, values, type=to, mask=pa.array(nulls))
+    return column.cast(to)
 
 
 def validate_arrow(data: pa.Array | pa.RecordBatch, where: str, row: int, what: str) -> None:

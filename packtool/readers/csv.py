@@ -51,8 +51,9 @@ class _PacedReader:
     ``_PACE_WAIT`` seconds at a time (so a row longer than ``ahead`` still gets read).
     """
 
-    def __init__(self, stream: Any, ahead: int, block: int) -> None:
+    def __init__(self, stream: Any, ahead: int, block: int, end: bytes = b"") -> None:
         self.stream, self.ahead, self.block = stream, ahead, block
+        self.end = end  # given once after the stream's last byte (:data:`_END_MARK`)
         self.delivered = self.consumed = 0
         self.closed = False
         self.consumer = threading.get_ident()
@@ -66,6 +67,8 @@ class _PacedReader:
                     timeout=_PACE_WAIT,
                 )
         data = self.stream.read() if size is None or size < 0 else self.stream.read(size)
+        if not data and size != 0:
+            data, self.end = self.end, b""
         with self._cond:
             self.delivered += len(data)
         return bytes(data)
@@ -131,11 +134,30 @@ def _bigger_blocks(
             block = min(block * 8, _CSV_MAX_BLOCK, max(longest, _CSV_BLOCK))
 
 
-def _on_invalid_row(inp: InputFile, sink: list[BadRecordError]) -> Any:
+_END_MARK = "\ufdd0packtool-csv-end\ufdd1"
+"""The cell of a row packtool adds after a CSV input's last byte, one cell more than the
+header has (so pyarrow hands it to :func:`_on_invalid_row`, which drops it). A quoted field
+that is never closed runs to the end of the input: it swallows this row, which is then
+missing, and the input is refused (:func:`_unterminated`). pyarrow (and Python's ``csv``)
+read such a field as ending with the file, without a word: the rows after the quote became
+one document."""
+
+
+def _end_row(columns: int) -> bytes:
+    return ("\n" + ",".join([_END_MARK] * (columns + 1)) + "\n").encode("utf-8")
+
+
+def _on_invalid_row(
+    inp: InputFile, sink: list[BadRecordError], ended: list[bool] | None = None
+) -> Any:
     """pyarrow's ``invalid_row_handler``: a malformed row becomes a bad record in ``sink``
-    (naming its line), and the reader goes on."""
+    (naming its line), and the reader goes on. The row of :data:`_END_MARK` is noted in
+    ``ended`` instead."""
 
     def on_invalid(row: Any) -> str:
+        if ended is not None and row.text.startswith(_END_MARK):
+            ended.append(True)
+            return "skip"
         where = f"{inp.path}:{row.number}" if row.number is not None else str(inp.path)
         sink.append(
             BadRecordError(
@@ -192,9 +214,11 @@ def _csv_pass(inp: InputFile, fields: Sequence[str], want: Want, block: int) -> 
     """One pass of pyarrow's CSV reader with blocks of ``block`` bytes."""
     where = str(inp.path)
     malformed: list[BadRecordError] = []
-    on_invalid = _on_invalid_row(inp, malformed)
+    ended: list[bool] = []
+    on_invalid = _on_invalid_row(inp, malformed, ended)
+    end = _end_row(len(read_header(inp)))
     stream, raw = arrow_stream(inp)
-    paced = _PacedReader(stream, ahead=3 * block, block=block)
+    paced = _PacedReader(stream, ahead=3 * block, block=block, end=end)
     row = 0  # records before this batch (malformed rows too)
     try:
         reader = _string_columns(paced, list(fields), block, on_invalid)
@@ -214,8 +238,31 @@ def _csv_pass(inp: InputFile, fields: Sequence[str], want: Want, block: int) -> 
     finally:
         paced.close()
         stream.close()
+    if not ended:
+        raise _unterminated(inp)
     if malformed:
         yield _malformed(where, inp.size_bytes, malformed, row)
+
+
+def _unterminated(inp: InputFile) -> InputError:
+    """The error of a CSV input whose last record opens a quoted field that is never
+    closed, naming the line it starts on (read again with Python's ``csv``: only then)."""
+    stream, _ = arrow_stream(inp)
+    line = start = 1  # where the last record read starts, and where the next one does
+    try:
+        text = io.TextIOWrapper(pa.PythonFile(stream, mode="r"), "utf-8", "replace", newline="")
+        reader = csv.reader(text)
+        for _ in reader:
+            line, start = start, reader.line_num + 1
+    except (csv.Error, OSError):
+        pass
+    finally:
+        stream.close()
+    return InputError(
+        f"{inp.path}:{line}: a quoted field that starts in the record on this line is never "
+        "closed (a '\"' without its closing '\"'): the rest of the file would be read as one "
+        "cell; close the quote, or double a '\"' that is part of a value ('\"\"')"
+    )
 
 
 def _malformed(where: str, bytes_done: int, errors: list[BadRecordError], row: int) -> Records:

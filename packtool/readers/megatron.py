@@ -82,6 +82,12 @@ def megatron_index(inp: InputFile) -> tuple[np.ndarray, np.ndarray, np.dtype]:
         raise InputError(f"{inp.path}: the index ends early ({count:,} sequences announced)")
     lengths = np.frombuffer(index, "<i4", count, 34).astype(np.int64)
     pointers = np.frombuffer(index, "<i8", count, 34 + 4 * count)
+    if count and int(lengths.min()) < 0:
+        bad = int(np.argmax(lengths < 0))
+        raise InputError(
+            f"{inp.path}: sequence {bad:,} has length {int(lengths[bad]):,}: a length is never "
+            "negative (the index is damaged)"
+        )
     data_path = inp.path.with_suffix(".bin")
     data_bytes = data_path.stat().st_size
     if count and (

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from .console import stdout
+from .console import clean, say, stdout
 
 
 def show_export(report: Any, *, quiet: bool, as_json: bool) -> None:
@@ -18,7 +18,7 @@ def show_export(report: Any, *, quiet: bool, as_json: bool) -> None:
     from rich.table import Table
 
     record = report.record
-    title = f"exported ({report.to}): {report.path}"
+    title = clean(f"exported ({report.to}): {report.path}")
     table = Table(title=title, show_header=False, title_justify="left")
     table.add_column(style="bold")
     table.add_column(justify="right")
@@ -26,12 +26,8 @@ def show_export(report: Any, *, quiet: bool, as_json: bool) -> None:
         if key in record:
             table.add_row(key, f"{record[key]:,}")
     for name, info in record["files"].items():
-        table.add_row(name, f"{info['bytes']:,} bytes")
+        table.add_row(clean(name), f"{info['bytes']:,} bytes")
     table.add_row("time", f"{report.seconds:.1f} s")
     stdout().print(table)
     if "data_path" in record:
-        stdout().print(
-            f"train with --data-path {report.path / record['data_path']}",
-            highlight=False,
-            soft_wrap=True,
-        )
+        say(f"train with --data-path {report.path / record['data_path']}")

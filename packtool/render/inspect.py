@@ -270,7 +270,7 @@ def render_decoded(view: RowView) -> Group:
 def row_console(width: int | None, *, record: bool) -> Console:
     """The console ``inspect`` draws on: ``width`` columns (default: the terminal's),
     recording what it prints when it is to be saved (``--svg``, ``--html``)."""
-    return Console(width=width, record=record, highlight=False)
+    return Console(width=width, record=record, highlight=False, markup=False, emoji=False)
 
 
 def show_row(

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
-from .console import note, stderr, stdout
+from .console import clean, note, say, stdout
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -69,7 +69,8 @@ def summary_table(report: Any, *, tokenized: bool = True) -> Table:
     d = report.documents
     from rich.table import Table
 
-    table = Table(title=f"packed into {report.out_dir}", show_header=False, title_justify="left")
+    title = clean(f"packed into {report.out_dir}")
+    table = Table(title=title, show_header=False, title_justify="left")
     table.add_column(style="bold")
     table.add_column(justify="right")
     table.add_row("documents read", f"{d.read:,}")
@@ -83,7 +84,7 @@ def summary_table(report: Any, *, tokenized: bool = True) -> Table:
     )
     vocab = report.manifest.vocab_size
     name = report.manifest.tokenizer_name
-    table.add_row("tokenizer", f"{name}" + (f" ({vocab:,} ids)" if vocab else ""))
+    table.add_row("tokenizer", clean(name) + (f" ({vocab:,} ids)" if vocab else ""))
     table.add_row("segments", f"{report.segments:,}")
     table.add_row("tokens in rows", f"{report.tokens:,}")
     if report.tokens_learned is not None:
@@ -141,7 +142,7 @@ def units_table(report: Any) -> Table:
         table.add_column(name, justify=justify)  # type: ignore[arg-type]
     for u in report.units:
         table.add_row(
-            u.name,
+            clean(u.name),
             "skipped (finished)" if u.skipped else "packed",
             f"{u.documents:,}",
             f"{u.rows:,}",
@@ -184,7 +185,7 @@ def show_pack(report: Any, *, quiet: bool, as_json: bool) -> None:
     if quiet:
         return
     if report.resumed:
-        stderr().print("[green]resumed[/] from the checkpoint of an interrupted run")
+        say("from the checkpoint of an interrupted run", label="[green]resumed[/]", err=True)
     stdout().print(summary_table(report))
     say_bad_records(report.bad_records, report.documents.bad_records_skipped)
 
@@ -208,10 +209,9 @@ def show_units(report: Any, *, quiet: bool, as_json: bool) -> None:
             print(json.dumps({"out_dir": str(report.out_dir), **result.to_dict()}, indent=2))
         elif not quiet:
             what = "already finished, skipped" if result.skipped else "packed"
-            stdout().print(
+            say(
                 f"{result.name}: {what}: {result.documents:,} documents, {result.rows:,} rows "
-                f"-> {report.out_dir / 'units' / result.name}",
-                highlight=False,
+                f"-> {report.out_dir / 'units' / result.name}"
             )
         return
     if as_json:
@@ -225,10 +225,10 @@ def show_units(report: Any, *, quiet: bool, as_json: bool) -> None:
         if report.units:
             stdout().print(units_table(report))
         else:
-            stdout().print(f"{report.out_dir}: already packed and merged with these options")
+            say(f"{report.out_dir}: already packed and merged with these options")
         print_notices(report.merged, quiet=quiet)
         stdout().print(summary_table(report.merged))
-        stdout().print(units_line(report.merged.manifest), highlight=False)
+        say(units_line(report.merged.manifest))
 
 
 def show_merge(report: Any, *, quiet: bool, as_json: bool) -> None:
@@ -237,4 +237,4 @@ def show_merge(report: Any, *, quiet: bool, as_json: bool) -> None:
         print(json.dumps(merged_json(report), indent=2))
     elif not quiet:
         stdout().print(summary_table(report, tokenized=False))
-        stdout().print(units_line(report.manifest), highlight=False)
+        say(units_line(report.manifest))

@@ -26,7 +26,7 @@ from ..stats import (
     PackingStats,
     imbalance_labels,
 )
-from .console import stderr, stdout
+from .console import clean, say, stdout
 from .pack import print_notices, say_bad_records, say_skipped
 
 __all__ = ["render_corpus_stats", "render_dataset_stats", "say_written", "show_stats"]
@@ -200,9 +200,9 @@ def render_dataset_stats(s: DatasetStats) -> RenderableType:
     p = s.packing
     head = Text.assemble(
         ("stats of ", ""),
-        (str(s.path), "bold"),
+        (clean(s.path), "bold"),
         f"  max_len {p.max_len:,} · {s.shards:,} shard{'s' if s.shards != 1 else ''}"
-        + (f" · tokenizer {s.tokenizer}" if s.tokenizer else ""),
+        + (f" · tokenizer {clean(s.tokenizer)}" if s.tokenizer else ""),
     )
     pairs = _packing_pairs(p)
     if s.learned_tokens is not None:
@@ -281,8 +281,8 @@ def render_corpus_stats(s: CorpusStats) -> RenderableType:
     )
     head = Text.assemble(
         ("stats of corpus ", ""),
-        (inputs, "bold"),
-        f"  tokenizer {s.tokenizer} · {s.documents_read:,} documents read ({source})",
+        (clean(inputs), "bold"),
+        f"  tokenizer {clean(s.tokenizer)} · {s.documents_read:,} documents read ({source})",
     )
     summary = Table(
         title="Packing at each max_len",
@@ -361,4 +361,4 @@ def say_written(paths: list[Any], *, quiet: bool) -> None:
     names = ", ".join(str(p) for p in paths[:3]) + (
         f" and {len(paths) - 3} more" if len(paths) > 3 else ""
     )
-    (stderr() if quiet else stdout()).print(Text(f"wrote {names}"), soft_wrap=True)
+    say(f"wrote {names}", err=quiet)

@@ -5,14 +5,14 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
-from .console import stdout
+from .console import clean, say, stdout
 
 if TYPE_CHECKING:
     from rich.table import Table
 
 
 def verify_table(report: Any) -> Table:
-    title = f"{'verified' if report.ok else 'FAILED'}: {report.path}"
+    title = clean(f"{'verified' if report.ok else 'FAILED'}: {report.path}")
     from rich.table import Table
 
     table = Table(title=title, show_header=False, title_justify="left")
@@ -60,15 +60,15 @@ def show_verify(report: Any, export_check: Any, *, quiet: bool, as_json: bool) -
         return
     stdout().print(verify_table(report))
     for note in report.notes:
-        stdout().print(f"[dim]note:[/] {note}", highlight=False, soft_wrap=True)
+        say(note, label="[dim]note:[/]")
     for problem in report.problems:
-        stdout().print(f"[red]problem:[/] {problem}", highlight=False, soft_wrap=True)
+        say(problem, label="[red]problem:[/]")
     hidden = report.problems_total - len(report.problems)
     if hidden > 0:
         counts = ", ".join(f"{k} {v:,}" for k, v in sorted(report.problem_counts.items()))
-        stdout().print(f"... and {hidden:,} more problems (by check: {counts})", highlight=False)
+        say(f"... and {hidden:,} more problems (by check: {counts})")
     if export_check is not None:
         state = "verified" if export_check.ok else "FAILED"
-        stdout().print(f"export ({export_check.to}) {state}: {export_check.path}", highlight=False)
+        say(f"export ({export_check.to}) {state}: {export_check.path}")
         for problem in export_check.problems:
-            stdout().print(f"[red]problem:[/] {problem}", highlight=False, soft_wrap=True)
+            say(problem, label="[red]problem:[/]")

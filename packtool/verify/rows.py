@@ -525,6 +525,7 @@ class _ShardPass:
     scratch: Path | None = None  # where a store's shards are copied to as they are hashed
     segments: Segments = field(default_factory=Segments)
     hashed: int = 0  # bytes hashed so far (progress)
+    sizes: list[int | None] = field(default_factory=list)  # each shard's (None: missing)
 
     @functools.cached_property
     def total_bytes(self) -> int:
@@ -549,6 +550,7 @@ def check_shards(
     On a store each shard is downloaded once, into a scratch directory, and hashed on the
     way; its rows are then read from that copy (not downloaded a second time)."""
     state = _ShardPass(reader, rules, problems, report, digests, progress)
+    state.sizes = _check_sizes(reader, problems)
     with contextlib.ExitStack() as stack:
         if isinstance(reader.path, StorePath):
             state.scratch = Path(
@@ -562,6 +564,25 @@ def check_shards(
     return state.segments, all_read
 
 
+def _check_sizes(reader: PackedReader, problems: Problems) -> list[int | None]:
+    """Every shard's size against the manifest's, before any is hashed (a shard grown to
+    10 GB, sparse, was named only after all of it was hashed): the sizes (``None``: the
+    file is missing, named by :func:`_check_shard`)."""
+    sizes: list[int | None] = []
+    for entry, path in zip(reader.manifest.shards, reader.shard_paths, strict=True):
+        size = path.stat().st_size if path.is_file() else None
+        sizes.append(size)
+        expected = int_or_none(entry.bytes)
+        if size is not None and expected is not None and size != expected:
+            problems.add(
+                "bytes",
+                f"{size} bytes, the manifest records {expected} "
+                f"({'truncated' if size < expected else 'grown'})",
+                entry.file,
+            )
+    return sizes
+
+
 def _check_shard(state: _ShardPass, index: int, row0: int) -> tuple[bool, int]:
     """One shard (its first row is global row ``row0``): its bytes and sha256, then its rows.
     Returns whether it could be read, and the rows it holds (the manifest's, if not read)."""
@@ -569,21 +590,18 @@ def _check_shard(state: _ShardPass, index: int, row0: int) -> tuple[bool, int]:
     entry = reader.manifest.shards[index]
     name, path = entry.file, reader.shard_paths[index]
     report.shards_checked += 1
-    if not path.is_file():
+    size = state.sizes[index]
+    if size is None:
         problems.add("files", "the shard file is missing", name)
         return False, entry.rows
-    size = path.stat().st_size
     if int_or_none(entry.bytes) is None or not isinstance(entry.sha256, str):
         problems.add("manifest", "the manifest records no bytes/sha256 for this shard", name)
-    elif size != entry.bytes:
-        problems.add(
-            "bytes",
-            f"{size} bytes, the manifest records {entry.bytes} "
-            f"({'truncated' if size < entry.bytes else 'grown'})",
-            name,
-        )
     copy = None if state.scratch is None else state.scratch / f"shard-{index}.arrow"
-    if isinstance(entry.sha256, str):
+    expected = int_or_none(entry.bytes)
+    if isinstance(entry.sha256, str) and expected is not None and size != expected:
+        # (named by its size already: its bytes cannot be the recorded ones, not hashed)
+        problems.add("sha256", "sha256 not computed: the size shows the shard was altered", name)
+    elif isinstance(entry.sha256, str):
         digest = sha256_of(path, copy_to=copy, on_bytes=state.on_bytes)
         report.bytes_hashed += size
         if digest != entry.sha256:
