@@ -660,7 +660,9 @@ def test_a_compressed_bomb_is_refused_with_memory_bounded_by_the_limit(tmp_path:
     status, rss_kb = proc.stdout.split()[-2:]
     assert status == "1", proc.stdout + proc.stderr
     assert "bomb.jsonl.gz:1: a line longer than 67,108,864 bytes" in proc.stderr
-    assert int(rss_kb) < 450 << 10, f"{int(rss_kb) >> 10} MB"
+    # 200 to 540 MB measured here (the process alone is about 150 MB); the line read whole
+    # took 2.8 GB.
+    assert int(rss_kb) < 900 << 10, f"{int(rss_kb) >> 10} MB"
 
 
 def test_the_maximum_record_size_is_checked(tmp_path, monkeypatch) -> None:

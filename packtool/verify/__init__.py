@@ -48,7 +48,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ..errors import FormatError, OptionError
+from ..errors import OptionError
 from ..format import MANIFEST_FILE, MERGE_STAGE, open_packed, stale_temporaries
 from ..fs import as_path
 from ..tokenize import Tokenizer
@@ -124,13 +124,14 @@ def verify(
         report = _verify(reader, path, against, tokenizer, max_problems, progress,
                          parse_special, chat_template, started)  # fmt: skip
     except Exception:
-        if _identity(path) != before:  # files gone or changed under the checks
-            raise FormatError(_changed(path)) from None
-        raise
+        if _identity(path) == before:
+            raise
+        report = VerifyReport(path=as_path(path))  # files gone or changed under the checks
     if _identity(path) != before:  # what was read is not one dataset: its problems are not
         report.problems = [Problem(None, None, _changed(path), "changed")]  # its own
         report.problems_total, report.problem_counts = 1, {"changed": 1}
         report.against = None
+        report.seconds = time.perf_counter() - started
     return report
 
 
