@@ -153,6 +153,31 @@ def _check_string_call(obj: Any, args: Sequence[Any]) -> None:
         _refuse("a format width of 10,000,000 or more")
 
 
+def _check_filter_size(
+    name: str, value: Any, args: Sequence[Any], kwargs: Mapping[str, Any]
+) -> None:
+    """Bound, before they run, the filters whose result can be far longer than their
+    arguments: ``replace``, ``join``, ``indent`` and ``sum``."""
+    if name == "replace" and isinstance(value, str) and len(args) >= 2:
+        old, new = str(args[0]), str(args[1])
+        count = value.count(old) if old else len(value) + 1
+        if len(value) + count * max(0, len(new) - len(old)) > _MAX_REPEAT:
+            _refuse(f"replacing {count:,} times in a string of {len(value):,} characters")
+    elif name == "join" and isinstance(value, (list, tuple)):
+        sep = args[0] if args else kwargs.get("d", "")
+        if isinstance(sep, str) and len(sep) * len(value) > _MAX_REPEAT:
+            _refuse(f"joining {len(value):,} items with {len(sep):,} characters")
+    elif name == "indent" and isinstance(value, str):
+        width = args[0] if args else kwargs.get("width", 4)
+        wide = len(width) if isinstance(width, str) else width
+        if isinstance(wide, int) and wide * (value.count("\n") + 1) > _MAX_REPEAT:
+            _refuse(f"indenting {value.count(chr(10)) + 1:,} lines by {wide:,}")
+    elif name == "sum" and isinstance(value, (list, tuple)):
+        total = sum(len(v) for v in value if isinstance(v, _SIZED))
+        if total > _MAX_REPEAT:
+            _refuse(f"summing {len(value):,} strings or lists")
+
+
 def _joined(items: Sequence[Any]) -> str:
     """What ``a ~ b ~ c`` makes, bounded."""
     parts = [str(x) for x in items]
@@ -184,6 +209,7 @@ def _bounded_filter(name: str, function: Any) -> Any:
         value = args[skip - 1] if len(args) >= skip else None
         if name == "format" and isinstance(value, str) and _WIDE_FORMAT.search(value):
             _refuse("a format width of 10,000,000 or more")
+        _check_filter_size(name, value, args[skip:], kwargs)
         return _check_made(function(*args, **kwargs), f"the filter {name}")
 
     return bounded

@@ -691,12 +691,16 @@ def test_the_maximum_record_size_is_checked(tmp_path, monkeypatch) -> None:
         ("{{ messages|tojson(indent=1000000000) }}", "the filter tojson given 1,000,000,000"),
         ("{{ messages|tojson(indent=9999999) }}", "tojson with an indent of 9,999,999"),
         ("{{ 'a'|center(1000000000) }}", "the filter center given"),
-        ("{{ 'a\\na'|indent(9999999) }}", "the filter indent making a str of 10,000,002"),
+        ("{{ 'a\\na'|indent(9999999) }}", "indenting 2 lines by 9,999,999"),
         ("{{ '%999999999d' % 1 }}", "a format width"),
         ("{{ '{:>999999999}'.format(1) }}", "a format width"),
         ("{% set s = 'a' * 100000 %}{{ s.replace('a', s) }}", "replacing 100,000 times"),
         ("{% set s = 'a' * 100000 %}{{ s.join(range(100000)|list) }}", "joining 100,000 items"),
         ("{{ 'a'.ljust(999999999) }}", "calling ljust given 999,999,999"),
+        ("{% set s = 'a' * 100000 %}{{ s|replace('a', s) }}", "replacing 100,000 times"),
+        ("{% set s = 'a' * 100000 %}{{ range(100000)|list|join(s) }}", "joining 100,000 items"),
+        ("{% set s = 'a\n' * 100000 %}{{ s|indent(9999999) }}", "indenting 100,001 lines"),
+        ("{% set l = ['x'] * 1000000 %}{{ ([l] * 100)|sum(start=[]) }}", "summing 100 strings"),
     ],
 )
 def test_template_operations_that_make_huge_text_are_refused(
