@@ -1,33 +1,36 @@
-"""Chat templates: load one, render it in a sandbox, and cut a conversation into pieces.
+"""Chat templates: load one, render it in a sandbox, and find the assistant turns in it.
 
 A chat template is a Jinja template (the Hugging Face convention: it sees ``messages``,
-``add_generation_prompt``, ``bos_token``, ``eos_token``, ``pad_token`` and can call
-``raise_exception``). packtool renders it in jinja2's ``ImmutableSandboxedEnvironment``: a
-template cannot reach Python internals (``__class__``, ``__globals__``...), run code, change
-its arguments, or include files; trying to is a :class:`~packtool.errors.ChatTemplateError`.
+``tools``, ``add_generation_prompt``, ``bos_token``, ``eos_token``, ``pad_token`` and can call
+``raise_exception`` and ``strftime_now``). packtool renders it in jinja2's
+``ImmutableSandboxedEnvironment``: a template cannot reach Python internals (``__class__``,
+``__globals__``...), run code, change its arguments, or include files; trying to is a
+:class:`~packtool.errors.ChatTemplateError`.
 
-To learn exactly the assistant tokens, a conversation is cut into pieces whose boundaries are
-the boundaries of the assistant contents, by rendering the conversation and its prefixes::
+A conversation is rendered once; what the assistant generates in it is a list of character
+spans of that text (:meth:`ChatTemplate.assistant_spans`)::
 
     messages  [system "Be brief.", user "Hi", assistant "Hello!"]
 
-    rendered  <|im_start|>system\\nBe brief.<|im_end|>\\n<|im_start|>user\\nHi<|im_end|>\\n
-              <|im_start|>assistant\\nHello!<|im_end|>\\n
-    pieces    CONTEXT   "<|im_start|>system\\n ... <|im_start|>assistant\\n"
-              LEARN     "Hello!"
-              TURN_END  "<|im_end|>\\n"     (learned up to and including its first special
-                                           token: the end-of-turn token that closes it)
+    rendered  <|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n
+              <|im_start|>assistant\nHello!<|im_end|>\n
+    learned                          "Hello!<|im_end|>"
 
-For each assistant message ``k``: the conversation up to message ``k - 1`` rendered with the
-generation prompt says where the assistant turn starts; up to message ``k`` (without it), where
-the turn ends; the content is found in between. Each prefix must render as a prefix of the whole
-conversation (true of the usual templates); a template that renders earlier turns differently
-once more turns follow is reported, with the record that shows it.
+- where the template has ``{% generation %}...{% endgeneration %}`` blocks (the transformers
+  and TRL convention), the text of those blocks;
+- else each assistant message is located by rendering the conversation again with its text
+  replaced by sentinels (Unicode noncharacters no message holds): the two renderings differ
+  exactly where its text is, whatever the template does to the other turns (it need not be
+  prefix-consistent). The span starts after the header the generation prompt adds
+  (``<|im_start|>assistant\n``) and ends with the control token that closes the turn: the last
+  one of the turn's ending as the template writes it when the conversation ends there, else
+  the first one after the text.
 """
 
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import enum
 import functools
 import hashlib
@@ -48,7 +51,6 @@ __all__ = [
     "DEFAULT_TEMPLATE_TIMEOUT",
     "KNOWN_ROLES",
     "ChatTemplate",
-    "Piece",
     "PieceKind",
     "RenderError",
     "load_chat_template",
@@ -65,14 +67,6 @@ class PieceKind(enum.IntEnum):
     CONTEXT = 0  # never learned (under --loss-on all, everything is)
     LEARN = 1  # an assistant content or a completion: every token learned
     TURN_END = 2  # closes an assistant turn: learned up to and including its first special token
-
-
-@dataclass(frozen=True)
-class Piece:
-    """A piece of the text of one example, tokenized on its own."""
-
-    kind: PieceKind
-    text: str
 
 
 class RenderError(Exception):
@@ -100,6 +94,17 @@ def _tojson(
     return json.dumps(
         value, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys
     )
+
+
+TEMPLATE_DATE = (2025, 1, 1)
+"""The date ``strftime_now`` gives templates (gpt-oss, Llama 3.x write "today's date" into
+the system turn): a fixed one, so that a pack is the same whatever the day it runs."""
+
+
+def _strftime_now(format: str) -> str:
+    import datetime
+
+    return datetime.datetime(*TEMPLATE_DATE, tzinfo=datetime.timezone.utc).strftime(str(format))
 
 
 DEFAULT_TEMPLATE_TIMEOUT = 10.0
@@ -215,6 +220,10 @@ def _bounded_filter(name: str, function: Any) -> Any:
     return bounded
 
 
+_TRACKING: contextvars.ContextVar[tuple[list[int], list[tuple[int, int]]] | None] = (
+    contextvars.ContextVar("packtool_generation", default=None)
+)  # while rendering with tracked {% generation %} blocks: (output length so far, their spans)
+
 _budget = threading.local()  # .deadline, .seconds: the budget of this thread's record
 
 
@@ -270,18 +279,19 @@ def _text_size(messages: Sequence[Mapping[str, Any]]) -> int:
     return size
 
 
-def _bounded_output(parts: Iterable[Any], messages: Sequence[Mapping[str, Any]]) -> str:
+def _bounded_output(parts: Iterable[Any], given: Sequence[Any], length: list[int]) -> str:
     """The rendered text from its parts, stopped once longer than the output bound: at most
-    :data:`_MAX_OUTPUT_FLOOR` characters beyond 4 times the messages' own text (counted only
-    past the floor: the usual rendering never needs to)."""
+    :data:`_MAX_OUTPUT_FLOOR` characters beyond 4 times the text of what the template was
+    given (the messages and tools; counted only past the floor: the usual rendering never
+    needs to). ``length[0]``: the characters so far, kept up to date for the tracking of
+    ``{% generation %}`` blocks."""
     limit = _MAX_OUTPUT_FLOOR
     out: list[str] = []
-    total = 0
     for part in parts:
-        total += len(part)
+        total = length[0] = length[0] + len(part)
         if total > limit:
             if limit == _MAX_OUTPUT_FLOOR:
-                limit += 4 * _text_size(messages)
+                limit += 4 * _text_size(given)
             if total > limit:
                 raise _TooMuchText(limit)
         out.append(part)
@@ -362,8 +372,9 @@ def _environment() -> Any:
             return nodes.Call(joined, [items], [], None, None, lineno=node.lineno)
 
     class _Generation(Extension):
-        """``{% generation %}...{% endgeneration %}`` (Hugging Face's marker of assistant text):
-        rendered as its body; packtool finds the assistant contents itself."""
+        """``{% generation %}...{% endgeneration %}`` (the Hugging Face and TRL marker of the
+        text the assistant generates): rendered as its body; while :meth:`ChatTemplate.render`
+        tracks them, the character span of each body in the output is recorded."""
 
         tags = {"generation"}  # noqa: RUF012 - jinja's API
 
@@ -373,7 +384,12 @@ def _environment() -> Any:
             return nodes.CallBlock(self.call_method("_body"), [], [], body).set_lineno(lineno)
 
         def _body(self, caller: Any) -> str:
-            return str(caller())
+            text = str(caller())
+            tracking = _TRACKING.get()
+            if tracking is not None:  # the output so far has been yielded: its length is known
+                length, spans = tracking
+                spans.append((length[0], length[0] + len(text)))
+            return text
 
     env = _BudgetedEnvironment(
         trim_blocks=True,
@@ -386,6 +402,7 @@ def _environment() -> Any:
         env.filters[name] = _bounded_filter(name, function)
     env.globals["raise_exception"] = _raise_exception
     env.globals["lipsum"] = _lipsum
+    env.globals["strftime_now"] = _strftime_now
     return env
 
 
@@ -440,10 +457,22 @@ class ChatTemplate:
         """The manifest's record of the template."""
         return {"name": self.name, "source": self.source, "sha256": self.sha256}
 
+    @property
+    def has_generation(self) -> bool:
+        """Whether the template marks the assistant's text with ``{% generation %}``."""
+        return _GENERATION.search(self.text) is not None
+
     def render(
-        self, messages: Sequence[Mapping[str, str]], add_generation_prompt: bool = False
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        add_generation_prompt: bool = False,
+        *,
+        tools: Sequence[Any] | None = None,
+        track: list[tuple[int, int]] | None = None,
     ) -> str:
-        """The text of ``messages``.
+        """The text of ``messages`` (``tools``: the tool schemas the template is given, as
+        ``tools=`` of ``apply_chat_template``). ``track``: a list that gets the character span
+        of every ``{% generation %}`` block of the output.
 
         Raises :class:`RenderError` when the template fails on these messages (a record
         problem) or runs past :attr:`timeout` (shared by the renderings of one record inside
@@ -452,23 +481,29 @@ class ChatTemplate:
         """
         from jinja2.exceptions import SecurityError, TemplateNotFound, TemplatesNotFound
 
+        arguments = {
+            **self.variables,
+            "messages": list(messages),
+            "tools": None if tools is None else list(tools),
+            "add_generation_prompt": add_generation_prompt,
+        }
         try:
             with render_budget(self.timeout):
                 compiled = self._compiled  # what Template.render does, the text bounded
-                context = compiled.new_context(
-                    {
-                        "messages": list(messages),
-                        "add_generation_prompt": add_generation_prompt,
-                        **self.variables,
-                    }
-                )
+                context = compiled.new_context(arguments)
+                length = [0]  # the output so far: where a tracked generation block starts
+                reset = None if track is None else _TRACKING.set((length, track))
                 try:
-                    return _bounded_output(compiled.root_render_func(context), messages)
+                    parts = compiled.root_render_func(context)
+                    return _bounded_output(parts, [*messages, *(tools or ())], length)
                 except (_TooMuchText, _OverBudget):
                     raise
                 except Exception:
                     compiled.environment.handle_exception()
                     raise  # not reached: handle_exception raises the template's error
+                finally:
+                    if reset is not None:
+                        _TRACKING.reset(reset)
         except _TooMuchText as e:
             raise RenderError(
                 f"the chat template made more than {e.args[0]:,} characters of text for this "
@@ -494,53 +529,204 @@ class ChatTemplate:
         except Exception as e:  # anything else the template hit on this record
             raise RenderError(f"the chat template failed: {type(e).__name__}: {e}") from None
 
-    def pieces(self, messages: Sequence[Mapping[str, str]]) -> list[Piece]:
-        """Cut the rendered conversation at the assistant contents (see the module docstring).
+    def assistant_spans(
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        *,
+        tools: Sequence[Any] | None = None,
+        control: re.Pattern[str] | None = None,
+        last_turn: bool = False,
+    ) -> tuple[str, list[tuple[int, int]]]:
+        """The whole conversation rendered once, and the character spans of what the assistant
+        generates in it (see the module docstring): the ``{% generation %}`` blocks where the
+        template has them, else each assistant turn located with sentinels.
 
-        Raises :class:`RenderError` when the template fails on ``messages``, changes an
-        assistant content beyond trimming it, or renders a prefix of the conversation as
-        something that is not a prefix of the whole.
+        ``control``: the tokenizer's control-token strings (the turn of a located assistant
+        message is learned up to and including the first one after its text). Message
+        contents must not hold them as text (escape them first); U+FDD0..U+FDD3 are refused.
+
+        ``last_turn``: the spans of the last assistant message only (``--chat-turns each``).
+
+        Raises :class:`RenderError` when the template fails on ``messages`` or an assistant
+        turn cannot be located exactly.
         """
-        full = self.render(messages)
-        out: list[Piece] = []
-        pos = 0  # end of what is already cut
-        for k, message in enumerate(messages):
-            if message["role"] != "assistant":
-                continue
-            turn_end = len(full) if k == len(messages) - 1 else self._prefix_end(full, messages, k)
-            try:
-                head: str | None = self.render(messages[:k], add_generation_prompt=True)
-            except RenderError:
-                head = None
-            if head is not None and full.startswith(head) and pos <= len(head) <= turn_end:
-                start = len(head)  # where the generation prompt ends
-            else:  # the template has no generation prompt: search the whole turn
-                start = max(pos, self._prefix_end(full, messages, k - 1) if k else 0)
-            content = message["content"]
-            at = full.find(content, start, turn_end)
-            if at < 0 and content.strip() != content:
-                content = content.strip()  # templates often trim contents
-                at = full.find(content, start, turn_end)
-            if at < 0:
-                raise RenderError(
-                    f"message {k} (assistant): its content is not in what the chat template "
-                    "renders for it (the template changes it)"
-                )
-            out.append(Piece(PieceKind.CONTEXT, full[pos:at]))
-            out.append(Piece(PieceKind.LEARN, content))
-            out.append(Piece(PieceKind.TURN_END, full[at + len(content) : turn_end]))
-            pos = turn_end
-        out.append(Piece(PieceKind.CONTEXT, full[pos:]))
-        return [p for p in out if p.text]
+        assistants = [k for k, m in enumerate(messages) if m.get("role") == "assistant"]
+        if self.has_generation:
+            spans: list[tuple[int, int]] = []
+            full = self.render(messages, tools=tools, track=spans)
+            if last_turn:  # the blocks after those of the conversation before that turn
+                before: list[tuple[int, int]] = []
+                if assistants:
+                    self.render(messages[: assistants[-1]], tools=tools, track=before)
+                spans = spans[len(before) :] if assistants else []
+            return full, [(a, b) for a, b in spans if b > a]
+        _check_reserved(messages)
+        full = self.render(messages, tools=tools)
+        spans = []
+        low = 0  # nothing of a turn is learned before the end of the previous message
+        regions: dict[int, tuple[int, int]] = {}
 
-    def _prefix_end(self, full: str, messages: Sequence[Mapping[str, str]], k: int) -> int:
-        prefix = self.render(messages[: k + 1])
-        if not full.startswith(prefix):
+        def region(k: int) -> tuple[int, int]:
+            if k not in regions:
+                regions[k] = self._region(full, messages, k, tools)
+            return regions[k]
+
+        renderings: dict[tuple[int, bool], str] = {}
+
+        def rendered(n: int, prompt: bool = False) -> str:
+            """Messages 0..n-1 rendered (with the generation prompt): each once."""
+            if (n, prompt) not in renderings:
+                renderings[n, prompt] = self.render(
+                    messages[:n], add_generation_prompt=prompt, tools=tools
+                )
+            return renderings[n, prompt]
+
+        def neighbour(k: int) -> tuple[int, int] | None:
+            """The region of a message next to an assistant one; None: not rendered."""
+            try:
+                return region(k)
+            except RenderError:
+                return None
+
+        for k in assistants[-1:] if last_turn else assistants:
+            start, end = region(k)
+            previous = neighbour(k - 1) if k > 0 else None
+            if previous is not None and previous[1] <= start:
+                low = max(low, previous[1])
+            header = self._header(rendered, k)
+            at = full.find(header, low, start) if header else -1
+            begin = at + len(header) if at >= 0 else start
+            last = k + 1 == len(messages)
+            following = None if last else neighbour(k + 1)
+            bound = len(full) if following is None else max(end, following[0])
+            finish = end
+            if control is not None:
+                ending = full if last else rendered(k + 1)
+                tail = self._tail(full, ending, end, messages, k, tools)
+                common = _common_prefix(full, end, bound, tail)
+                # the last control token of the turn's end, as the template ends it
+                closing = next(reversed(list(control.finditer(full, end, end + common))), None)
+                if closing is None and control.search(tail):
+                    # the template ends the turn with a control token, another one when more
+                    # follows (gpt-oss: <|return|>, else <|end|>): the first one after the text
+                    closing = control.search(full, end, bound)
+                if closing is not None:
+                    finish = closing.end()
+            if spans and begin < spans[-1][1]:
+                raise RenderError(
+                    f"message {k} (assistant): its turn cannot be located exactly in what the "
+                    "chat template renders (it overlaps the previous one)"
+                )
+            if finish > begin:
+                spans.append((begin, finish))
+            low = finish
+        return full, spans
+
+    def _region(
+        self, full: str, messages: Sequence[Mapping[str, Any]], k: int, tools: Any
+    ) -> tuple[int, int]:
+        """The span of ``full`` that the text of message ``k`` decides: ``full`` against the
+        conversation rendered with that text replaced by sentinels (U+FDD0 k U+FDD1), which
+        no content holds, so the two renderings differ exactly there."""
+        message = dict(messages[k])
+        for key in _TEXT_KEYS:
+            if isinstance(message.get(key), str) or (key == "content" and key in message):
+                message[key] = f"\ufdd0{k}{key[0]}\ufdd1"
+        calls = message.get("tool_calls")
+        if isinstance(calls, list):
+            message["tool_calls"] = [_sentinel_call(c, f"\ufdd0{k}t{i}\ufdd1")
+                                     for i, c in enumerate(calls)]  # fmt: skip
+        changed = [*messages[:k], message, *messages[k + 1 :]]
+        other = self.render(changed, tools=tools)
+        if other == full:
             raise RenderError(
-                f"the chat template renders messages 0-{k} differently when more messages follow "
-                "(it is not prefix-consistent), so the assistant turns cannot be cut exactly"
+                f"message {k} ({messages[k].get('role')}): the chat template does not render "
+                "its text, so its turn cannot be located"
             )
-        return len(prefix)
+        # The sentinels' characters are in `other` only: the renderings agree up to the first
+        # and after the last, unless the template changed more than the text (then: compare).
+        first, last = other.find("\ufdd0"), other.rfind("\ufdd1") + 1
+        tail = len(other) - last
+        same_ends = full.startswith(other[:first]) and full.endswith(other[last:])
+        if 0 <= first < last and first + tail <= len(full) and same_ends:
+            return first, len(full) - tail
+        n = min(len(full), len(other))
+        a = _common_prefix(full, 0, n, other)
+        b = _common_prefix(full[::-1], 0, n - a, other[::-1])
+        return a, len(full) - b
+
+    def _tail(
+        self,
+        full: str,
+        ending: str,
+        end: int,
+        messages: Sequence[Mapping[str, Any]],
+        k: int,
+        tools: Any,
+    ) -> str:
+        """What the template renders after the text of message ``k`` when the conversation
+        ends there (``ending``: ``<|im_end|>\n``, ``<|eot_id|>``...): how it closes that turn.
+        ``end``: where that text ends in the whole conversation."""
+        if end <= len(ending) and full.startswith(ending):
+            return ending[end:]  # the same text as the whole conversation's, up to there
+        return ending[self._region(ending, messages[: k + 1], k, tools)[1] :]
+
+    @staticmethod
+    def _header(rendered: Any, k: int) -> str:
+        """What the generation prompt adds after messages ``0..k-1`` (``<|im_start|>assistant\n``):
+        the header of an assistant turn, which the model does not generate. Empty when the
+        template has no generation prompt, or it is not an addition at the end."""
+        try:
+            with_prompt, without = rendered(k, True), rendered(k)
+        except RenderError:
+            return ""
+        return with_prompt[len(without) :] if with_prompt.startswith(without) else ""
+
+
+_GENERATION = re.compile(r"\{%-?\s*generation\s*-?%\}")
+_TEXT_KEYS = ("content", "reasoning_content", "thinking")
+"""Message fields of text a template renders (besides tool calls)."""
+_RESERVED = re.compile("[\ufdd0\ufdd1]")
+
+
+def _common_prefix(full: str, start: int, stop: int, other: str) -> int:
+    """Length of the common prefix of ``full[start:stop]`` and ``other`` (a binary search of
+    slice comparisons: no loop over characters in Python)."""
+    lo, hi = 0, min(stop - start, len(other))
+    if full.startswith(other[:hi], start):
+        return hi
+    while lo < hi:  # full[start:start+lo] == other[:lo], and not at hi
+        mid = (lo + hi + 1) // 2
+        if full.startswith(other[:mid], start):
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+def _sentinel_call(call: Any, sentinel: str) -> Any:
+    """A tool call with its arguments replaced by ``sentinel`` (a string for a string, else
+    an object holding it); the name is kept: templates repeat it in the tool's result."""
+    if not isinstance(call, Mapping):
+        return call
+    function = call.get("function")
+    inner = function if isinstance(function, Mapping) else call
+    arguments = inner.get("arguments")
+    replaced = sentinel if isinstance(arguments, str) else {sentinel: sentinel}
+    if isinstance(function, Mapping):
+        return {**call, "function": {**function, "arguments": replaced}}
+    return {**call, "arguments": replaced}
+
+
+def _check_reserved(messages: Sequence[Mapping[str, Any]]) -> None:
+    for k, m in enumerate(messages):
+        for key in _TEXT_KEYS:
+            value = m.get(key)
+            if isinstance(value, str) and _RESERVED.search(value):
+                raise RenderError(
+                    f"message {k}: its {key} holds U+FDD0 or U+FDD1, Unicode noncharacters that "
+                    "packtool uses internally"
+                )
 
 
 def _template_variables(tokenizer: Any) -> dict[str, str]:

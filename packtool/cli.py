@@ -315,6 +315,23 @@ def pack(
             "on stops the run, naming the record (or is skipped with --skip-bad-records).",
         ),
     ] = 10.0,  # chat.DEFAULT_TEMPLATE_TIMEOUT (tests/test_imports.py checks they agree)
+    chat_turns: Annotated[
+        str,
+        typer.Option(
+            help="Chats: one example per conversation, every assistant turn learned (all), or "
+            "one per assistant turn, its history rendered as the template renders it at that "
+            "turn and only that turn learned (each: for reasoning templates that drop earlier "
+            "reasoning).",
+        ),
+    ] = "all",
+    learn_reasoning: Annotated[
+        bool,
+        typer.Option(
+            "--learn-reasoning/--no-learn-reasoning",
+            help="Chats: learn the reasoning of assistant turns (<think> blocks, gpt-oss "
+            "analysis) with the answer, or keep it as context.",
+        ),
+    ] = True,
     overflow: Annotated[
         str | None,
         typer.Option(
@@ -859,6 +876,14 @@ def verify(
             show_default=False,
         ),
     ] = None,
+    reference: Annotated[
+        str,
+        typer.Option(
+            help="With --against, text documents: re-tokenize with the tokenizer.json (file, "
+            "as pack does) or with transformers' AutoTokenizer for its directory "
+            "(transformers: the ids your transformers code gets).",
+        ),
+    ] = "file",
     max_problems: Annotated[int, typer.Option(help="Problems to list (all are counted).")] = 20,
     export_dir: Annotated[
         Path | None,
@@ -904,6 +929,7 @@ def verify(
             progress=progress,
             parse_special=parse_special,
             chat_template=chat_template,
+            reference=reference,
         )
     export_check = None
     if export_dir is not None:

@@ -9,12 +9,14 @@ Two record shapes besides plain text (``--input-shape``):
   rendered with a chat template (:mod:`packtool.chat`). The assistant contents are learned, and
   the end-of-turn token that closes each.
 
-Boundaries are exact by construction: an example is cut into pieces at the learned text
-(prompt | completion | EOS, or context | assistant content | turn end | context ...) and each
-piece is tokenized on its own, so no token straddles a boundary even with a tokenizer that would
-merge across it. It is also what the model meets when generating: the prompt tokenized, then
-the answer produced token by token after it. A completion ``"5"`` after the prompt ``"2+3="``,
-with the bundled tokenizer (no BOS)::
+A chat's ids are those of the whole conversation rendered once (what
+``apply_chat_template(messages, tokenize=True)`` gives) and a token is learned when it overlaps
+an assistant span of the rendering (:meth:`~packtool.chat.ChatTemplate.assistant_spans`; the
+rule of transformers' ``return_assistant_tokens_mask``). A prompt/completion pair is cut into
+pieces (prompt | completion | EOS), each tokenized on its own, so no token straddles the
+boundary: what the model meets when generating, the prompt tokenized, then the answer produced
+token by token after it. A completion ``"5"`` after the prompt ``"2+3="``, with the bundled
+tokenizer (no BOS)::
 
     text       2     +     3     =   |  5 | <|endoftext|>
     ids       23    16    24    34   | 26 |  0
@@ -26,6 +28,7 @@ Hugging Face models take them.
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import enum
 import itertools
@@ -197,14 +200,33 @@ def check_prompt_completion(
     return check
 
 
+@dataclass
+class Chat:
+    """A checked chat record: its messages (every key the record gives, ``None`` values
+    dropped, as ``apply_chat_template`` does) and the tool schemas passed to the template."""
+
+    messages: list[dict[str, Any]]
+    tools: list[Any] | None = None
+    turn: int | None = None  # --chat-turns each: the example ends at this assistant message
+
+
+def _as_chat(record: Any) -> Chat:
+    return record if isinstance(record, Chat) else Chat(list(record))
+
+
 def check_chat(
-    messages_field: str = "messages", roles: Sequence[str] = KNOWN_ROLES
-) -> Callable[[dict[str, Any], str], list[dict[str, str]]]:
-    """The record check of chat data: a list of ``{"role", "content"}`` (both strings, the role
-    one of ``roles``). Other keys of a message are dropped: the template sees role and content."""
+    messages_field: str = "messages",
+    roles: Sequence[str] = KNOWN_ROLES,
+    tools_field: str = "tools",
+) -> Callable[[dict[str, Any], str], Chat]:
+    """The record check of chat data: a list of messages, each with a ``role`` (one of
+    ``roles``) and a ``content`` string (an assistant message with ``tool_calls`` may have
+    none), and the record's ``tools_field`` (a list of tool schemas) when it has one. The
+    other keys of a message (``reasoning_content``, ``tool_calls``, ``tool_call_id``,
+    ``name``...) are kept: the template sees them."""
     known = set(roles)
 
-    def check(record: dict[str, Any], location: str) -> list[dict[str, str]]:
+    def check(record: dict[str, Any], location: str) -> Chat:
         if messages_field not in record:
             found = ", ".join(repr(k) for k in list(record)[:20]) or "none"
             raise BadRecordError(
@@ -222,10 +244,17 @@ def check_chat(
         for i, m in enumerate(messages):
             if not isinstance(m, dict):
                 raise BadRecordError(location, f"message {i} is {describe_value(m)}, not an object")
+            m = {k: v for k, v in m.items() if v is not None}
+            calls = m.get("tool_calls")
+            if calls is not None and not isinstance(calls, list):
+                raise BadRecordError(
+                    location, f"message {i}: 'tool_calls' is {describe_value(calls)}, not a list"
+                )
+            keys = ("role",) if calls and m.get("role") == "assistant" else ("role", "content")
             for key in ("role", "content"):
-                if m.get(key) is None:
+                if key in keys and m.get(key) is None:
                     raise BadRecordError(location, f"message {i} has no {key!r}")
-                if not isinstance(m[key], str):
+                if key in m and not isinstance(m[key], str):
                     raise BadRecordError(
                         location, f"message {i}: {key!r} is {describe_value(m[key])}, not a string"
                     )
@@ -235,8 +264,18 @@ def check_chat(
                     f"message {i} has an unknown role {m['role']!r} "
                     f"(known: {', '.join(sorted(known))})",
                 )
-            out.append({"role": m["role"], "content": m["content"]})
-        return out
+            for key in ("reasoning_content", "thinking"):
+                if key in m and not isinstance(m[key], str):
+                    raise BadRecordError(
+                        location, f"message {i}: {key!r} is {describe_value(m[key])}, not a string"
+                    )
+            out.append(m)
+        tools = record.get(tools_field)
+        if tools is not None and not isinstance(tools, list):
+            raise BadRecordError(
+                location, f"field {tools_field!r} is {describe_value(tools)}, not a list of tools"
+            )
+        return Chat(out, tools)
 
     return check
 
@@ -277,23 +316,15 @@ _Source = int | tuple[int, ...] | _Fixed
 when it was tokenized behind the anchor), fixed ids, or a :class:`_Fixed`."""
 
 
-@dataclass(frozen=True)
-class _Mixed:
-    """Rendered template text whose ``spans`` came from message contents and spell
-    special-token strings: those are text, the rest of the piece's specials are control."""
-
-    text: str
-    spans: tuple[tuple[int, int], ...]
-
-
-_Piece = str | tuple[int, ...] | _Fixed | _Mixed
+_Piece = str | tuple[int, ...] | _Fixed
 
 
 class _Escaper:
-    """Hides the special-token strings of message contents from the chat template's output.
+    """Hides the special-token strings of a chat's data (message contents, reasoning, tool
+    calls, tool schemas) from the chat template's output.
 
     Each is replaced by a placeholder of Unicode noncharacters before rendering; the rendered
-    pieces get them back with the spans they occupy, so the tokenizer stage knows which
+    text gets them back with the spans they occupy, so the tokenizer stage knows which
     special-token strings of the rendered text are data.
     """
 
@@ -304,24 +335,34 @@ class _Escaper:
         self.finder = finder
         self._index = {t: i for i, t in enumerate(finder.strings)}
 
-    def escape(self, messages: Sequence[dict[str, str]]) -> list[dict[str, str]]:
-        pattern = self.finder.pattern
-        assert pattern is not None
-        out = []
-        for k, m in enumerate(messages):
-            content = m["content"]
-            if self._RESERVED.search(content):
+    def _escape(self, value: Any, where: str) -> Any:
+        if isinstance(value, str):
+            if self._RESERVED.search(value):
                 raise RenderError(
-                    f"message {k}: its content holds U+FDD0..U+FDD3, Unicode noncharacters that "
-                    "packtool uses internally"
+                    f"{where} holds U+FDD0..U+FDD3, Unicode noncharacters that packtool uses "
+                    "internally"
                 )
-            escaped = pattern.sub(lambda h: f"\ufdd2{self._index[h.group()]}\ufdd3", content)
-            out.append({**m, "content": escaped})
-        return out
+            pattern = self.finder.pattern
+            assert pattern is not None
+            return pattern.sub(lambda h: f"\ufdd2{self._index[h.group()]}\ufdd3", value)
+        if isinstance(value, list):
+            return [self._escape(v, where) for v in value]
+        if isinstance(value, dict):
+            return {k: v if k == "role" else self._escape(v, where) for k, v in value.items()}
+        return value
 
-    def unescape(self, text: str) -> tuple[str, list[tuple[int, int]]]:
+    def escape(self, chat: Chat) -> Chat:
+        messages = [self._escape(m, f"message {k}") for k, m in enumerate(chat.messages)]
+        return dataclasses.replace(
+            chat, messages=messages, tools=self._escape(chat.tools, "the tools")
+        )
+
+    def unescape(self, text: str) -> tuple[str, list[tuple[int, int]], Callable[[int], int]]:
+        """The text with the data's special-token strings back, their spans, and the map from
+        positions in ``text`` to positions in the result."""
         parts: list[str] = []
         spans: list[tuple[int, int]] = []
+        marks: list[tuple[int, int, int]] = []  # (start in text, end in text, shift after)
         pos = length = 0
         for hit in self._MARK.finditer(text):
             parts.append(text[pos : hit.start()])
@@ -331,10 +372,102 @@ class _Escaper:
             spans.append((length, length + len(token)))
             length += len(token)
             pos = hit.end()
+            marks.append((hit.start(), hit.end(), length - hit.end()))
         if not spans:
-            return text, []
+            return text, [], lambda p: p
         parts.append(text[pos:])
-        return "".join(parts), spans
+        starts = [m[0] for m in marks]
+
+        def convert(p: int) -> int:
+            i = bisect.bisect_right(starts, p) - 1
+            if i < 0:
+                return p
+            start, end, shift = marks[i]
+            if p >= end:
+                return p + shift
+            return spans[i][0] if p == start else spans[i][1]
+
+        return "".join(parts), spans, convert
+
+
+@dataclass
+class _Rendered:
+    """One chat example: the rendered text, its learned character spans, and the spans of
+    special-token strings that came from the data (text, not control tokens)."""
+
+    text: str
+    learn: list[tuple[int, int]]
+    data: list[tuple[int, int]]
+
+
+def _per_turn(batch: RecordBatch) -> None:
+    """``--chat-turns each``: every chat of ``batch`` becomes one example per assistant turn
+    (a chat without one stays one example, with nothing to learn), in place."""
+    if batch.records_read is not None:
+        return  # already cut
+    records: list[Any] = []
+    locations: list[str] = []
+    for record, location in zip(batch.records, batch.locations, strict=True):
+        chat = None if record is None else _as_chat(record)
+        turns = [] if chat is None else [
+            k for k, m in enumerate(chat.messages) if m.get("role") == "assistant"
+        ]  # fmt: skip
+        if chat is None or not turns:
+            records.append(record)
+            locations.append(location)
+            continue
+        for n, k in enumerate(turns, 1):
+            records.append(dataclasses.replace(chat, turn=k))
+            locations.append(f"{location} (assistant turn {n})")
+    batch.records_read = len(batch.records)
+    batch.records, batch.locations = records, locations
+
+
+def _learned(offsets: Sequence[tuple[int, int]], spans: Sequence[tuple[int, int]]) -> np.ndarray:
+    """Which tokens overlap a learned span: exactly the rule of transformers'
+    ``return_assistant_tokens_mask`` (a token that straddles a span's edge is learned)."""
+    out = np.zeros(len(offsets), bool)
+    if not spans or not offsets:
+        return out
+    bounds = np.array(offsets, dtype=np.int64).reshape(-1, 2)
+    starts = np.fromiter((a for a, _ in spans), np.int64, len(spans))
+    ends = np.fromiter((b for _, b in spans), np.int64, len(spans))
+    # the first span that ends after the token starts: learned if it starts before the token ends
+    i = np.searchsorted(ends, bounds[:, 0], side="right")
+    inside = i < len(spans)
+    out[inside] = bounds[inside, 1] > starts[i[inside]]
+    return out
+
+
+def _runs(ids: Sequence[int], learned: np.ndarray) -> list[tuple[PieceKind, tuple[int, ...]]]:
+    """``ids`` cut into runs of learned (LEARN) and not learned (CONTEXT) tokens."""
+    if not len(ids):
+        return []
+    cuts = [0, *(np.flatnonzero(learned[1:] != learned[:-1]) + 1).tolist(), len(ids)]
+    kinds = (PieceKind.CONTEXT, PieceKind.LEARN)
+    return [(kinds[int(learned[a])], tuple(ids[a:b])) for a, b in itertools.pairwise(cuts)]
+
+
+REASONING = re.compile(
+    r"<think>.*?</think>\s*"  # Qwen3, DeepSeek R1, ...: what the model writes before it answers
+    r"|<\|channel\|>analysis<\|message\|>.*?<\|end\|>(?:<\|start\|>assistant)?",  # gpt-oss
+    re.DOTALL,
+)
+"""A reasoning block in an assistant turn (``--no-learn-reasoning`` makes it context)."""
+
+
+def _without_reasoning(text: str, spans: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:
+    """``spans`` minus the reasoning blocks that start inside them."""
+    out: list[tuple[int, int]] = []
+    for start, end in spans:
+        pos = start
+        for hit in REASONING.finditer(text, start, end):
+            if hit.start() > pos:
+                out.append((pos, hit.start()))
+            pos = max(pos, hit.end())
+        if end > pos:
+            out.append((pos, end))
+    return out
 
 
 @dataclass
@@ -373,7 +506,11 @@ class InstructEncoder:
         add_eos: bool = True,
         bos: bool | None = None,
         parse_special: bool = False,
+        chat_turns: str = "all",
+        learn_reasoning: bool = True,
     ) -> None:
+        if chat_turns not in ("all", "each"):
+            raise OptionError(f"--chat-turns must be all or each; got {chat_turns!r}")
         if shape not in (InputShape.PROMPT_COMPLETION, InputShape.CHAT):
             raise ValueError(f"InstructEncoder encodes prompt-completion or chat, not {shape}")
         if shape is InputShape.CHAT and template is None:
@@ -386,6 +523,8 @@ class InstructEncoder:
         self.add_eos = add_eos
         self.bos = bos
         self.parse_special = parse_special
+        self.chat_turns = chat_turns
+        self.learn_reasoning = learn_reasoning
         self.finder = special_string_finder(tokenizer)
         self.special_ids = _special_ids(tokenizer)
         self.prefix: list[int] = []  # prompt/completion: before the prompt
@@ -425,42 +564,50 @@ class InstructEncoder:
 
     # -- step 1: pieces and the tokenizer -------------------------------------------------
     def _pieces(self, record: Any) -> list[tuple[PieceKind, _Piece]]:
-        """The pieces of one record: text to tokenize, fixed ids, or a :class:`_Fixed`."""
-        if self.shape is InputShape.PROMPT_COMPLETION:
-            prompt, completion = record
-            end = list(self.suffix)
-            if self.add_eos and (not end or end[-1] != self.tokenizer.special.eos_id):
-                end.append(self.tokenizer.special.eos_id)  # type: ignore[arg-type]
-            return [
-                (PieceKind.CONTEXT, tuple(self.prefix)),
-                (PieceKind.CONTEXT, prompt),
-                (PieceKind.LEARN, completion),
-                (PieceKind.LEARN, tuple(end)),  # what closes the completion is learned
-            ]
+        """The pieces of one prompt/completion record: text to tokenize, or fixed ids."""
+        prompt, completion = record
+        end = list(self.suffix)
+        if self.add_eos and (not end or end[-1] != self.tokenizer.special.eos_id):
+            end.append(self.tokenizer.special.eos_id)  # type: ignore[arg-type]
+        return [
+            (PieceKind.CONTEXT, tuple(self.prefix)),
+            (PieceKind.CONTEXT, prompt),
+            (PieceKind.LEARN, completion),
+            (PieceKind.LEARN, tuple(end)),  # what closes the completion is learned
+        ]
+
+    def _rendered(self, record: Any) -> _Rendered:
+        """One chat example: the conversation rendered once (up to its assistant turn, for
+        ``--chat-turns each``), with the learned character spans."""
         assert self.template is not None
-        if not record:
-            return []
+        chat = _as_chat(record)
+        if not chat.messages:
+            return _Rendered("", [], [])
         escaper = _Escaper(self.finder) if self.finder and not self.parse_special else None
-        messages = escaper.escape(record) if escaper is not None else record
-        pieces: list[tuple[PieceKind, _Piece]] = []
-        for p in self.template.pieces(messages):
-            text, spans = escaper.unescape(p.text) if escaper is not None else (p.text, [])
-            pieces.append((p.kind, _Mixed(text, tuple(spans)) if spans else text))
-        if self.bos:
-            pieces.insert(0, (PieceKind.CONTEXT, _Fixed.BOS_UNLESS_FIRST))
-        if self.add_eos:
-            pieces.append((PieceKind.CONTEXT, _Fixed.EOS_UNLESS_LAST))
-        return pieces
+        if escaper is not None:
+            chat = escaper.escape(chat)
+        messages = chat.messages if chat.turn is None else chat.messages[: chat.turn + 1]
+        text, learn = self.template.assistant_spans(  # --chat-turns each: the last turn only
+            messages, tools=chat.tools, control=self.finder.pattern, last_turn=chat.turn is not None
+        )
+        data: list[tuple[int, int]] = []
+        if escaper is not None:
+            text, data, convert = escaper.unescape(text)
+            learn = [(convert(a), convert(b)) for a, b in learn]
+        if not self.learn_reasoning:
+            learn = _without_reasoning(text, learn)
+        return _Rendered(text, learn, data)
 
     def _has_special_strings(self, record: Any) -> bool:
         if self.shape is InputShape.PROMPT_COMPLETION:
             return any(map(self.finder.contains, record))
-        return any(self.finder.contains(m["content"]) for m in record)
+        return any(self.finder.contains(m.get("content") or "") for m in _as_chat(record).messages)
 
     def tokenize(
         self, batch: RecordBatch | Sequence[Any], skip_bad_records: bool = False
     ) -> _Tokenized:
-        """Cut every good record of ``batch`` into pieces and tokenize them (the slow part).
+        """Render (chats) or cut (prompt/completion) every good record of ``batch`` and
+        tokenize it (the slow part).
 
         A record the chat template fails on raises :class:`~packtool.errors.BadRecordError`
         naming it or, with ``skip_bad_records``, becomes ``None`` in ``batch.records`` with its
@@ -469,15 +616,55 @@ class InstructEncoder:
         if not isinstance(batch, RecordBatch):
             records = list(batch)
             batch = RecordBatch(records, [f"record {i}" for i in range(len(records))])
+        if self.shape is InputShape.CHAT:
+            if self.chat_turns == "each":
+                _per_turn(batch)
+            return self._tokenize_chats(batch, skip_bad_records)
         texts: list[str] = []
         plans: list[list[tuple[PieceKind, _Source]]] = []
+        special_strings = 0
+        for record in batch.records:
+            if record is None:
+                continue
+            if self.finder and self._has_special_strings(record):
+                special_strings += 1
+            plan: list[tuple[PieceKind, _Source]] = []
+            first_text = True
+            for kind, piece in self._pieces(record):
+                if not isinstance(piece, str):
+                    plan.append((kind, piece))
+                    continue
+                if not piece:
+                    continue
+                if self.anchor is not None and not first_text:
+                    texts.append(self.anchor + piece)
+                    plan.append((kind, -len(texts)))
+                else:
+                    texts.append(piece)
+                    plan.append((kind, len(texts) - 1))
+                first_text = False
+            plans.append(plan)
+        ids = (
+            self.tokenizer.encode_batch(
+                texts, add_special_tokens=False, parse_special=self.parse_special
+            )
+            if texts
+            else []
+        )
+        return _Tokenized(plans, ids, special_strings)
+
+    def _tokenize_chats(self, batch: RecordBatch, skip_bad_records: bool) -> _Tokenized:
+        """Render every chat once, tokenize the renderings in one batch (those with data
+        special-token strings on their own), and mark the learned tokens: a token is learned
+        when its characters overlap a learned span (``return_assistant_tokens_mask``'s rule)."""
+        examples: list[_Rendered] = []
         special_strings = 0
         for i, record in enumerate(batch.records):
             if record is None:
                 continue
             try:
                 with render_budget(self.template.timeout if self.template else None):
-                    pieces = self._pieces(record)  # one budget for the record's renderings
+                    rendered = self._rendered(record)  # one budget for the record's renderings
             except RenderError as e:
                 error = BadRecordError(batch.locations[i], str(e))
                 if not skip_bad_records:
@@ -487,73 +674,92 @@ class InstructEncoder:
                 continue
             if self.finder and self._has_special_strings(record):
                 special_strings += 1
+            examples.append(rendered)
+        plain = [e for e in examples if not e.data]
+        encoded = iter(self._encode_plain(plain) if plain else [])  # one batch: all threads
+        plans: list[list[tuple[PieceKind, _Source]]] = []
+        for example in examples:
+            if example.data:
+                ids, offsets = self._encode_rendered(example.text, example.data)
+            else:
+                ids, offsets = next(encoded)
             plan: list[tuple[PieceKind, _Source]] = []
-            first_text = True
-            for kind, piece in pieces:
-                if isinstance(piece, _Mixed):
-                    plan.append((kind, tuple(self._mixed_ids(piece, anchored=not first_text))))
-                elif not isinstance(piece, str):
-                    plan.append((kind, piece))
-                    continue
-                elif not piece:
-                    continue
-                elif self.anchor is not None and not first_text:
-                    texts.append(self.anchor + piece)
-                    plan.append((kind, -len(texts)))
-                else:
-                    texts.append(piece)
-                    plan.append((kind, len(texts) - 1))
-                first_text = False
+            if self.bos:
+                plan.append((PieceKind.CONTEXT, _Fixed.BOS_UNLESS_FIRST))
+            plan.extend(_runs(ids, _learned(offsets, example.learn)))
+            if self.add_eos:
+                plan.append((PieceKind.CONTEXT, _Fixed.EOS_UNLESS_LAST))
             plans.append(plan)
-        # Chats: the pieces are rendered template text (its special-token strings are control
-        # tokens; contents holding such strings are _Mixed); prompts and completions are data.
-        parse = self.parse_special or self.shape is InputShape.CHAT
-        ids = (
-            self.tokenizer.encode_batch(texts, add_special_tokens=False, parse_special=parse)
-            if texts
-            else []
-        )
-        return _Tokenized(plans, ids, special_strings)
+        return _Tokenized(plans, [], special_strings)
 
-    def _mixed_ids(self, piece: _Mixed, *, anchored: bool) -> list[int]:
-        """Ids of rendered template text in which ``piece.spans`` (from message contents) are
-        text: the text is cut at the control tokens that the tokenizer finds outside those
-        spans, exactly where it cuts when parsing special tokens, and each stretch between two
-        of them that holds a span is encoded with special-token strings as text."""
+    def _encode_plain(
+        self, examples: list[_Rendered]
+    ) -> list[tuple[list[int], list[tuple[int, int]]]]:
+        """Ids and character offsets of rendered chats, control-token strings parsed. A
+        tokenizer without offsets (not a Hugging Face one) encodes each chat in pieces cut at
+        the learned spans' edges, each token given its piece's span."""
+        tok = self.tokenizer
+        if isinstance(tok, HFTokenizer):
+            return tok.encode_batch_with_offsets([e.text for e in examples], parse_special=True)
+        out = []
+        for e in examples:
+            cuts = sorted({0, len(e.text), *(p for span in e.learn for p in span)})
+            spans = [(a, b) for a, b in itertools.pairwise(cuts) if b > a]
+            pieces = tok.encode_batch(
+                [e.text[a:b] for a, b in spans], add_special_tokens=False, parse_special=True
+            )
+            ids = [t for piece in pieces for t in piece]
+            offsets = [span for span, piece in zip(spans, pieces, strict=True) for _ in piece]
+            out.append((ids, offsets))
+        return out
+
+    def _encode_rendered(
+        self, text: str, data: Sequence[tuple[int, int]]
+    ) -> tuple[list[int], list[tuple[int, int]]]:
+        """Ids and offsets of a rendered chat in which ``data`` (spans from the record's
+        contents) are text: the text is cut at the control tokens the tokenizer finds outside
+        those spans, exactly where it cuts when parsing special tokens, and each stretch
+        between two of them that holds a span is encoded with special-token strings as text."""
         tok = self.tokenizer
         if not isinstance(tok, HFTokenizer):  # pragma: no cover - only HF tokenizers have specials
             raise TokenizerError(f"tokenizer {tok.name}: cannot encode special-token strings")
-        prefix = self.anchor if (anchored and self.anchor is not None) else ""
-        ids, offsets = tok.encode_with_offsets(prefix + piece.text, parse_special=True)
-        if prefix:
-            ids, offsets = ids[1:], [(a - len(prefix), b - len(prefix)) for a, b in offsets[1:]]
+        ids, offsets = tok.encode_with_offsets(text, parse_special=True)
 
         def in_text(a: int, b: int) -> bool:
-            return any(a < end and start < b for start, end in piece.spans)
+            return any(a < end and start < b for start, end in data)
 
         out: list[int] = []
+        out_offsets: list[tuple[int, int]] = []
         run: list[int] = []  # ids since the last control token
+        run_offsets: list[tuple[int, int]] = []
         run_start = 0  # where the text after the last control token starts
 
         def flush(run_end: int) -> None:
             if in_text(run_start, run_end):
-                region = piece.text[run_start:run_end]
-                use_anchor = self.anchor is not None and (bool(prefix) or run_start > 0)
-                text = (self.anchor or "") + region if use_anchor else region
-                (encoded,) = tok.encode_batch([text], add_special_tokens=False)
-                out.extend(encoded[1:] if use_anchor else encoded)
+                region = text[run_start:run_end]
+                anchored = self.anchor is not None and run_start > 0
+                prefix = self.anchor if anchored else ""
+                got, got_offsets = tok.encode_with_offsets(prefix + region, parse_special=False)
+                if anchored:
+                    got, got_offsets = got[1:], got_offsets[1:]
+                shift = run_start - len(prefix or "")
+                out.extend(got)
+                out_offsets.extend((a + shift, b + shift) for a, b in got_offsets)
             else:
                 out.extend(run)
+                out_offsets.extend(run_offsets)
 
         for tid, (a, b) in zip(ids, offsets, strict=True):
             if tok.is_special_id(tid) and not in_text(a, b):
                 flush(a)
                 out.append(tid)
-                run, run_start = [], b
+                out_offsets.append((a, b))
+                run, run_offsets, run_start = [], [], b
             else:
                 run.append(tid)
-        flush(len(piece.text))
-        return out
+                run_offsets.append((a, b))
+        flush(len(text))
+        return out, out_offsets
 
     # -- step 2: flat ids and labels ------------------------------------------------------
     def _piece_ids(self, source: int, tokenized: _Tokenized) -> list[int]:
@@ -703,6 +909,8 @@ class InputPlan:
             "loss_on": self.loss_on.value if self.loss_on is not None else None,
             "chat_template": self.template.describe() if self.template is not None else None,
             "parse_special": self.parse_special,
+            "chat_turns": getattr(self.encoder, "chat_turns", "all"),
+            "learn_reasoning": getattr(self.encoder, "learn_reasoning", True),
         }
 
 
@@ -881,6 +1089,8 @@ def plan_input(
             add_eos=add_eos,
             bos=o.bos,
             parse_special=o.parse_special,
+            chat_turns=o.chat_turns,
+            learn_reasoning=o.learn_reasoning,
         )
     notice = None
     if shape is InputShape.CHAT and not add_eos and o.eos_token is not None:

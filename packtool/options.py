@@ -72,12 +72,18 @@ _ROWS_KEY = (
     "split",
     "txt_unit",
     "template_timeout",
+    "chat_turns",
+    "learn_reasoning",
     "ids_field",
     "labels_field",
     "loss_mask_field",
     "vocab_size",
     "split_on_eos",
 )
+
+
+CHAT_TURNS = ("all", "each")
+"""``--chat-turns``: one example per conversation, or one per assistant turn."""
 
 
 def _enum(flag: str, value: Any, choices: tuple[str, ...]) -> str:
@@ -109,6 +115,8 @@ class PackOptions:
     chat_template: Any = None  # a path, or a packtool.chat.ChatTemplate
     loss_on: str | None = None
     template_timeout: float | None = DEFAULT_TEMPLATE_TIMEOUT  # seconds a record (None: no limit)
+    chat_turns: str = "all"  # chats: one example per conversation (all) or per assistant turn
+    learn_reasoning: bool = True  # chats: reasoning blocks of assistant turns are learned
     overflow: str | None = None
     add_eos: bool | None = None
     bos: bool | None = None
@@ -172,6 +180,7 @@ class PackOptions:
         self.layout  # the layout's fields are checked by the record they make  # noqa: B018
         if self.num_proc is not None:
             check_int("--num-proc", self.num_proc, 1, MAX_NUM_PROC)
+        object.__setattr__(self, "chat_turns", _enum("--chat-turns", self.chat_turns, CHAT_TURNS))
         timeout = self.template_timeout
         if timeout is not None and not 0 < timeout <= MAX_TEMPLATE_TIMEOUT:
             raise OptionError(

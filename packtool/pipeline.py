@@ -62,6 +62,7 @@ from .packing import (
 from .prepare import prepare
 from .pretokenized import IdsTokenizer
 from .readers import InputFile, RecordBatch, TextBatch, resolve_inputs, skip_records
+from .reference import eos_appended, eos_note, probe_note, start_probe
 from .store import TokenStore, lock_output
 from .tokenize import (
     Backend,
@@ -364,6 +365,7 @@ class _Run:
     pad_from: str  # where the pad id comes from: tokenizer, eos, --pad-id
     skipped: list[str]  # directory members of an unknown type, not read
     notice: str | None = None  # an option that does less than it says (--shard-size)
+    probe: Any = None  # transformers' view of the tokenizer, being probed (reference.py)
 
     @property
     def row_bytes(self) -> int:
@@ -404,7 +406,10 @@ def _prepare(
     set_tokenizer_threads(options.num_proc)
     fingerprint = _fingerprint(files, tok, resolved.rows_key(), plan.describe())
     skipped_names = [str(p) for p in skipped]
-    return _Run(out, resolved, tok, plan, files, fingerprint, pad_from, skipped_names, notice)
+    probe = start_probe(tok)  # transformers' view of the tokenizer, in a thread meanwhile
+    return _Run(
+        out, resolved, tok, plan, files, fingerprint, pad_from, skipped_names, notice, probe
+    )
 
 
 def _pad_id(pad_id: int | None, tok: Tokenizer) -> tuple[int, str]:
@@ -577,6 +582,7 @@ def _manifest(
         tokenizer={
             **_describe_tokenizer(run.tok, o.pad_id, run.pad_from),
             "backend": state.backend or _backend(run.plan).describe(),
+            "eos_appended": eos_appended(run.tok, run.plan),
         },
         options={**o.describe(), **run.plan.describe()},
         inputs=state.input_records,
@@ -617,6 +623,8 @@ def _report(
         run.plan.notice,
         run.notice,
         resume_notice,
+        eos_note(run.tok, run.plan),
+        probe_note(run.probe),
     )
     return dataclasses.replace(
         PackReport.from_manifest(run.out, manifest, seconds),
@@ -648,6 +656,7 @@ class _ReadState:
     input_records: list[dict[str, Any]] = field(default_factory=list)
     input_index: int = 0  # the input being read
     records_done: int = 0  # records of that input already in the store
+    documents_done: int = 0  # documents they made (more with --chat-turns each)
     bytes_before: int = 0  # size of the inputs before it
     done: bool = False
     label_counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(_LABEL_COUNTS, 0))
@@ -786,14 +795,16 @@ def _tokenize_loop(
     for index, batch, encoded in stream:
         inp = files[index]
         if batch is None:
-            first_doc = counts.read - state.records_done
-            state.input_records.append(_describe_input(inp, first_doc, state.records_done))
+            first_doc = counts.read - state.documents_done
+            state.input_records.append(_describe_input(inp, first_doc, state.documents_done))
             state.bytes_before += inp.size_bytes
-            state.input_index, state.records_done = index + 1, 0
+            state.input_index, state.records_done, state.documents_done = index + 1, 0, 0
             continue
         base_doc = counts.read
         counts.read += len(batch.records)
-        state.records_done += len(batch.records)
+        records_read = getattr(batch, "records_read", None)
+        state.records_done += len(batch.records) if records_read is None else records_read
+        state.documents_done += len(batch.records)
         counts.bad_records_skipped += len(batch.bad)
         room = max(0, _BAD_RECORDS_KEPT - len(state.bad_records))
         state.bad_records.extend(str(e) for e in batch.bad[:room])

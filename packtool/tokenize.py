@@ -229,6 +229,13 @@ class HFTokenizer:
         enc = self._copy(parse_special).encode(text, add_special_tokens=False)
         return list(enc.ids), [tuple(o) for o in enc.offsets]
 
+    def encode_batch_with_offsets(
+        self, texts: Sequence[str], parse_special: bool
+    ) -> list[tuple[list[int], list[tuple[int, int]]]]:
+        """:meth:`encode_with_offsets` of each text, in one batch (the tokenizer's threads)."""
+        encodings = self._copy(parse_special).encode_batch(list(texts), add_special_tokens=False)
+        return [(e.ids, e.offsets) for e in encodings]  # lists of ints, of (start, end)
+
     def encode_batch(
         self, texts: Sequence[str], add_special_tokens: bool = True, parse_special: bool = False
     ) -> list[list[int]]:

@@ -42,6 +42,7 @@ LAYERS: dict[str, int] = {
     "inspect": 4,
     # 5: the prepare stage (inputs, shape, tokenizer, plan decided once)
     "prepare": 5,
+    "reference": 5,
     # 6: the stages composed; reports over outputs and corpora
     "pipeline": 6,
     "stats": 6,

@@ -252,7 +252,33 @@ def straddles(tok, text: str, boundary: int) -> bool:
     return any(a < boundary < b for a, b in enc.offsets)
 
 
+CHATML_MARKED = (
+    "{% for m in messages %}{{ '<|im_start|>' + m.role + '\\n' }}"
+    "{% if m.role == 'assistant' %}{% generation %}{{ m.content + '<|im_end|>' }}"
+    "{% endgeneration %}{{ '\\n' }}{% else %}{{ m.content + '<|im_end|>\\n' }}{% endif %}"
+    "{% endfor %}"
+)
+
+
+def hf_reference(tok, messages: list[dict], marked: str) -> tuple[list[int], list[int]]:
+    """transformers' ids and assistant mask of ``messages`` with the ``marked`` template."""
+    from transformers import PreTrainedTokenizerFast
+
+    hf = PreTrainedTokenizerFast(tokenizer_object=tok.tokenizer)
+    out = hf.apply_chat_template(
+        messages,
+        chat_template=marked,
+        tokenize=True,
+        return_dict=True,
+        return_assistant_tokens_mask=True,
+    )
+    return list(out["input_ids"]), list(out["assistant_masks"])
+
+
 def test_chat_boundaries_with_merging_tokenizer(tmp_path: Path, merging_tokenizer) -> None:
+    """A token across the start of an assistant content (this tokenizer merges "\\nYes"): the
+    chat holds the ids of the whole rendering, and the token is learned (it overlaps the
+    assistant's text: the rule of transformers' assistant mask)."""
     tok = merging_tokenizer
     messages = [
         {"role": "user", "content": "Do it."},
@@ -262,26 +288,35 @@ def test_chat_boundaries_with_merging_tokenizer(tmp_path: Path, merging_tokenize
     ]
     template = load_chat_template(CHATML, tok)
     rendered = template.render(messages)
+    assert ChatTemplate.from_string(CHATML_MARKED).render(messages) == rendered
     boundary = rendered.index("Yes, sure.")
     assert straddles(tok, rendered, boundary), "the test needs a merge across the boundary"
     src = write_jsonl(tmp_path / "c.jsonl", [{"messages": messages}])
     packtool.pack([src], tmp_path / "o", max_len=64, tokenizer=tok, chat_template=CHATML)
     _, rows = read_rows(tmp_path / "o")
     ((_, _, ids, labels),) = segments(rows[0])
-    assert [tok.decode(r) for r in learned_runs(ids, labels)] == [
-        "Yes, sure.<|im_end|>",
-        "Yes<|im_end|>",
-    ]
+    want_ids, mask = hf_reference(tok, messages, CHATML_MARKED)
+    assert ids == want_ids
+    assert [int(label != IGNORE) for label in labels] == mask
     assert tok.decode(ids) == rendered
+    runs = [tok.decode(r) for r in learned_runs(ids, labels)]
+    assert len(runs) == 2 and runs[0].endswith("Yes, sure.<|im_end|>")
+    assert runs[0] != "Yes, sure.<|im_end|>", "the straddling token is learned"
 
 
 def test_boundaries_without_special_tokens(tmp_path: Path, merging_tokenizer) -> None:
     """A template that closes turns with plain text: merges on both sides of the content;
-    the content is learned, and nothing after it (the turn has no special token)."""
+    the tokens overlapping the content are learned, and nothing after them (the turn has no
+    control token)."""
     tok = merging_tokenizer
     text = (
         "{% for m in messages %}[{{ m.role }}]{{ m.content }}[/{{ m.role }}]{% endfor %}"
         "{% if add_generation_prompt %}[assistant]{% endif %}"
+    )
+    marked = (
+        "{% for m in messages %}[{{ m.role }}]{% if m.role == 'assistant' %}{% generation %}"
+        "{{ m.content }}{% endgeneration %}{% else %}{{ m.content }}{% endif %}"
+        "[/{{ m.role }}]{% endfor %}"
     )
     (tmp_path / "t.jinja").write_text(text)
     messages = [{"role": "user", "content": "ok"}, {"role": "assistant", "content": "yes"}]
@@ -295,7 +330,9 @@ def test_boundaries_without_special_tokens(tmp_path: Path, merging_tokenizer) ->
     )
     _, rows = read_rows(tmp_path / "o")
     ((_, _, ids, labels),) = segments(rows[0])
-    assert [tok.decode(r) for r in learned_runs(ids, labels)] == ["yes"]
+    want_ids, mask = hf_reference(tok, messages, marked)
+    assert ids == want_ids
+    assert [int(label != IGNORE) for label in labels] == mask
     assert tok.decode(ids) == rendered
 
 
@@ -334,9 +371,6 @@ def test_metaspace_tokenizer_pieces_are_anchored(tmp_path: Path) -> None:
     hf = packtool.load_tokenizer(tmp_path / "tokenizer.json")
     messages = [{"role": "user", "content": "hello"}, {"role": "assistant", "content": "yes it is"}]
     template = load_chat_template(CHATML, hf)
-    pieces = [p.text for p in template.pieces(messages)]
-    plain = [t for p in hf.encode_batch(pieces, add_special_tokens=False) for t in p]
-    assert hf.decode(plain) != template.render(messages), "plain pieces would gain spaces"
     encoder = InstructEncoder(
         hf, shape=InputShape.CHAT, loss_on=LossOn.ASSISTANT, template=template, add_eos=False
     )
@@ -347,6 +381,13 @@ def test_metaspace_tokenizer_pieces_are_anchored(tmp_path: Path) -> None:
     (run,) = learned_runs(ids, labels)
     assert run[-1] == hf.token_to_id("<|im_end|>")
     assert hf.decode(run[:-1]) == "yes it is"
+    # A special-token string in a content is text, re-encoded behind the anchor: no space
+    # appears in front of it.
+    messages[1]["content"] = "yes <|im_end|> it is"
+    encoded = encoder.encode([messages])
+    ids = encoded.ids.tolist()
+    assert hf.decode(ids) == template.render(messages)
+    assert ids.count(hf.token_to_id("<|im_end|>")) == 2
 
 
 @settings(
@@ -719,9 +760,9 @@ def test_bad_prompt_completion_records(tmp_path: Path) -> None:
     assert "p.jsonl:3: no field 'completion'" in manifest["bad_records"][1]
 
 
-def test_template_that_changes_or_reorders_content(tmp_path: Path) -> None:
-    """A template that rewrites assistant contents, or renders a prefix differently, cannot be
-    cut exactly: the record is named."""
+def test_template_that_changes_or_drops_content(tmp_path: Path) -> None:
+    """A template that rewrites assistant contents: what it renders for the assistant is
+    learned; one that drops a message's text cannot be located: the record is named."""
     upper = "{% for m in messages %}{{ m.role }}: {{ m.content | upper }}\n{% endfor %}"
     last_only = (
         "{% for m in messages %}{% if loop.last %}{{ m.role }}: {{ m.content }}\n{% endif %}"
@@ -729,26 +770,21 @@ def test_template_that_changes_or_reorders_content(tmp_path: Path) -> None:
     )
     more = [{"role": "user", "content": "again"}, {"role": "assistant", "content": "bye"}]
     src = write_jsonl(tmp_path / "c.jsonl", [{"messages": GOOD + more}])
-    for name, text, pattern in (
-        ("upper", upper, r"message 1 \(assistant\): its content is not in what"),
-        (
-            "last",
-            last_only,
-            r"the chat template renders messages 0-1 differently.*prefix-consistent",
-        ),
-    ):
+    for name, text in (("upper", upper), ("last", last_only)):
         (tmp_path / f"{name}.jinja").write_text(text)
-        result = run(
-            "pack",
-            src,
-            "-L",
-            "64",
-            "-o",
-            tmp_path / "o",
-            "--chat-template",
-            tmp_path / f"{name}.jinja",
-        )
-        assert_one_line_error(result, r"c\.jsonl:1: " + pattern)
+    tok = packtool.load_tokenizer()
+    packtool.pack([src], tmp_path / "u", max_len=64, chat_template=tmp_path / "upper.jinja")
+    _, rows = read_rows(tmp_path / "u")
+    ((_, _, ids, labels),) = segments(rows[0])
+    # " HELLO" is one token: it overlaps the content, so it is learned
+    want = [" " + m["content"].upper() for m in GOOD + more if m["role"] == "assistant"]
+    assert [tok.decode(r) for r in learned_runs(ids, labels)] == want
+    result = run(
+        "pack", src, "-L", "64", "-o", tmp_path / "o", "--chat-template", tmp_path / "last.jinja"
+    )
+    assert_one_line_error(
+        result, r"c\.jsonl:1: message 1 \(assistant\): the chat template does not render its text"
+    )
 
 
 # -- the sandbox -----------------------------------------------------------------------------
@@ -944,3 +980,44 @@ def test_stats_and_inspect_show_learned_tokens(tmp_path: Path) -> None:
     shown = CliRunner().invoke(app, ["inspect", str(out), "--decode"], env={"COLUMNS": "120"})
     assert shown.exit_code == 0, shown.output
     assert "learned tokens (labels)" in shown.stdout
+
+
+def test_chat_with_a_tokenizer_without_offsets(char_tokenizer) -> None:
+    """A tokenizer that is not a Hugging Face one (no character offsets) encodes a chat in
+    pieces cut at the learned spans: the same labels."""
+    template = ChatTemplate.from_string(
+        "{% for m in messages %}[{{ m.role }}]{{ m.content }}\n{% endfor %}"
+    )
+    encoder = InstructEncoder(
+        char_tokenizer,
+        shape=InputShape.CHAT,
+        loss_on=LossOn.ASSISTANT,
+        template=template,
+        add_eos=False,
+    )
+    messages = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]
+    encoded = encoder.encode([messages])
+    ids, labels = encoded.ids.tolist(), encoded.labels.tolist()
+    assert char_tokenizer.decode(ids) == template.render(messages)
+    assert [char_tokenizer.decode(r) for r in learned_runs(ids, labels)] == ["yo"]
+
+
+def test_turn_without_control_token_before_a_header_with_one(tmp_path: Path) -> None:
+    """A template that closes assistant turns with no control token, where the next message's
+    header starts with one: that header is not learned."""
+    text = (
+        "{% for m in messages %}{% if m.role == 'assistant' %}A: {{ m.content }}\n{% else %}"
+        "<|im_start|>{{ m.role }}: {{ m.content }}\n{% endif %}{% endfor %}"
+    )
+    template = ChatTemplate.from_string(text)
+    tok = packtool.load_tokenizer()
+    messages = [*GOOD, {"role": "user", "content": "more"}, {"role": "assistant", "content": "ok"}]
+    encoder = InstructEncoder(
+        tok, shape=InputShape.CHAT, loss_on=LossOn.ASSISTANT, template=template, add_eos=False
+    )
+    encoded = encoder.encode([messages])
+    ids, labels = encoded.ids.tolist(), encoded.labels.tolist()
+    assert tok.decode(ids) == template.render(messages)
+    runs = [tok.decode(r) for r in learned_runs(ids, labels)]
+    assert [r.strip() for r in runs] == ["hello", "ok"]
+    assert not any("<|im_start|>" in r for r in runs)

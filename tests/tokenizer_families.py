@@ -46,10 +46,13 @@ from tokenizers import (
 
 __all__ = [
     "CHAT_FAMILIES",
+    "CHAT_TEMPLATE_FAMILIES",
     "FALLBACK_CJK",
     "FALLBACK_EMOJI",
     "FAMILIES",
     "SPECIAL_STRINGS",
+    "TEMPLATES",
+    "build_chat_family",
     "build_family",
     "hard_texts",
 ]
@@ -576,3 +579,95 @@ def hard_texts() -> list[str]:
         "     ",
         "Mixed: Привет, Γειά, שלום, hello, नमस्ते, 你好 — ‘quotes’ “double” … end",
     ]
+
+
+# --------------------------------------------------------------------------- chat families
+
+TEMPLATES = Path(__file__).resolve().parent / "data" / "templates"
+"""The models' own chat templates (see its README.md)."""
+
+_DEEPSEEK_SPECIALS = (
+    "<｜begin▁of▁sentence｜>",
+    "<｜end▁of▁sentence｜>",
+    "<｜User｜>",
+    "<｜Assistant｜>",
+    "<｜tool▁calls▁begin｜>",
+    "<｜tool▁calls▁end｜>",
+    "<｜tool▁call▁begin｜>",
+    "<｜tool▁call▁end｜>",
+    "<｜tool▁outputs▁begin｜>",
+    "<｜tool▁outputs▁end｜>",
+    "<｜tool▁output▁begin｜>",
+    "<｜tool▁output▁end｜>",
+    "<｜tool▁sep｜>",
+)
+_HARMONY_SPECIALS = (
+    "<|endoftext|>",
+    "<|start|>",
+    "<|end|>",
+    "<|message|>",
+    "<|channel|>",
+    "<|constrain|>",
+    "<|return|>",
+    "<|call|>",
+)
+
+CHAT_TEMPLATE_FAMILIES: dict[str, dict[str, Any]] = {
+    # name: base family, special and non-special tokens added, tokenizer_config.json entries
+    "qwen3": {
+        "base": "qwen",
+        "special": (),
+        "plain": ("<think>", "</think>", "<tool_response>", "</tool_response>"),
+        "config": {"bos_token": None, "eos_token": "<|im_end|>", "pad_token": "<|endoftext|>"},
+    },
+    "llama3": {
+        "base": "llama3",
+        "special": ("<|eom_id|>", "<|python_tag|>"),
+        "plain": (),
+        "config": {"bos_token": "<|begin_of_text|>", "eos_token": "<|eot_id|>"},
+    },
+    "gemma3": {
+        "base": "gemma",
+        "special": (),
+        "plain": (),
+        "config": {"bos_token": "<bos>", "eos_token": "<eos>", "pad_token": "<pad>"},
+    },
+    "deepseekv3": {
+        "base": "qwen",
+        "special": _DEEPSEEK_SPECIALS,
+        "plain": ("<think>", "</think>"),
+        "config": {
+            "bos_token": "<｜begin▁of▁sentence｜>",
+            "eos_token": "<｜end▁of▁sentence｜>",
+        },
+    },
+    "gptoss": {
+        "base": "qwen",
+        "special": _HARMONY_SPECIALS,
+        "plain": (),
+        "config": {"bos_token": None, "eos_token": "<|return|>", "pad_token": "<|endoftext|>"},
+    },
+}
+"""Tokenizers in the shape of chat model families: a trained family of the same pipeline with
+the model's control tokens added (special) and its markup tokens (not special)."""
+
+
+def build_chat_family(name: str, directory: Path, template: str) -> Path:
+    """Write the ``name`` chat family (see :data:`CHAT_TEMPLATE_FAMILIES`) as a model directory
+    whose tokenizer_config.json holds ``template`` (a file name under :data:`TEMPLATES`, or the
+    template's text)."""
+    family = CHAT_TEMPLATE_FAMILIES[name]
+    tokenizer_json, config_json = _trained(family["base"])
+    tok = Tokenizer.from_str(tokenizer_json)
+    tok.add_special_tokens([_added(t, special=True) for t in family["special"]])
+    tok.add_tokens([AddedToken(t, special=False, normalized=False) for t in family["plain"]])
+    path = TEMPLATES / template
+    text = path.read_text(encoding="utf-8") if template.endswith(".jinja") else template
+    config = {**json.loads(config_json), **family["config"], "chat_template": text}
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "tokenizer.json").write_text(tok.to_str(pretty=True), encoding="utf-8")
+    (directory / "tokenizer_config.json").write_text(
+        json.dumps(config, indent=2, ensure_ascii=False), encoding="utf-8"
+    )
+    return directory

@@ -239,7 +239,11 @@ class Manifest(Mapping[str, Any]):
             "seconds",
             "labels",
         )
-        return {k: self._data[k] for k in keys if k in self._data}
+        out = {k: self._data[k] for k in keys if k in self._data}
+        tokenizer = _section(self._data.get("tokenizer"))
+        if "eos_appended" in tokenizer:  # {"token", "id"} of the EOS after every document
+            out["eos_appended"] = tokenizer["eos_appended"]
+        return out
 
     @classmethod
     def committed(
@@ -567,6 +571,16 @@ class Manifest(Mapping[str, Any]):
     @property
     def special_tokens(self) -> dict[str, Any]:
         return dict(_section(self.tokenizer.get("special_tokens")))
+
+    @property
+    def eos_appended(self) -> tuple[str | None, int] | None:
+        """``(token, id)`` of the EOS appended to every document (``None``: none, or a
+        manifest that does not say)."""
+        value = self.tokenizer.get("eos_appended")
+        if not isinstance(value, Mapping) or int_or_none(value.get("id")) is None:
+            return None
+        token = value.get("token")
+        return (token if isinstance(token, str) else None), int(value["id"])
 
     @property
     def eos_id(self) -> int | None:

@@ -113,6 +113,8 @@ class RecordBatch:
     locations: list[str]
     bad: list[BadRecordError] = field(default_factory=list)
     bytes_done: int = 0
+    records_read: int | None = None  # records of the input, when ``records`` holds more
+    # documents than that (chats cut into one example per assistant turn); None: len(records)
 
 
 @dataclass

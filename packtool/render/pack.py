@@ -85,6 +85,10 @@ def summary_table(report: Any, *, tokenized: bool = True) -> Table:
     vocab = report.manifest.vocab_size
     name = report.manifest.tokenizer_name
     table.add_row("tokenizer", clean(name) + (f" ({vocab:,} ids)" if vocab else ""))
+    eos = report.manifest.eos_appended
+    if eos is not None:
+        token, eos_id = eos
+        table.add_row("EOS appended", f"{clean(token)} (id {eos_id})")
     table.add_row("segments", f"{report.segments:,}")
     table.add_row("tokens in rows", f"{report.tokens:,}")
     if report.tokens_learned is not None:

@@ -92,6 +92,7 @@ def verify(
     progress: VerifyProgress | None = None,
     parse_special: bool | None = None,
     chat_template: str | os.PathLike[str] | None = None,
+    reference: str = "file",
 ) -> VerifyReport:
     """Check the packed dataset at ``path``; with ``against``, also against its inputs.
 
@@ -114,6 +115,11 @@ def verify(
     Chat records are rendered with ``chat_template``, else the template file the manifest
     names (if it is still there), else the tokenizer's; one whose sha256 is not the recorded
     one is refused. Their labels are compared with the rows', as are prompt/completion ones.
+
+    ``reference="transformers"``: text documents are re-tokenized with transformers'
+    ``AutoTokenizer`` for the tokenizer's directory (the ids a user's transformers code gets),
+    not with its tokenizer.json; where its ``tokenizer_class`` rebuilds the pipeline they may
+    differ (docs/tokenization.md).
     """
     if max_problems < 0:
         raise OptionError(f"--max-problems must be >= 0, got {max_problems}")
@@ -191,7 +197,7 @@ def _verify(
     plan, digests = None, None
     if against is not None:
         plan = prepare_against(reader, against, tokenizer, problems, parse_special,
-                                chat_template)  # fmt: skip
+                                chat_template, reference)  # fmt: skip
         digests = against_digests(reader, rules.documents_read, plan.labelled)
     segments, all_read = check_shards(reader, rules, problems, report, digests, progress)
     if all_read:

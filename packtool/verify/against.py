@@ -32,6 +32,7 @@ from ..packing import Overflow, cut_items
 from ..prepare import choose_tokenizer, prepare
 from ..pretokenized import IdsEncoder, IdsTokenizer
 from ..readers import InputFile, resolve_inputs
+from ..reference import REFERENCES, transformers_encoder
 from ..tokenize import DocumentEncoder, Tokenizer
 from .digest import Digests, digest_terms, group_sums
 from .report import AgainstReport, Problems, VerifyProgress
@@ -198,9 +199,14 @@ def prepare_against(
     problems: Problems,
     parse_special: bool | None = None,
     chat_template: AnyPath | None = None,
+    reference: str = "file",
 ) -> AgainstPlan:
     """What re-reading ``inputs`` needs (the recorded options, the files, the tokenizer and
-    the input plan), checked against what the manifest recorded before any row is read."""
+    the input plan), checked against what the manifest recorded before any row is read.
+    ``reference="transformers"``: text documents are re-tokenized with transformers'
+    ``AutoTokenizer`` for the tokenizer's directory instead of its tokenizer.json."""
+    if reference not in REFERENCES:
+        raise OptionError(f"--reference must be one of {', '.join(REFERENCES)}; got {reference!r}")
     manifest = reader.manifest
     options = _recorded_options(reader, parse_special, chat_template)
     if not inputs:
@@ -211,6 +217,8 @@ def prepare_against(
     input_plan = against_input_plan(reader, files, options, tokenizer, problems)
     instruct = isinstance(input_plan.encoder, InstructEncoder)
     encoder = input_plan if instruct else input_plan.encoder
+    if reference == "transformers":
+        encoder = transformers_encoder(getattr(encoder, "tokenizer", None), encoder)
     assert isinstance(encoder, (DocumentEncoder, IdsEncoder, InputPlan))
     recorded = manifest.input_sizes
     if len(files) != len(recorded):
@@ -446,8 +454,6 @@ def _expect_batch(
     pipeline's own cut, :func:`~packtool.packing.cut_items`), count the outcomes, and digest
     what would be packed (the labels too, when ``label_counts`` is given: they are compared)."""
     first = counts["read"]
-    n = len(batch.records)
-    counts["read"] += n
     encoder = plan.encoder
     if isinstance(encoder, InputPlan):  # instruction records: rendered, tokenized
         encoded = encoder.finish(encoder.tokenize(batch, plan.options.skip_bad_records))
@@ -457,6 +463,8 @@ def _expect_batch(
     else:
         good = np.array([i for i, t in enumerate(batch.texts) if t is not None], np.int64)
         encoded = encoder.encode([batch.texts[i] for i in good])
+    n = len(batch.records)  # after tokenizing: --chat-turns each makes a chat one per turn
+    counts["read"] += n
     counts["bad_records_skipped"] += len(batch.bad)  # with the records a template failed
     doc, chunk, item_len, c, labels = cut_items(
         encoded.lengths, encoded.empty, encoded.labels, max_len, plan.overflow, ignore=IGNORE_INDEX
