@@ -128,7 +128,7 @@ def verify(
     reader = open_packed(path)
     try:
         report = _verify(reader, path, against, tokenizer, max_problems, progress,
-                         parse_special, chat_template, started)  # fmt: skip
+                         parse_special, chat_template, reference, started)  # fmt: skip
     except Exception:
         if _identity(path) == before:
             raise
@@ -178,6 +178,7 @@ def _verify(
     progress: VerifyProgress | None,
     parse_special: bool | None,
     chat_template: str | os.PathLike[str] | None,
+    reference: str,
     started: float,
 ) -> VerifyReport:
     manifest = reader.manifest
