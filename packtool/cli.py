@@ -993,6 +993,67 @@ def export(
     show_export(report, quiet=quiet, as_json=as_json)
 
 
+# -- check-model: does a model keep the packed documents apart? -------------------------
+
+
+@app.command("check-model", cls=PanelCommand)
+@handle_errors
+def check_model_command(
+    out_dir: Annotated[
+        Path,
+        typer.Argument(
+            parser=as_path, help="The output directory of `packtool pack`.", show_default=False
+        ),
+    ],
+    model: Annotated[
+        Path,
+        typer.Option(
+            "--model",
+            help="A transformers causal LM directory: its weights, or only its config.json "
+            "(then random weights, seeded). Read offline.",
+            show_default=False,
+        ),
+    ],
+    rows: Annotated[int, typer.Option("--rows", help="Packed rows to feed.")] = 4,
+    attn_implementation: Annotated[
+        str,
+        typer.Option("--attn-implementation", help="sdpa, eager or flex_attention."),
+    ] = "sdpa",
+    feed: Annotated[
+        str,
+        typer.Option(
+            "--feed",
+            help="packtool (packtool.torch.collate's batch), position-ids (input_ids and "
+            "position_ids only, as padding-free trainers feed) or plain (input_ids and a 2-D "
+            "attention mask, as most default collators feed).",
+        ),
+    ] = "packtool",
+    device: Annotated[str, typer.Option("--device", help="cpu or cuda.")] = "cpu",
+    as_json: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
+) -> None:
+    """Check that a model, fed packed rows of OUT_DIR as --feed says, keeps the documents
+    apart: each document's logits, packed against alone (float32).
+
+    Prints the largest difference per document kind and a verdict. Exits 0 when the
+    documents are kept apart, 1 when a difference shows a leak (> 1e-4), with a line naming
+    the feed and what to use instead, 2 on wrong usage.
+    """
+    from .check_model import check_model
+    from .render.check_model import show_check_model
+
+    result = check_model(
+        out_dir,
+        model,
+        rows=rows,
+        attn_implementation=attn_implementation,
+        feed=feed,
+        device=device,
+    )
+    show_check_model(result, as_json=as_json)
+    if result.leak:
+        raise typer.Exit(1)
+
+
 # -- work units (`pack --units`) and `merge` -------------------------------------------
 
 

@@ -45,6 +45,7 @@ __all__ = [
     "remove_tree",
     "scratch_dir",
     "upload_file",
+    "user_cache_dir",
 ]
 
 BLOCK_SIZE = 8 << 20  # bytes a store read fetches at a time (fsspec's read-ahead cache)
@@ -52,6 +53,17 @@ _URL = re.compile(r"^(?P<protocol>[a-zA-Z][a-zA-Z0-9+.-]*)://")
 _PACKAGES = {"s3": "packtool[s3]", "s3a": "packtool[s3]", "gs": "gcsfs", "gcs": "gcsfs"}
 _PACKAGES.update({"az": "adlfs", "abfs": "adlfs", "abfss": "adlfs"})
 _T = TypeVar("_T")
+
+
+def user_cache_dir() -> Path:
+    """``$PACKTOOL_CACHE_DIR``, else ``$XDG_CACHE_HOME/packtool``, else ``~/.cache/packtool``:
+    where packtool keeps what it may compute again (token lengths, tokenizer verdicts)."""
+    env = os.environ.get("PACKTOOL_CACHE_DIR")
+    if env:
+        return Path(env).expanduser()
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    base = Path(xdg).expanduser() if xdg else Path.home() / ".cache"
+    return base / "packtool"
 
 
 def is_url(spec: str | os.PathLike[str] | StorePath) -> bool:

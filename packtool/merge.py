@@ -78,7 +78,7 @@ MERGE_KEYS = ("shuffle", "seed", "rows_per_shard", "world_size", "micro_batches"
 
 _BAD_RECORDS_KEPT = 20
 _STAGE = MERGE_STAGE  # the merged dataset is built in OUT_DIR/.merge, then moved up
-_DATASET_FILES = ("dataset_info.json", "state.json", "tokenizer.json")
+_DATASET_FILES = ("README.md", "dataset_info.json", "state.json", "tokenizer.json")
 
 
 def segment_lengths(table: pa.Table) -> np.ndarray:
@@ -447,6 +447,7 @@ def _reference(
         with_labels=first.has_labels,
         shards=shards,
         manifest=record,
+        added=first.has_seq_lengths,
     )
 
 
@@ -553,6 +554,7 @@ def _write(
         rows_per_shard=rows_per_shard,
         with_labels=first.has_labels,
         overwrite=True,
+        added=first.has_seq_lengths,
     )
     block = max(1, min(rows_per_shard, (64 << 20) // size))
     manifest = write_dataset(

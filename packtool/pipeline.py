@@ -302,21 +302,27 @@ def pack(
 
         return _pack_to_store(out, options, pack_locally)
     run = _prepare(inputs, out, options, files)
-    with (
-        lock_output(run.out),
-        TokenStore(run.out, with_labels=run.plan.labelled, keep_on_error=options.resume) as store,
-    ):
-        state, resumed = _tokenize_stage(run, store, progress)
-        if store.num_items == 0 and not allow_empty:
-            raise state.counts.nothing_to_pack(
-                [f.path for f in run.files],
-                state.label_counts["documents_without_labels"],
-                state.bad_records,
-            )
-        placement = _plan_stage(store, run.options, progress)
-        manifest = _write_stage(run, store, state, placement, started, progress, extra_manifest)
-    stale = _STALE_CHECKPOINT.format(store.directory) if store.stale_checkpoint else None
-    return _report(run, state, manifest, resumed, time.perf_counter() - started, stale)
+    try:
+        with (
+            lock_output(run.out),
+            TokenStore(
+                run.out, with_labels=run.plan.labelled, keep_on_error=options.resume
+            ) as store,
+        ):
+            state, resumed = _tokenize_stage(run, store, progress)
+            if store.num_items == 0 and not allow_empty:
+                raise state.counts.nothing_to_pack(
+                    [f.path for f in run.files],
+                    state.label_counts["documents_without_labels"],
+                    state.bad_records,
+                )
+            placement = _plan_stage(store, run.options, progress)
+            manifest = _write_stage(run, store, state, placement, started, progress, extra_manifest)
+        stale = _STALE_CHECKPOINT.format(store.directory) if store.stale_checkpoint else None
+        return _report(run, state, manifest, resumed, time.perf_counter() - started, stale)
+    finally:
+        if run.probe is not None:  # a run that failed does not wait for transformers' probe
+            run.probe.stop()
 
 
 _STALE_CHECKPOINT = (
@@ -406,7 +412,7 @@ def _prepare(
     set_tokenizer_threads(options.num_proc)
     fingerprint = _fingerprint(files, tok, resolved.rows_key(), plan.describe())
     skipped_names = [str(p) for p in skipped]
-    probe = start_probe(tok)  # transformers' view of the tokenizer, in a thread meanwhile
+    probe = start_probe(tok)  # transformers' view of the tokenizer, in a process meanwhile
     return _Run(
         out, resolved, tok, plan, files, fingerprint, pad_from, skipped_names, notice, probe
     )

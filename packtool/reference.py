@@ -9,7 +9,9 @@ tokenizer.
   that rebuilds the pipeline: Llama 2's ``LlamaTokenizer`` drops a leading space, GPT-4o's
   ``GPT2Tokenizer`` swaps the pre-tokenizer), a note from a probe of a few strings. The probe
   runs in a process of its own while the pack tokenizes, and only for such a class, when
-  `transformers` is installed: packtool's ids stay tokenizer.json's.
+  `transformers` is installed: packtool's ids stay tokenizer.json's. Its verdict is kept in
+  the user's cache (keyed by the tokenizer files' bytes and transformers' version), so only
+  the first pack with a tokenizer directory waits for it.
 """
 
 from __future__ import annotations
@@ -113,24 +115,40 @@ PROBE_TIMEOUT = 120.0
 @dataclass
 class Probe:
     """The probe of a tokenizer directory with transformers, running in its own process (no
-    import of transformers here, and no lock held while the pack tokenizes)."""
+    import of transformers here, and no lock held while the pack tokenizes), or its verdict
+    from an earlier run (``cached``: the note, or ``""`` for none; ``process`` is then None)."""
 
     tokenizer: Any
     directory: Any
     tokenizer_class: str
-    process: subprocess.Popen[str]
+    process: subprocess.Popen[str] | None
+    key: str = ""
+    cached: dict[str, Any] | None = None
 
     def note(self) -> str | None:
         """The note, once the probe is done (``None``: the same ids, or no answer)."""
+        if self.process is None:
+            return self._note(self.cached or {})
         try:
             out, _ = self.process.communicate(timeout=PROBE_TIMEOUT)
             theirs_all = json.loads(out) if self.process.returncode == 0 else None
         except (subprocess.TimeoutExpired, ValueError):
-            self.process.kill()
-            self.process.communicate()
+            self.stop()
             return None
         if not isinstance(theirs_all, list) or len(theirs_all) != len(PROBE_STRINGS):
-            return None  # transformers cannot load it: nothing to compare with
+            return None  # transformers cannot load it: nothing to compare with (not cached)
+        verdict = self._compare(theirs_all)
+        _save_verdict(self.key, verdict)
+        return self._note(verdict)
+
+    def stop(self) -> None:
+        """End the probe's process (a pack that failed or was interrupted does not wait)."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+            self.process.communicate()
+
+    def _compare(self, theirs_all: list[Any]) -> dict[str, Any]:
+        """The verdict: how many probe strings differ, and the first one's ids both ways."""
         ours_all = self.tokenizer.encode_batch(list(PROBE_STRINGS), add_special_tokens=True)
         differ = [
             (text, list(ours), list(theirs))
@@ -138,22 +156,85 @@ class Probe:
             if list(ours) != list(theirs)
         ]
         if not differ:
-            return None
+            return {"differ": 0}
         text, ours, theirs = differ[0]
+        return {"differ": len(differ), "text": text, "ours": ours[:6], "theirs": theirs[:6]}
+
+    def _note(self, verdict: dict[str, Any]) -> str | None:
+        if not verdict.get("differ"):
+            return None
         return (
             f"transformers' AutoTokenizer for {self.directory} (tokenizer_class "
-            f"{self.tokenizer_class}) gives other ids than its tokenizer.json for {len(differ)} "
-            f"of {len(PROBE_STRINGS)} probe strings (e.g. {text!r}: {ours[:6]} here, "
-            f"{theirs[:6]} there); packtool packs tokenizer.json's ids: train with "
-            "PreTrainedTokenizerFast(tokenizer_file=...), and see `packtool verify --against "
-            "... --reference transformers` (docs/tokenization.md)"
+            f"{self.tokenizer_class}) gives other ids than its tokenizer.json for "
+            f"{verdict['differ']} of {len(PROBE_STRINGS)} probe strings (e.g. "
+            f"{verdict['text']!r}: {verdict['ours']} here, {verdict['theirs']} there); packtool "
+            "packs tokenizer.json's ids: train with PreTrainedTokenizerFast(tokenizer_file=...), "
+            "and see `packtool verify --against ... --reference transformers` "
+            "(docs/tokenization.md)"
         )
+
+
+_PROBE_FORMAT = 1  # bump when PROBE_STRINGS or the verdict change: cached verdicts are keyed by it
+
+
+def _probe_key(directory: Any, tokenizer_class: str) -> str | None:
+    """The key of a probe's verdict: the directory's tokenizer files (their bytes), the class,
+    and the version of transformers that would load them (``None``: no version to key by)."""
+    import hashlib
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        h = hashlib.sha256(f"{_PROBE_FORMAT}|{tokenizer_class}|{version('transformers')}".encode())
+    except PackageNotFoundError:
+        return None
+    for path in sorted(directory.iterdir()):
+        if path.is_file() and (
+            path.name.startswith("tokenizer")
+            or path.name in ("special_tokens_map.json", "added_tokens.json", "vocab.json")
+            or path.suffix in (".model", ".tiktoken")
+        ):
+            h.update(path.name.encode() + b"\0")
+            with open(path, "rb") as f:
+                for block in iter(lambda: f.read(1 << 20), b""):
+                    h.update(block)
+    return h.hexdigest()
+
+
+def _verdict_path(key: str) -> Any:
+    from .fs import user_cache_dir
+
+    return user_cache_dir() / "reference" / f"{key}.json"
+
+
+def _cached_verdict(key: str) -> dict[str, Any] | None:
+    """A probe's verdict from an earlier run on the same files, or ``None`` if none."""
+    try:
+        verdict = json.loads(_verdict_path(key).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    ok = isinstance(verdict, dict) and isinstance(verdict.get("differ"), int)
+    return verdict if ok else None
+
+
+def _save_verdict(key: str, verdict: dict[str, Any]) -> None:
+    """Keep a probe's verdict for the next run (best effort: a read-only cache is no error)."""
+    if not key:
+        return
+    path = _verdict_path(key)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}")
+        tmp.write_text(json.dumps(verdict), encoding="utf-8")
+        os.replace(tmp, path)
+    except OSError:
+        pass
 
 
 def start_probe(tokenizer: Any) -> Probe | None:
     """Start the probe of ``tokenizer``'s directory in a process of its own, where it applies
     (a local directory with a tokenizer_config.json whose ``tokenizer_class`` rebuilds the
-    pipeline, and transformers installed); ``None`` where it does not."""
+    pipeline, and transformers installed); ``None`` where it does not. A verdict kept from an
+    earlier run on the same files and transformers version is used instead of a process."""
     from .fs import is_url
 
     directory = getattr(tokenizer, "directory", None)
@@ -165,6 +246,12 @@ def start_probe(tokenizer: Any) -> Probe | None:
         return None
     if importlib.util.find_spec("transformers") is None:
         return None
+    key = _probe_key(directory, str(cls))
+    if key is None:
+        return None
+    cached = _cached_verdict(key)
+    if cached is not None:
+        return Probe(tokenizer, directory, str(cls), None, key, cached)
     env = {**os.environ, "TRANSFORMERS_VERBOSITY": "error", "TOKENIZERS_PARALLELISM": "false"}
     process = subprocess.Popen(
         [sys.executable, "-c", _PROBE_SCRIPT, str(directory), json.dumps(PROBE_STRINGS)],
@@ -174,7 +261,7 @@ def start_probe(tokenizer: Any) -> Probe | None:
         text=True,
         env=env,
     )
-    return Probe(tokenizer, directory, str(cls), process)
+    return Probe(tokenizer, directory, str(cls), process, key)
 
 
 def probe_note(probe: Probe | None) -> str | None:

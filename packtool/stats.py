@@ -48,7 +48,7 @@ import pyarrow as pa
 from ._version import __version__
 from .errors import FormatError, InputError, OptionError
 from .format import MANIFEST_FILE, DocumentCounts, Manifest, Per, column_names, open_packed
-from .fs import StorePath, as_path
+from .fs import StorePath, as_path, user_cache_dir
 from .instruct import InputShape, detect_shape
 from .limits import MAX_BATCH_SIZE, MAX_LEN_LIMIT, MAX_SEED, check_int, read_token_count
 from .options import PackOptions
@@ -892,12 +892,7 @@ def parse_max_lens(text: str | Sequence[int]) -> list[int]:
 
 def default_cache_dir() -> Path:
     """``$PACKTOOL_CACHE_DIR``, else ``$XDG_CACHE_HOME/packtool``, else ``~/.cache/packtool``."""
-    env = os.environ.get("PACKTOOL_CACHE_DIR")
-    if env:
-        return Path(env).expanduser()
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    base = Path(xdg).expanduser() if xdg else Path.home() / ".cache"
-    return base / "packtool"
+    return user_cache_dir()
 
 
 def _fingerprint(inp: InputFile) -> list[Any]:

@@ -58,7 +58,8 @@ LAYERS: dict[str, int] = {
     "render": 10,
     "_params": 9,
     "_help": 10,
-    "torch": 10,
+    "torch": 9,
+    "check_model": 10,
     # 11: the command line (12: ``python -m packtool``)
     "cli": 11,
     "__main__": 12,

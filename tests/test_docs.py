@@ -29,7 +29,7 @@ def options_of(command: str) -> set[str]:
 def test_every_command_is_documented() -> None:
     result = CliRunner().invoke(app, ["--help"], env={"COLUMNS": "240"})
     commands = result.stdout.split("Commands:\n", 1)[1]
-    listed = set(re.findall(r"^  (\w+) ", commands, flags=re.M))
+    listed = set(re.findall(r"^  ([\w-]+) ", commands, flags=re.M))
     assert set(COMMANDS) <= listed
     for command in listed:
         assert f"packtool {command}" in DOCS, command

@@ -338,7 +338,7 @@ EXPORTER = RowCountExporter()
 
 
 def test_every_export_is_a_line_of_the_one_table() -> None:
-    assert export_registry.names() == ["megatron", "megatron-bridge"]
+    assert export_registry.names() == ["megatron", "megatron-bridge", "litdata"]
     for line in export_registry.EXPORTS:
         assert export_registry.exporter(line.name).name == line.name
         assert f"{line.name} ({line.summary})" in export_registry.choices_help()

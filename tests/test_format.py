@@ -8,6 +8,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from packtool.errors import FormatError
 from packtool.format import (
@@ -124,8 +126,9 @@ GOLDEN_INPUT = Path(__file__).parent / "data" / "golden_input.jsonl"
 
 
 def test_golden_v1_output_still_reads_and_is_reproduced(tmp_path: Path) -> None:
-    """A format-1 output committed to the repo: today's reader reads it, and today's pack
-    writes the same rows and figures from the same input (a format change shows here)."""
+    """A format-1 output committed to the repo, written before the ``seq_lengths`` column:
+    today's reader reads and verifies it, and today's pack writes the same rows and figures
+    from the same input, plus ``seq_lengths`` (the documents' lengths, then one per pad)."""
     import sys
 
     sys.path.insert(0, str(Path(__file__).parent))
@@ -157,12 +160,26 @@ def test_golden_v1_output_still_reads_and_is_reproduced(tmp_path: Path) -> None:
         seed=7,
     )
     manifest, rows = read_rows(tmp_path / "now")
+
+    def expected(row: dict) -> list[int]:  # the documents' lengths, then one per pad
+        lengths = np.diff(row["cu_seqlens"]).tolist()
+        pads = row["cu_seqlens"][-1] - row["num_tokens"]
+        return lengths[:-1] + [1] * pads if pads else lengths
+
+    for row in rows:
+        assert row.pop("seq_lengths") == expected(row)
     assert rows == golden_rows
+    assert manifest["columns"] == [*golden_manifest["columns"], "seq_lengths"]
+    assert "seq_lengths" not in golden_manifest["columns"]
+    assert not reader.has_seq_lengths
+    assert [reader[i].seq_lengths.tolist() for i in range(len(reader))] == [
+        expected(r) for r in golden_rows
+    ]
+    assert packtool.verify(GOLDEN).ok
     for key in (
         "format",
         "format_version",
         "max_len",
-        "columns",
         "documents",
         "segments",
         "tokens",
@@ -214,6 +231,7 @@ def test_the_column_table_is_the_one_of_docs_format() -> None:
     assert [(name, kind) for name, kind, _ in rows] == [(c.name, _doc_type(c)) for c in COLUMNS]
     for (_, _, meaning), column in zip(rows, COLUMNS, strict=True):
         assert ("instruction data only" in meaning) == column.labels_only, column.name
+        assert ("packs written before" in meaning) == column.added, column.name
 
 
 @pytest.mark.parametrize("labels", [False, True])
@@ -338,3 +356,65 @@ def test_typed_accessors_read_damaged_values_as_none() -> None:
     assert units is not None and units.plan == "p"
     assert (units.count, units.packing_loss, units.copied) == (None, None, None)
     assert m.unit_index is None and m.unit_plan is None and m.balance_world_size is None
+
+
+@pytest.mark.parametrize("chat", [False, True])
+def test_the_dataset_card_says_which_trainers_keep_documents_apart(
+    tmp_path: Path, chat: bool
+) -> None:
+    """Every pack holds a README.md (written with the `datasets` metadata) naming the
+    trainers' paths that keep its documents apart and those that do not."""
+    from conftest import REPO
+
+    import packtool
+    from packtool.format import CARD_FILE
+
+    if chat:
+        src = tmp_path / "in.jsonl"
+        lines = (REPO / "sample_data" / "chat.jsonl").read_text(encoding="utf-8").splitlines()
+        src.write_text("\n".join(lines[:10]) + "\n", encoding="utf-8")
+        template = REPO / "sample_data" / "chatml.jinja"
+        packtool.pack([src], tmp_path / "out", max_len=256, chat_template=template)
+    else:
+        packtool.pack([GOLDEN_INPUT], tmp_path / "out", max_len=16)
+    card = (tmp_path / "out" / CARD_FILE).read_text(encoding="utf-8")
+    assert card.startswith("---\n")
+    for needed in ("padding_free=True", "DataCollatorWithFlattening", "packtool check-model"):
+        assert needed in card
+    assert ("learns packtool's `labels`" in card) == chat
+    assert ("learns no pad" in card) == (not chat)
+    assert packtool.verify(tmp_path / "out").ok
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.lists(st.integers(min_value=1, max_value=50), min_size=0, max_size=6),
+            st.integers(min_value=0, max_value=40),
+        ),
+        min_size=1,
+        max_size=8,
+    )
+)
+def test_seq_lengths_are_the_documents_then_one_per_pad(rows: list) -> None:
+    """Of many rows at once: each row's document lengths in order, then its padding as that
+    many segments of 1; they sum to the row's length, and every document boundary is one."""
+    from packtool.format import seq_lengths
+
+    cu_rows, nts = [], []
+    for docs, pad in rows:
+        cu = np.concatenate([[0], np.cumsum(docs)]).astype(np.int64)
+        nt = int(cu[-1])
+        if pad or not docs:
+            cu = np.append(cu, nt + max(pad, 1))
+        cu_rows.append(cu)
+        nts.append(nt)
+    offsets = np.concatenate([[0], np.cumsum([c.size for c in cu_rows])])
+    values, value_off = seq_lengths(np.concatenate(cu_rows), offsets, np.array(nts))
+    for i, (cu, nt) in enumerate(zip(cu_rows, nts, strict=True)):
+        got = values[value_off[i] : value_off[i + 1]].tolist()
+        docs = np.diff(cu[cu <= nt]).tolist()
+        assert got == docs + [1] * int(cu[-1] - nt)
+        assert sum(got) == cu[-1]
+        assert set(np.cumsum([0, *got]).tolist()) >= set(cu.tolist())

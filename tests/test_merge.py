@@ -70,6 +70,7 @@ def test_the_merge_lists_the_units_shards_and_writes_no_row(units: Path, tmp_pat
 
     # Only metadata at the top: no shard, and the units' shards untouched.
     assert sorted(p.name for p in units.iterdir()) == [
+        "README.md",
         "dataset_info.json",
         "manifest.json",
         "state.json",

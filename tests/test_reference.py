@@ -88,6 +88,42 @@ def test_transformers_probe_notes_a_class_that_rebuilds_the_tokenizer(tmp_path: 
     assert result.exit_code == 1, result.output
 
 
+def test_probe_verdict_is_kept_for_the_next_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first pack with a directory runs the probe (a process importing transformers);
+    the next one with the same files reads its verdict, starts no process, and gives the
+    same note (naming the directory it was given); a changed file runs it again."""
+    monkeypatch.setenv("PACKTOOL_CACHE_DIR", str(tmp_path / "cache"))
+    src = write_jsonl(tmp_path / "t.jsonl", TEXTS)
+    directory = _llama2(tmp_path / "llama2", "LlamaTokenizer")
+    tok = packtool.load_tokenizer(directory)
+    first = start_probe(tok)
+    assert first is not None and first.process is not None
+    note = first.note()
+    assert note is not None and "tokenizer_class LlamaTokenizer" in note
+    again = start_probe(tok)
+    assert again is not None and again.process is None  # no process: the kept verdict
+    assert again.note() == note
+    report = packtool.pack([src], tmp_path / "o", max_len=64, tokenizer=directory)
+    assert [n for n in report.notices if "AutoTokenizer" in n] == [note]
+    # the same files in another directory: the kept verdict, the note names this directory
+    import shutil
+
+    other = shutil.copytree(directory, tmp_path / "elsewhere")
+    moved = start_probe(packtool.load_tokenizer(other))
+    assert moved is not None and moved.process is None
+    assert moved.note() == note.replace(str(directory), str(other))
+    # another tokenizer file: another key, the probe runs again
+    config = json.loads((directory / "tokenizer_config.json").read_text())
+    config["model_max_length"] = 77
+    (directory / "tokenizer_config.json").write_text(json.dumps(config))
+    changed = start_probe(packtool.load_tokenizer(directory))
+    assert changed is not None and changed.process is not None
+    changed.stop()  # a failed run ends the probe's process without waiting for it
+    assert changed.process.poll() is not None
+
+
 def test_no_probe_for_a_class_that_loads_tokenizer_json(tmp_path: Path) -> None:
     src = write_jsonl(tmp_path / "t.jsonl", TEXTS)
     directory = _llama2(tmp_path / "llama2", "PreTrainedTokenizerFast")

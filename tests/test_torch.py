@@ -544,6 +544,24 @@ def test_trainer_with_default_arguments(
     assert max(diffs.values()) < SAFE, diffs
 
 
+@pytest.mark.slow  # compiles flex attention: tens of seconds on 2 cores
+def test_flex_attention_needs_no_mask(packed: dict[str, Any], tmp_path: Path) -> None:
+    """docs/training.md, hf_trainer.md: with flex attention, ``model(**collate(rows))`` as it
+    is (no ``flex_block_mask``) and the real Trainer with default arguments (its ``predict``:
+    flex attention has no backward on the CPU, torch 2.13) are exact: transformers builds the
+    document mask from ``position_ids``."""
+    model = default_model("llama", "flex_attention").eval()
+    alone = alone_logits(model, packed)
+    with torch.no_grad():
+        diffs = doc_diffs(model(**packed["batch"]).logits, packed, alone)
+    assert max(diffs.values()) < SAFE, diffs
+    args = transformers.TrainingArguments(output_dir=str(tmp_path / "run"))
+    trainer = transformers.Trainer(model, args, data_collator=collate)
+    prediction = trainer.predict(PackedDataset(packed["out"]))
+    diffs = doc_diffs(torch.from_numpy(prediction.predictions), packed, alone)
+    assert max(diffs.values()) < SAFE, diffs
+
+
 def test_trainer_refuses_rows_it_stripped_of_their_padding(
     packed: dict[str, Any], tmp_path: Path
 ) -> None:

@@ -187,6 +187,14 @@ def _negative_chunk(row: dict) -> None:
     row["chunk_ids"][0] = -1
 
 
+def _seq_length(row: dict) -> None:
+    row["seq_lengths"][0] += 1
+
+
+def _extra_seq_length(row: dict) -> None:
+    row["seq_lengths"].append(0)
+
+
 @pytest.mark.parametrize(
     ("mutate", "check"),
     [
@@ -199,6 +207,8 @@ def _negative_chunk(row: dict) -> None:
         (_doc_out_of_range, "doc_ids"),
         (_lost_eos, "eos"),
         (_negative_chunk, "doc_ids"),
+        (_seq_length, "seq_lengths"),
+        (_extra_seq_length, "seq_lengths"),
     ],
 )
 def test_damaged_row_is_named(tmp_path: Path, mutate: Callable[[dict], None], check: str) -> None:
@@ -406,6 +416,25 @@ def test_stray_files_and_metadata(tmp_path: Path) -> None:
     assert "data-00005-of-00009.arrow is not a shard of the manifest" in whats
     assert "state.json lists other shards" in whats
     assert "tokenizer.json does not match the sha256" in whats
+
+
+def test_a_trainers_cache_is_a_warning_not_damage(tmp_path: Path) -> None:
+    """`datasets` writes cache-*.arrow beside a dataset it maps (TRL's preparation does, on
+    load_from_disk("out")): verify names it as a trainer's cache and still passes the pack."""
+    import datasets
+
+    _, out = pack_chars(tmp_path, rows_per_shard=4)
+    ds = datasets.load_from_disk(str(out))
+    ds.map(lambda row: {"n": len(row["input_ids"])})
+    cache = sorted(p.name for p in out.glob("cache-*.arrow"))
+    assert cache  # datasets did write into the pack
+    report = verify(out)
+    assert report.ok, report.problems
+    assert len(report.warnings) == 1 and cache[0] in report.warnings[0]
+    assert "trainer's cache" in report.warnings[0]
+    assert report.to_dict()["warnings"] == report.warnings
+    (out / "data-00009-of-00010.arrow").write_bytes(b"")  # any other stray: still a problem
+    assert checks(verify(out)) == {"files"}
 
 
 def shard_file(out: Path, index: int) -> Path:

@@ -52,6 +52,7 @@ EXPORTS: tuple[Export, ...] = (
         "NeMo / Megatron-Bridge packed-SFT .idx.parquet + metadata",
         ".bridge",
     ),
+    Export("litdata", "LitData's optimized format, read by litdata.StreamingDataset", ".litdata"),
 )
 
 

@@ -31,7 +31,7 @@ from .manifest import (
     ShardEntry,
     read_manifest,
 )
-from .metadata import layout_problems
+from .metadata import CARD_FILE, dataset_card, layout_problems, trainer_cache_files
 from .output import (
     CHAT_TEMPLATE_FILE,
     MERGE_STAGE,
@@ -65,10 +65,12 @@ from .schema import (
     packed_schema,
     row_bytes,
     schema_problem,
+    seq_lengths,
 )
 from .writer import PackedBatch, ShardWriter, commit_in_place, write_dataset
 
 __all__ = [
+    "CARD_FILE",
     "CHAT_TEMPLATE_FILE",
     "COLUMNS",
     "FORMAT_NAME",
@@ -101,6 +103,7 @@ __all__ = [
     "column_names",
     "columns",
     "commit_in_place",
+    "dataset_card",
     "hf_features",
     "layout_problems",
     "open_packed",
@@ -110,8 +113,10 @@ __all__ = [
     "remove_stale_temporaries",
     "row_bytes",
     "schema_problem",
+    "seq_lengths",
     "sha256_file",
     "stale_temporaries",
+    "trainer_cache_files",
     "write_dataset",
     "write_error",
 ]

@@ -399,6 +399,11 @@ class Manifest(Mapping[str, Any]):
         return "labels" in self.columns
 
     @property
+    def has_seq_lengths(self) -> bool:
+        """Whether the rows hold ``seq_lengths`` (packs written before it was added do not)."""
+        return "seq_lengths" in self.columns
+
+    @property
     def shards(self) -> list[ShardEntry]:
         return [ShardEntry.from_record(s) for s in self._data.get("shards", [])]
 

@@ -8,6 +8,7 @@ A packed dataset is a directory::
       data-00001-of-00002.arrow
       dataset_info.json            Hugging Face `datasets` metadata (features)
       state.json                   so that `datasets.load_from_disk("out")` works
+      README.md                    the dataset card: how to train on the rows, and how not
       manifest.json                packtool's manifest, written last: its presence marks
                                    the output as complete
 
@@ -55,6 +56,7 @@ _SHARD_RE = re.compile(r"data-\d{5}-of-\d{5}\.arrow")
 # What a packtool output holds besides its shards (the manifest last), and the folder of work
 # units: on a store, the names a rerun or --overwrite may replace.
 _OUTPUT_FILES = (
+    "README.md",
     "dataset_info.json",
     "state.json",
     "tokenizer.json",

@@ -18,7 +18,7 @@ from ..errors import FormatError, RowIndexError
 from ..fs import AnyPath, StorePath, arrow_input, as_path
 from .cache import cached_shard
 from .manifest import MANIFEST_FILE, Manifest, ShardEntry, is_count, read_manifest
-from .schema import Per, columns, int_array, schema_problem
+from .schema import Per, columns, int_array, schema_problem, seq_lengths
 
 __all__ = ["PackedReader", "PackedRow", "Segment", "open_packed"]
 
@@ -53,6 +53,14 @@ class PackedRow:
     doc_ids: np.ndarray
     chunk_ids: np.ndarray
     labels: np.ndarray | None = None
+
+    @property
+    def seq_lengths(self) -> np.ndarray:
+        """The documents' segment lengths, then each pad of the padding tail on its own (the
+        ``seq_lengths`` column, derived here also for a pack written before it)."""
+        cu = np.asarray(self.cu_seqlens, dtype=np.int64)
+        values, _ = seq_lengths(cu, np.array([0, cu.size]), np.array([self.num_tokens]))
+        return values.astype(np.int32)
 
     @property
     def segments(self) -> list[Segment]:
@@ -103,6 +111,10 @@ class PackedReader:
     @property
     def has_labels(self) -> bool:
         return self.manifest.has_labels
+
+    @property
+    def has_seq_lengths(self) -> bool:
+        return self.manifest.has_seq_lengths
 
     @property
     def vocab_size(self) -> int:
@@ -201,7 +213,9 @@ class PackedReader:
                 table.validate(full=True)
             except (OSError, pa.ArrowException, UnicodeDecodeError) as e:
                 raise FormatError(f"{path}: cannot read shard: {e}") from e
-            problem = schema_problem(table.schema, self.max_len, self.has_labels)
+            problem = schema_problem(
+                table.schema, self.max_len, self.has_labels, self.has_seq_lengths
+            )
             if problem:
                 raise FormatError(f"{path}: {problem} (run `packtool verify`)")
             if table.num_rows != self.shard_rows[shard]:
@@ -253,6 +267,8 @@ class PackedReader:
         rec = self.shard_table(shard).slice(local, 1)
         values: dict[str, Any] = {}
         for column in columns(self.has_labels):
+            if column.per is Per.SPAN:
+                continue  # derived from cu_seqlens (PackedRow.seq_lengths)
             data = rec.column(column.name)
             if column.per is Per.TOKEN:
                 values[column.name] = data.chunk(0).flatten().to_numpy(zero_copy_only=False)

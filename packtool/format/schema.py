@@ -9,6 +9,7 @@ One row, ``max_len`` 24, documents of 5, 9 and 7 tokens, then 3 pad tokens (``P`
     num_tokens   21
     doc_ids      [d_a, d_b, d_c]       (one per document segment; none for the padding)
     chunk_ids    [0, 0, 0]
+    seq_lengths  [5, 9, 7, 1, 1, 1]    (the documents' lengths, then each pad on its own)
 
 The padding tail is a segment of its own (the last one), so the segments cover every position
 and ``position_ids[cu[i]:cu[i+1]] == arange(cu[i+1] - cu[i])`` holds for every segment.
@@ -35,6 +36,7 @@ __all__ = [
     "packed_schema",
     "row_bytes",
     "schema_problem",
+    "seq_lengths",
 ]
 
 IGNORE_INDEX = -100
@@ -49,6 +51,7 @@ class Per(Enum):
     TOKEN = "token"  # max_len values: fixed_size_list<value>[max_len]
     BOUNDARY = "boundary"  # one per segment boundary: list<value>
     SEGMENT = "segment"  # one per document segment (not the padding): list<value>
+    SPAN = "span"  # one per segment, the padding tail included: list<value>
     ROW = "row"  # one value
 
 
@@ -61,6 +64,7 @@ class Column:
     value: pa.DataType
     description: str
     labels_only: bool = False  # present only in instruction data (a labelled pack)
+    added: bool = False  # added to format 1 later: packs written before it lack it
 
     def arrow_type(self, max_len: int) -> pa.DataType:
         if self.per is Per.TOKEN:
@@ -96,6 +100,14 @@ COLUMNS: tuple[Column, ...] = (
         "each document segment's chunk number (0 unless the document was split)",
     ),
     Column(
+        "seq_lengths",
+        Per.SPAN,
+        pa.int32(),
+        "each segment's length, the padding tail's too: diff(cu_seqlens) "
+        "(what TRL's padding-free collator reads)",
+        added=True,
+    ),
+    Column(
         "labels",
         Per.TOKEN,
         pa.int32(),
@@ -106,17 +118,55 @@ COLUMNS: tuple[Column, ...] = (
 """Every column a packed row can hold, in the order a shard stores them."""
 
 
-def columns(with_labels: bool = False, *per: Per) -> tuple[Column, ...]:
+def columns(with_labels: bool = False, *per: Per, added: bool = True) -> tuple[Column, ...]:
     """The columns of a pack (``with_labels``: instruction data), in stored order; only
-    those of the kinds ``per``, if any are given."""
+    those of the kinds ``per``, if any are given. ``added=False``: a pack written before the
+    columns added to format 1 later (``seq_lengths``), which lacks them."""
     return tuple(
-        c for c in COLUMNS if (with_labels or not c.labels_only) and (not per or c.per in per)
+        c
+        for c in COLUMNS
+        if (with_labels or not c.labels_only)
+        and (added or not c.added)
+        and (not per or c.per in per)
     )
 
 
-def column_names(with_labels: bool = False, *per: Per) -> list[str]:
+def column_names(with_labels: bool = False, *per: Per, added: bool = True) -> list[str]:
     """The names of :func:`columns`."""
-    return [c.name for c in columns(with_labels, *per)]
+    return [c.name for c in columns(with_labels, *per, added=added)]
+
+
+def seq_lengths(
+    cu_values: np.ndarray, cu_offsets: np.ndarray, num_tokens: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """The ``seq_lengths`` (values, offsets) of rows whose ``cu_seqlens`` are ``cu_values``
+    split at ``cu_offsets`` and whose real tokens are ``num_tokens``: each row's document
+    segments' lengths (``diff(cu_seqlens)``), then its padding tail as segments of one token
+    each, so that a trainer that learns no label at a sequence start (TRL's padding-free
+    collator) learns no padding, and each pad attends only to itself."""
+    cu_values = np.asarray(cu_values, dtype=np.int64)
+    cu_offsets = np.asarray(cu_offsets, dtype=np.int64)
+    num_tokens = np.asarray(num_tokens, dtype=np.int64)
+    counts = np.diff(cu_offsets)
+    lengths = np.diff(cu_values)
+    # a row's last boundary to the next row's first is no segment
+    ends = cu_offsets[1:][counts > 0] - 1
+    lengths = np.delete(lengths, ends[ends < lengths.size])
+    per_row = np.maximum(counts - 1, 0)
+    seg_off = np.concatenate([[0], np.cumsum(per_row)])
+    # the padding tail: the last segment of a row whose last boundary is past its real tokens
+    has = per_row > 0
+    last = np.zeros(counts.size, np.int64)
+    last[has] = cu_values[cu_offsets[1:][has] - 1]
+    where = np.flatnonzero(has & (last > num_tokens))
+    seg = seg_off[where + 1] - 1
+    pads = np.minimum(last[where] - num_tokens[where], lengths[seg]).clip(min=1)
+    reps = np.ones(lengths.size, np.int64)
+    reps[seg] = pads
+    values = lengths.copy()
+    values[seg] = 1
+    per_row[where] += pads - 1
+    return np.repeat(values, reps), np.concatenate([[0], np.cumsum(per_row)])
 
 
 def row_bytes(max_len: int, with_labels: bool = False) -> int:
@@ -126,17 +176,20 @@ def row_bytes(max_len: int, with_labels: bool = False) -> int:
     return per_token * max_len + _ROW_OVERHEAD_BYTES
 
 
-def packed_schema(max_len: int, with_labels: bool = False) -> pa.Schema:
-    """The Arrow schema of a packed dataset's rows."""
-    return pa.schema([c.field(max_len) for c in columns(with_labels)])
+def packed_schema(max_len: int, with_labels: bool = False, added: bool = True) -> pa.Schema:
+    """The Arrow schema of a packed dataset's rows (``added=False``: of a pack written before
+    the columns added to format 1 later)."""
+    return pa.schema([c.field(max_len) for c in columns(with_labels, added=added)])
 
 
-def schema_problem(schema: pa.Schema, max_len: int, with_labels: bool) -> str | None:
+def schema_problem(
+    schema: pa.Schema, max_len: int, with_labels: bool, added: bool = True
+) -> str | None:
     """What is wrong with a shard's ``schema`` (a missing column, a wrong type), or None.
 
     Columns this version does not know are allowed (readers ignore them).
     """
-    for expected in packed_schema(max_len, with_labels):
+    for expected in packed_schema(max_len, with_labels, added):
         index = schema.get_field_index(expected.name)
         if index < 0:
             return f"the shard has no column {expected.name!r}"

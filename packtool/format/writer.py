@@ -33,7 +33,7 @@ from .output import (
     write_error,
     write_json,
 )
-from .schema import Per, columns, hf_features, int_array, packed_schema
+from .schema import Per, columns, hf_features, int_array, packed_schema, seq_lengths
 
 __all__ = ["PackedBatch", "ShardWriter", "commit_in_place", "write_dataset"]
 
@@ -86,6 +86,8 @@ class PackedBatch:
         """The values and offsets of a per-segment (or per-boundary) column."""
         if name == "cu_seqlens":
             return self.cu_values, self.cu_offsets
+        if name == "seq_lengths":
+            return seq_lengths(self.cu_values, self.cu_offsets, self.num_tokens)
         return getattr(self, name), self.seg_offsets
 
 
@@ -172,6 +174,7 @@ class ShardWriter:
         rows_per_shard: int,
         with_labels: bool = False,
         overwrite: bool = False,
+        added: bool = True,
     ) -> None:
         if rows_per_shard < 1:
             raise ValueError(f"rows_per_shard must be >= 1, got {rows_per_shard}")
@@ -179,7 +182,7 @@ class ShardWriter:
         self.max_len = max_len
         self.num_rows = num_rows
         self.rows_per_shard = rows_per_shard
-        self.schema = packed_schema(max_len, with_labels)
+        self.schema = packed_schema(max_len, with_labels, added)
         self.overwrite = overwrite
         self.num_shards = max(1, -(-num_rows // rows_per_shard))
         check_output_dir(self.out_dir, overwrite)
@@ -306,6 +309,7 @@ def commit_in_place(
     with_labels: bool,
     shards: Sequence[ShardEntry],
     manifest: Mapping[str, Any],
+    added: bool = True,
 ) -> Manifest:
     """Commit a dataset whose shards already lie under ``out_dir``: no row is written.
 
@@ -316,7 +320,7 @@ def commit_in_place(
     metadata that does not match it. Returns the manifest.
     """
     out = Path(out_dir)
-    schema = packed_schema(max_len, with_labels)
+    schema = packed_schema(max_len, with_labels, added)
     for i, entry in enumerate(shards):
         problem = shard_entry_problem(i, entry.to_record())
         if problem:

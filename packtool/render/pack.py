@@ -176,6 +176,15 @@ def merged_json(report: Any) -> dict[str, Any]:
     return {"out_dir": str(report.out_dir), **m.summary(), "units": m.units_summary()}
 
 
+TRAINING_NOTE = (
+    "train on these rows with packtool.torch.collate as the data collator, or TRL's "
+    "SFTConfig(padding_free=True, max_length=None) with its own collator; TRL's default "
+    "collator and DataCollatorWithFlattening let the packed examples attend to each other, "
+    "silently (the output's README.md; check a model with `packtool check-model`)"
+)
+"""The line under an instruction-data pack's summary (docs/trl.md)."""
+
+
 def show_pack(report: Any, *, quiet: bool, as_json: bool) -> None:
     """What ``pack`` shows of its :class:`~packtool.pipeline.PackReport`."""
     say_skipped(report.skipped_files, quiet)
@@ -191,6 +200,8 @@ def show_pack(report: Any, *, quiet: bool, as_json: bool) -> None:
     if report.resumed:
         say("from the checkpoint of an interrupted run", label="[green]resumed[/]", err=True)
     stdout().print(summary_table(report))
+    if report.tokens_learned is not None:
+        note("[yellow]training:[/]", TRAINING_NOTE)
     say_bad_records(report.bad_records, report.documents.bad_records_skipped)
 
 

@@ -61,6 +61,8 @@ def show_verify(report: Any, export_check: Any, *, quiet: bool, as_json: bool) -
     stdout().print(verify_table(report))
     for note in report.notes:
         say(note, label="[dim]note:[/]")
+    for warning in report.warnings:
+        say(warning, label="[yellow]warning:[/]")
     for problem in report.problems:
         say(problem, label="[red]problem:[/]")
     hidden = report.problems_total - len(report.problems)

@@ -65,6 +65,7 @@ class VerifyReport:
     problems_total: int = 0
     problem_counts: dict[str, int] = field(default_factory=dict)  # by check
     notes: list[str] = field(default_factory=list)  # what could not be checked, and why
+    warnings: list[str] = field(default_factory=list)  # not damage, but worth knowing
     against: AgainstReport | None = None
     seconds: float = 0.0
 
@@ -90,6 +91,7 @@ class VerifyReport:
                 for p in self.problems
             ],
             "notes": self.notes,
+            "warnings": self.warnings,
             "against": None
             if self.against is None
             else {

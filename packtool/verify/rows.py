@@ -26,6 +26,8 @@ from ..format import (
     PackedReader,
     layout_problems,
     packed_schema,
+    seq_lengths,
+    trainer_cache_files,
 )
 from ..fs import AnyPath, StorePath, sha256_of
 from ..pretokenized import IdsTokenizer
@@ -68,7 +70,9 @@ def check_manifest(reader: PackedReader, problems: Problems) -> None:
     manifest = reader.manifest
     for problem in manifest.problems():
         problems.add("manifest", f"{MANIFEST_FILE}: {problem}")
-    expected_columns = packed_schema(reader.max_len, reader.has_labels).names
+    expected_columns = packed_schema(
+        reader.max_len, reader.has_labels, reader.has_seq_lengths
+    ).names
     if manifest.columns != expected_columns:
         problems.add("manifest", f"columns are {manifest.columns}, expected {expected_columns}")
 
@@ -79,6 +83,14 @@ def check_files(
     """The tokenizer copy, state.json, and files that should not be there."""
     for problem in layout_problems(path, manifest):
         problems.add("files", problem)
+    cache = trainer_cache_files(path, manifest)
+    if cache:
+        report.warnings.append(
+            f"{', '.join(cache)}: a trainer's cache (`datasets` maps a dataset loaded from "
+            "this directory and writes its results beside it), not part of the pack; "
+            "load_dataset('arrow', data_files='out/*.arrow') would read it too: remove it, "
+            "and see docs/training.md for recipes that write nothing here"
+        )
     if not manifest.tokenizer_copied and manifest.tokenizer_name != IdsTokenizer.name:
         # (pre-tokenized data packed without a tokenizer has none to copy)
         report.notes.append(
@@ -178,6 +190,8 @@ class _Block:
     chunk_off: np.ndarray
     chunks: np.ndarray
     nt: np.ndarray  # num_tokens
+    span_off: np.ndarray | None = None  # seq_lengths (None: a pack written before it)
+    spans: np.ndarray | None = None
 
     @property
     def n(self) -> int:
@@ -237,6 +251,11 @@ def _decode_block(
     cu_off, cu = _ragged(batch.column("cu_seqlens"))
     doc_off, docs = _ragged(batch.column("doc_ids"))
     chunk_off, chunks = _ragged(batch.column("chunk_ids"))
+    span_off, spans = (
+        _ragged(batch.column("seq_lengths"))
+        if "seq_lengths" in batch.schema.names
+        else (None, None)
+    )
     return _Block(
         shard=shard,
         row0=row0,
@@ -250,6 +269,8 @@ def _decode_block(
         chunk_off=chunk_off,
         chunks=chunks,
         nt=batch.column("num_tokens").to_numpy(zero_copy_only=False).astype(np.int64),
+        span_off=span_off,
+        spans=spans,
     )
 
 
@@ -266,6 +287,7 @@ def _check_block(batch: pa.RecordBatch, state: _ShardPass, shard: str, row0: int
 
     shape = _check_shape(b, report)
     _check_positions(b, shape.ok, report)
+    _check_seq_lengths(b, shape.ok, report)
     _check_padding(b, rules, shape.nt_bad, report)
     seg = _check_segment_ids(b, rules, shape, report)
     _check_ends(b, rules, seg, report)
@@ -339,6 +361,30 @@ def _check_shape(b: _Block, report: _Report) -> _Shape:
         ),
     )
     return _Shape(lists_bad, nt_bad, shape_ok & ~end_bad)
+
+
+def _check_seq_lengths(b: _Block, ok: np.ndarray, report: _Report) -> None:
+    """seq_lengths is the documents' lengths then one per pad, in every row (well-formed rows)."""
+    if b.spans is None or b.span_off is None:
+        return
+    expected, expected_off = seq_lengths(b.cu, b.cu_off, b.nt)
+    spans, span_off = b.spans, b.span_off
+    counts_bad = np.diff(span_off) != np.diff(expected_off)
+    diff_row = np.repeat(np.arange(b.n), np.diff(expected_off))
+    wrong = np.zeros(b.n, bool)
+    if not counts_bad.any():
+        np.logical_or.at(wrong, diff_row, spans.astype(np.int64) != expected)
+    bad = (counts_bad | wrong) & ok
+
+    def describe(i: int) -> str:
+        got = spans[span_off[i] : span_off[i + 1]]
+        want = expected[expected_off[i] : expected_off[i + 1]]
+        return (
+            f"seq_lengths {_show(got)} is not {_show(want)} (the documents' lengths by "
+            "cu_seqlens, then one per pad)"
+        )
+
+    report("seq_lengths", bad, describe)
 
 
 def _check_positions(b: _Block, ok: np.ndarray, report: _Report) -> None:
