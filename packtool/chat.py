@@ -32,6 +32,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import enum
+import functools
 import hashlib
 import json
 import os
@@ -87,6 +88,9 @@ def _tojson(
     separators: Any = None,
     sort_keys: bool = False,
 ) -> str:
+    wide = len(indent) if isinstance(indent, str) else indent
+    if isinstance(wide, (int, float)) and wide > _MAX_INDENT:
+        _refuse(f"tojson with an indent of {wide:,} (at most {_MAX_INDENT})")
     return json.dumps(
         value, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys
     )
@@ -106,8 +110,115 @@ def _strftime_now(format: str) -> str:
 DEFAULT_TEMPLATE_TIMEOUT = 10.0
 """Seconds a chat template may spend on one record (``--template-timeout``)."""
 
-_MAX_REPEAT = 10_000_000  # longest string or list a template may make with ``*``
+_MAX_REPEAT = 10_000_000  # longest string or list a template may make in one operation
 _MAX_POWER_BITS = 1 << 16  # largest integer (in bits) a template may make with ``**``
+_MAX_INDENT = 256  # tojson's widest indent
+_MAX_LIPSUM_WORDS = 100_000  # lipsum(n, min, max): n * max
+_MAX_OUTPUT_FLOOR = 1 << 22  # characters a rendering may make beyond 4x its messages' text
+_WIDE_FORMAT = re.compile(r"(%[^a-zA-Z%]*|\{[^{}]*:[^{}]*)\d{8}")  # a width of 10^7 or more
+
+
+def _refuse(what: str) -> None:
+    from jinja2.sandbox import SecurityError
+
+    raise SecurityError(f"{what} is too large")
+
+
+def _check_made(value: Any, what: str) -> Any:
+    """``value``, if it is not a string or container longer than :data:`_MAX_REPEAT`."""
+    if isinstance(value, (str, list, tuple, dict)) and len(value) > _MAX_REPEAT:
+        _refuse(f"{what} making a {type(value).__name__} of {len(value):,} items")
+    return value
+
+
+def _check_arguments(what: str, args: Sequence[Any], kwargs: Mapping[str, Any]) -> None:
+    """Refuse a number above :data:`_MAX_REPEAT` given to a function or filter (a width, a
+    count: what makes a string of that size in one step of C that no budget could stop)."""
+    for value in (*args, *kwargs.values()):
+        number = isinstance(value, (int, float)) and not isinstance(value, bool)
+        if number and abs(value) > _MAX_REPEAT:
+            _refuse(f"{what} given {value:,}")
+
+
+def _check_string_call(obj: Any, args: Sequence[Any]) -> None:
+    """Bound the string methods whose result can be far longer than their arguments."""
+    obj = getattr(obj, "__wrapped__", obj)  # the sandbox's wrapper of str.format
+    owner, name = getattr(obj, "__self__", None), getattr(obj, "__name__", "")
+    if not isinstance(owner, str):
+        return
+    if name == "replace" and len(args) >= 2 and isinstance(args[0], str):
+        new = args[1] if isinstance(args[1], str) else ""
+        count = owner.count(args[0]) if args[0] else len(owner) + 1
+        if len(owner) + count * max(0, len(new) - len(args[0])) > _MAX_REPEAT:
+            _refuse(f"replacing {count:,} times in a string of {len(owner):,} characters")
+    elif name == "join" and args and isinstance(args[0], (list, tuple)):
+        if len(owner) * len(args[0]) > _MAX_REPEAT:
+            _refuse(f"joining {len(args[0]):,} items with {len(owner):,} characters")
+    elif name in ("format", "format_map") and _WIDE_FORMAT.search(owner):
+        _refuse("a format width of 10,000,000 or more")
+
+
+def _check_filter_size(
+    name: str, value: Any, args: Sequence[Any], kwargs: Mapping[str, Any]
+) -> None:
+    """Bound, before they run, the filters whose result can be far longer than their
+    arguments: ``replace``, ``join``, ``indent`` and ``sum``."""
+    if name == "replace" and isinstance(value, str) and len(args) >= 2:
+        old, new = str(args[0]), str(args[1])
+        count = value.count(old) if old else len(value) + 1
+        if len(value) + count * max(0, len(new) - len(old)) > _MAX_REPEAT:
+            _refuse(f"replacing {count:,} times in a string of {len(value):,} characters")
+    elif name == "join" and isinstance(value, (list, tuple)):
+        sep = args[0] if args else kwargs.get("d", "")
+        if isinstance(sep, str) and len(sep) * len(value) > _MAX_REPEAT:
+            _refuse(f"joining {len(value):,} items with {len(sep):,} characters")
+    elif name == "indent" and isinstance(value, str):
+        width = args[0] if args else kwargs.get("width", 4)
+        wide = len(width) if isinstance(width, str) else width
+        if isinstance(wide, int) and wide * (value.count("\n") + 1) > _MAX_REPEAT:
+            _refuse(f"indenting {value.count(chr(10)) + 1:,} lines by {wide:,}")
+    elif name == "sum" and isinstance(value, (list, tuple)):
+        total = sum(len(v) for v in value if isinstance(v, _SIZED))
+        if total > _MAX_REPEAT:
+            _refuse(f"summing {len(value):,} strings or lists")
+
+
+def _joined(items: Sequence[Any]) -> str:
+    """What ``a ~ b ~ c`` makes, bounded."""
+    parts = [str(x) for x in items]
+    if sum(map(len, parts)) > _MAX_REPEAT:
+        _refuse(f"joining with ~ {sum(map(len, parts)):,} characters")
+    return "".join(parts)
+
+
+def _lipsum(n: int = 5, html: bool = True, min: int = 20, max: int = 100) -> Any:
+    from jinja2.utils import generate_lorem_ipsum
+
+    if not all(isinstance(v, int) for v in (n, min, max)) or n * max > _MAX_LIPSUM_WORDS:
+        _refuse(f"lipsum of {n!r} paragraphs of up to {max!r} words")
+    return generate_lorem_ipsum(n=n, html=html, min=min, max=max)
+
+
+_lipsum.__name__ = "lipsum"  # as errors name it
+
+
+def _bounded_filter(name: str, function: Any) -> Any:
+    """A filter checked like a call of the sandbox: budget, arguments, size of the result."""
+
+    skip = 2 if hasattr(function, "jinja_pass_arg") else 1  # the context, then the value
+
+    @functools.wraps(function)  # keeps jinja's pass_context & co
+    def bounded(*args: Any, **kwargs: Any) -> Any:
+        _check_budget()
+        _check_arguments(f"the filter {name}", args[skip:], kwargs)
+        value = args[skip - 1] if len(args) >= skip else None
+        if name == "format" and isinstance(value, str) and _WIDE_FORMAT.search(value):
+            _refuse("a format width of 10,000,000 or more")
+        _check_filter_size(name, value, args[skip:], kwargs)
+        return _check_made(function(*args, **kwargs), f"the filter {name}")
+
+    return bounded
+
 
 _TRACKING: contextvars.ContextVar[tuple[list[int], list[tuple[int, int]]] | None] = (
     contextvars.ContextVar("packtool_generation", default=None)
@@ -152,26 +263,74 @@ def _budgeted(iterable: Iterable[Any]) -> Iterator[Any]:
         yield item
 
 
+_SIZED = (str, list, tuple)
+
+
+class _TooMuchText(Exception):
+    pass
+
+
+def _text_size(messages: Sequence[Mapping[str, Any]]) -> int:
+    """About the characters of ``messages`` (their string values; others by their repr)."""
+    size = 0
+    for m in messages:
+        for value in m.values() if isinstance(m, Mapping) else (m,):
+            size += len(value) if isinstance(value, str) else len(repr(value))
+    return size
+
+
+def _bounded_output(parts: Iterable[Any], given: Sequence[Any], length: list[int]) -> str:
+    """The rendered text from its parts, stopped once longer than the output bound: at most
+    :data:`_MAX_OUTPUT_FLOOR` characters beyond 4 times the text of what the template was
+    given (the messages and tools; counted only past the floor: the usual rendering never
+    needs to). ``length[0]``: the characters so far, kept up to date for the tracking of
+    ``{% generation %}`` blocks."""
+    limit = _MAX_OUTPUT_FLOOR
+    out: list[str] = []
+    for part in parts:
+        total = length[0] = length[0] + len(part)
+        if total > limit:
+            if limit == _MAX_OUTPUT_FLOOR:
+                limit += 4 * _text_size(given)
+            if total > limit:
+                raise _TooMuchText(limit)
+        out.append(part)
+    return "".join(out)
+
+
 def _environment() -> Any:
     from jinja2 import DictLoader, nodes
     from jinja2.ext import Extension, loopcontrols
     from jinja2.sandbox import ImmutableSandboxedEnvironment, SecurityError
+    from jinja2.visitor import NodeTransformer
 
     class _BudgetedEnvironment(ImmutableSandboxedEnvironment):
         """The sandbox, checking the render budget (:func:`render_budget`) at every call, at
         every step of every loop, and before ``*`` and ``**``, which it also bounds (one such
         operation in C could not be stopped)."""
 
-        intercepted_binops = frozenset({"*", "**"})
-        budgeted = staticmethod(_budgeted)  # an attribute of the environment: no template
-        # variable can shadow it
+        intercepted_binops = frozenset({"*", "**", "+", "%"})
+        budgeted = staticmethod(_budgeted)  # attributes of the environment: no template
+        joined = staticmethod(_joined)  # variable can shadow them
 
         def call(self, context: Any, obj: Any, /, *args: Any, **kwargs: Any) -> Any:
             _check_budget()
-            return super().call(context, obj, *args, **kwargs)
+            what = f"calling {getattr(obj, '__name__', type(obj).__name__)}"
+            _check_arguments(what, args, kwargs)
+            _check_string_call(obj, args)
+            return _check_made(super().call(context, obj, *args, **kwargs), what)
 
         def call_binop(self, context: Any, operator: str, left: Any, right: Any) -> Any:
+            if operator == "+":  # the common case, kept cheap: checked after the step, which
+                made = left + right  # its operands bound (each at most a step's or a record's)
+                if isinstance(made, _SIZED) and len(made) > _MAX_REPEAT:
+                    _refuse(f"adding {len(left):,} and {len(right):,} items")
+                return made
             _check_budget()
+            if operator == "%":
+                if isinstance(left, str) and _WIDE_FORMAT.search(left):
+                    _refuse("a format width of 10,000,000 or more")
+                return _check_made(super().call_binop(context, operator, left, right), "%")
             ints = isinstance(left, int) and isinstance(right, int)
             if operator == "**" and ints and right > 0 and abs(left) > 1:
                 if right * abs(left).bit_length() > _MAX_POWER_BITS:
@@ -194,15 +353,23 @@ def _environment() -> Any:
             raw: bool = False,
             defer_init: bool = False,
         ) -> Any:
-            if isinstance(source, str):  # every {% for %} iterates through _budgeted
-                source = self.parse(source, name, filename)
+            if isinstance(source, str):  # every {% for %} iterates through _budgeted,
+                source = self.parse(source, name, filename)  # every ~ is made by _joined
                 for loop in source.find_all(nodes.For):
                     budgeted = nodes.EnvironmentAttribute("budgeted", lineno=loop.lineno)
                     loop.iter = nodes.Call(
                         budgeted, [loop.iter], [], None, None, lineno=loop.lineno
                     )
+                source = _BoundedConcat().visit(source)
                 source.set_environment(self)
             return super().compile(source, name, filename, raw, defer_init)
+
+    class _BoundedConcat(NodeTransformer):
+        def visit_Concat(self, node: Any) -> Any:
+            self.generic_visit(node)
+            joined = nodes.EnvironmentAttribute("joined", lineno=node.lineno)
+            items = nodes.List(node.nodes, lineno=node.lineno)
+            return nodes.Call(joined, [items], [], None, None, lineno=node.lineno)
 
     class _Generation(Extension):
         """``{% generation %}...{% endgeneration %}`` (the Hugging Face and TRL marker of the
@@ -231,7 +398,10 @@ def _environment() -> Any:
         loader=DictLoader({}),  # no files: {% include %} and {% import %} find nothing
     )
     env.filters["tojson"] = _tojson
+    for name, function in list(env.filters.items()):
+        env.filters[name] = _bounded_filter(name, function)
     env.globals["raise_exception"] = _raise_exception
+    env.globals["lipsum"] = _lipsum
     env.globals["strftime_now"] = _strftime_now
     return env
 
@@ -319,18 +489,26 @@ class ChatTemplate:
         }
         try:
             with render_budget(self.timeout):
-                if track is None:
-                    return str(self._compiled.render(**arguments))
-                length = [0]
-                parts: list[str] = []
-                reset = _TRACKING.set((length, track))
+                compiled = self._compiled  # what Template.render does, the text bounded
+                context = compiled.new_context(arguments)
+                length = [0]  # the output so far: where a tracked generation block starts
+                reset = None if track is None else _TRACKING.set((length, track))
                 try:
-                    for part in self._compiled.generate(**arguments):
-                        parts.append(part)
-                        length[0] += len(part)
+                    parts = compiled.root_render_func(context)
+                    return _bounded_output(parts, [*messages, *(tools or ())], length)
+                except (_TooMuchText, _OverBudget):
+                    raise
+                except Exception:
+                    compiled.environment.handle_exception()
+                    raise  # not reached: handle_exception raises the template's error
                 finally:
-                    _TRACKING.reset(reset)
-                return "".join(parts)
+                    if reset is not None:
+                        _TRACKING.reset(reset)
+        except _TooMuchText as e:
+            raise RenderError(
+                f"the chat template made more than {e.args[0]:,} characters of text for this "
+                f"record (at most {_MAX_OUTPUT_FLOOR:,} beyond 4 times its messages' text)"
+            ) from None
         except _OverBudget as e:
             raise RenderError(
                 f"the chat template ran for more than {e.args[0]:g} s on this record (a loop "

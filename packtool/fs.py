@@ -16,6 +16,7 @@ fsspec configuration); packtool records and prints URLs only. ``file://`` URLs a
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import re
 import shutil
@@ -29,8 +30,10 @@ from .errors import InputError, StoreError
 
 __all__ = [
     "BLOCK_SIZE",
+    "STORE_TIMEOUT",
     "AnyPath",
     "StorePath",
+    "abort_incomplete_uploads",
     "arrow_input",
     "arrow_source",
     "as_path",
@@ -90,7 +93,7 @@ def _filesystem(protocol: str) -> Any:
     except ImportError:  # pragma: no cover - fsspec comes with datasets
         raise StoreError(f"{protocol}:// URLs need fsspec: pip install 'packtool[s3]'") from None
     try:
-        return fsspec.filesystem(protocol)
+        fs = fsspec.filesystem(protocol, **_store_options(protocol))
     except ImportError:
         package = _PACKAGES.get(protocol.lower(), f"the fsspec package for {protocol}://")
         raise StoreError(
@@ -100,6 +103,59 @@ def _filesystem(protocol: str) -> Any:
         raise StoreError(
             f"{protocol}:// is not a protocol fsspec knows (s3://, gs://, az://, memory://, ...)"
         ) from None
+    if protocol.lower() in ("s3", "s3a"):
+        fs.retries = S3_OWN_RETRIES  # s3fs retries again around botocore's attempts
+        fs.set_session = functools.partial(_session_without_expect, fs.set_session)
+    return fs
+
+
+async def _session_without_expect(set_session: Any, *args: Any, **kwargs: Any) -> Any:
+    """s3fs's ``set_session``, then no ``Expect: 100-continue`` on the client's uploads:
+    aiohttp waits for the ``100 Continue`` with no timeout (a store that stops answering hung
+    a ``PutObject`` for good, whatever ``read_timeout`` says); the body is sent at once."""
+    client = await set_session(*args, **kwargs)
+    events = client.meta.events
+    if not getattr(events, "_packtool_no_expect", False):
+        events.register("before-call.s3", _no_expect_header)
+        events._packtool_no_expect = True
+    return client
+
+
+def _no_expect_header(params: dict[str, Any], **_: Any) -> None:
+    params.get("headers", {}).pop("Expect", None)
+
+
+STORE_TIMEOUT = 20.0
+"""Seconds an S3 request may wait for the store's answer (botocore's ``read_timeout``; the
+connection: at most 5 s), ``PACKTOOL_STORE_TIMEOUT`` to change it. A request is tried
+:data:`S3_ATTEMPTS` times (botocore's standard retries), and not again by s3fs: a store that
+stops answering fails the run in one line after about ``3 x 20`` seconds, not hangs."""
+S3_ATTEMPTS = 3
+S3_OWN_RETRIES = 1  # s3fs's loop around botocore's: one pass
+
+
+def _store_options(protocol: str) -> dict[str, Any]:
+    """The options packtool gives the store's file system: S3's timeouts and retries."""
+    if protocol.lower() not in ("s3", "s3a"):
+        return {}
+    seconds = _store_timeout()
+    config = {
+        "connect_timeout": min(5.0, seconds),
+        "read_timeout": seconds,
+        "retries": {"total_max_attempts": S3_ATTEMPTS, "mode": "standard"},
+    }
+    return {"config_kwargs": config}
+
+
+def _store_timeout() -> float:
+    text = os.environ.get("PACKTOOL_STORE_TIMEOUT", "").strip()
+    try:
+        seconds = float(text) if text else STORE_TIMEOUT
+    except ValueError:
+        seconds = -1.0
+    if not 0 < seconds <= 3600:
+        raise StoreError(f"PACKTOOL_STORE_TIMEOUT must be seconds in (0, 3600], got {text!r}")
+    return seconds
 
 
 _FILESYSTEMS: dict[str, Any] = {}
@@ -119,6 +175,11 @@ def _store_problem(error: BaseException, url: str, doing: str) -> StoreError | N
         return StoreError(f"{url}: access denied to {doing} (check the credentials' permissions)")
     if "NoSuchBucket" in text or "bucket does not exist" in text.lower():
         return StoreError(f"{url}: no such bucket (create it, or check the URL)")
+    if name in ("ReadTimeoutError", "FSTimeoutError", "ServerTimeoutError"):
+        return StoreError(
+            f"{url}: the store did not answer within {_store_timeout():g} s ({S3_ATTEMPTS} "
+            f"tries) to {doing}: is it up? (PACKTOOL_STORE_TIMEOUT sets the wait)"
+        )
     if name in ("EndpointConnectionError", "ConnectTimeoutError", "ClientConnectorError"):
         return StoreError(f"{url}: cannot reach the store to {doing} ({text.splitlines()[0]})")
     if isinstance(error, FileNotFoundError):
@@ -388,6 +449,36 @@ def check_writable(url: StorePath) -> None:
     probe = url / f".packtool-probe-{uuid.uuid4().hex[:12]}"
     url._call("write there", lambda: url.fs.pipe_file(probe._key, b"packtool probe\n"))
     url._call("delete there", lambda: url.fs.rm_file(probe._key))
+    abort_incomplete_uploads(url)
+
+
+def abort_incomplete_uploads(url: StorePath) -> int:
+    """Abort the multipart uploads left unfinished under the prefix ``url`` by a killed run
+    (S3 keeps their parts, and bills them, until they are aborted); return how many. Called
+    before a run writes ``url``: two runs writing one output at once are not supported."""
+    if url.protocol.lower() not in ("s3", "s3a"):
+        return 0
+    bucket, _, key = url._key.partition("/")
+    prefix = key.rstrip("/") + "/" if key else ""
+    call = url.fs.call_s3
+    aborted = 0
+    markers: dict[str, str] = {}
+    while True:
+        page = url._call(
+            "list its unfinished uploads",
+            lambda m=markers: call("list_multipart_uploads", Bucket=bucket, Prefix=prefix, **m),
+        )
+        for upload in page.get("Uploads", []):
+            url._call(
+                "abort an unfinished upload",
+                lambda u=upload: call("abort_multipart_upload", Bucket=bucket, Key=u["Key"],
+                                      UploadId=u["UploadId"]),
+            )  # fmt: skip
+            aborted += 1
+        if not page.get("IsTruncated"):
+            return aborted
+        markers = {"KeyMarker": page["NextKeyMarker"],
+                   "UploadIdMarker": page["NextUploadIdMarker"]}  # fmt: skip
 
 
 def upload_file(local: Path, url: StorePath) -> None:

@@ -9,6 +9,7 @@ never meant and would exhaust the machine (a thread or a work unit each).
 from __future__ import annotations
 
 import numbers
+import os
 from typing import Any
 
 from .errors import OptionError
@@ -17,10 +18,12 @@ __all__ = [
     "MAX_BATCH_SIZE",
     "MAX_LEN_LIMIT",
     "MAX_NUM_PROC",
+    "MAX_RECORD_BYTES",
     "MAX_ROWS_PER_SHARD",
     "MAX_SEED",
     "MAX_UNITS",
     "check_int",
+    "max_record_bytes",
     "read_token_count",
 ]
 
@@ -30,6 +33,39 @@ MAX_UNITS = 100_000  # work units
 MAX_ROWS_PER_SHARD = (1 << 31) - 1  # rows of one shard (int32 offsets of its lists)
 MAX_BATCH_SIZE = 1 << 20  # the padded baselines' batch size (stats)
 MAX_SEED = (1 << 63) - 1  # NumPy seeds: non-negative
+
+MAX_RECORD_BYTES = 1 << 28
+"""The longest record a reader takes, in bytes (256 MiB): a JSON Lines line, a JSON array
+element, a CSV row, a ``.txt`` line, paragraph or document. A longer one is an
+:class:`~packtool.errors.InputError` naming the file and line, not an allocation: a line
+without a line end (a compressed file of zeros) would otherwise be read whole. The environment
+variable ``PACKTOOL_MAX_RECORD_BYTES`` (a number of bytes) sets another limit."""
+
+_MAX_RECORD_ENV = "PACKTOOL_MAX_RECORD_BYTES"
+
+
+def max_record_bytes() -> int:
+    """The longest record a reader takes: ``PACKTOOL_MAX_RECORD_BYTES`` if set, else
+    :data:`MAX_RECORD_BYTES`."""
+    text = os.environ.get(_MAX_RECORD_ENV, "").strip()
+    if not text:
+        return MAX_RECORD_BYTES
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise OptionError(f"{_MAX_RECORD_ENV} must be a positive number of bytes, got {text!r}")
+    return value
+
+
+def record_too_long(where: str, limit: int, what: str = "line") -> str:
+    """The message of a record over :func:`max_record_bytes`, at ``where`` (``file:line``)."""
+    article = "an" if what[0] in "aeiou" else "a"
+    return (
+        f"{where}: {article} {what} longer than {limit:,} bytes, packtool's maximum record size "
+        f"(a file without line ends?); set {_MAX_RECORD_ENV} to read longer records"
+    )
 
 
 def check_int(flag: str, value: Any, low: int, high: int) -> int:

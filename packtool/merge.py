@@ -45,6 +45,7 @@ from .errors import FormatError, OptionError, PacktoolError
 from .format import (
     CHAT_TEMPLATE_FILE,
     MANIFEST_FILE,
+    MERGE_STAGE,
     TOKENIZER_CONFIG_FILE,
     DocumentCounts,
     InputRecord,
@@ -58,6 +59,7 @@ from .format import (
     open_packed,
     publish,
     read_manifest,
+    remove_stale_temporaries,
     row_bytes,
     write_dataset,
 )
@@ -75,7 +77,7 @@ MERGE_KEYS = ("shuffle", "seed", "rows_per_shard", "world_size", "micro_batches"
 """Options that apply at the merge (they do not change which documents share a row)."""
 
 _BAD_RECORDS_KEPT = 20
-_STAGE = ".merge"  # the merged dataset is built in OUT_DIR/.merge, then moved up
+_STAGE = MERGE_STAGE  # the merged dataset is built in OUT_DIR/.merge, then moved up
 _DATASET_FILES = ("README.md", "dataset_info.json", "state.json", "tokenizer.json")
 
 
@@ -241,6 +243,8 @@ def merge_units(
     }
     if isinstance(out, StorePath):
         return _merge_on_store(out, given, shard_size, progress, started)
+    for place in (out, out / _STAGE):  # what killed runs left, the merge skipped or not
+        remove_stale_temporaries(place)
     return _merge(out, given, shard_size, progress, started, shards_at=out)
 
 

@@ -296,7 +296,11 @@ def stats_page(result: DatasetStats | CorpusStats) -> str:
 
 
 def _write_text(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` whole or not at all (a temporary file renamed)."""
+    """Write ``text`` to ``path`` whole or not at all (a temporary file renamed; one a
+    killed run left is removed first)."""
+    from .format.output import remove_stale_temporaries
+
+    remove_stale_temporaries(path)
     tmp = path.with_name(f".{path.name}.packtool-tmp-{os.getpid()}")
     try:
         tmp.write_text(text, encoding="utf-8")

@@ -277,12 +277,56 @@ def scenario_ray(workdir: Path) -> None:
     assert all(s["file"].startswith("units/") for s in merged["shards"])
 
 
+def one_line_error(*args: str, expect: str) -> str:
+    proc = cli(*args, check=False)
+    assert proc.returncode != 0, proc.stdout
+    assert "Traceback" not in proc.stderr and expect in proc.stderr, proc.stderr
+    assert "Task exception was never retrieved" not in proc.stderr, proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    return proc.stderr
+
+
+def scenario_outage(workdir: Path) -> None:
+    """Unfinished multipart uploads a killed run left under the output are aborted by the next
+    run; a store that stops answering (SIGSTOP) or is gone (killed) fails a pack in one line
+    after a bounded time."""
+    client = s3()
+    client.create_bucket(Bucket="out")
+    key = "mp/data-00000-of-00001.arrow"
+    upload = client.create_multipart_upload(Bucket="out", Key=key)["UploadId"]
+    client.upload_part(Bucket="out", Key=key, UploadId=upload, PartNumber=1, Body=bytes(5 << 20))
+    client.create_multipart_upload(Bucket="out", Key="mpx/other")  # another prefix: kept
+    cli("pack", str(SAMPLE), "-L", "4096", "-o", "s3://out/mp", "-q")
+    left = client.list_multipart_uploads(Bucket="out").get("Uploads", [])
+    assert [u["Key"] for u in left] == ["mpx/other"], left
+
+    assert SERVER is not None
+    os.environ["PACKTOOL_STORE_TIMEOUT"] = "2"
+    SERVER.send_signal(signal.SIGSTOP)  # accepts connections (the kernel does), never answers
+    started = time.monotonic()
+    one_line_error("pack", str(SAMPLE), "-L", "4096", "-o", "s3://out/paused",
+                   expect="did not answer within 2 s")  # fmt: skip
+    assert time.monotonic() - started < 45, time.monotonic() - started
+    SERVER.send_signal(signal.SIGCONT)
+    del os.environ["PACKTOOL_STORE_TIMEOUT"]
+
+    SERVER.kill()
+    SERVER.wait()
+    started = time.monotonic()
+    one_line_error("pack", str(SAMPLE), "-L", "4096", "-o", "s3://out/gone",
+                   expect="cannot reach the store")  # fmt: skip
+    assert time.monotonic() - started < 10, time.monotonic() - started
+
+
+SERVER: subprocess.Popen | None = None
+
 if __name__ == "__main__":
     name, workdir = sys.argv[1], Path(sys.argv[2])
-    server = start_moto(workdir)
+    SERVER = start_moto(workdir)
     try:
         globals()[f"scenario_{name}"](workdir)
     finally:
-        server.terminate()
-        server.wait()
+        SERVER.send_signal(signal.SIGCONT)
+        SERVER.terminate()
+        SERVER.wait()
     print(f"scenario {name}: ok")

@@ -27,7 +27,8 @@ from test_cli import assert_one_line_error, run
 from packtool.chat import ChatTemplate
 
 CHAT = REPO / "sample_data" / "chat.jsonl"
-RUNAWAY = "{% for i in range(99999) %}{% for j in range(99999) %}{{ j }}{% endfor %}{% endfor %}"
+# Loops that make no text: they run into the time budget, not the bound of the text.
+RUNAWAY = "{% for i in range(99999) %}{% for j in range(99999) %}{% endfor %}{% endfor %}"
 
 
 def _chats(tmp_path: Path, n: int = 3) -> Path:
@@ -581,3 +582,283 @@ def test_a_signal_while_the_lock_file_is_made_leaves_no_lock_file(
         pass
     monkeypatch.undo()
     assert not store.lock_path(out).exists()
+
+
+# -- issue 35, 2: a record longer than the maximum record size ---------------------------------
+
+
+def _zeros(n: int, codec: str) -> bytes:
+    """``n`` zero bytes compressed (a bomb: no line end anywhere)."""
+    block = bytes(1 << 20)
+    if codec == "gzip":
+        z = zlib.compressobj(9, zlib.DEFLATED, 31)
+        return b"".join(z.compress(block) for _ in range(n >> 20)) + z.flush()
+    writer = zstandard.ZstdCompressor().compressobj()
+    return b"".join(writer.compress(block) for _ in range(n >> 20)) + writer.flush()
+
+
+def _long_inputs(tmp_path: Path) -> list[tuple[Path, list[str], str]]:
+    big = "x" * (20 << 20)
+    cases = [
+        ("bomb.jsonl.gz", _zeros(64 << 20, "gzip"), [], r"bomb\.jsonl\.gz:1: a line"),
+        ("bomb.jsonl.zst", _zeros(64 << 20, "zstd"), [], r"bomb\.jsonl\.zst:1: a line"),
+        ("long.jsonl", ('{"text":"a"}\n{"text":"' + big + '"}\n').encode(), [], r"long\.jsonl:2"),
+        (
+            "array.json",
+            ('[{"text":"a"}, {"text":"' + big + '"}]').encode(),
+            [],
+            "element 1: an element",
+        ),
+        ("long.csv", ("text\nok\n" + big + "\n").encode(), [], r"long\.csv: after row 1: a row"),
+        ("long.txt", ("a\n" + big + "\n").encode(), [], r"long\.txt:2: a line"),
+        (
+            "para.txt",
+            ("y" * 999 + "\n") * 9000,
+            ["--txt-unit", "paragraph"],
+            r"para\.txt:8\d\d\d: a paragraph",
+        ),
+        ("doc.txt", big.encode(), ["--txt-unit", "document"], r"doc\.txt: a document"),
+    ]
+    out = []
+    for name, data, args, pattern in cases:
+        (tmp_path / name).write_bytes(data if isinstance(data, bytes) else data.encode())
+        out.append((tmp_path / name, args, pattern))
+    return out
+
+
+def test_a_record_over_the_maximum_record_size_is_one_line(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("PACKTOOL_MAX_RECORD_BYTES", str(8 << 20))
+    for src, args, pattern in _long_inputs(tmp_path):
+        out = tmp_path / f"out-{src.name}"
+        result = run("pack", src, "-L", "64", "-o", out, *args)
+        assert_one_line_error(
+            result, pattern + r".*longer than 8,388,608 bytes.*PACKTOOL_MAX_RECORD_BYTES", 1
+        )
+        assert not out.exists()
+
+
+def test_a_compressed_bomb_is_refused_with_memory_bounded_by_the_limit(tmp_path: Path) -> None:
+    # 512 MiB of zeros without a line end (0.5 MB gzipped): refused once 64 MiB are read,
+    # instead of being read whole (8.5 GB for the trial's 4 GiB).
+    src = tmp_path / "bomb.jsonl.gz"
+    src.write_bytes(_zeros(512 << 20, "gzip"))
+    # The peak of this process's own memory (VmHWM): ru_maxrss would carry the pytest
+    # worker's peak over the fork and exec.
+    code = (
+        "import re, sys\n"
+        "from packtool.cli import app\n"
+        "try:\n"
+        "    app(sys.argv[1:])\n"
+        "except SystemExit as e:\n"
+        "    status = open('/proc/self/status').read()\n"
+        "    print(e.code, re.search(r'VmHWM:\\s*(\\d+) kB', status)[1])\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code, "pack", str(src), "-L", "64", "-o", str(tmp_path / "o")],
+        env={**os.environ, "PYTHONPATH": str(REPO), "PACKTOOL_MAX_RECORD_BYTES": str(64 << 20)},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    status, rss_kb = proc.stdout.split()[-2:]
+    assert status == "1", proc.stdout + proc.stderr
+    assert "bomb.jsonl.gz:1: a line longer than 67,108,864 bytes" in proc.stderr
+    # 200 MB measured here (the process alone is about 150 MB); the line read whole: 2.8 GB.
+    assert int(rss_kb) < 450 << 10, f"{int(rss_kb) >> 10} MB"
+
+
+def test_the_maximum_record_size_is_checked(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("PACKTOOL_MAX_RECORD_BYTES", "lots")
+    (tmp_path / "a.jsonl").write_text('{"text":"a"}\n')
+    result = run("pack", tmp_path / "a.jsonl", "-L", "64", "-o", tmp_path / "out")
+    assert_one_line_error(result, r"PACKTOOL_MAX_RECORD_BYTES must be a positive number", None)
+
+
+# -- issue 35, 6: chat templates bounded in time and in the size of what they make -------------
+
+
+@pytest.mark.parametrize(
+    "text, pattern",
+    [
+        ("{{ lipsum(n=100000000) }}", "calling lipsum given 100,000,000"),
+        ("{{ lipsum(n=9999999) }}", "lipsum of 9999999 paragraphs"),
+        (
+            "{% set ns = namespace(s='x') %}" + "{% set ns.s = ns.s ~ ns.s %}" * 40,
+            "joining with ~ 16,777,216 characters",
+        ),
+        (
+            "{% set ns = namespace(s='x') %}" + "{% set ns.s = ns.s + ns.s %}" * 40,
+            "adding 8,388,608 and 8,388,608 items",
+        ),
+        ("{{ messages|tojson(indent=1000000000) }}", "the filter tojson given 1,000,000,000"),
+        ("{{ messages|tojson(indent=9999999) }}", "tojson with an indent of 9,999,999"),
+        ("{{ 'a'|center(1000000000) }}", "the filter center given"),
+        ("{{ 'a\\na'|indent(9999999) }}", "indenting 2 lines by 9,999,999"),
+        ("{{ '%999999999d' % 1 }}", "a format width"),
+        ("{{ '{:>999999999}'.format(1) }}", "a format width"),
+        ("{% set s = 'a' * 100000 %}{{ s.replace('a', s) }}", "replacing 100,000 times"),
+        ("{% set s = 'a' * 100000 %}{{ s.join(range(100000)|list) }}", "joining 100,000 items"),
+        ("{{ 'a'.ljust(999999999) }}", "calling ljust given 999,999,999"),
+        ("{% set s = 'a' * 100000 %}{{ s|replace('a', s) }}", "replacing 100,000 times"),
+        ("{% set s = 'a' * 100000 %}{{ range(100000)|list|join(s) }}", "joining 100,000 items"),
+        ("{% set s = 'a\n' * 100000 %}{{ s|indent(9999999) }}", "indenting 100,001 lines"),
+        ("{% set l = ['x'] * 1000000 %}{{ ([l] * 100)|sum(start=[]) }}", "summing 100 strings"),
+    ],
+)
+def test_template_operations_that_make_huge_text_are_refused(
+    tmp_path: Path, text: str, pattern: str
+) -> None:
+    src, template = _chats(tmp_path), _template(tmp_path, text)
+    started = time.monotonic()
+    result = run("pack", src, "--chat-template", template, "-L", "256", "-o", tmp_path / "out")
+    assert time.monotonic() - started < 30
+    assert_one_line_error(result, r"unsafe operation refused: " + re.escape(pattern), 1)
+    _only(tmp_path, "chat.jsonl", "t.jinja")
+
+
+def test_the_text_a_template_makes_for_a_record_is_bounded(tmp_path: Path) -> None:
+    # The trial's 100,000 x 'x' * 1000 per message: each step small, the whole 100 MB a message.
+    text = (
+        "{% for m in messages %}{% for i in range(100000) %}{{ 'x' * 1000 }}{% endfor %}"
+        "{% endfor %}"
+    )
+    src, template = _chats(tmp_path), _template(tmp_path, text)
+    result = run("pack", src, "--chat-template", template, "-L", "256", "-o", tmp_path / "out")
+    assert_one_line_error(
+        result, r"chat\.jsonl:1: the chat template made more than [\d,]+ characters of text", 1
+    )
+    _only(tmp_path, "chat.jsonl", "t.jinja")
+
+
+def test_sigterm_stops_a_template_of_many_bounded_steps(tmp_path: Path) -> None:
+    # Every step bounded, the render budget an hour: SIGTERM still stops it within seconds.
+    text = (
+        "{% for i in range(99999) %}{% for j in range(99999) %}"
+        "{% set s = lipsum(n=10) ~ ('y' * 100000) %}{% endfor %}{% endfor %}"
+    )
+    src, template = _chats(tmp_path), _template(tmp_path, text)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "packtool.cli", "pack", str(src), "--chat-template",
+         str(template), "-L", "256", "-o", str(tmp_path / "out"), "-q",
+         "--template-timeout", "3600"],
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        stderr=subprocess.PIPE,
+        text=True,
+    )  # fmt: skip
+    deadline = time.monotonic() + 60
+    while not (tmp_path / ".out.packtool-work").exists():
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    time.sleep(1.0)
+    sent = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    try:
+        _, stderr = proc.communicate(timeout=20)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        raise AssertionError("SIGTERM did not stop the template") from None
+    assert time.monotonic() - sent < 5
+    assert proc.returncode == 143, stderr
+    _only(tmp_path, "chat.jsonl", "t.jinja")
+
+
+def test_the_bounds_leave_ordinary_templates_alone() -> None:
+    text = (
+        "{% for m in messages %}{{ '<|' ~ m.role ~ '|>' + m.content }}{{ '%-6s|' % m.role }}"
+        "{{ m|tojson(indent=2) }}{{ '{:>4}'.format(loop.index) }}{% endfor %}{{ lipsum(1)[:3] }}"
+    )
+    chat = [{"role": "user", "content": "Hi"}]
+    rendered = ChatTemplate.from_string(text).render(chat)
+    assert rendered.startswith('<|user|>Hiuser  |{\n  "role": "user",\n  "content": "Hi"\n}   1')
+
+
+# -- issue 35, 7: what a killed run left is removed by the next run and named by verify ---------
+
+
+def _dead_pid() -> int:
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return proc.pid
+
+
+def _leave(path: Path, megabytes: int = 1) -> Path:
+    """A staging directory as a run killed by SIGKILL leaves it."""
+    path.mkdir()
+    (path / "data-00000-of-00001.arrow").write_bytes(bytes(megabytes << 20))
+    return path
+
+
+def test_what_killed_runs_left_is_named_by_verify_and_removed_by_the_next_run(
+    tmp_path: Path,
+) -> None:
+    src = tmp_path / "in.jsonl"
+    src.write_text("".join(json.dumps({"text": "word " * (i % 30)}) + "\n" for i in range(200)))
+    out = tmp_path / "out"
+    result = run("pack", src, "-L", "64", "-o", out, "--units", "2", "--copy")
+    assert result.exit_code == 0, result.output
+    pid = _dead_pid()
+    merge_stage = _leave(out / f"..merge.packtool-tmp-{pid}", 2)  # merge --copy, kill -9
+    aside = out / f".manifest.json.packtool-tmp-{pid}"
+    aside.write_text("{}")
+    beside = _leave(tmp_path / f".out.packtool-tmp-{pid}")  # pack, kill -9
+    live = _leave(tmp_path / f".out.packtool-tmp-{os.getpid()}")  # a live run's: kept
+
+    result = run("verify", out)
+    assert result.exit_code == 0, result.output
+    said = " ".join(result.output.split())
+    for left in (merge_stage, aside, beside):
+        assert f"left by a killed run: {left}" in said, said
+    assert "(2.1 MB)" in said and str(live) not in said
+
+    result = run("merge", out, "--copy")
+    assert result.exit_code == 0, result.output
+    assert not merge_stage.exists() and not aside.exists() and not beside.exists()
+    assert live.exists()
+    result = run("verify", out)
+    assert result.exit_code == 0 and "left by a killed run" not in result.output
+
+
+def test_an_export_removes_what_a_killed_export_left(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    assert run("pack", SAMPLE, "-L", "256", "-o", out).exit_code == 0
+    left = _leave(tmp_path / f".megatron.packtool-tmp-{_dead_pid()}")
+    result = run("export", out, "--to", "megatron", "-o", tmp_path / "megatron")
+    assert result.exit_code == 0, result.output
+    assert not left.exists()
+
+
+# -- issue 35, 9: verify while another run replaces the output -----------------------------------
+
+
+def test_verify_says_the_output_changed_under_it_instead_of_false_corruptions(
+    tmp_path: Path,
+) -> None:
+    from packtool.verify import verify
+
+    src, other = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    src.write_text(
+        "".join(json.dumps({"text": f"alpha {i} " * (i % 40)}) + "\n" for i in range(400))
+    )
+    other.write_text(
+        "".join(json.dumps({"text": f"beta {i} " * (i % 25)}) + "\n" for i in range(300))
+    )
+    out = tmp_path / "out"
+    assert run("pack", src, "-L", "64", "-o", out, "--rows-per-shard", "40").exit_code == 0
+    assert verify(out, against=[src]).ok
+    replaced = []
+
+    def replace_it(stage: str, done: int, total: int | None) -> None:
+        if not replaced:  # pack --overwrite lands while verify reads the shards
+            result = run("pack", other, "-L", "64", "-o", out, "--overwrite",
+                         "--rows-per-shard", "40")  # fmt: skip
+            assert result.exit_code == 0, result.output
+            replaced.append(stage)
+
+    report = verify(out, against=[src], progress=replace_it)
+    assert replaced
+    assert not report.ok
+    assert [p.check for p in report.problems] == ["changed"]
+    assert report.problems_total == 1
+    assert "changed while it was being verified" in report.problems[0].what
+    assert verify(out, against=[other]).ok  # the new output, verified once the run is done

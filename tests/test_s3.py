@@ -187,6 +187,11 @@ def test_s3_kill_rerun_and_access_errors() -> None:
 
 
 @pytest.mark.slow
+def test_s3_outages_fail_in_bounded_time_and_unfinished_uploads_are_aborted() -> None:
+    run_scenario("outage", timeout=300)
+
+
+@pytest.mark.slow
 @pytest.mark.xdist_group("ray")
 def test_s3_two_ray_nodes_give_the_local_rows() -> None:
     run_scenario("ray", timeout=900)

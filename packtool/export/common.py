@@ -25,7 +25,7 @@ from typing import Any, BinaryIO
 import numpy as np
 
 from ..errors import FormatError, OptionError, OutputExistsError
-from ..format import PackedReader, Per, column_names, sha256_file
+from ..format import PackedReader, Per, column_names, remove_stale_temporaries, sha256_file
 from ..fs import as_path, is_url
 
 __all__ = [
@@ -209,6 +209,7 @@ def export_output(dest: str | os.PathLike[str]) -> Iterator[Path]:
             f"export directory {dest} already exists: an export never replaces files; "
             "choose another -o or remove it"
         )
+    remove_stale_temporaries(dest)  # what killed exports left
     staging = dest.parent / f".{dest.name}.packtool-tmp-{os.getpid()}"
     try:
         if staging.exists():

@@ -34,12 +34,14 @@ from .manifest import (
 from .metadata import CARD_FILE, dataset_card, layout_problems, trainer_cache_files
 from .output import (
     CHAT_TEMPLATE_FILE,
+    MERGE_STAGE,
     TOKENIZER_CONFIG_FILE,
     check_output_dir,
     check_store_output,
     publish,
     remove_stale_temporaries,
     sha256_file,
+    stale_temporaries,
     write_error,
 )
 from .reader import PackedReader, PackedRow, Segment, open_packed
@@ -75,6 +77,7 @@ __all__ = [
     "FORMAT_VERSION",
     "IGNORE_INDEX",
     "MANIFEST_FILE",
+    "MERGE_STAGE",
     "TOKENIZER_CONFIG_FILE",
     "BackendRecord",
     "ChatTemplateRecord",
@@ -112,6 +115,7 @@ __all__ = [
     "schema_problem",
     "seq_lengths",
     "sha256_file",
+    "stale_temporaries",
     "trainer_cache_files",
     "write_dataset",
     "write_error",

@@ -32,6 +32,7 @@ from .manifest import MANIFEST_FILE
 
 __all__ = [
     "CHAT_TEMPLATE_FILE",
+    "MERGE_STAGE",
     "TOKENIZER_CONFIG_FILE",
     "check_output_dir",
     "check_store_output",
@@ -42,6 +43,7 @@ __all__ = [
     "sha256_file",
     "shard_name",
     "staging_dir",
+    "stale_temporaries",
     "write_error",
     "write_json",
 ]
@@ -63,6 +65,7 @@ _OUTPUT_FILES = (
     MANIFEST_FILE,
 )
 _UNITS_DIR = "units"
+MERGE_STAGE = ".merge"  # a merge builds its dataset in OUT/.merge, then moves it up
 
 
 def shard_name(index: int, count: int) -> str:
@@ -215,33 +218,44 @@ def _process_alive(pid: int) -> bool:
     return True
 
 
-def remove_stale_temporaries(out_dir: str | os.PathLike[str]) -> list[Path]:
-    """Remove what killed runs left next to ``out_dir``; return the paths removed.
+def stale_temporaries(out_dir: str | os.PathLike[str] | StorePath) -> list[Path]:
+    """What killed runs left beside and inside ``out_dir``, of processes that no longer exist.
 
     A run killed by SIGKILL (or the OOM killer, or a power cut) cannot clean up its hidden
-    siblings ``.OUT.packtool-tmp-PID`` and ``.OUT.packtool-old-PID`` (the work store
-    ``.OUT.packtool-work`` is reset by the next run, or continued by ``--resume``). Those of
-    processes that no longer exist are removed; those of a live process (another ``pack``
-    writing the same output) are left alone.
+    temporaries: beside the output, ``.OUT.packtool-tmp-PID`` (the dataset being written),
+    ``.OUT.packtool-old-PID`` (the one being replaced); inside it, ``.NAME.packtool-tmp-PID``
+    (a merge's staging ``..merge.packtool-tmp-PID``, a manifest being replaced). Those of a
+    live process (another run writing the same output) are not listed. The work store
+    ``.OUT.packtool-work`` is not one: the next run resets it, or ``--resume`` continues it.
     """
+    if isinstance(out_dir, StorePath):
+        return []  # a store has no staging directories (unfinished uploads: fs)
     out_dir = Path(out_dir)
     parent = out_dir.parent if str(out_dir.parent) else Path(".")
-    removed: list[Path] = []
-    if not parent.is_dir():
-        return removed
-    for entry in parent.iterdir():
-        match = _TEMPORARY.fullmatch(entry.name)
-        if match is None or match["name"] != out_dir.name:
+    found: list[Path] = []
+    for folder, own in ((parent, True), (out_dir, False)):
+        if not folder.is_dir() or folder.is_symlink():
             continue
-        pid = int(match["pid"])
-        if pid == os.getpid() or _process_alive(pid):
-            continue
+        for entry in folder.iterdir():
+            match = _TEMPORARY.fullmatch(entry.name)
+            if match is None or (own and match["name"] != out_dir.name):
+                continue
+            pid = int(match["pid"])
+            if pid != os.getpid() and not _process_alive(pid):
+                found.append(entry)
+    return sorted(found)
+
+
+def remove_stale_temporaries(out_dir: str | os.PathLike[str]) -> list[Path]:
+    """Remove what killed runs left beside and inside ``out_dir`` (:func:`stale_temporaries`);
+    return the paths removed. Every command that writes ``out_dir`` calls it first."""
+    removed = stale_temporaries(out_dir)
+    for entry in removed:
         if entry.is_dir() and not entry.is_symlink():
             shutil.rmtree(entry, ignore_errors=True)
         else:
             with contextlib.suppress(OSError):
                 entry.unlink()
-        removed.append(entry)
     return removed
 
 

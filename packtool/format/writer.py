@@ -27,6 +27,7 @@ from .output import (
     check_output_dir,
     fsync_path,
     move_into_place,
+    remove_stale_temporaries,
     shard_name,
     staging_dir,
     write_error,
@@ -185,6 +186,7 @@ class ShardWriter:
         self.overwrite = overwrite
         self.num_shards = max(1, -(-num_rows // rows_per_shard))
         check_output_dir(self.out_dir, overwrite)
+        remove_stale_temporaries(self.out_dir)  # what killed runs of any command left
         self.staging = staging_dir(self.out_dir)
         self._shards: list[ShardEntry] = []  # the shards closed, in row order
         self._open_file: str | None = None  # the shard being written

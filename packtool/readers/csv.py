@@ -13,6 +13,7 @@ import numpy as np
 import pyarrow as pa
 
 from ..errors import BadRecordError, InputError
+from ..limits import max_record_bytes, record_too_long
 from .base import FieldReader, SchemaCheck
 from .batches import Records, Want, is_straddling
 from .files import BATCH_DOCS, InputFile, arrow_stream
@@ -125,7 +126,12 @@ def _bigger_blocks(
             limit = inp.size_bytes if inp.compression is None else _CSV_MAX_BLOCK
             if block >= min(limit, _CSV_MAX_BLOCK):
                 raise InputError(f"{inp.path}: cannot read as CSV: {e}") from None
-            block = min(block * 8, _CSV_MAX_BLOCK)
+            longest = max_record_bytes()  # a row longer than that: an error, not a block
+            if block >= longest:
+                raise InputError(
+                    record_too_long(f"{inp.path}: after row {done:,}", longest, "row")
+                ) from None
+            block = min(block * 8, _CSV_MAX_BLOCK, max(longest, _CSV_BLOCK))
 
 
 _END_MARK = "\ufdd0packtool-csv-end\ufdd1"

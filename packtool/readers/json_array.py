@@ -16,6 +16,7 @@ import numpy as np
 import pyarrow as pa
 
 from ..errors import InputError
+from ..limits import max_record_bytes, record_too_long
 from . import jsonl
 from .base import SchemaCheck
 from .batches import Records, Want
@@ -190,12 +191,15 @@ def _json_array_arrow(inp: InputFile, columns: Sequence[str], want: Want) -> Ite
     threaded = pj.ReadOptions(block_size=1 << 20, use_threads=True)
     scan = _ArrayScan()
     element = 0
+    limit = max_record_bytes()
     try:
         while True:
             raw_bytes = stream.read(_JSON_ARRAY_WINDOW)
             if not raw_bytes:
                 break
             piece, elements = scan.feed(raw_bytes)
+            if len(scan.carry) > limit:
+                raise InputError(record_too_long(f"{where}: element {element}", limit, "element"))
             if not elements:
                 continue
             options = threaded

@@ -20,6 +20,7 @@ import pyarrow as pa
 
 from ..errors import BadRecordError, InputError
 from ..fs import open_input
+from ..limits import max_record_bytes, record_too_long
 from .base import Cuts, FieldReader, SchemaCheck
 from .batches import Records, Want, is_straddling
 from .files import (
@@ -110,23 +111,39 @@ _JSONL_CHUNK = 8 << 20  # bytes of whole lines parsed at a time by the fast JSON
 _PYTHON_CHUNK = 1 << 20  # bytes of whole lines read at a time for json.loads (records)
 
 
-def _line_chunks(stream: pa.NativeFile, size: int = _JSONL_CHUNK) -> Iterator[memoryview]:
+class LineTooLong(Exception):
+    """A line of the input is longer than :func:`~packtool.limits.max_record_bytes`: it is the
+    first line after the pieces given so far."""
+
+
+def _line_chunks(
+    stream: pa.NativeFile, size: int = _JSONL_CHUNK, limit: int | None = None
+) -> Iterator[memoryview]:
     """``stream`` in pieces of about ``size`` bytes, each ending at a line end (the last one
-    at the end of the input), so that each piece holds whole lines."""
+    at the end of the input), so that each piece holds whole lines. A line longer than
+    ``limit`` bytes raises :class:`LineTooLong` once that many bytes of it are read (memory
+    bounded by the limit, not by the line)."""
+    limit = max_record_bytes() if limit is None else limit
     carry: list[bytes] = []  # the start of a line longer than a chunk, so far
+    carried = 0
     while True:
         chunk = stream.read(size)
         if not chunk:
             if carry:
                 yield memoryview(b"".join(carry))
             return
+        first = chunk.find(b"\n")
+        if carried + (len(chunk) if first < 0 else first) > limit:
+            raise LineTooLong(limit)
         cut = chunk.rfind(b"\n") + 1
         if cut == 0:  # kept in pieces: joining each time would copy a long line over and over
             carry.append(chunk)
+            carried += len(chunk)
             continue
         data = b"".join([*carry, chunk]) if carry else chunk
         cut += len(data) - len(chunk)
         carry = [data[cut:]] if cut < len(data) else []
+        carried = len(data) - cut
         yield memoryview(data)[:cut]
 
 
@@ -314,6 +331,8 @@ def read(inp: InputFile, fields: Sequence[str], want: Want) -> Iterator[Records]
                     ),
                 )
             line0 += lines
+    except LineTooLong as e:
+        raise InputError(record_too_long(str(locate(line0 + 1)), e.args[0])) from None
     except (OSError, EOFError, zlib.error) as e:
         after = f" after line {line0}" if line0 else ""
         raise InputError(f"{where}: cannot read{after}: {e}") from None
@@ -332,10 +351,11 @@ def first_fields(inp: InputFile) -> list[str] | None:
             except (json.JSONDecodeError, RecursionError):
                 return None
             return list(obj) if isinstance(obj, dict) else None
+        limit = max_record_bytes()
         for k in range(100):
-            line = stream.readline()
-            if not line:
-                return None
+            line = stream.readline(limit + 1)
+            if not line or len(line) > limit:
+                return None  # none, or too long a line: reading the input names it
             if k == 0:
                 line = line.removeprefix(_BOM)
             if not line.strip():

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from ..errors import BadRecordError, InputError
+from ..limits import max_record_bytes, record_too_long
 from .base import FieldReader
 from .batches import TextBatch, Want
 from .files import InputFile, open_binary
@@ -14,8 +15,11 @@ from .files import InputFile, open_binary
 def read_texts(inp: InputFile, unit: str, skip_bad: bool, batch_docs: int) -> Iterator[TextBatch]:
     stream, counter = open_binary(inp)
     with stream:
+        limit = max_record_bytes()
         if unit == "document":
-            data = stream.read()
+            data = stream.read(limit + 1)
+            if len(data) > limit:
+                raise InputError(record_too_long(str(inp.path), limit, "document"))
             try:
                 yield TextBatch([data.decode("utf-8")], bytes_done=inp.size_bytes)
             except UnicodeDecodeError as e:
@@ -26,9 +30,12 @@ def read_texts(inp: InputFile, unit: str, skip_bad: bool, batch_docs: int) -> It
             return
         batch = TextBatch([])
         paragraph: list[str] = []
+        paragraph_size = 0
         lineno = 0
-        for raw_line in stream:
+        while raw_line := stream.readline(limit + 1):
             lineno += 1
+            if len(raw_line) > limit:
+                raise InputError(record_too_long(f"{inp.path}:{lineno}", limit))
             try:
                 line = raw_line.decode("utf-8").rstrip("\r\n")
             except UnicodeDecodeError as e:
@@ -42,9 +49,12 @@ def read_texts(inp: InputFile, unit: str, skip_bad: bool, batch_docs: int) -> It
                 batch.texts.append(line)
             elif line.strip():
                 paragraph.append(line)
+                paragraph_size += len(raw_line)
+                if paragraph_size > limit:
+                    raise InputError(record_too_long(f"{inp.path}:{lineno}", limit, "paragraph"))
             elif paragraph:
                 batch.texts.append("\n".join(paragraph))
-                paragraph = []
+                paragraph, paragraph_size = [], 0
             if len(batch.texts) >= batch_docs:
                 batch.bytes_done = counter.count
                 yield batch

@@ -45,9 +45,11 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
 
 from ..errors import OptionError
-from ..format import open_packed
+from ..format import MANIFEST_FILE, MERGE_STAGE, open_packed, stale_temporaries
 from ..fs import as_path
 from ..tokenize import Tokenizer
 from .against import against_digests, check_against, prepare_against
@@ -55,6 +57,30 @@ from .report import AgainstReport, Problem, Problems, VerifyProgress, VerifyRepo
 from .rows import Rules, check_coverage, check_files, check_manifest, check_shards
 
 __all__ = ["AgainstReport", "Problem", "VerifyProgress", "VerifyReport", "verify"]
+
+
+def _leftovers(out: Any) -> list[str]:
+    """Notes naming what killed runs left beside and inside the output (the next run of the
+    command that wrote them removes them) and a merge's unfinished stage."""
+    notes = []
+    for entry in stale_temporaries(out):
+        size = _disk_bytes(entry)
+        notes.append(
+            f"left by a killed run: {entry} ({size / 1e6:,.1f} MB); the next run writing "
+            f"{out.name} removes it, or remove it yourself"
+        )
+    if isinstance(out, Path) and (out / MERGE_STAGE).is_dir():
+        notes.append(
+            f"an unfinished merge: {out / MERGE_STAGE} (a merge running now, or killed); "
+            "merging again finishes it"
+        )
+    return notes
+
+
+def _disk_bytes(entry: Path) -> int:
+    if not entry.is_dir() or entry.is_symlink():
+        return entry.lstat().st_size
+    return sum(p.lstat().st_size for p in entry.rglob("*"))
 
 
 def verify(
@@ -98,7 +124,63 @@ def verify(
     if max_problems < 0:
         raise OptionError(f"--max-problems must be >= 0, got {max_problems}")
     started = time.perf_counter()
+    before = _identity(path)
     reader = open_packed(path)
+    try:
+        report = _verify(reader, path, against, tokenizer, max_problems, progress,
+                         parse_special, chat_template, reference, started)  # fmt: skip
+    except Exception:
+        if _identity(path) == before:
+            raise
+        report = VerifyReport(path=as_path(path))  # files gone or changed under the checks
+    if _identity(path) != before:  # what was read is not one dataset: its problems are not
+        report.problems = [Problem(None, None, _changed(path), "changed")]  # its own
+        report.problems_total, report.problem_counts = 1, {"changed": 1}
+        report.against = None
+        report.seconds = time.perf_counter() - started
+    return report
+
+
+def _identity(path: str | os.PathLike[str]) -> tuple[Any, ...] | None:
+    """What changes when an output directory is replaced or its manifest rewritten (a rerun
+    with ``--overwrite`` renames a new directory into place): the directory's and the
+    manifest's inode, the manifest's size and time. ``None`` for an output on a store."""
+    local = as_path(path)
+    if not isinstance(local, Path):
+        return None
+    marks: list[Any] = []
+    for p in (local, local / MANIFEST_FILE):
+        try:
+            st = os.stat(p)
+        except OSError:
+            marks.append(None)
+        else:
+            marks.append(
+                (st.st_dev, st.st_ino) + (() if p is local else (st.st_size, st.st_mtime_ns))
+            )
+    return tuple(marks)
+
+
+def _changed(path: str | os.PathLike[str]) -> str:
+    return (
+        f"{path} changed while it was being verified (another run replaced it: pack or merge "
+        "with --overwrite?); what was read is not one dataset, so nothing is reported from "
+        "it: verify again once that run is done"
+    )
+
+
+def _verify(
+    reader: Any,
+    path: str | os.PathLike[str],
+    against: Sequence[str | os.PathLike[str]] | None,
+    tokenizer: Tokenizer | str | os.PathLike[str] | None,
+    max_problems: int,
+    progress: VerifyProgress | None,
+    parse_special: bool | None,
+    chat_template: str | os.PathLike[str] | None,
+    reference: str,
+    started: float,
+) -> VerifyReport:
     manifest = reader.manifest
     report = VerifyReport(path=as_path(path))
     problems = Problems(report, max_problems)
@@ -131,6 +213,7 @@ def verify(
             report.against = check_against(reader, plan, digests, segments, problems, progress)
         else:
             report.notes.append("--against skipped: some shards could not be read")
+    report.notes.extend(_leftovers(reader.path))
     report.problem_counts = dict(problems.counts)
     report.seconds = time.perf_counter() - started
     return report
