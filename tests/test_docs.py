@@ -124,8 +124,16 @@ def test_readme_tour_runs_and_prints_what_it_shows(
 ) -> None:
     """Every command of the tour runs on the sample data, and every line of output the README
     shows is in what it prints (the same cells, figures recomputed)."""
+    from packtool.render import console
+
     monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("PACKTOOL_CACHE_DIR", str(tmp_path / "cache"))  # a first run's output
     (tmp_path / "sample_data").symlink_to(REPO / "sample_data")
+    # the consoles are made once per process, at the width of the first command: make them
+    # again at the README's width (100 columns)
+    console.stdout.cache_clear()
+    console.stderr.cache_clear()
+    monkeypatch.setenv("COLUMNS", "100")
     tour = _tour()
     assert [c.split()[1] for c, _ in tour] == ["pack", "stats", "inspect", "verify"]
     for command, lines in tour:
