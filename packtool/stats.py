@@ -174,6 +174,16 @@ class LengthSummary:
         d["histogram"] = self.histogram.to_dict()
         return d
 
+    def figures(self) -> list[tuple[str, str]]:
+        """The (label, value) rows ``stats`` shows of the lengths (terminal and page)."""
+        if self.count == 0:
+            return [("document length", "no documents")]
+        return [
+            ("document length mean", f"{self.mean:,.1f}"),
+            ("  p50 · p90 · p99", f"{self.p50:,} · {self.p90:,} · {self.p99:,}"),
+            ("  min · max", f"{self.min:,} · {self.max:,}"),
+        ]
+
 
 @dataclass(frozen=True)
 class RowCounts:
@@ -235,6 +245,20 @@ class DocumentOutcome:
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
+    def figures(self) -> list[tuple[str, str]]:
+        """The (label, value) rows ``stats`` shows of what happened to the documents."""
+        cut = f" ({self.tokens_truncated_away:,} tokens cut)" if self.tokens_truncated_away else ""
+        dropped = f" ({self.tokens_dropped:,} tokens)" if self.tokens_dropped else ""
+        return [
+            ("documents read", f"{self.read:,}"),
+            ("  packed whole", f"{self.packed:,}"),
+            ("  split into chunks", f"{self.split:,}"),
+            ("  truncated", f"{self.truncated:,}{cut}"),
+            ("  dropped (too long)", f"{self.dropped:,}{dropped}"),
+            ("  empty", f"{self.empty:,}"),
+            ("  bad records skipped", f"{self.bad_records_skipped:,}"),
+        ]
+
 
 @dataclass(frozen=True)
 class PackingStats:
@@ -263,6 +287,39 @@ class PackingStats:
     @property
     def rows_over_lower_bound(self) -> int:
         return self.rows - self.lower_bound_rows
+
+    def figures(self) -> list[tuple[str, str]]:
+        """The (label, value) rows ``stats`` shows of the packing (terminal and page)."""
+        over = self.rows_over_lower_bound
+        over_pct = f", {over / self.lower_bound_rows:+.2%}" if self.lower_bound_rows else ""
+        d = self.docs_per_row
+        per_row = "-" if d.min is None else f"min {d.min:,} · mean {d.mean:,.2f} · max {d.max:,}"
+        return [
+            ("documents in rows", self._documents_in_rows()),
+            ("segments", f"{self.segments:,}"),
+            ("tokens", f"{self.tokens:,}"),
+            ("rows", f"{self.rows:,}"),
+            (
+                "lower bound ceil(tokens / max_len)",
+                f"{self.lower_bound_rows:,} (+{over:,}{over_pct})",
+            ),
+            ("efficiency (tokens / slots)", f"{self.efficiency:.2%}"),
+            ("full rows", f"{self.full_rows:,}"),
+            ("documents per row", per_row),
+        ]
+
+    def _documents_in_rows(self) -> str:
+        """The documents in the rows, and what became of the others read (as ``pack`` counts)."""
+        o = self.outcome
+        if o.read == self.documents:
+            return f"{self.documents:,}"
+        others = [
+            (o.empty, "empty"),
+            (o.dropped, "dropped"),
+            (o.bad_records_skipped, "bad skipped"),
+        ]
+        told = ", ".join(f"{n:,} {what}" for n, what in others if n)
+        return f"{self.documents:,} of {o.read:,} read ({told})"
 
     def to_dict(self) -> dict[str, Any]:
         return {

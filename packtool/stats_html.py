@@ -220,17 +220,8 @@ def _table(rows: Sequence[tuple[str, str]]) -> str:
 
 
 def _packing_rows(p: PackingStats) -> list[tuple[str, str]]:
-    o = p.outcome
-    return [
-        ("max_len", f"{p.max_len:,}"),
-        ("rows", f"{p.rows:,} (lower bound {p.lower_bound_rows:,})"),
-        ("efficiency", f"{p.efficiency:.2%}"),
-        ("documents", f"{p.documents:,} in {p.segments:,} segments"),
-        ("tokens", f"{p.tokens:,}"),
-        ("documents read", f"{o.read:,}"),
-        ("split / truncated / dropped", f"{o.split:,} / {o.truncated:,} / {o.dropped:,}"),
-        ("empty / bad records skipped", f"{o.empty:,} / {o.bad_records_skipped:,}"),
-    ]
+    """The terminal report's rows of one packing: its figures, then the documents' outcome."""
+    return [("max_len", f"{p.max_len:,}"), *p.figures(), *p.outcome.figures()]
 
 
 def _figures(result: DatasetStats | CorpusStats) -> tuple[str, str]:
@@ -251,7 +242,7 @@ def _figures(result: DatasetStats | CorpusStats) -> tuple[str, str]:
     rows = [("path", str(result.path)), ("shards", f"{result.shards:,}")]
     if result.tokenizer:
         rows.append(("tokenizer", result.tokenizer))
-    rows += _packing_rows(p)
+    rows += _packing_rows(p) + result.document_lengths.figures()
     if result.learned_tokens is not None:
         share = result.learned_share_of_slots or 0.0
         rows.append(("learned tokens", f"{result.learned_tokens:,} ({share:.2%} of slots)"))

@@ -20,9 +20,7 @@ from ..stats import (
     BalanceStats,
     CorpusStats,
     DatasetStats,
-    DocumentOutcome,
     Histogram,
-    LengthSummary,
     PackingStats,
     imbalance_labels,
 )
@@ -122,26 +120,6 @@ def comparison_table(results: list[PackingStats], title: str) -> Table:
     return table
 
 
-def _outcome_lines(o: DocumentOutcome) -> list[tuple[str, str]]:
-    lines = [
-        ("documents read", f"{o.read:,}"),
-        ("  packed whole", f"{o.packed:,}"),
-        ("  split into chunks", f"{o.split:,}"),
-        (
-            "  truncated",
-            f"{o.truncated:,}"
-            + (f" ({o.tokens_truncated_away:,} tokens cut)" if o.tokens_truncated_away else ""),
-        ),
-        (
-            "  dropped (too long)",
-            f"{o.dropped:,}" + (f" ({o.tokens_dropped:,} tokens)" if o.tokens_dropped else ""),
-        ),
-        ("  empty", f"{o.empty:,}"),
-        ("  bad records skipped", f"{o.bad_records_skipped:,}"),
-    ]
-    return lines
-
-
 def _key_value_table(title: str | None, pairs: list[tuple[str, str]]) -> Table:
     table = Table(title=title, title_justify="left", show_header=False, box=None)
     table.add_column(style="bold")
@@ -149,43 +127,6 @@ def _key_value_table(title: str | None, pairs: list[tuple[str, str]]) -> Table:
     for k, v in pairs:
         table.add_row(k, v)
     return table
-
-
-def _length_pairs(s: LengthSummary) -> list[tuple[str, str]]:
-    if s.count == 0:
-        return [("document length", "no documents")]
-    return [
-        ("document length mean", f"{s.mean:,.1f}"),
-        ("  p50 · p90 · p99", f"{s.p50:,} · {s.p90:,} · {s.p99:,}"),
-        ("  min · max", f"{s.min:,} · {s.max:,}"),
-    ]
-
-
-def _documents_in_rows(p: PackingStats) -> str:
-    """The documents in the rows, and what became of the others read (as ``pack`` counts)."""
-    o = p.outcome
-    if o.read == p.documents:
-        return f"{p.documents:,}"
-    others = [(o.empty, "empty"), (o.dropped, "dropped"), (o.bad_records_skipped, "bad skipped")]
-    told = ", ".join(f"{n:,} {what}" for n, what in others if n)
-    return f"{p.documents:,} of {o.read:,} read ({told})"
-
-
-def _packing_pairs(p: PackingStats) -> list[tuple[str, str]]:
-    over = p.rows_over_lower_bound
-    over_pct = f", {over / p.lower_bound_rows:+.2%}" if p.lower_bound_rows else ""
-    d = p.docs_per_row
-    per_row = "-" if d.min is None else f"min {d.min:,} · mean {d.mean:,.2f} · max {d.max:,}"
-    return [
-        ("documents in rows", _documents_in_rows(p)),
-        ("segments", f"{p.segments:,}"),
-        ("tokens", f"{p.tokens:,}"),
-        ("rows", f"{p.rows:,}"),
-        ("lower bound ceil(tokens / max_len)", f"{p.lower_bound_rows:,} (+{over:,}{over_pct})"),
-        ("efficiency (tokens / slots)", f"{p.efficiency:.2%}"),
-        ("full rows", f"{p.full_rows:,}"),
-        ("documents per row", per_row),
-    ]
 
 
 def _title(p: PackingStats) -> str:
@@ -204,7 +145,7 @@ def render_dataset_stats(s: DatasetStats) -> RenderableType:
         f"  max_len {p.max_len:,} · {s.shards:,} shard{'s' if s.shards != 1 else ''}"
         + (f" · tokenizer {clean(s.tokenizer)}" if s.tokenizer else ""),
     )
-    pairs = _packing_pairs(p)
+    pairs = p.figures()
     if s.learned_tokens is not None:
         share = s.learned_share_of_slots or 0.0
         pairs.append(("learned tokens (labels)", f"{s.learned_tokens:,} ({share:.2%} of slots)"))
@@ -217,7 +158,7 @@ def render_dataset_stats(s: DatasetStats) -> RenderableType:
                 f"global FFD ({u['global_ffd_rows']:,} rows)",
             )
         )
-    pairs.extend(_length_pairs(s.document_lengths))
+    pairs.extend(s.document_lengths.figures())
     parts: list[RenderableType] = [
         head,
         _key_value_table(None, pairs),
@@ -234,7 +175,7 @@ def render_dataset_stats(s: DatasetStats) -> RenderableType:
         Text(""),
         histogram_table("Documents per row", p.docs_per_row.histogram),
         Text(""),
-        _key_value_table("What happened to the documents", _outcome_lines(p.outcome)),
+        _key_value_table("What happened to the documents", p.outcome.figures()),
     ]
     if s.balance is not None:
         parts += [Text(""), *balance_parts(s.balance)]
@@ -324,7 +265,7 @@ def render_corpus_stats(s: CorpusStats) -> RenderableType:
                 ("  empty", f"{s.empty:,}"),
                 ("  bad records skipped", f"{s.bad_records_skipped:,}"),
                 ("tokens (with EOS/BOS)", f"{s.document_lengths.tokens:,}"),
-                *_length_pairs(s.document_lengths),
+                *s.document_lengths.figures(),
             ],
         ),
         Text(""),
