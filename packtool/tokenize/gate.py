@@ -13,7 +13,6 @@ import json
 import os
 import threading
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 from ..errors import TokenizerError
@@ -85,10 +84,6 @@ def probe_texts(tok: Any) -> list[str]:
     return out
 
 
-def _cache_dir() -> Path:
-    return user_cache_dir()
-
-
 def gate_key(tok: Any, backend: BackendSpec, add_special: bool, parse_special: bool) -> str:
     text = json.dumps(
         [
@@ -104,7 +99,7 @@ def gate_key(tok: Any, backend: BackendSpec, add_special: bool, parse_special: b
 
 
 def _cached_verdict(key: str) -> dict[str, Any] | None:
-    path = _cache_dir() / "parity-gate" / f"{key}.json"
+    path = user_cache_dir() / "parity-gate" / f"{key}.json"
     try:
         verdict = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
@@ -113,7 +108,7 @@ def _cached_verdict(key: str) -> dict[str, Any] | None:
 
 
 def save_verdict(key: str, ok: bool, why: str) -> None:
-    folder = _cache_dir() / "parity-gate"
+    folder = user_cache_dir() / "parity-gate"
     with contextlib.suppress(OSError):  # a cache: a read-only home only costs the probes
         folder.mkdir(parents=True, exist_ok=True)
         tmp = folder / f".{key}.{os.getpid()}.{threading.get_ident()}.tmp"
