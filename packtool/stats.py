@@ -618,18 +618,20 @@ def _comparison(
 
 
 def _packing_stats(
-    *,
     segments: np.ndarray,
-    fill: np.ndarray,
-    docs_per_row: np.ndarray,
+    rows: tuple[np.ndarray, np.ndarray],
     documents: int,
-    max_len: int,
-    batch_size: int,
-    seed: int,
     outcome: Counts,
+    max_len: int,
+    batching: tuple[int, int],
 ) -> PackingStats:
+    """The figures of one packing: ``segments`` (in input order), ``rows`` (each row's real
+    tokens and segments), the ``documents`` in them, what became of those read (``outcome``),
+    and the baselines' ``batching`` (batch size, seed)."""
+    fill, docs_per_row = rows
+    batch_size, seed = batching
     tokens = int(segments.sum(dtype=np.int64))
-    rows = int(fill.size)
+    n_rows = int(fill.size)
     return PackingStats(
         max_len=max_len,
         batch_size=batch_size,
@@ -637,13 +639,13 @@ def _packing_stats(
         documents=documents,
         segments=int(segments.size),
         tokens=tokens,
-        rows=rows,
+        rows=n_rows,
         lower_bound_rows=lower_bound_rows(tokens, max_len),
-        efficiency=tokens / (rows * max_len) if rows else 0.0,
+        efficiency=tokens / (n_rows * max_len) if n_rows else 0.0,
         full_rows=int(np.count_nonzero(fill == max_len)),
         docs_per_row=_row_counts(docs_per_row),
         row_fill=histogram(fill, _edges(max_len, FILL_BINS)),
-        comparison=_comparison(segments, rows, max_len, batch_size, seed),
+        comparison=_comparison(segments, n_rows, max_len, batch_size, seed),
         outcome=outcome,
     )
 
@@ -846,16 +848,13 @@ def dataset_stats(
     doc_lengths = doc_lengths.astype(np.int64)
     del doc_ids, chunk_ids, pos
 
-    outcome = manifest.counts
     packing = _packing_stats(
-        segments=segments,
-        fill=fill,
-        docs_per_row=per_row,
-        documents=int(doc_lengths.size),
-        max_len=max_len,
-        batch_size=batch_size,
-        seed=seed,
-        outcome=outcome,
+        segments,
+        (fill, per_row),
+        int(doc_lengths.size),
+        manifest.counts,
+        max_len,
+        (batch_size, seed),
     )
     return DatasetStats(
         path=reader.path,
@@ -865,7 +864,7 @@ def dataset_stats(
         document_lengths=_length_summary(doc_lengths, max_len),
         bad_records=[str(b) for b in manifest.bad_records],
         seconds=time.perf_counter() - started,
-        learned_tokens=outcome.tokens.learned,
+        learned_tokens=manifest.counts.tokens.learned,
         units=_units_summary(manifest),
         balance=balance,
     )
@@ -1118,16 +1117,9 @@ def _stats_at(
     segments, outcome, in_rows = data.cut(max_len, overflow)
     row_of = first_fit_decreasing(segments, max_len)
     n_rows = int(row_of.max()) + 1 if row_of.size else 0
-    return _packing_stats(
-        segments=segments,
-        fill=np.bincount(row_of, weights=segments, minlength=n_rows).astype(np.int64),
-        docs_per_row=np.bincount(row_of, minlength=n_rows).astype(np.int64),
-        documents=in_rows,
-        max_len=max_len,
-        batch_size=batch_size,
-        seed=seed,
-        outcome=outcome,
-    )
+    fill = np.bincount(row_of, weights=segments, minlength=n_rows).astype(np.int64)
+    per_row = np.bincount(row_of, minlength=n_rows).astype(np.int64)
+    return _packing_stats(segments, (fill, per_row), in_rows, outcome, max_len, (batch_size, seed))
 
 
 def corpus_stats(

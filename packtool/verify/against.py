@@ -539,20 +539,16 @@ def _describe_mismatch(
             f"{where} has {actual.size} tokens in the rows, {expected.size} after "
             f"re-tokenizing the input (overflow {overflow.value})"
         )
-    diff = np.flatnonzero(actual != expected)
-    if diff.size:
-        j = int(diff[0])
-        return (
-            f"{where}: token {j} is {actual[j]} in the rows, {expected[j]} after "
-            f"re-tokenizing ({diff.size} of {expected.size} tokens differ)"
-        )
+    compared = [("token", actual, expected, "after re-tokenizing")]
     if expected_labels is not None and actual_labels is not None:
-        diff = np.flatnonzero(actual_labels != expected_labels)
+        compared.append(("label", actual_labels, expected_labels, "from the input"))
+    for what, ours, theirs, how in compared:
+        diff = np.flatnonzero(ours != theirs)
         if diff.size:
             j = int(diff[0])
             return (
-                f"{where}: label {j} is {actual_labels[j]} in the rows, {expected_labels[j]} "
-                f"from the input ({diff.size} of {expected.size} labels differ)"
+                f"{where}: {what} {j} is {ours[j]} in the rows, {theirs[j]} {how} "
+                f"({diff.size} of {expected.size} {what}s differ)"
             )
     return f"{where}: its chunks are numbered or placed differently from a split of the input"
 
