@@ -956,7 +956,7 @@ def _learned_runs(encoded: EncodedBatch, first_doc: int) -> np.ndarray:
     at = np.flatnonzero(encoded.labels != IGNORE_INDEX)
     doc = np.searchsorted(offsets, at, side="right") - 1
     starts = np.flatnonzero((np.diff(at, prepend=-2) != 1) | (np.diff(doc, prepend=-1) != 0))
-    ends = np.append(starts[1:], at.size) - 1
+    ends = np.append(starts[1:], at.size)[: starts.size] - 1
     run_doc = doc[starts]
     keep = ~encoded.empty[run_doc]
     run_doc = run_doc[keep]

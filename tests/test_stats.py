@@ -992,6 +992,51 @@ def test_corpus_of_instruction_data_matches_packed(
     assert counts == manifest.counts
 
 
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(0, 40), st.booleans()), max_size=12),
+    st.integers(0, 2**32 - 1),
+    st.integers(1, 16),
+    st.sampled_from(["split", "truncate", "drop"]),
+)
+def test_learned_runs_cut_as_the_labels_do(
+    docs: list[tuple[int, bool]], seed: int, max_len: int, overflow: str
+) -> None:
+    """What the lengths-only sink keeps of labelled documents (their lengths and the runs of
+    learned tokens) is cut exactly as the labels themselves are, in any blocks."""
+    from packtool import stats
+    from packtool.format import IGNORE_INDEX
+    from packtool.packing import Overflow, cut_items
+    from packtool.tokenize import EncodedBatch
+
+    rng = np.random.default_rng(seed)
+    lengths = np.array([n for n, _ in docs], np.int64)
+    empty = np.array([n == 0 or e for n, e in docs], bool)
+    ids = rng.integers(0, 50, int(lengths.sum())).astype(np.int32)
+    labels = np.where(rng.random(ids.size) < 0.4, ids, IGNORE_INDEX).astype(np.int32)
+    sink = stats._LengthsSink()
+    half = len(docs) // 2
+    offsets = np.concatenate([[0], np.cumsum(lengths)])
+    for lo, hi in ((0, half), (half, len(docs))):  # two batches
+        part = slice(int(offsets[lo]), int(offsets[hi]))
+        sink.add(EncodedBatch(ids[part], lengths[lo:hi], empty[lo:hi], labels[part]), None)  # type: ignore[arg-type]
+    state = stats.ReadState()
+    kept = sink.tokenized(state, labelled=True)
+    policy = Overflow(overflow)
+    # pack's cut of the same documents (an empty one has no tokens in the rows)
+    _, _, want_len, want_counts, _ = cut_items(lengths, empty, labels, max_len, policy,
+                                               ignore=IGNORE_INDEX)  # fmt: skip
+    got_len, got_counts, _ = kept.cut(max_len, policy)
+    assert got_len.tolist() == want_len.tolist()
+    assert got_counts == want_counts  # documents, tokens, labels: every figure
+    stats_blocks = stats._LABELS_BLOCK
+    try:
+        stats._LABELS_BLOCK = 7  # many small blocks: the same cut
+        assert kept.cut(max_len, policy)[0].tolist() == want_len.tolist()
+    finally:
+        stats._LABELS_BLOCK = stats_blocks
+
+
 def _same_size_rewrite(directory: Path, texts: list[str]) -> None:
     """Rewrite the Arrow file of a saved dataset in place with ``texts`` (the same size),
     leaving the directory's own modification time as it was."""
