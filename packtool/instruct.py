@@ -123,30 +123,22 @@ def parse_shape(value: str | InputShape) -> InputShape:
 
 def resolve_loss_on(value: str | LossOn | None, shape: InputShape) -> LossOn | None:
     """``--loss-on`` checked against the input shape (``None``: the shape's default)."""
-    if shape is InputShape.TEXT:
-        if value is None:
-            return None
-        try:
-            loss_on = LossOn(value)
-        except ValueError:
-            raise OptionError(
-                f"--loss-on must be one of completion, assistant, all; got {value!r}"
-            ) from None
-        if loss_on is not LossOn.ALL:
-            raise OptionError(
-                f"--loss-on {loss_on.value} needs prompt/completion or chat records, but "
-                "the input shape is text (set --input-shape, or the field options)"
-            )
-        return loss_on  # text with a labels column: every token learned
+    wanted = LossOn.COMPLETION if shape is InputShape.PROMPT_COMPLETION else LossOn.ASSISTANT
     if value is None:
-        return LossOn.COMPLETION if shape is InputShape.PROMPT_COMPLETION else LossOn.ASSISTANT
+        return None if shape is InputShape.TEXT else wanted
     try:
         loss_on = LossOn(value)
     except ValueError:
         raise OptionError(
             f"--loss-on must be one of completion, assistant, all; got {value!r}"
         ) from None
-    wanted = LossOn.COMPLETION if shape is InputShape.PROMPT_COMPLETION else LossOn.ASSISTANT
+    if shape is InputShape.TEXT:
+        if loss_on is not LossOn.ALL:
+            raise OptionError(
+                f"--loss-on {loss_on.value} needs prompt/completion or chat records, but "
+                "the input shape is text (set --input-shape, or the field options)"
+            )
+        return loss_on  # text with a labels column: every token learned
     if loss_on not in (wanted, LossOn.ALL):
         raise OptionError(
             f"--loss-on {loss_on.value} does not apply to {shape.value} records: "
