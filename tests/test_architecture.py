@@ -26,6 +26,7 @@ LAYERS: dict[str, int] = {
     "limits": 1,
     # 2: the stages' own building blocks; the layout of finished rows
     "_stop": 0,
+    "_fields": 0,
     "layout": 2,
     "packing": 2,
     "mixture": 2,
