@@ -186,13 +186,13 @@ class TableReader(FieldReader):
 
     schema_first = True
 
-    def open_table(
-        self, inp: InputFile, columns: Sequence[str], split: str | None, batch_rows: int
-    ) -> TableSource:
+    def open_table(self, inp: InputFile, request: Request) -> TableSource:
+        """The table ``inp`` opened for the columns ``request.fields`` (its ``split`` and
+        ``batch_rows``): its schema now, its rows when iterated."""
         raise NotImplementedError
 
     def read(self, inp: InputFile, request: Request) -> Iterator[Records]:
-        source = self.open_table(inp, request.fields, request.split, request.batch_rows)
+        source = self.open_table(inp, request)
         try:
             if request.check is not None:
                 request.check(read_schema(source.schema))
@@ -205,7 +205,7 @@ class TableReader(FieldReader):
 
     def first_fields(self, inp: InputFile, split: str | None) -> list[str] | None:
         try:
-            source = self.open_table(inp, (), split, 1)
+            source = self.open_table(inp, Request((), Want.RECORDS, split, batch_rows=1))
         except InputError:
             return None  # reading it for real names the problem
         source.close()
