@@ -429,6 +429,31 @@ def pack(
             "run's work if it is interrupted.",
         ),
     ] = False,
+    mix: Annotated[
+        str | None,
+        typer.Option(
+            help="Each input's share of the output's tokens, in input order (e.g. "
+            "0.5,0.3,0.2): a larger source is sampled, a smaller one repeated, by whole "
+            "documents (docs/mixtures.md).",
+            show_default=False,
+        ),
+    ] = None,
+    tokens: Annotated[
+        str | None,
+        typer.Option(
+            help="With --mix: the output's tokens (e.g. 500M, 2G) [default: the most that "
+            "need no document repeated].",
+            show_default=False,
+        ),
+    ] = None,
+    repeat: Annotated[
+        bool,
+        typer.Option(
+            "--repeat/--no-repeat",
+            help="With --mix: a source smaller than its share is repeated by whole documents "
+            "(--no-repeat: an error instead).",
+        ),
+    ] = True,
     quiet: Annotated[
         bool, typer.Option("--quiet", "-q", help="No progress bars and no summary.")
     ] = False,

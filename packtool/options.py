@@ -324,6 +324,20 @@ class PackOptions:
         "as control tokens, for data that holds markup on purpose [default: they are text].",
         flags=("--parse-special",), corpus=True,
     )  # fmt: skip
+    # Mixtures (docs/mixtures.md): each INPUT argument is a source
+    mix: str | None = opt(
+        None, ROWS, "Each input's share of the output's tokens, in input order (e.g. "
+        "0.5,0.3,0.2): a larger source is sampled, a smaller one repeated, by whole documents "
+        "(docs/mixtures.md).", cli="str", show_default=False,
+    )  # fmt: skip
+    tokens: str | int | None = opt(
+        None, ROWS, "With --mix: the output's tokens (e.g. 500M, 2G) [default: the most that "
+        "need no document repeated].", cli="str", show_default=False,
+    )  # fmt: skip
+    repeat: bool = opt(
+        True, ROWS, "With --mix: a source smaller than its share is repeated by whole documents "
+        "(--no-repeat: an error instead).", flags=("--repeat/--no-repeat",),
+    )  # fmt: skip
     # How rows are laid out (the fields of ``layout``, checked by that record)
     shuffle: bool = opt(
         True, LAYOUT, "Shuffle rows (FFD puts long ones first).", flags=("--shuffle/--no-shuffle",),
@@ -449,6 +463,24 @@ class PackOptions:
         self.layout  # the layout's fields are checked by the record they make  # noqa: B018
         self._check_units()
         self._check_ids()
+        self._check_mix()
+
+    def _check_mix(self) -> None:
+        if self.mix is not None and self.units is not None:
+            raise OptionError("--mix packs in one run: leave out --units")
+        if self.mix is None:
+            for name, default in (("tokens", None), ("repeat", True)):
+                if getattr(self, name) != default:
+                    raise OptionError(
+                        f"{OPTIONS[name].flag_for(getattr(self, name))} is for mixtures: give "
+                        "--mix W1,W2,... (one weight per input)"
+                    )
+        if isinstance(self.mix, (list, tuple)):  # library use: the weights as numbers
+            object.__setattr__(self, "mix", ",".join(str(w) for w in self.mix))
+        if self.tokens is not None:
+            from .mixture import parse_token_total
+
+            object.__setattr__(self, "tokens", parse_token_total(str(self.tokens)))
 
     def _check_ids(self) -> None:
         if self.ids_field is None:

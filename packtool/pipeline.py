@@ -44,6 +44,7 @@ from .format import (
 from .fs import AnyPath, StorePath, as_path
 from .gather import gather_rows, warm_up_gather
 from .instruct import InputPlan
+from .mixture import parse_mix, plan_mixture
 from .options import PackOptions
 from .order import attention_costs, row_sums, stored_order
 from .packing import (
@@ -288,7 +289,11 @@ def pack(
                     labels.documents_without_labels if labels else 0,
                     state.bad_records,
                 )
-            placement = _plan_stage(store, run.options, progress)
+            items, mixture = store.items(), None
+            if run.sources is not None:
+                items, mixture = _mix_stage(run, state, items)
+                extra_manifest = {**(extra_manifest or {}), "mixture": mixture}
+            placement = _plan_stage(items, run.options, progress)
             manifest = _write_stage(run, store, state, placement, started, progress, extra_manifest)
         stale = _STALE_CHECKPOINT.format(store.directory) if store.stale_checkpoint else None
         return _report(run, state, manifest, resumed, time.perf_counter() - started, stale)
@@ -331,6 +336,17 @@ def _pack_to_store(
 
 
 @dataclass(frozen=True)
+class _Source:
+    """One source of a mixture: an INPUT argument, its weight, and its files
+    (``files[first_file:end_file]`` of the run)."""
+
+    path: str
+    weight: float
+    first_file: int
+    end_file: int
+
+
+@dataclass(frozen=True)
 class _Run:
     """What the stages of one ``pack`` share: the resolved options and what they decided."""
 
@@ -344,6 +360,7 @@ class _Run:
     skipped: list[str]  # directory members of an unknown type, not read
     notice: str | None = None  # an option that does less than it says (--shard-size)
     probe: Any = None  # transformers' view of the tokenizer, being probed (reference.py)
+    sources: tuple[_Source, ...] | None = None  # --mix: the sources, in input order
 
     @property
     def row_bytes(self) -> int:
@@ -363,6 +380,16 @@ def _prepare(
     check_output_dir(out, options.overwrite)
     remove_stale_temporaries(out)
     skipped: list[Path] = []
+    sources = None
+    if options.mix is not None:
+        if files is not None:
+            raise OptionError("--mix is not taken with --units yet: pack the mixture in one run")
+        weights = parse_mix(options.mix, len(inputs))
+        files, sources = [], []
+        for spec, weight in zip(inputs, weights, strict=True):
+            found = resolve_inputs([spec], skipped=skipped)
+            sources.append(_Source(str(spec), weight, len(files), len(files) + len(found)))
+            files.extend(found)
     files = resolve_inputs(inputs, skipped=skipped) if files is None else list(files)
     prepared = prepare(files, options)
     options, tok, plan = prepared.options, prepared.tokenizer, prepared.plan
@@ -386,8 +413,9 @@ def _prepare(
     skipped_names = [str(p) for p in skipped]
     probe = start_probe(tok)  # transformers' view of the tokenizer, in a process meanwhile
     return _Run(
-        out, resolved, tok, plan, files, fingerprint, pad_from, skipped_names, notice, probe
-    )
+        out, resolved, tok, plan, files, fingerprint, pad_from, skipped_names, notice, probe,
+        tuple(sources) if sources is not None else None,
+    )  # fmt: skip
 
 
 def _pad_id(pad_id: int | None, tok: Tokenizer) -> tuple[int, str]:
@@ -459,10 +487,80 @@ class _Placement:
         return int(self.plan.length.astype(np.int64).sum())
 
 
-def _plan_stage(store: TokenStore, o: PackOptions, progress: ProgressCallback | None) -> _Placement:
+def _mix_stage(run: _Run, state: ReadState, items: np.ndarray) -> tuple[np.ndarray, dict[str, Any]]:
+    """``--mix``: the items of the documents each source gives (:func:`plan_mixture`, from
+    the tokens each document puts into rows), repeats included, and the manifest's
+    ``mixture`` record.
+
+    A document taken ``k`` times is in the rows ``k`` times, exactly; copy ``c`` (0-based)
+    of document ``d`` has the doc id ``d + c * stride`` (``stride``: the documents read), so
+    every ``(doc_id, chunk_id)`` is still once in the rows and ``doc_id % stride`` is the
+    document read. Each item also gets its source's index (the ``source_ids`` column)."""
+    assert run.sources is not None
+    o = run.options
+    doc_id = items["doc_id"].astype(np.int64)
+    records = state.input_records
+    stride = max(1, int(state.counts.documents.read))
+    lengths, docs, read = [], [], []
+    for src in run.sources:
+        first = records[src.first_file]["first_doc"] if src.first_file < len(records) else 0
+        end = sum(r["documents"] for r in records[src.first_file : src.end_file]) + first
+        lo, hi = np.searchsorted(doc_id, [first, end], side="left")
+        ids, starts = np.unique(doc_id[lo:hi], return_index=True)
+        length = items["length"][lo:hi].astype(np.int64)
+        per_doc = np.add.reduceat(length, starts) if ids.size else ids
+        lengths.append(per_doc)
+        docs.append(ids)
+        read.append((first, end))
+    plan = plan_mixture(
+        lengths, [s.weight for s in run.sources], o.tokens, seed=o.seed, repeat=o.repeat,
+        names=[s.path for s in run.sources],
+    )  # fmt: skip
+    taken = [ids[take.indices] for ids, take in zip(docs, plan, strict=True)]
+    picked, copies, source = [], [], []
+    for index, t in enumerate(taken):
+        t = np.sort(t, kind="stable")
+        copy = np.arange(t.size) - np.searchsorted(t, t, side="left")
+        lo = np.searchsorted(doc_id, t, side="left")
+        hi = np.searchsorted(doc_id, t, side="right")
+        n = hi - lo
+        at = np.repeat(lo - np.concatenate([[0], np.cumsum(n)[:-1]]), n) + np.arange(n.sum())
+        picked.append(at)
+        copies.append(np.repeat(copy, n))
+        source.append(np.full(at.size, index, np.int64))
+    at, copy_of_item = np.concatenate(picked), np.concatenate(copies)
+    out = items[at].copy()
+    out["doc_id"] = out["doc_id"] + copy_of_item * stride
+    record = {
+        "doc_id_stride": stride,
+        "copies": int(copy_of_item.max()) + 1 if copy_of_item.size else 0,
+        "tokens": int(sum(t.tokens_taken for t in plan)),
+        "repeat": o.repeat,
+        "sources": [
+            {
+                "index": i,
+                "path": src.path,
+                "weight": src.weight,
+                "share": round(src.weight / sum(s.weight for s in run.sources), 6),
+                "files": src.end_file - src.first_file,
+                "first_doc": int(read[i][0]),
+                "documents_read": int(read[i][1] - read[i][0]),
+                "documents_packable": int(take.documents_read),
+                "tokens_read": take.tokens_read,
+                "target_tokens": take.target,
+                "documents_taken": take.documents_taken,
+                "tokens_taken": take.tokens_taken,
+                "epochs": take.epochs,
+            }
+            for i, (src, take) in enumerate(zip(run.sources, plan, strict=True))
+        ],
+    }
+    return out, record
+
+
+def _plan_stage(items: np.ndarray, o: PackOptions, progress: ProgressCallback | None) -> _Placement:
     """First-fit-decreasing over the item lengths, then the order of the options' layout
     (the seeded row shuffle, or balanced steps)."""
-    items = store.items()
     item_len = items["length"]
     if progress:
         progress("pack", 0, int(item_len.size))
@@ -558,6 +656,10 @@ def _manifest(
     counts = state.counts
     if run.plan.labelled:  # counted even where no batch was (an empty unit)
         counts = Counts(labels=LabelFigures(), tokens=TokenCounts(learned=0)) + counts
+    mixture = (extra or {}).get("mixture")
+    if mixture is not None:  # the rows hold the documents taken (the documents: as read)
+        tokens = dataclasses.replace(counts.tokens, packed=mixture["tokens"])
+        counts = dataclasses.replace(counts, tokens=tokens)
     return Manifest.for_pack(
         version=__version__,
         tokenizer={

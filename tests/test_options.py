@@ -37,6 +37,9 @@ BASE = {"max_len": 4096}
 # Every ROWS option, one non-default valid value each, and what it needs beside it (the base
 # the change is made on). A ROWS option missing here fails test_each_rows_option_is_keyed.
 ROWS_CHANGES: dict[str, tuple[Any, dict[str, Any]]] = {
+    "mix": ("1", {}),
+    "tokens": ("1k", {"mix": "1"}),
+    "repeat": (False, {"mix": "1"}),
     "max_len": (2048, {}),
     "tokenizer": ("edited", {}),  # a copy of the bundled tokenizer.json with one token more
     "text_field": ("body", {}),

@@ -130,12 +130,48 @@ class Rules:
             max_len=reader.max_len,
             pad_id=pad_id,
             vocab_size=vocab,
-            documents_read=manifest.documents_read_recorded,
+            documents_read=_id_limit(manifest),
             eos_id=manifest.eos_id if manifest.add_eos else None,
             bos_id=manifest.bos_id if manifest.add_bos else None,
             has_labels=reader.has_labels,
             dropped_chunks=manifest.dropped_label_chunks,
         )
+
+
+def _id_limit(manifest: Manifest) -> int | None:
+    """The doc ids are below this: the documents read; in a mixture, times the copies of a
+    document (copy ``c`` of document ``d`` is ``d + c * doc_id_stride``)."""
+    read = manifest.documents_read_recorded
+    mixture = manifest.get("mixture")
+    if read is None or not isinstance(mixture, dict):
+        return read
+    return read * max(1, int(mixture.get("copies") or 1))
+
+
+def _check_mixture(
+    manifest: Manifest, doc: np.ndarray, length: np.ndarray, problems: Problems
+) -> int | None:
+    """A mixture's rows against its record: each source's documents (the doc ids, less the
+    copies, within the source's range) hold the tokens it took, in as many documents. The
+    documents the mixture took (copies counted), or None for a pack of no mixture."""
+    mixture = manifest.get("mixture")
+    if not isinstance(mixture, dict):
+        return None
+    stride = int(mixture["doc_id_stride"])
+    read_doc = doc % stride
+    for src in mixture["sources"]:
+        first, n = int(src["first_doc"]), int(src["documents_read"])
+        mine = (read_doc >= first) & (read_doc < first + n)
+        tokens = int(length[mine & (length >= 0)].sum())
+        documents = int(np.unique(doc[mine]).size)
+        if tokens != src["tokens_taken"] or documents != src["documents_taken"]:
+            problems.add(
+                "mixture",
+                f"source {src['index']} ({src['path']}): the rows hold {tokens} tokens of "
+                f"{documents} documents, the manifest says {src['tokens_taken']} of "
+                f"{src['documents_taken']}",
+            )
+    return int(sum(s["documents_taken"] for s in mixture["sources"]))
 
 
 @dataclass
@@ -776,12 +812,14 @@ def check_coverage(
     report.documents = n_docs
     chunks_per_doc = np.diff(np.append(np.flatnonzero(new_doc), doc.size))
     _check_lengths(manifest, length, problems)
+    taken = _check_mixture(manifest, doc, length, problems)
     _check_counts(
         manifest,
         report,
         problems,
         segments=int(doc.size),
         documents=n_docs,
+        taken=taken,
         split=int(np.count_nonzero(chunks_per_doc > 1)),
         dropped_chunks=rules.dropped_chunks,
         single_full=int(np.count_nonzero((chunks_per_doc == 1) & (length[new_doc] == L))),
@@ -814,6 +852,7 @@ def _check_counts(
     split: int,
     single_full: int,
     dropped_chunks: int = 0,
+    taken: int | None = None,
 ) -> None:
     """The manifest's counts against the rows: rows, segments, tokens, documents."""
 
@@ -832,7 +871,10 @@ def _check_counts(
         mismatch(f"the rows hold {report.tokens} tokens, the manifest says {packed_tokens}")
     counts = manifest.document_counts_recorded
     recorded = {k: int_or_none(counts.get(k)) for k in ("packed", "split", "truncated")}
-    if all(v is not None for v in recorded.values()):
+    if taken is not None:  # a mixture: its documents taken, copies counted
+        if documents != taken:
+            mismatch(f"the rows hold {documents} documents, the mixture took {taken}")
+    elif all(v is not None for v in recorded.values()):
         in_rows = recorded["packed"] + recorded["split"] + recorded["truncated"]
         if documents != in_rows:
             mismatch(

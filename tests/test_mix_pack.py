@@ -1,0 +1,153 @@
+"""``pack --mix``: each input argument is a source holding its share of the rows' tokens
+(within half a document), documents sampled or repeated whole; copies exact and identifiable;
+``verify`` checks the mixture; bad --mix / --tokens input is one line and writes nothing."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import hypothesis.strategies as st
+import numpy as np
+import pytest
+from conftest import SAMPLE
+from helpers import documents_from_rows, read_rows
+from hypothesis import HealthCheck, given, settings
+from test_cli import assert_one_line_error, run
+
+import packtool
+from packtool.verify import verify
+
+
+@pytest.fixture(scope="module")
+def sources(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
+    """Three sources cut from the sample corpus: 600, 200 and 60 documents (the last a
+    directory of two files: one source)."""
+    root = tmp_path_factory.mktemp("sources")
+    lines = SAMPLE.read_text("utf-8").splitlines(keepends=True)
+    web, code, math = root / "web.jsonl", root / "code.jsonl", root / "math"
+    web.write_text("".join(lines[:600]), "utf-8")
+    code.write_text("".join(lines[600:800]), "utf-8")
+    math.mkdir()
+    (math / "a.jsonl").write_text("".join(lines[800:830]), "utf-8")
+    (math / "b.jsonl").write_text("".join(lines[830:860]), "utf-8")
+    return [web, code, math]
+
+
+def _tokens_per_source(out: Path) -> tuple[dict, dict[int, list[int]], list[int]]:
+    """The manifest, each row document's tokens, and each source's tokens in the rows (a
+    document's source from its doc id, less the copies, in the source's range)."""
+    manifest, rows = read_rows(out)
+    docs = documents_from_rows(rows)
+    mixture = manifest["mixture"]
+    stride = mixture["doc_id_stride"]
+    per_source = []
+    for src in mixture["sources"]:
+        lo, hi = src["first_doc"], src["first_doc"] + src["documents_read"]
+        per_source.append(sum(len(t) for d, t in docs.items() if lo <= d % stride < hi))
+    return manifest, docs, per_source
+
+
+def test_each_source_holds_its_share_and_verify_passes(tmp_path: Path, sources) -> None:
+    out = tmp_path / "mixed"
+    result = run("pack", *sources, "--mix", "0.5,0.3,0.2", "-L", "256", "-o", out, "-q")
+    assert result.exit_code == 0, result.output
+    manifest, docs, per_source = _tokens_per_source(out)
+    mixture = manifest["mixture"]
+    total = mixture["tokens"]
+    assert manifest["tokens"]["packed"] == total == sum(per_source)
+    longest = max(len(t) for t in docs.values())
+    for src, got, share in zip(mixture["sources"], per_source, (0.5, 0.3, 0.2), strict=True):
+        assert got == src["tokens_taken"]
+        assert abs(got - share * total) <= longest / 2 + 1, (src["path"], got, share * total)
+    assert [s["files"] for s in mixture["sources"]] == [1, 1, 2]
+    # the default total needs no repeats: the source smallest for its share is taken whole
+    assert min(s["epochs"] for s in mixture["sources"]) < 1.0
+    assert max(s["epochs"] for s in mixture["sources"]) == 1.0 and mixture["copies"] == 1
+    report = verify(out)
+    assert report.ok, report.problems
+
+
+def test_a_repeated_document_is_an_exact_copy_under_its_own_id(tmp_path: Path, sources) -> None:
+    out = tmp_path / "repeated"
+    args = ("--mix", "1,1,1", "--tokens", "300k", "-L", "256", "-o", out, "-q")
+    assert run("pack", *sources, *args).exit_code == 0
+    manifest, docs, per_source = _tokens_per_source(out)
+    mixture = manifest["mixture"]
+    stride = mixture["doc_id_stride"]
+    assert stride == manifest["documents"]["read"] == 860
+    math = mixture["sources"][2]
+    assert math["epochs"] > 2 and mixture["copies"] >= 3
+    copies = [d for d in docs if d >= stride]
+    assert copies
+    for d in copies:  # every copy holds exactly the tokens of the document it copies
+        assert docs[d] == docs[d % stride]
+    # a document taken k times is in the rows k times: the documents taken, copies counted
+    assert len(docs) == sum(s["documents_taken"] for s in mixture["sources"])
+    assert per_source == [s["tokens_taken"] for s in mixture["sources"]]
+    assert verify(out).ok
+
+
+def test_verify_finds_a_mixture_record_that_lies(tmp_path: Path, sources) -> None:
+    out = tmp_path / "lie"
+    assert run("pack", *sources, "--mix", "2,1,1", "-L", "256", "-o", out, "-q").exit_code == 0
+    path = out / "manifest.json"
+    manifest = json.loads(path.read_text())
+    manifest["mixture"]["sources"][1]["tokens_taken"] += 7
+    path.write_text(json.dumps(manifest))
+    report = verify(out)
+    assert not report.ok
+    mixture = [p.what for p in report.problems if p.check == "mixture"]
+    assert any("source 1" in what for what in mixture), report.problems
+
+
+def test_without_mix_the_rows_are_those_of_a_plain_pack(tmp_path: Path, sources) -> None:
+    """--mix with one source and weight 1, at its whole: every document once, as a plain pack
+    of it holds them (the mixture takes each document whole, in reading order)."""
+    plain, mixed = tmp_path / "plain", tmp_path / "one"
+    assert run("pack", sources[1], "-L", "256", "-o", plain, "-q").exit_code == 0
+    assert run("pack", sources[1], "--mix", "1", "-L", "256", "-o", mixed, "-q").exit_code == 0
+    assert documents_from_rows(read_rows(plain)[1]) == documents_from_rows(read_rows(mixed)[1])
+    assert "mixture" not in json.loads((plain / "manifest.json").read_text())
+
+
+@settings(
+    max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)  # noqa: E501
+@given(st.lists(st.integers(1, 9), min_size=3, max_size=3), st.integers(20_000, 200_000))
+def test_shares_hold_within_half_a_document_for_any_weights(
+    tmp_path_factory, sources, weights, tokens
+) -> None:
+    out = tmp_path_factory.mktemp("prop") / "out"
+    mix = ",".join(map(str, weights))
+    packtool.pack(sources, out, max_len=256, mix=mix, tokens=tokens)
+    manifest, docs, per_source = _tokens_per_source(out)
+    shares = np.array(weights) / sum(weights)
+    read_docs = {d % manifest["mixture"]["doc_id_stride"]: t for d, t in docs.items()}
+    longest = max(len(t) for t in read_docs.values())
+    for got, share in zip(per_source, shares, strict=True):
+        assert abs(got - round(tokens * share)) <= longest / 2 + 1
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("--mix", "0.5,0,0.5"), r"--mix: every weight must be a positive number, got '0'"),
+        (("--mix", "0.5,x,0.5"), r"--mix: 'x' is not a number"),
+        (("--mix", "0.5,0.5"), r"--mix gives 2 weights for 3 inputs"),
+        (("--tokens", "1M"), r"--tokens is for mixtures: give --mix"),
+        (("--no-repeat",), r"--no-repeat is for mixtures: give --mix"),
+        (
+            ("--mix", "1,1,1", "--tokens", "300k", "--no-repeat"),
+            r"code.jsonl: its share of --tokens 300,000 is 100,000 tokens, but it holds "
+            r"[\d,]+: lower --tokens, or allow repeating",
+        ),
+        (("--mix", "1,1,1", "--tokens", "12x"), r"--tokens: cannot read '12x'"),
+    ],
+)
+def test_bad_mix_input_is_one_line_and_writes_nothing(
+    tmp_path: Path, sources, args, message
+) -> None:
+    out = tmp_path / "out"
+    assert_one_line_error(run("pack", *sources, "-L", "256", "-o", out, *args), message)
+    assert not out.exists()
