@@ -215,4 +215,5 @@ def gather_rows(
         chunk_ids=plan.chunk_id[items],
         seg_offsets=seg_offsets,
         labels=out_lab.reshape(n_rows, max_len) if out_lab is not None else None,
+        source_ids=plan.source_id[items] if plan.source_id is not None else None,
     )

@@ -99,6 +99,7 @@ class RowPlan:
     chunk_id: np.ndarray
     order: np.ndarray
     row_starts: np.ndarray
+    source_id: np.ndarray | None = None  # a mixture's: each item's source (pack --mix)
 
     @property
     def n_rows(self) -> int:

@@ -289,11 +289,11 @@ def pack(
                     labels.documents_without_labels if labels else 0,
                     state.bad_records,
                 )
-            items, mixture = store.items(), None
+            items, source_of_item = store.items(), None
             if run.sources is not None:
-                items, mixture = _mix_stage(run, state, items)
+                items, source_of_item, mixture = _mix_stage(run, state, items)
                 extra_manifest = {**(extra_manifest or {}), "mixture": mixture}
-            placement = _plan_stage(items, run.options, progress)
+            placement = _plan_stage(items, run.options, progress, source_of_item)
             manifest = _write_stage(run, store, state, placement, started, progress, extra_manifest)
         stale = _STALE_CHECKPOINT.format(store.directory) if store.stale_checkpoint else None
         return _report(run, state, manifest, resumed, time.perf_counter() - started, stale)
@@ -487,7 +487,9 @@ class _Placement:
         return int(self.plan.length.astype(np.int64).sum())
 
 
-def _mix_stage(run: _Run, state: ReadState, items: np.ndarray) -> tuple[np.ndarray, dict[str, Any]]:
+def _mix_stage(
+    run: _Run, state: ReadState, items: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, dict[str, Any]]:
     """``--mix``: the items of the documents each source gives (:func:`plan_mixture`, from
     the tokens each document puts into rows), repeats included, and the manifest's
     ``mixture`` record.
@@ -555,10 +557,15 @@ def _mix_stage(run: _Run, state: ReadState, items: np.ndarray) -> tuple[np.ndarr
             for i, (src, take) in enumerate(zip(run.sources, plan, strict=True))
         ],
     }
-    return out, record
+    return out, np.concatenate(source).astype(np.int32), record
 
 
-def _plan_stage(items: np.ndarray, o: PackOptions, progress: ProgressCallback | None) -> _Placement:
+def _plan_stage(
+    items: np.ndarray,
+    o: PackOptions,
+    progress: ProgressCallback | None,
+    source_id: np.ndarray | None = None,
+) -> _Placement:
     """First-fit-decreasing over the item lengths, then the order of the options' layout
     (the seeded row shuffle, or balanced steps)."""
     item_len = items["length"]
@@ -569,7 +576,9 @@ def _plan_stage(items: np.ndarray, o: PackOptions, progress: ProgressCallback | 
     n_rows = int(row_starts.size - 1)
     if progress:
         progress("pack", int(item_len.size), int(item_len.size))
-    plan = RowPlan(items["offset"], item_len, items["doc_id"], items["chunk_id"], order, row_starts)
+    plan = RowPlan(
+        items["offset"], item_len, items["doc_id"], items["chunk_id"], order, row_starts, source_id
+    )
     seg_lengths, per_row = item_len[order], np.diff(row_starts)
     output_order, balance = stored_order(
         n_rows,
@@ -614,6 +623,7 @@ def _write_stage(
         rows_per_shard=rows_per_shard,
         with_labels=run.plan.labelled,
         overwrite=o.overwrite,
+        sources=run.sources is not None,
     )
     return write_dataset(
         writer,

@@ -232,6 +232,7 @@ def test_the_column_table_is_the_one_of_docs_format() -> None:
     for (_, _, meaning), column in zip(rows, COLUMNS, strict=True):
         assert ("instruction data only" in meaning) == column.labels_only, column.name
         assert ("packs written before" in meaning) == column.added, column.name
+        assert ("a mixture only" in meaning) == column.sources_only, column.name
 
 
 @pytest.mark.parametrize("labels", [False, True])

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import hypothesis.strategies as st
 import numpy as np
+import pyarrow as pa
 import pytest
 from conftest import SAMPLE
 from helpers import documents_from_rows, read_rows
@@ -113,7 +114,7 @@ def test_without_mix_the_rows_are_those_of_a_plain_pack(tmp_path: Path, sources)
 
 @settings(
     max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
-)  # noqa: E501
+)
 @given(st.lists(st.integers(1, 9), min_size=3, max_size=3), st.integers(20_000, 200_000))
 def test_shares_hold_within_half_a_document_for_any_weights(
     tmp_path_factory, sources, weights, tokens
@@ -151,3 +152,42 @@ def test_bad_mix_input_is_one_line_and_writes_nothing(
     out = tmp_path / "out"
     assert_one_line_error(run("pack", *sources, "-L", "256", "-o", out, *args), message)
     assert not out.exists()
+
+
+def test_source_ids_name_each_segments_source_and_verify_checks_them(
+    tmp_path: Path, sources
+) -> None:
+    out = tmp_path / "ids"
+    assert run("pack", *sources, "--mix", "3,2,1", "-L", "256", "-o", out, "-q").exit_code == 0
+    manifest, rows = read_rows(out)
+    assert manifest["columns"][-1] == "source_ids"
+    stride = manifest["mixture"]["doc_id_stride"]
+    ranges = [
+        (s["first_doc"], s["first_doc"] + s["documents_read"])
+        for s in manifest["mixture"]["sources"]
+    ]
+    seen = set()
+    for row in rows:
+        assert len(row["source_ids"]) == len(row["doc_ids"])
+        for doc, source in zip(row["doc_ids"], row["source_ids"], strict=True):
+            lo, hi = ranges[source]
+            assert lo <= doc % stride < hi
+            seen.add(source)
+    assert seen == {0, 1, 2}
+    # a source id changed in a shard is found (besides the shard's sha256)
+    shard = out / manifest["shards"][0]["file"]
+    with pa.memory_map(str(shard)) as src:
+        table = pa.ipc.open_stream(src).read_all()
+    changed = table.to_pylist()
+    changed[0]["source_ids"][0] = (changed[0]["source_ids"][0] + 1) % 3
+    with pa.OSFile(str(shard), "wb") as sink, pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(pa.Table.from_pylist(changed, schema=table.schema))
+    checks = {p.check for p in verify(out).problems}
+    assert "source_ids" in checks
+
+
+def test_a_plain_pack_has_no_source_ids(tmp_path: Path, sources) -> None:
+    out = tmp_path / "plain"
+    assert run("pack", *sources, "-L", "256", "-o", out, "-q").exit_code == 0
+    manifest, rows = read_rows(out)
+    assert "source_ids" not in manifest["columns"] and "source_ids" not in rows[0]

@@ -392,6 +392,11 @@ class Manifest(Mapping[str, Any]):
         return "labels" in self.columns
 
     @property
+    def has_sources(self) -> bool:
+        """Whether the rows hold ``source_ids`` (a mixture: ``pack --mix``)."""
+        return "source_ids" in self.columns
+
+    @property
     def has_seq_lengths(self) -> bool:
         """Whether the rows hold ``seq_lengths`` (packs written before it was added do not)."""
         return "seq_lengths" in self.columns

@@ -117,6 +117,11 @@ class PackedReader:
         return self.manifest.has_seq_lengths
 
     @property
+    def has_sources(self) -> bool:
+        """Whether the rows hold ``source_ids`` (a mixture)."""
+        return self.manifest.has_sources
+
+    @property
     def vocab_size(self) -> int:
         """The size of the tokenizer's vocabulary (every token id is below it)."""
         try:
@@ -214,7 +219,7 @@ class PackedReader:
             except (OSError, pa.ArrowException, UnicodeDecodeError) as e:
                 raise FormatError(f"{path}: cannot read shard: {e}") from e
             problem = schema_problem(
-                table.schema, self.max_len, self.has_labels, self.has_seq_lengths
+                table.schema, self.max_len, self.has_labels, self.has_seq_lengths, self.has_sources
             )
             if problem:
                 raise FormatError(f"{path}: {problem} (run `packtool verify`)")

@@ -9,6 +9,7 @@ One row, ``max_len`` 24, documents of 5, 9 and 7 tokens, then 3 pad tokens (``P`
     num_tokens   21
     doc_ids      [d_a, d_b, d_c]       (one per document segment; none for the padding)
     chunk_ids    [0, 0, 0]
+    source_ids   [0, 2, 0]             (a mixture only: each segment's source, --mix)
     seq_lengths  [5, 9, 7, 1, 1, 1]    (the documents' lengths, then each pad on its own)
 
 The padding tail is a segment of its own (the last one), so the segments cover every position
@@ -64,6 +65,7 @@ class Column:
     value: pa.DataType
     description: str
     labels_only: bool = False  # present only in instruction data (a labelled pack)
+    sources_only: bool = False  # present only in a mixture (pack --mix)
     added: bool = False  # added to format 1 later: packs written before it lack it
 
     def arrow_type(self, max_len: int) -> pa.DataType:
@@ -108,6 +110,13 @@ COLUMNS: tuple[Column, ...] = (
         added=True,
     ),
     Column(
+        "source_ids",
+        Per.SEGMENT,
+        pa.int32(),
+        "each document segment's source: the index of its input in a mixture (--mix only)",
+        sources_only=True,
+    ),
+    Column(
         "labels",
         Per.TOKEN,
         pa.int32(),
@@ -118,14 +127,18 @@ COLUMNS: tuple[Column, ...] = (
 """Every column a packed row can hold, in the order a shard stores them."""
 
 
-def columns(with_labels: bool = False, *per: Per, added: bool = True) -> tuple[Column, ...]:
+def columns(
+    with_labels: bool = False, *per: Per, added: bool = True, sources: bool = False
+) -> tuple[Column, ...]:
     """The columns of a pack (``with_labels``: instruction data), in stored order; only
     those of the kinds ``per``, if any are given. ``added=False``: a pack written before the
-    columns added to format 1 later (``seq_lengths``), which lacks them."""
+    columns added to format 1 later (``seq_lengths``), which lacks them. ``sources``: a
+    mixture's (``source_ids``)."""
     return tuple(
         c
         for c in COLUMNS
         if (with_labels or not c.labels_only)
+        and (sources or not c.sources_only)
         and (added or not c.added)
         and (not per or c.per in per)
     )
@@ -176,20 +189,22 @@ def row_bytes(max_len: int, with_labels: bool = False) -> int:
     return per_token * max_len + _ROW_OVERHEAD_BYTES
 
 
-def packed_schema(max_len: int, with_labels: bool = False, added: bool = True) -> pa.Schema:
+def packed_schema(
+    max_len: int, with_labels: bool = False, added: bool = True, sources: bool = False
+) -> pa.Schema:
     """The Arrow schema of a packed dataset's rows (``added=False``: of a pack written before
-    the columns added to format 1 later)."""
-    return pa.schema([c.field(max_len) for c in columns(with_labels, added=added)])
+    the columns added to format 1 later; ``sources``: a mixture's, with ``source_ids``)."""
+    return pa.schema([c.field(max_len) for c in columns(with_labels, added=added, sources=sources)])
 
 
 def schema_problem(
-    schema: pa.Schema, max_len: int, with_labels: bool, added: bool = True
+    schema: pa.Schema, max_len: int, with_labels: bool, added: bool = True, sources: bool = False
 ) -> str | None:
     """What is wrong with a shard's ``schema`` (a missing column, a wrong type), or None.
 
     Columns this version does not know are allowed (readers ignore them).
     """
-    for expected in packed_schema(max_len, with_labels, added):
+    for expected in packed_schema(max_len, with_labels, added, sources):
         index = schema.get_field_index(expected.name)
         if index < 0:
             return f"the shard has no column {expected.name!r}"

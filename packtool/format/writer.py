@@ -57,6 +57,7 @@ class PackedBatch:
     chunk_ids: np.ndarray
     seg_offsets: np.ndarray
     labels: np.ndarray | None = None
+    source_ids: np.ndarray | None = None  # a mixture's: one per segment, as doc_ids
 
     @property
     def num_rows(self) -> int:
@@ -66,9 +67,9 @@ class PackedBatch:
         """The rows as an Arrow table of :func:`packed_schema` (the arrays as they are, where
         their type is the column's)."""
         max_len = self.input_ids.shape[1]
-        with_labels = self.labels is not None
+        with_labels, sources = self.labels is not None, self.source_ids is not None
         arrays = []
-        for column in columns(with_labels):
+        for column in columns(with_labels, sources=sources):
             dtype = column.value.to_pandas_dtype()
             if column.per is Per.TOKEN:
                 flat = int_array(getattr(self, column.name).reshape(-1), dtype)
@@ -80,7 +81,8 @@ class PackedBatch:
                 arrays.append(
                     pa.ListArray.from_arrays(int_array(offsets, np.int32), int_array(values, dtype))
                 )
-        return pa.Table.from_arrays(arrays, schema=packed_schema(max_len, with_labels))
+        schema = packed_schema(max_len, with_labels, sources=sources)
+        return pa.Table.from_arrays(arrays, schema=schema)
 
     def _ragged(self, name: str) -> tuple[np.ndarray, np.ndarray]:
         """The values and offsets of a per-segment (or per-boundary) column."""
@@ -175,6 +177,7 @@ class ShardWriter:
         with_labels: bool = False,
         overwrite: bool = False,
         added: bool = True,
+        sources: bool = False,
     ) -> None:
         if rows_per_shard < 1:
             raise ValueError(f"rows_per_shard must be >= 1, got {rows_per_shard}")
@@ -182,7 +185,7 @@ class ShardWriter:
         self.max_len = max_len
         self.num_rows = num_rows
         self.rows_per_shard = rows_per_shard
-        self.schema = packed_schema(max_len, with_labels, added)
+        self.schema = packed_schema(max_len, with_labels, added, sources)
         self.overwrite = overwrite
         self.num_shards = max(1, -(-num_rows // rows_per_shard))
         check_output_dir(self.out_dir, overwrite)

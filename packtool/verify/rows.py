@@ -71,7 +71,7 @@ def check_manifest(reader: PackedReader, problems: Problems) -> None:
     for problem in manifest.problems():
         problems.add("manifest", f"{MANIFEST_FILE}: {problem}")
     expected_columns = packed_schema(
-        reader.max_len, reader.has_labels, reader.has_seq_lengths
+        reader.max_len, reader.has_labels, reader.has_seq_lengths, reader.has_sources
     ).names
     if manifest.columns != expected_columns:
         problems.add("manifest", f"columns are {manifest.columns}, expected {expected_columns}")
@@ -149,7 +149,11 @@ def _id_limit(manifest: Manifest) -> int | None:
 
 
 def _check_mixture(
-    manifest: Manifest, doc: np.ndarray, length: np.ndarray, problems: Problems
+    manifest: Manifest,
+    doc: np.ndarray,
+    length: np.ndarray,
+    source: np.ndarray | None,
+    problems: Problems,
 ) -> int | None:
     """A mixture's rows against its record: each source's documents (the doc ids, less the
     copies, within the source's range) hold the tokens it took, in as many documents. The
@@ -162,6 +166,15 @@ def _check_mixture(
     for src in mixture["sources"]:
         first, n = int(src["first_doc"]), int(src["documents_read"])
         mine = (read_doc >= first) & (read_doc < first + n)
+        if source is not None:
+            wrong = mine & (source != src["index"])
+            if wrong.any():
+                problems.add(
+                    "source_ids",
+                    f"{int(np.count_nonzero(wrong))} segments of source {src['index']}'s "
+                    f"documents ({src['path']}) have another source id (the first: "
+                    f"{int(source[wrong][0])})",
+                )
         tokens = int(length[mine & (length >= 0)].sum())
         documents = int(np.unique(doc[mine]).size)
         if tokens != src["tokens_taken"] or documents != src["documents_taken"]:
@@ -183,6 +196,7 @@ class Segments:
     length: list[np.ndarray] = field(default_factory=list)  # -1 where the row is malformed
     row: list[np.ndarray] = field(default_factory=list)
     last: list[np.ndarray] = field(default_factory=list)  # last token, -1 if malformed
+    source: list[np.ndarray] = field(default_factory=list)  # a mixture's; -1 if malformed
 
     def arrays(self) -> tuple[np.ndarray, ...]:
         """(doc, chunk, length, row, last token), concatenated."""
@@ -228,6 +242,8 @@ class _Block:
     nt: np.ndarray  # num_tokens
     span_off: np.ndarray | None = None  # seq_lengths (None: a pack written before it)
     spans: np.ndarray | None = None
+    source_off: np.ndarray | None = None  # source_ids (a mixture only)
+    sources: np.ndarray | None = None
 
     @property
     def n(self) -> int:
@@ -307,7 +323,16 @@ def _decode_block(
         nt=batch.column("num_tokens").to_numpy(zero_copy_only=False).astype(np.int64),
         span_off=span_off,
         spans=spans,
+        **_sources_of(batch),
     )
+
+
+def _sources_of(batch: pa.RecordBatch) -> dict[str, np.ndarray]:
+    """A mixture's ``source_ids`` (values and offsets), when the rows hold them."""
+    if "source_ids" not in batch.schema.names:
+        return {}
+    source_off, sources = _ragged(batch.column("source_ids"))
+    return {"source_off": source_off, "sources": sources}
 
 
 def _check_block(batch: pa.RecordBatch, state: _ShardPass, shard: str, row0: int) -> int:
@@ -332,12 +357,31 @@ def _check_block(batch: pa.RecordBatch, state: _ShardPass, shard: str, row0: int
     segments.length.append(seg.length[seg.paired])
     segments.row.append(seg.row[seg.paired] + row0)
     segments.last.append(seg.last[seg.paired])
+    if b.sources is not None:
+        segments.source.append(_check_source_ids(b, report)[seg.paired])
     if digests is not None:
         _add_row_digests(b, shape.ok, seg, digests)
     return int(b.nt[~shape.nt_bad].sum())
 
 
 _Report = Callable[[str, np.ndarray, Callable[[int], str]], None]
+
+
+def _check_source_ids(b: _Block, report: _Report) -> np.ndarray:
+    """One source id per document segment (as many as doc_ids); the ids per doc_ids entry,
+    -1 in a row whose counts differ."""
+    assert b.source_off is not None and b.sources is not None
+    ndoc, nsrc = np.diff(b.doc_off), np.diff(b.source_off)
+    bad = ndoc != nsrc
+    report(
+        "source_ids",
+        bad,
+        lambda i: f"source_ids has {nsrc[i]} entries but doc_ids {ndoc[i]}",
+    )
+    out = np.full(b.docs.size, -1, np.int64)
+    good = np.repeat(~bad, ndoc)
+    out[good] = b.sources[np.repeat(~bad, nsrc)]
+    return out
 
 
 def _check_shape(b: _Block, report: _Report) -> _Shape:
@@ -812,7 +856,10 @@ def check_coverage(
     report.documents = n_docs
     chunks_per_doc = np.diff(np.append(np.flatnonzero(new_doc), doc.size))
     _check_lengths(manifest, length, problems)
-    taken = _check_mixture(manifest, doc, length, problems)
+    source = (
+        np.concatenate(segments.source)[order] if len(segments.source) else None
+    )  # in the order of doc (sorted)
+    taken = _check_mixture(manifest, doc, length, source, problems)
     _check_counts(
         manifest,
         report,
