@@ -435,6 +435,7 @@ class DatasetStats:
     learned_tokens: int | None = None  # instruction data: tokens with a label (manifest)
     units: dict[str, Any] | None = None  # packed in work units: the cost against one global FFD
     balance: BalanceStats | None = None  # steps across data-parallel ranks (--world-size)
+    sources: list[SourceStats] | None = None  # a mixture (pack --mix): each source's part
 
     @property
     def learned_share_of_slots(self) -> float | None:
@@ -453,6 +454,7 @@ class DatasetStats:
             "learned_share_of_slots": None if share is None else round(share, 6),
             "units": self.units,
             "balance": None if self.balance is None else self.balance.to_dict(),
+            "sources": None if self.sources is None else [s.to_dict() for s in self.sources],
             "path": str(self.path),
             "shards": self.shards,
             "tokenizer": self.tokenizer,
@@ -461,6 +463,72 @@ class DatasetStats:
             "bad_records": list(self.bad_records),
             "seconds": round(self.seconds, 3),
         }
+
+
+@dataclass(frozen=True)
+class SourceStats:
+    """One source of a mixture in the rows (``source_ids``): its tokens, documents (copies
+    counted) and segments, its share of the tokens (and the share its weight asked for), and
+    its part of the padding: each row's padding shared among the sources of its tokens, in
+    proportion to them (the parts add up to the padding)."""
+
+    index: int
+    path: str
+    weight: float
+    target_share: float
+    tokens: int
+    share: float
+    documents: int
+    segments: int
+    padding: float
+    epochs: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            **asdict(self),
+            "share": round(self.share, 6),
+            "padding": round(self.padding, 1),
+        }
+
+
+def _source_stats(
+    mixture: dict[str, Any],
+    source_ids: np.ndarray,
+    doc_ids: np.ndarray,
+    lengths: np.ndarray,
+    fill: np.ndarray,
+    per_row: np.ndarray,
+    max_len: int,
+) -> list[SourceStats]:
+    """Each source's part of the rows, from the ``source_ids`` column."""
+    n = len(mixture["sources"])
+    row = np.repeat(np.arange(fill.size), per_row)
+    lengths = lengths.astype(np.int64)
+    tokens = np.bincount(source_ids, weights=lengths, minlength=n).astype(np.int64)
+    segments = np.bincount(source_ids, minlength=n)
+    pad = (max_len - fill).astype(np.float64)
+    pad_share = lengths * (pad[row] / np.maximum(fill[row], 1))
+    padding = np.bincount(source_ids, weights=pad_share, minlength=n)
+    total = int(tokens.sum())
+    out = []
+    for src in mixture["sources"]:
+        i = int(src["index"])
+        mine = source_ids == i
+        out.append(
+            SourceStats(
+                index=i,
+                path=str(src["path"]),
+                weight=float(src["weight"]),
+                target_share=float(src["share"]),
+                tokens=int(tokens[i]),
+                share=tokens[i] / total if total else 0.0,
+                documents=int(np.unique(doc_ids[mine]).size),
+                segments=int(segments[i]),
+                padding=float(padding[i]),
+                epochs=float(src["epochs"]),
+            )
+        )
+    return out
 
 
 @dataclass(frozen=True)
@@ -698,6 +766,7 @@ class _Columns:
     lengths: list[np.ndarray] = field(default_factory=list)
     doc_ids: list[np.ndarray] = field(default_factory=list)
     chunk_ids: list[np.ndarray] = field(default_factory=list)
+    source_ids: list[np.ndarray] = field(default_factory=list)
 
     @staticmethod
     def _cat(parts: list[np.ndarray], dtype: Any) -> np.ndarray:
@@ -751,6 +820,12 @@ def _read_batch(
     into.lengths.append(lengths.astype(np.int32))
     into.doc_ids.append(np.asarray(d_val[d_off[0] : d_off[-1]], dtype=np.int64))
     into.chunk_ids.append(np.asarray(ch_val[ch_off[0] : ch_off[-1]], dtype=np.int32))
+    if "source_ids" in batch.schema.names:
+        s_off, s_val = _list_parts(batch.column("source_ids"), where)
+        bad = np.diff(s_off) != ndocs
+        if bad.any():
+            fail(bad, "source_ids and doc_ids differ in length")
+        into.source_ids.append(np.asarray(s_val[s_off[0] : s_off[-1]], dtype=np.int64))
 
 
 def _input_order(
@@ -820,7 +895,8 @@ def dataset_stats(
     max_len = reader.max_len
     cols = _Columns()
     first_row = 0
-    for shard, table in enumerate(reader.iter_tables(columns=list(_COLUMNS))):
+    names = [*_COLUMNS, "source_ids"] if reader.has_sources else list(_COLUMNS)
+    for shard, table in enumerate(reader.iter_tables(columns=names)):
         where = str(reader.shard_paths[shard])
         for batch in table.to_batches():
             _read_batch(batch, max_len, where, first_row, cols)
@@ -830,6 +906,16 @@ def dataset_stats(
     lengths = _Columns._cat(cols.lengths, np.int32)
     doc_ids = _Columns._cat(cols.doc_ids, np.int64)
     chunk_ids = _Columns._cat(cols.chunk_ids, np.int32)
+    sources = None
+    mixture = manifest.get("mixture")
+    if reader.has_sources and isinstance(mixture, dict):
+        source_ids = _Columns._cat(cols.source_ids, np.int64)
+        if source_ids.size and (
+            source_ids.min() < 0 or source_ids.max() >= len(mixture["sources"])
+        ):
+            raise FormatError(f"{reader.path}: a source id outside the mixture's sources "
+                              "(run `packtool verify`)")  # fmt: skip
+        sources = _source_stats(mixture, source_ids, doc_ids, lengths, fill, per_row, max_len)
     del cols
     balance = _balance_stats(
         attention_costs(lengths, per_row),
@@ -867,6 +953,7 @@ def dataset_stats(
         learned_tokens=manifest.counts.tokens.learned,
         units=_units_summary(manifest),
         balance=balance,
+        sources=sources,
     )
 
 

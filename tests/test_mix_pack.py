@@ -17,6 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from test_cli import assert_one_line_error, run
 
 import packtool
+from packtool.stats import dataset_stats
 from packtool.verify import verify
 
 
@@ -191,3 +192,26 @@ def test_a_plain_pack_has_no_source_ids(tmp_path: Path, sources) -> None:
     assert run("pack", *sources, "-L", "256", "-o", out, "-q").exit_code == 0
     manifest, rows = read_rows(out)
     assert "source_ids" not in manifest["columns"] and "source_ids" not in rows[0]
+
+
+def test_stats_of_a_mixture_report_each_source(tmp_path: Path, sources) -> None:
+    out = tmp_path / "stats"
+    args = ("--mix", "0.5,0.3,0.2", "--tokens", "200k", "-L", "256", "-o", out, "-q")
+    assert run("pack", *sources, *args).exit_code == 0
+    manifest, rows = read_rows(out)
+    got = dataset_stats(out)
+    assert got.sources is not None
+    padding = sum(256 - row["num_tokens"] for row in rows)
+    assert sum(s.padding for s in got.sources) == pytest.approx(padding)
+    for s, src in zip(got.sources, manifest["mixture"]["sources"], strict=True):
+        assert s.tokens == src["tokens_taken"] and s.documents == src["documents_taken"]
+        assert s.segments == sum(r["source_ids"].count(s.index) for r in rows)
+        assert abs(s.share - s.target_share) < 0.01
+    result = run("stats", out, "--json")
+    assert result.exit_code == 0
+    data = json.loads(result.stdout)
+    assert [s["tokens"] for s in data["sources"]] == [s.tokens for s in got.sources]
+    assert "Sources (pack --mix)" in run("stats", out).stdout
+    plain = tmp_path / "plain"
+    assert run("pack", sources[0], "-L", "256", "-o", plain, "-q").exit_code == 0
+    assert dataset_stats(plain).sources is None

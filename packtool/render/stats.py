@@ -179,7 +179,32 @@ def render_dataset_stats(s: DatasetStats) -> RenderableType:
     ]
     if s.balance is not None:
         parts += [Text(""), *balance_parts(s.balance)]
+    if s.sources is not None:
+        parts += [Text(""), sources_table(s.sources)]
     return Group(*parts)
+
+
+def sources_table(sources: list[Any]) -> Table:
+    """A mixture's sources in the rows: tokens, share (and the weight's), documents (copies
+    counted), segments, padding (each row's, shared by its tokens), epochs."""
+    table = Table(title="Sources (pack --mix)", title_justify="left", box=None, padding=(0, 1))
+    table.add_column("#", justify="right")
+    table.add_column("source", justify="left", overflow="fold")
+    for name in ("tokens", "share", "target", "documents", "segments", "padding", "epochs"):
+        table.add_column(name, justify="right", no_wrap=True)
+    for s in sources:
+        table.add_row(
+            str(s.index),
+            clean(s.path),
+            f"{s.tokens:,}",
+            _pct(s.share),
+            _pct(s.target_share),
+            f"{s.documents:,}",
+            f"{s.segments:,}",
+            f"{s.padding:,.0f}",
+            f"{s.epochs:.2f}",
+        )
+    return table
 
 
 def balance_line(b: BalanceStats) -> str:
