@@ -23,6 +23,7 @@ import importlib.util
 import itertools
 import time
 from collections.abc import Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -122,28 +123,39 @@ def main(argv: Sequence[str] | None = None) -> list[float]:
         # (with data parallelism: all-reduce `learned` over ranks and multiply the loss by the
         # world size, since DDP averages the gradients)
         step_loss = 0.0
+        per_source = torch.zeros(2, len(dataset.sources or ()))  # loss sums, tokens
         for batch in window:
             logits = model(**model_inputs(batch, use_flash, device)).logits
             labels = batch["labels"].to(device)
             # logits[t] predicts labels[t + 1]; the sum over the window / learned = mean per token
-            loss = (
-                F.cross_entropy(
-                    logits[:, :-1].flatten(0, 1).float(),
-                    labels[:, 1:].flatten(),
-                    ignore_index=IGNORE_INDEX,
-                    reduction="sum",
-                )
-                / learned
+            token_loss = F.cross_entropy(
+                logits[:, :-1].flatten(0, 1).float(),
+                labels[:, 1:].flatten(),
+                ignore_index=IGNORE_INDEX,
+                reduction="none",
             )
+            loss = token_loss.sum() / learned
             loss.backward()
             step_loss += loss.item()
+            if "source_ids" in batch:  # a mixture (pack --mix): the loss of each source
+                source = batch["source_ids"][:, 1:].flatten()  # the source of each label
+                learned_mask = labels[:, 1:].flatten().cpu() != IGNORE_INDEX
+                for i in range(per_source.shape[1]):
+                    mine = learned_mask & (source == i)
+                    per_source[0, i] += token_loss.detach().cpu()[mine].sum()
+                    per_source[1, i] += mine.sum()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         losses.append(step_loss)
+        by_source = "".join(
+            f"  {Path(s['path']).stem} {per_source[0, i] / per_source[1, i]:.4f}"
+            for i, s in enumerate(dataset.sources or ())
+            if per_source[1, i] > 0
+        )
         print(
             f"step {step:>4}  loss {step_loss:.4f}  learned tokens {learned:,}  "
-            f"{time.perf_counter() - started:.2f} s"
+            f"{time.perf_counter() - started:.2f} s{by_source}"
         )
     return losses
 

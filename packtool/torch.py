@@ -146,6 +146,13 @@ class PackedDataset(Dataset):
         reader = self._reader
         self.max_len: int = reader.max_len
         self.has_labels: bool = reader.has_labels
+        mixture = reader.manifest.get("mixture") if reader.has_sources else None
+        self.sources: list[dict[str, Any]] | None = (
+            [dict(s) for s in mixture["sources"]] if isinstance(mixture, dict) else None
+        )
+        """A mixture's sources (``pack --mix``), by ``source_ids``: each one's ``index``,
+        ``path``, ``weight``, ``tokens_taken``, ``epochs``... (the manifest's record); None
+        for other packs."""
         self.num_rows_total: int = reader.num_rows
         self.micro_batches: int | None = None
         """Rows per rank and step of a balanced layout read as stored (None: plain split)."""
@@ -279,7 +286,24 @@ class PackedDataset(Dataset):
         item["labels"] = torch.from_numpy(
             learned_labels(source, row.cu_seqlens, int(row.num_tokens))
         )
+        if row.source_ids is not None:  # per segment; collate makes them per token
+            item["source_ids"] = torch.from_numpy(row.source_ids.astype(np.int64))
         return item
+
+
+def token_sources(source_ids: Any, cu_seqlens: Any, num_tokens: int, max_len: int) -> np.ndarray:
+    """Each token's source (int64, ``[max_len]``) from a row's per-segment ``source_ids``:
+    the source of the segment it is in, -1 on the padding."""
+    sources = np.asarray(source_ids, dtype=np.int64)
+    lengths = np.diff(np.asarray(cu_seqlens, dtype=np.int64))[: sources.size]
+    out = np.full(max_len, -1, np.int64)
+    out[: int(lengths.sum())] = np.repeat(sources, lengths)
+    if int(lengths.sum()) != num_tokens:
+        raise ValueError(
+            f"{sources.size} source_ids for segments of {int(lengths.sum())} tokens, but the "
+            f"row holds {num_tokens}"
+        )
+    return out
 
 
 def learned_labels(source: Any, cu_seqlens: Any, num_tokens: int) -> np.ndarray:
@@ -329,6 +353,10 @@ def collate(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
                                             is taken over, after the model's shift by one
         use_cache           False           a model that builds a KV cache turns off the
                                             packed-sequence handling: documents would leak
+        source_ids          [B, L] int64    a mixture's rows only (``pack --mix``): each
+                                            token's source (the input it came from), -1 on
+                                            the padding, for a loss per source
+                                            (examples/train.py); rows carry them per segment
 
     Why -100 on document starts: the model shifts labels by one (logits at ``t`` predict
     ``labels[t + 1]``), so ``labels[cu[k]] = -100`` stops the last token of document ``k - 1``
@@ -361,6 +389,8 @@ def collate(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
             f"{tuple(input_ids.shape)}"
         )
     labels = torch.empty_like(input_ids)
+    with_sources = "source_ids" in rows[0]  # a mixture: per token, -1 on padding
+    source_ids = torch.empty_like(input_ids) if with_sources else None
     cu_parts = [np.zeros(1, dtype=np.int64)]
     for b, r in enumerate(rows):
         if "cu_seqlens" in r:
@@ -387,14 +417,20 @@ def collate(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
             )
         source = _as_long(stored) if stored is not None else input_ids[b]
         labels[b] = torch.from_numpy(learned_labels(source.numpy(), cu, num_tokens))
+        if with_sources:
+            source_ids[b] = torch.from_numpy(
+                token_sources(_as_long(r["source_ids"]).numpy(), cu, num_tokens, max_len)
+            )
         cu_parts.append(cu[1:] + b * max_len)
     cu_global = np.concatenate(cu_parts)
     cu_tensor = torch.from_numpy(cu_global.astype(np.int32))
     max_length = int(np.diff(cu_global).max())
+    extra = {"source_ids": source_ids} if source_ids is not None else {}
     return {
         "input_ids": input_ids,
         "position_ids": position_ids,
         "labels": labels,
+        **extra,
         "cu_seq_lens_q": cu_tensor,
         "cu_seq_lens_k": cu_tensor.clone(),
         "max_length_q": max_length,

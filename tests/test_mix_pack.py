@@ -4,20 +4,25 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import math
+import re
 from pathlib import Path
 
 import hypothesis.strategies as st
 import numpy as np
 import pyarrow as pa
 import pytest
-from conftest import SAMPLE
+import torch
+from conftest import REPO, SAMPLE
 from helpers import documents_from_rows, read_rows
 from hypothesis import HealthCheck, given, settings
 from test_cli import assert_one_line_error, run
 
 import packtool
 from packtool.stats import dataset_stats
+from packtool.torch import PackedDataset, collate
 from packtool.verify import verify
 
 
@@ -215,3 +220,49 @@ def test_stats_of_a_mixture_report_each_source(tmp_path: Path, sources) -> None:
     plain = tmp_path / "plain"
     assert run("pack", sources[0], "-L", "256", "-o", plain, "-q").exit_code == 0
     assert dataset_stats(plain).sources is None
+
+
+def test_collate_gives_each_token_its_source(tmp_path: Path, sources) -> None:
+    out = tmp_path / "torch"
+    assert run("pack", *sources, "--mix", "1,1,1", "-L", "256", "-o", out, "-q").exit_code == 0
+    ds = PackedDataset(out)
+    assert [s["path"] for s in ds.sources] == [str(p) for p in sources]
+    rows = [ds[i] for i in range(len(ds))]
+    batch = collate(rows)
+    per_token = batch["source_ids"]
+    assert per_token.shape == batch["input_ids"].shape and per_token.dtype == torch.int64
+    reader = ds.reader
+    for b, item in enumerate(rows):
+        row = reader.row(item["row"])
+        n = int(row.num_tokens)
+        assert (per_token[b, n:] == -1).all()
+        cu = row.cu_seqlens
+        for k, source in enumerate(row.source_ids):
+            assert (per_token[b, cu[k] : cu[k + 1]] == int(source)).all()
+    counts = torch.bincount(per_token[per_token >= 0], minlength=3)
+    taken = [s["tokens_taken"] for s in ds.sources]
+    assert counts.tolist() == taken  # every row once: each source's tokens exactly
+    # a plain pack: no source ids, no sources
+    plain = tmp_path / "plain"
+    assert run("pack", sources[2], "-L", "256", "-o", plain, "-q").exit_code == 0
+    assert PackedDataset(plain).sources is None and "source_ids" not in collate(
+        [PackedDataset(plain)[0]]
+    )
+
+
+def test_the_training_example_logs_the_loss_of_each_source(
+    tmp_path: Path, sources, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "train"
+    assert run("pack", *sources, "--mix", "1,1,1", "-L", "128", "-o", out, "-q").exit_code == 0
+    spec = importlib.util.spec_from_file_location("train_example", REPO / "examples" / "train.py")
+    assert spec is not None and spec.loader is not None
+    train = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(train)
+    train.main(
+        [str(out), "--steps", "2", "--batch-size", "8", "--grad-accum", "1", "--hidden", "32"]
+    )
+    printed = capsys.readouterr().out
+    losses = re.findall(r"(web|code|math) (\d+\.\d+)", printed)
+    assert {name for name, _ in losses} == {"web", "code", "math"}, printed
+    assert all(abs(float(x) - math.log(8192)) < 1.5 for _, x in losses)

@@ -53,6 +53,7 @@ class PackedRow:
     doc_ids: np.ndarray
     chunk_ids: np.ndarray
     labels: np.ndarray | None = None
+    source_ids: np.ndarray | None = None  # a mixture's: each document segment's source
 
     @property
     def seq_lengths(self) -> np.ndarray:
@@ -271,7 +272,7 @@ class PackedReader:
         shard, local = self.locate(row)
         rec = self.shard_table(shard).slice(local, 1)
         values: dict[str, Any] = {}
-        for column in columns(self.has_labels):
+        for column in columns(self.has_labels, sources=self.has_sources):
             if column.per is Per.SPAN:
                 continue  # derived from cu_seqlens (PackedRow.seq_lengths)
             data = rec.column(column.name)
