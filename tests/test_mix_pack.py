@@ -266,3 +266,36 @@ def test_the_training_example_logs_the_loss_of_each_source(
     losses = re.findall(r"(web|code|math) (\d+\.\d+)", printed)
     assert {name for name, _ in losses} == {"web", "code", "math"}, printed
     assert all(abs(float(x) - math.log(8192)) < 1.5 for _, x in losses)
+
+
+def test_verify_against_refuses_a_mixture_in_one_line(tmp_path: Path, sources) -> None:
+    out = tmp_path / "against"
+    assert run("pack", *sources, "--mix", "1,1,1", "-L", "256", "-o", out, "-q").exit_code == 0
+    assert_one_line_error(
+        run("verify", out, "--against", *sources), r"--against does not check a mixture"
+    )
+
+
+def test_the_worked_example_of_docs_mixtures_prints_what_it_shows(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """docs/mixtures.md: its script builds the three sources, its pack command packs them, and
+    `stats` prints the sources table the page shows."""
+    doc = (REPO / "docs" / "mixtures.md").read_text("utf-8")
+    example = doc.split("## A worked example", 1)[1]
+    script = re.search(r"python - <<'EOF'\n(.*?)\nEOF\n", example, flags=re.S)
+    assert script is not None
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "sample_data").symlink_to(REPO / "sample_data")
+    exec(compile(script.group(1), "docs/mixtures.md", "exec"), {})
+    command = re.search(r"^packtool (pack mix/.*)$", example, flags=re.M)
+    assert command is not None
+    assert run(*command.group(1).split(), "-q").exit_code == 0
+    shown = re.search(r"```\n(Sources \(pack --mix\)\n.*?)```", example, flags=re.S)
+    assert shown is not None
+    monkeypatch.setenv("COLUMNS", "100")
+    printed = run("stats", "mixed").stdout
+    table = printed[printed.index("Sources (pack --mix)") :]
+    assert [line.rstrip() for line in table.strip().splitlines()] == [
+        line.rstrip() for line in shown.group(1).strip().splitlines()
+    ]

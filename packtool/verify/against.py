@@ -207,6 +207,11 @@ def prepare_against(
     if reference not in REFERENCES:
         raise OptionError(f"--reference must be one of {', '.join(REFERENCES)}; got {reference!r}")
     manifest = reader.manifest
+    if manifest.get("mixture") is not None:
+        raise OptionError(
+            "--against does not check a mixture (pack --mix) yet: verify without it checks "
+            "each source's documents, tokens and source ids against the manifest"
+        )
     options = _recorded_options(reader, parse_special, chat_template)
     if not inputs:
         inputs = manifest.input_paths
