@@ -149,7 +149,7 @@ def main(argv: Sequence[str] | None = None) -> list[float]:
         optimizer.zero_grad(set_to_none=True)
         losses.append(step_loss)
         by_source = "".join(
-            f"  {Path(s['path']).stem} {per_source[0, i] / per_source[1, i]:.4f}"
+            f"  {Path(s.path).stem} {per_source[0, i] / per_source[1, i]:.4f}"
             for i, s in enumerate(dataset.sources or ())
             if per_source[1, i] > 0
         )

@@ -48,7 +48,15 @@ from ._version import __version__
 from .corpus import ReadState, encoder_backend, read_corpus
 from .counts import Counts, DocumentCounts
 from .errors import FormatError, OptionError
-from .format import IGNORE_INDEX, MANIFEST_FILE, Manifest, Per, column_names, open_packed
+from .format import (
+    IGNORE_INDEX,
+    MANIFEST_FILE,
+    Manifest,
+    MixtureRecord,
+    Per,
+    column_names,
+    open_packed,
+)
 from .fs import StorePath, as_path, user_cache_dir
 from .limits import MAX_BATCH_SIZE, MAX_LEN_LIMIT, MAX_SEED, check_int, read_token_count
 from .options import PackOptions
@@ -492,7 +500,7 @@ class SourceStats:
 
 
 def _source_stats(
-    mixture: dict[str, Any],
+    mixture: MixtureRecord,
     source_ids: np.ndarray,
     doc_ids: np.ndarray,
     lengths: np.ndarray,
@@ -501,7 +509,7 @@ def _source_stats(
     max_len: int,
 ) -> list[SourceStats]:
     """Each source's part of the rows, from the ``source_ids`` column."""
-    n = len(mixture["sources"])
+    n = len(mixture.sources)
     row = np.repeat(np.arange(fill.size), per_row)
     lengths = lengths.astype(np.int64)
     tokens = np.bincount(source_ids, weights=lengths, minlength=n).astype(np.int64)
@@ -511,21 +519,21 @@ def _source_stats(
     padding = np.bincount(source_ids, weights=pad_share, minlength=n)
     total = int(tokens.sum())
     out = []
-    for src in mixture["sources"]:
-        i = int(src["index"])
+    for src in mixture.sources:
+        i = src.index
         mine = source_ids == i
         out.append(
             SourceStats(
                 index=i,
-                path=str(src["path"]),
-                weight=float(src["weight"]),
-                target_share=float(src["share"]),
+                path=src.path,
+                weight=src.weight,
+                target_share=src.share,
                 tokens=int(tokens[i]),
                 share=tokens[i] / total if total else 0.0,
                 documents=int(np.unique(doc_ids[mine]).size),
                 segments=int(segments[i]),
                 padding=float(padding[i]),
-                epochs=float(src["epochs"]),
+                epochs=src.epochs,
             )
         )
     return out
@@ -907,12 +915,10 @@ def dataset_stats(
     doc_ids = _Columns._cat(cols.doc_ids, np.int64)
     chunk_ids = _Columns._cat(cols.chunk_ids, np.int32)
     sources = None
-    mixture = manifest.get("mixture")
-    if reader.has_sources and isinstance(mixture, dict):
+    mixture = manifest.mixture
+    if reader.has_sources and mixture is not None:
         source_ids = _Columns._cat(cols.source_ids, np.int64)
-        if source_ids.size and (
-            source_ids.min() < 0 or source_ids.max() >= len(mixture["sources"])
-        ):
+        if source_ids.size and (source_ids.min() < 0 or source_ids.max() >= len(mixture.sources)):
             raise FormatError(f"{reader.path}: a source id outside the mixture's sources "
                               "(run `packtool verify`)")  # fmt: skip
         sources = _source_stats(mixture, source_ids, doc_ids, lengths, fill, per_row, max_len)

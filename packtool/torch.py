@@ -43,7 +43,14 @@ except ImportError as e:  # pragma: no cover - exercised in a subprocess by the 
     ) from e
 
 from packtool.errors import OptionError
-from packtool.format import IGNORE_INDEX, PackedReader, Per, column_names, open_packed
+from packtool.format import (
+    IGNORE_INDEX,
+    PackedReader,
+    Per,
+    SourceRecord,
+    column_names,
+    open_packed,
+)
 from packtool.masks import batch_block_causal_mask, document_ids
 from packtool.order import (
     balanced_epoch_order,
@@ -146,13 +153,11 @@ class PackedDataset(Dataset):
         reader = self._reader
         self.max_len: int = reader.max_len
         self.has_labels: bool = reader.has_labels
-        mixture = reader.manifest.get("mixture") if reader.has_sources else None
-        self.sources: list[dict[str, Any]] | None = (
-            [dict(s) for s in mixture["sources"]] if isinstance(mixture, dict) else None
-        )
+        mixture = reader.manifest.mixture if reader.has_sources else None
+        self.sources: tuple[SourceRecord, ...] | None = mixture.sources if mixture else None
         """A mixture's sources (``pack --mix``), by ``source_ids``: each one's ``index``,
-        ``path``, ``weight``, ``tokens_taken``, ``epochs``... (the manifest's record); None
-        for other packs."""
+        ``path``, ``weight``, ``tokens_taken``, ``epochs``...
+        (:class:`~packtool.format.SourceRecord`); None for other packs."""
         self.num_rows_total: int = reader.num_rows
         self.micro_batches: int | None = None
         """Rows per rank and step of a balanced layout read as stored (None: plain split)."""

@@ -41,6 +41,14 @@ def sources(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
     return [web, code, math]
 
 
+@pytest.fixture(scope="module")
+def read_lengths(tmp_path_factory: pytest.TempPathFactory, sources) -> dict[int, int]:
+    """Each document's tokens as packed (a plain pack of the same inputs: same numbering)."""
+    out = tmp_path_factory.mktemp("plain") / "out"
+    packtool.pack(sources, out, max_len=256)
+    return {d: len(t) for d, t in documents_from_rows(read_rows(out)[1]).items()}
+
+
 def _tokens_per_source(out: Path) -> tuple[dict, dict[int, list[int]], list[int]]:
     """The manifest, each row document's tokens, and each source's tokens in the rows (a
     document's source from its doc id, less the copies, in the source's range)."""
@@ -123,17 +131,19 @@ def test_without_mix_the_rows_are_those_of_a_plain_pack(tmp_path: Path, sources)
 )
 @given(st.lists(st.integers(1, 9), min_size=3, max_size=3), st.integers(20_000, 200_000))
 def test_shares_hold_within_half_a_document_for_any_weights(
-    tmp_path_factory, sources, weights, tokens
+    tmp_path_factory, sources, read_lengths, weights, tokens
 ) -> None:
+    """Each source's tokens in the rows are within half of its longest document (as packed,
+    from a plain pack of the same inputs) of its share of --tokens, repeated or sampled."""
     out = tmp_path_factory.mktemp("prop") / "out"
     mix = ",".join(map(str, weights))
     packtool.pack(sources, out, max_len=256, mix=mix, tokens=tokens)
-    manifest, docs, per_source = _tokens_per_source(out)
+    manifest, _, per_source = _tokens_per_source(out)
     shares = np.array(weights) / sum(weights)
-    read_docs = {d % manifest["mixture"]["doc_id_stride"]: t for d, t in docs.items()}
-    longest = max(len(t) for t in read_docs.values())
-    for got, share in zip(per_source, shares, strict=True):
-        assert abs(got - round(tokens * share)) <= longest / 2 + 1
+    for src, got, share in zip(manifest["mixture"]["sources"], per_source, shares, strict=True):
+        lo, hi = src["first_doc"], src["first_doc"] + src["documents_read"]
+        longest = max(n for d, n in read_lengths.items() if lo <= d < hi)
+        assert abs(got - round(tokens * share)) <= longest / 2 + 0.5
 
 
 @pytest.mark.parametrize(
@@ -226,7 +236,7 @@ def test_collate_gives_each_token_its_source(tmp_path: Path, sources) -> None:
     out = tmp_path / "torch"
     assert run("pack", *sources, "--mix", "1,1,1", "-L", "256", "-o", out, "-q").exit_code == 0
     ds = PackedDataset(out)
-    assert [s["path"] for s in ds.sources] == [str(p) for p in sources]
+    assert [s.path for s in ds.sources] == [str(p) for p in sources]
     rows = [ds[i] for i in range(len(ds))]
     batch = collate(rows)
     per_token = batch["source_ids"]
@@ -240,7 +250,7 @@ def test_collate_gives_each_token_its_source(tmp_path: Path, sources) -> None:
         for k, source in enumerate(row.source_ids):
             assert (per_token[b, cu[k] : cu[k + 1]] == int(source)).all()
     counts = torch.bincount(per_token[per_token >= 0], minlength=3)
-    taken = [s["tokens_taken"] for s in ds.sources]
+    taken = [s.tokens_taken for s in ds.sources]
     assert counts.tolist() == taken  # every row once: each source's tokens exactly
     # a plain pack: no source ids, no sources
     plain = tmp_path / "plain"
@@ -299,3 +309,16 @@ def test_the_worked_example_of_docs_mixtures_prints_what_it_shows(
     assert [line.rstrip() for line in table.strip().splitlines()] == [
         line.rstrip() for line in shown.group(1).strip().splitlines()
     ]
+
+
+def test_the_pack_summary_names_what_each_source_gave(tmp_path: Path, sources) -> None:
+    out = tmp_path / "summary"
+    result = run("pack", *sources, "--mix", "0.5,0.3,0.2", "-L", "256", "-o", out)
+    assert result.exit_code == 0
+    mixture = json.loads((out / "manifest.json").read_text())["mixture"]
+    assert "Sources taken (--mix)" in result.stdout
+    for src in mixture["sources"]:
+        assert f"{src['tokens_taken']:,}" in result.stdout
+    again = run("pack", *sources, "--mix", "0.5,0.3,0.2", "-L", "256", "-o", out, "--overwrite",
+                "--json")  # fmt: skip
+    assert json.loads(again.stdout)["mixture"] == mixture

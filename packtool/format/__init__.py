@@ -51,7 +51,9 @@ from .records import (
     InputRecord,
     LabelCounts,
     MergedUnits,
+    MixtureRecord,
     PieceRecord,
+    SourceRecord,
     UnitRecord,
 )
 from .schema import (
@@ -89,6 +91,7 @@ __all__ = [
     "LabelFigures",
     "Manifest",
     "MergedUnits",
+    "MixtureRecord",
     "PackedBatch",
     "PackedReader",
     "PackedRow",
@@ -98,6 +101,7 @@ __all__ = [
     "Segment",
     "ShardEntry",
     "ShardWriter",
+    "SourceRecord",
     "TokenCounts",
     "UnitRecord",
     "check_output_dir",

@@ -26,6 +26,7 @@ from .records import (
     InputRecord,
     LabelCounts,
     MergedUnits,
+    MixtureRecord,
     UnitRecord,
     int_or_none,
 )
@@ -395,6 +396,12 @@ class Manifest(Mapping[str, Any]):
     def has_sources(self) -> bool:
         """Whether the rows hold ``source_ids`` (a mixture: ``pack --mix``)."""
         return "source_ids" in self.columns
+
+    @property
+    def mixture(self) -> MixtureRecord | None:
+        """A mixture's record (``pack --mix``): its sources and what each gave; else None."""
+        data = self._data.get("mixture")
+        return None if data is None else MixtureRecord.from_dict(data)
 
     @property
     def has_seq_lengths(self) -> bool:

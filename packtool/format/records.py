@@ -1,13 +1,16 @@
 """Typed views of the manifest's sub-records that other modules read: the inputs, the label
-counts of instruction data, the chat template, a work unit's record and the record of a
-merge of units. Each tolerates a damaged record (a missing or mistyped value reads as
-``None``), as ``verify`` needs."""
+counts of instruction data, the chat template, a work unit's record, the record of a merge of
+units and a mixture's sources. Each but the mixture tolerates a damaged record (a missing or
+mistyped value reads as ``None``), as ``verify`` needs; a damaged mixture record is a
+:class:`~packtool.errors.FormatError`."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
+
+from ..errors import FormatError
 
 __all__ = [
     "BackendRecord",
@@ -15,7 +18,9 @@ __all__ = [
     "InputRecord",
     "LabelCounts",
     "MergedUnits",
+    "MixtureRecord",
     "PieceRecord",
+    "SourceRecord",
     "UnitRecord",
     "int_or_none",
 ]
@@ -214,3 +219,64 @@ class MergedUnits:
             copied=copied if isinstance(copied, bool) else None,
             copy_reason=_str_or_none(record.get("copy_reason")),
         )
+
+
+@dataclass(frozen=True)
+class SourceRecord:
+    """One source: an INPUT argument of ``pack --mix`` and what the mixture took of it. Its
+    documents are numbered ``first_doc .. first_doc + documents_read - 1``; ``segments of it
+    carry ``index`` in ``source_ids``."""
+
+    index: int
+    path: str
+    weight: float
+    share: float  # the share its weight asks for
+    files: int
+    first_doc: int
+    documents_read: int
+    documents_packable: int  # with tokens after the overflow policy
+    tokens_read: int
+    target_tokens: int
+    documents_taken: int  # copies counted
+    tokens_taken: int
+    epochs: float  # tokens taken over tokens read
+
+    def holds(self, read_doc: Any) -> Any:
+        """Whether the document(s) read as ``read_doc`` are this source's."""
+        return (read_doc >= self.first_doc) & (read_doc < self.first_doc + self.documents_read)
+
+
+@dataclass(frozen=True)
+class MixtureRecord:
+    """The manifest's ``mixture``: copy ``c`` of document ``d`` has the doc id
+    ``d + c * doc_id_stride``; ``copies``: the most copies of one document."""
+
+    doc_id_stride: int
+    copies: int
+    tokens: int
+    repeat: bool
+    sources: tuple[SourceRecord, ...]
+
+    @classmethod
+    def from_dict(cls, data: Any) -> MixtureRecord:
+        try:
+            sources = tuple(
+                SourceRecord(**{f.name: s[f.name] for f in fields(SourceRecord)})
+                for s in data["sources"]
+            )
+            return cls(
+                doc_id_stride=int(data["doc_id_stride"]),
+                copies=int(data["copies"]),
+                tokens=int(data["tokens"]),
+                repeat=bool(data["repeat"]),
+                sources=sources,
+            )
+        except (KeyError, TypeError, ValueError) as e:
+            raise FormatError(f"the manifest's mixture record is malformed ({e!r})") from None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "sources": [asdict(s) for s in self.sources]}
+
+    @property
+    def documents_taken(self) -> int:
+        return sum(s.documents_taken for s in self.sources)

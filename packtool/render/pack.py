@@ -192,6 +192,8 @@ def show_pack(report: Any, *, quiet: bool, as_json: bool) -> None:
         summary = report.manifest.summary()
         summary["notices"] = report.notices
         summary["tokenizer_backend"] = report.backend
+        if report.manifest.mixture is not None:
+            summary["mixture"] = report.manifest.mixture.to_dict()
         print(json.dumps({"out_dir": str(report.out_dir), **summary}, indent=2))
         return
     print_notices(report, quiet=quiet)
@@ -200,9 +202,36 @@ def show_pack(report: Any, *, quiet: bool, as_json: bool) -> None:
     if report.resumed:
         say("from the checkpoint of an interrupted run", label="[green]resumed[/]", err=True)
     stdout().print(summary_table(report))
+    mixture = report.manifest.mixture
+    if mixture is not None:
+        stdout().print(mixture_table(mixture))
     if report.tokens_learned is not None:
         note("[yellow]training:[/]", TRAINING_NOTE)
     say_bad_records(report.bad_records, report.documents.bad_records_skipped)
+
+
+def mixture_table(mixture: Any) -> Table:
+    """What a mixture (``--mix``) took of each source: the rows' documents are these, not
+    all those read (the summary's document counts)."""
+    from rich.table import Table
+
+    table = Table(title="Sources taken (--mix)", title_justify="left", box=None, padding=(0, 1))
+    table.add_column("#", justify="right")
+    table.add_column("source", overflow="fold")
+    for name in ("weight", "tokens taken", "target", "documents taken", "of read", "epochs"):
+        table.add_column(name, justify="right", no_wrap=True)
+    for s in mixture.sources:
+        table.add_row(
+            str(s.index),
+            clean(s.path),
+            f"{s.weight:g}",
+            f"{s.tokens_taken:,}",
+            f"{s.target_tokens:,}",
+            f"{s.documents_taken:,}",
+            f"{s.documents_read:,}",
+            f"{s.epochs:.2f}",
+        )
+    return table
 
 
 def say_bad_records(lines: list[str], skipped: int | None = None) -> None:

@@ -207,7 +207,7 @@ def prepare_against(
     if reference not in REFERENCES:
         raise OptionError(f"--reference must be one of {', '.join(REFERENCES)}; got {reference!r}")
     manifest = reader.manifest
-    if manifest.get("mixture") is not None:
+    if manifest.mixture is not None:
         raise OptionError(
             "--against does not check a mixture (pack --mix) yet: verify without it checks "
             "each source's documents, tokens and source ids against the manifest"

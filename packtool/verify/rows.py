@@ -142,10 +142,10 @@ def _id_limit(manifest: Manifest) -> int | None:
     """The doc ids are below this: the documents read; in a mixture, times the copies of a
     document (copy ``c`` of document ``d`` is ``d + c * doc_id_stride``)."""
     read = manifest.documents_read_recorded
-    mixture = manifest.get("mixture")
-    if read is None or not isinstance(mixture, dict):
+    mixture = manifest.mixture
+    if read is None or mixture is None:
         return read
-    return read * max(1, int(mixture.get("copies") or 1))
+    return read * max(1, mixture.copies)
 
 
 def _check_mixture(
@@ -158,33 +158,31 @@ def _check_mixture(
     """A mixture's rows against its record: each source's documents (the doc ids, less the
     copies, within the source's range) hold the tokens it took, in as many documents. The
     documents the mixture took (copies counted), or None for a pack of no mixture."""
-    mixture = manifest.get("mixture")
-    if not isinstance(mixture, dict):
+    mixture = manifest.mixture
+    if mixture is None:
         return None
-    stride = int(mixture["doc_id_stride"])
-    read_doc = doc % stride
-    for src in mixture["sources"]:
-        first, n = int(src["first_doc"]), int(src["documents_read"])
-        mine = (read_doc >= first) & (read_doc < first + n)
+    read_doc = doc % mixture.doc_id_stride
+    for src in mixture.sources:
+        mine = src.holds(read_doc)
         if source is not None:
-            wrong = mine & (source != src["index"])
+            wrong = mine & (source != src.index)
             if wrong.any():
                 problems.add(
                     "source_ids",
-                    f"{int(np.count_nonzero(wrong))} segments of source {src['index']}'s "
-                    f"documents ({src['path']}) have another source id (the first: "
+                    f"{int(np.count_nonzero(wrong))} segments of source {src.index}'s "
+                    f"documents ({src.path}) have another source id (the first: "
                     f"{int(source[wrong][0])})",
                 )
         tokens = int(length[mine & (length >= 0)].sum())
         documents = int(np.unique(doc[mine]).size)
-        if tokens != src["tokens_taken"] or documents != src["documents_taken"]:
+        if tokens != src.tokens_taken or documents != src.documents_taken:
             problems.add(
                 "mixture",
-                f"source {src['index']} ({src['path']}): the rows hold {tokens} tokens of "
-                f"{documents} documents, the manifest says {src['tokens_taken']} of "
-                f"{src['documents_taken']}",
+                f"source {src.index} ({src.path}): the rows hold {tokens} tokens of "
+                f"{documents} documents, the manifest says {src.tokens_taken} of "
+                f"{src.documents_taken}",
             )
-    return int(sum(s["documents_taken"] for s in mixture["sources"]))
+    return mixture.documents_taken
 
 
 @dataclass
