@@ -291,7 +291,7 @@ def pack(
                 )
             items, source_of_item = store.items(), None
             if run.sources is not None:
-                items, source_of_item, mixture = _mix_stage(run, state, items)
+                items, source_of_item, mixture = _mix_stage(run, state, items, store)
                 extra_manifest = {**(extra_manifest or {}), "mixture": mixture}
             placement = _plan_stage(items, run.options, progress, source_of_item)
             manifest = _write_stage(run, store, state, placement, started, progress, extra_manifest)
@@ -488,7 +488,7 @@ class _Placement:
 
 
 def _mix_stage(
-    run: _Run, state: ReadState, items: np.ndarray
+    run: _Run, state: ReadState, items: np.ndarray, store: TokenStore
 ) -> tuple[np.ndarray, np.ndarray, dict[str, Any]]:
     """``--mix``: the items of the documents each source gives (:func:`plan_mixture`, from
     the tokens each document puts into rows), repeats included, and the manifest's
@@ -531,12 +531,14 @@ def _mix_stage(
         copies.append(np.repeat(copy, n))
         source.append(np.full(at.size, index, np.int64))
     at, copy_of_item = np.concatenate(picked), np.concatenate(copies)
+    learned = _learned_of(store, items, at) if run.plan.labelled else None
     out = items[at].copy()
     out["doc_id"] = out["doc_id"] + copy_of_item * stride
     record = {
         "doc_id_stride": stride,
         "copies": int(copy_of_item.max()) + 1 if copy_of_item.size else 0,
         "tokens": int(sum(t.tokens_taken for t in plan)),
+        **({"learned_tokens": learned} if learned is not None else {}),
         "repeat": o.repeat,
         "sources": [
             {
@@ -558,6 +560,18 @@ def _mix_stage(
         ],
     }
     return out, np.concatenate(source).astype(np.int32), record
+
+
+def _learned_of(store: TokenStore, items: np.ndarray, taken: np.ndarray) -> int:
+    """The learned tokens (labels) of the items ``taken`` (indices, repeats counted)."""
+    unique, times = np.unique(taken, return_counts=True)
+    with store.reader() as source:
+        _, labels, offsets = source.read_ranges(items["offset"][unique], items["length"][unique])
+    assert labels is not None
+    learned = np.concatenate([[0], np.cumsum(labels != IGNORE_INDEX)])
+    length = items["length"][unique].astype(np.int64)
+    per_item = learned[offsets + length] - learned[offsets]
+    return int((per_item * times).sum())
 
 
 def _plan_stage(
@@ -668,7 +682,11 @@ def _manifest(
         counts = Counts(labels=LabelFigures(), tokens=TokenCounts(learned=0)) + counts
     mixture = (extra or {}).get("mixture")
     if mixture is not None:  # the rows hold the documents taken (the documents: as read)
-        tokens = dataclasses.replace(counts.tokens, packed=mixture["tokens"])
+        tokens = dataclasses.replace(
+            counts.tokens,
+            packed=mixture["tokens"],
+            learned=mixture.get("learned_tokens", counts.tokens.learned),
+        )
         counts = dataclasses.replace(counts, tokens=tokens)
     return Manifest.for_pack(
         version=__version__,

@@ -322,3 +322,21 @@ def test_the_pack_summary_names_what_each_source_gave(tmp_path: Path, sources) -
     again = run("pack", *sources, "--mix", "0.5,0.3,0.2", "-L", "256", "-o", out, "--overwrite",
                 "--json")  # fmt: skip
     assert json.loads(again.stdout)["mixture"] == mixture
+
+
+def test_a_mixture_of_instruction_data_counts_the_learned_tokens_of_its_rows(
+    tmp_path: Path,
+) -> None:
+    lines = (REPO / "sample_data" / "prompt_completion.jsonl").read_text("utf-8").splitlines()
+    first, second = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    first.write_text("\n".join(lines[:100]) + "\n", "utf-8")
+    second.write_text("\n".join(lines[100:200]) + "\n", "utf-8")
+    out = tmp_path / "out"
+    args = ("--mix", "0.3,0.7", "--tokens", "40k", "-L", "512", "-o", out, "-q")
+    assert run("pack", first, second, *args).exit_code == 0
+    manifest, rows = read_rows(out)
+    learned = sum(sum(1 for x in row["labels"] if x != -100) for row in rows)
+    assert manifest["tokens"]["learned"] == manifest["labels"]["learned_tokens"] == learned
+    assert manifest["mixture"]["learned_tokens"] == learned
+    assert manifest["mixture"]["sources"][1]["epochs"] > 1  # repeated: copies counted
+    assert verify(out).ok

@@ -203,6 +203,7 @@ def expected_dataset(out_dir: Path, batch_size: int = 8, seed: int = 0) -> dict[
         **expected_learned(rows, max_len),
         "units": expected_units(manifest, rows),
         "balance": expected_balance(manifest, rows, seed),
+        "sources": None,  # a mixture only (tests/test_mix_pack.py)
     }
 
 
