@@ -98,7 +98,7 @@ class PackReport:
     shards: int
     seconds: float
     bad_records: list[str] = field(default_factory=list)
-    manifest: Manifest = field(default_factory=lambda: Manifest({}))
+    manifest: Manifest = field(default_factory=Manifest)
     resumed: bool = False  # continued from a checkpoint (``resume=True``)
     skipped_files: list[str] = field(default_factory=list)  # directory members not read
     tokens_learned: int | None = None  # tokens with a label (instruction data), else None
@@ -125,11 +125,11 @@ class PackReport:
             seconds=seconds,
             bad_records=list(manifest.bad_records),
             manifest=manifest,
-            special_strings=manifest.special_strings,
-            parse_special=manifest.parse_special,
-            notices=manifest.notices,
+            special_strings=manifest.special_strings.documents,
+            parse_special=manifest.special_strings.parsed,
+            notices=manifest.tokenizer.notices,
             tokens_learned=tokens.learned,
-            backend=manifest.backend or {},
+            backend=manifest.tokenizer.backend.record if manifest.tokenizer.backend else {},
         )
 
     @property

@@ -47,7 +47,16 @@ import pyarrow as pa
 
 from ._version import __version__
 from .errors import FormatError, InputError, OptionError
-from .format import MANIFEST_FILE, DocumentCounts, Manifest, Per, column_names, open_packed
+from .format import (
+    MANIFEST_FILE,
+    BalanceRecord,
+    DocumentCounts,
+    Manifest,
+    Per,
+    TokenCounts,
+    column_names,
+    open_packed,
+)
 from .fs import StorePath, as_path, user_cache_dir
 from .instruct import InputShape, detect_shape
 from .limits import MAX_BATCH_SIZE, MAX_LEN_LIMIT, MAX_SEED, check_int, read_token_count
@@ -387,15 +396,15 @@ class BalanceStats:
 def _balance_stats(
     costs: np.ndarray,
     tokens: np.ndarray,
-    recorded: Any,
+    recorded: BalanceRecord | None,
     world_size: int | None,
     micro_batches: int | None,
     seed: int,
 ) -> BalanceStats | None:
     """The step balance of rows (costs in stored order) for ``world_size`` ranks (default:
     the recorded one), ``micro_batches`` rows per rank and step (default: the recorded one)."""
-    recorded = recorded if isinstance(recorded, dict) else {}
-    w = world_size if world_size is not None else recorded.get("world_size")
+    recorded = recorded or BalanceRecord()
+    w = world_size if world_size is not None else recorded.world_size
     if w is None:
         if micro_batches is not None:
             raise OptionError("--micro-batches needs --world-size W (this output records none)")
@@ -408,10 +417,10 @@ def _balance_stats(
             raise OptionError(f"{flag} must be an integer >= 1, got {value!r}")
     if n < w:
         raise OptionError(f"--world-size {w}: the output has only {n} rows")
-    balanced = recorded.get("world_size") == w
-    g = micro_batches or (int(recorded["micro_batches"]) if balanced else 1)
+    balanced = recorded.world_size == w
+    g = micro_batches or (int(recorded.micro_batches or 1) if balanced else 1)
     if balanced:
-        stored_g = int(recorded["micro_batches"])
+        stored_g = int(recorded.micro_batches or 1)
         rows = np.stack([balanced_share(np.arange(n), r, w, stored_g) for r in range(w)])
     else:
         per = n // w
@@ -842,7 +851,7 @@ def dataset_stats(
     """
     started = time.perf_counter()
     _check_batching(batch_size, seed)
-    reader = open_packed(path)
+    reader = open_packed(path, strict=False)  # an older pack too
     manifest = reader.manifest
     max_len = reader.max_len
     cols = _Columns()
@@ -875,7 +884,8 @@ def dataset_stats(
     doc_lengths = doc_lengths.astype(np.int64)
     del doc_ids, chunk_ids, pos
 
-    docs, toks = manifest.documents, manifest.tokens
+    docs = manifest.documents or DocumentCounts()  # an older or damaged record: none
+    toks = manifest.tokens or TokenCounts()
     outcome = DocumentOutcome(
         read=docs.read,
         packed=docs.packed,
@@ -900,7 +910,7 @@ def dataset_stats(
     return DatasetStats(
         path=reader.path,
         shards=len(reader.shard_paths),
-        tokenizer=manifest.tokenizer_name,
+        tokenizer=manifest.tokenizer.name,
         packing=packing,
         document_lengths=_length_summary(doc_lengths, max_len),
         bad_records=[str(b) for b in manifest.bad_records],
@@ -913,7 +923,7 @@ def dataset_stats(
 
 def _units_summary(manifest: Manifest) -> dict[str, Any] | None:
     """What packing within units cost, from the manifest ``packtool merge`` wrote."""
-    units = manifest.merged_units
+    units = manifest.units
     if units is None or manifest.global_ffd_rows is None:
         return None
     return {

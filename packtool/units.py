@@ -390,7 +390,7 @@ def finished_unit(unit: Unit, out_dir: str | os.PathLike[str]) -> Manifest | Non
         manifest = read_manifest(directory)
     except FormatError:
         return None  # an unreadable marker: pack the unit again
-    recorded = manifest.unit_record
+    recorded = manifest.unit
     if recorded is not None and recorded.plan == unit.plan and recorded.index == unit.index:
         return manifest
     raise OutputExistsError(
