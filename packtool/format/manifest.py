@@ -12,7 +12,7 @@ import json
 import os
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -33,12 +33,14 @@ from .records import (
     SpecialStrings,
     TokenizerRecord,
     UnitRecord,
-    int_or_none,
+    is_count,
     key,
     load,
     local,
     raw,
+    shard_entry_problem,
     to_record,
+    whole,
 )
 
 __all__ = [
@@ -55,35 +57,6 @@ __all__ = [
 FORMAT_NAME = "packtool.packed"
 FORMAT_VERSION = 1
 MANIFEST_FILE = "manifest.json"
-
-
-_HISTOGRAM_MAX_VALUES = 1 << 16  # distinct lengths; beyond, the record is left out
-
-
-def _length_histogram(lengths: np.ndarray | None) -> dict[str, list[int]] | None:
-    """The segment lengths as a histogram (``values``, ``counts``): what a merge of work units
-    needs to count the global FFD rows without reading the units' shards."""
-    if lengths is None:
-        return None
-    lengths = np.asarray(lengths)
-    if lengths.size and int(lengths.min()) >= 0 and int(lengths.max()) < (1 << 22):
-        every = np.bincount(lengths)  # one pass, no sort: 20M segments in about 0.1 s
-        values = np.flatnonzero(every)
-        counts = every[values]
-    else:
-        values, counts = np.unique(lengths.astype(np.int64), return_counts=True)
-    if values.size > _HISTOGRAM_MAX_VALUES:
-        return None
-    return {"values": values.tolist(), "counts": counts.tolist()}
-
-
-def _whole(record: Mapping[str, Any], name: str, counts: type) -> bool:
-    """Whether the section ``name`` of ``record`` holds each count of ``counts`` (those not
-    optional) as an integer."""
-    section = record.get(name)
-    return isinstance(section, dict) and all(
-        int_or_none(section.get(f.name)) is not None for f in fields(counts) if "None" not in f.type
-    )
 
 
 _DOCUMENT_PARTS = ("packed", "split", "truncated", "dropped", "empty", "bad_records_skipped")
@@ -149,8 +122,8 @@ class Manifest(Mapping[str, Any]):
         assert loaded is not None
         return replace(
             loaded,
-            documents=loaded.documents if _whole(record, "documents", DocumentCounts) else None,
-            tokens=loaded.tokens if _whole(record, "tokens", TokenCounts) else None,
+            documents=loaded.documents if whole(DocumentCounts, record.get("documents")) else None,
+            tokens=loaded.tokens if whole(TokenCounts, record.get("tokens")) else None,
             path=path,
             load_problems=tuple(problems.found),
         )
@@ -221,9 +194,9 @@ class Manifest(Mapping[str, Any]):
             "seconds": round(f.seconds, 3),
             **(extra or {}),
         }
-        histogram = _length_histogram(f.segment_lengths)
+        histogram = Histogram.of(f.segment_lengths)
         if histogram is not None:
-            data["segment_lengths"] = histogram
+            data["segment_lengths"] = histogram.to_record()
         if global_ffd_rows is not None:
             data["global_ffd_rows"] = global_ffd_rows
         if units is not None:
@@ -246,20 +219,9 @@ class Manifest(Mapping[str, Any]):
 
     def summary(self) -> dict[str, Any]:
         """The record's counts and figures (for ``--json`` output): documents, tokens, rows..."""
-        keys = (
-            "documents",
-            "segments",
-            "tokens",
-            "rows",
-            "lower_bound_rows",
-            "rows_over_lower_bound",
-            "efficiency",
-            "global_ffd_rows",
-            "bad_records",
-            "special_strings",
-            "seconds",
-            "labels",
-        )
+        keys = ("documents", "segments", "tokens", "rows", "lower_bound_rows")
+        keys += ("rows_over_lower_bound", "efficiency", "global_ffd_rows", "bad_records")
+        keys += ("special_strings", "seconds", "labels")
         out = {k: self.record[k] for k in keys if k in self.record}
         tokenizer = self.tokenizer.record
         if "eos_appended" in tokenizer:  # {"token", "id"} of the EOS after every document
@@ -371,11 +333,7 @@ class Manifest(Mapping[str, Any]):
     def segment_lengths(self) -> np.ndarray | None:
         """Every segment's length (sorted), from the recorded histogram; None if there is none
         or it does not add up to the segments recorded."""
-        h = self.histogram
-        if h is None or len(h.values) != len(h.counts) or min(h.counts, default=0) < 0:
-            return None
-        out = np.repeat(np.asarray(h.values, np.int64), np.asarray(h.counts, np.int64))
-        return out if out.size == (self.segments or 0) else None
+        return self.histogram.lengths(self.segments or 0) if self.histogram else None
 
 
 def read_manifest(path: str | os.PathLike[str] | StorePath, *, strict: bool = True) -> Manifest:
@@ -412,10 +370,6 @@ def read_manifest(path: str | os.PathLike[str] | StorePath, *, strict: bool = Tr
     return Manifest.from_record(manifest, manifest_path, strict=strict)
 
 
-def is_count(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
-
-
 def _manifest_problem(manifest: dict[str, Any]) -> str | None:
     """The first thing that makes ``manifest`` unusable for reading rows, or None.
 
@@ -435,30 +389,4 @@ def _manifest_problem(manifest: dict[str, Any]) -> str | None:
         problem = shard_entry_problem(i, shard)
         if problem:
             return problem
-    return None
-
-
-def shard_entry_problem(i: int, shard: Any) -> str | None:
-    """What is wrong with ``shards[i]`` of a manifest, or None.
-
-    ``file`` is a path relative to the dataset directory, with ``/`` between its parts: a
-    plain name (``data-00000-of-00002.arrow``), or one inside a sub-directory (a merge without
-    copying lists ``units/unit-00003-of-00008/data-00000-of-00001.arrow``). No part is empty or
-    starts with ``.``, so a manifest cannot make a reader open ``../../somewhere`` or ``/etc``.
-    """
-    if not isinstance(shard, dict):
-        return f"shards[{i}] is not an object"
-    name = shard.get("file")
-    if (
-        not isinstance(name, str)
-        or not name
-        or "\\" in name
-        or ":" in name
-        or any(not part or part.startswith(".") for part in name.split("/"))
-    ):
-        return f"shards[{i}].file is {name!r}, not a path inside the dataset directory"
-    if not is_count(shard.get("rows")):
-        return f"shards[{i}].rows is {shard.get('rows')!r}, not a row count"
-    if not is_count(shard.get("doc_offset", 0)):
-        return f"shards[{i}].doc_offset is {shard.get('doc_offset')!r}, not a document count"
     return None

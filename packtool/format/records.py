@@ -20,6 +20,8 @@ from dataclasses import MISSING, Field, dataclass, field, fields, is_dataclass
 from functools import cache
 from typing import Any, TypeVar, get_args, get_origin
 
+import numpy as np
+
 from ..errors import FormatError
 
 __all__ = [
@@ -41,10 +43,13 @@ __all__ = [
     "TokenizerRecord",
     "UnitRecord",
     "int_or_none",
+    "is_count",
     "key",
     "load",
     "raw",
+    "shard_entry_problem",
     "to_record",
+    "whole",
 ]
 
 R = TypeVar("R")
@@ -111,10 +116,13 @@ def _convert(tp: Any, value: Any, problems: Problems, at: str) -> Any:
         items = [_convert(args[0], v, problems, f"{at}[{i}]") for i, v in enumerate(value)]
         return origin(v for v in items if v is not _BAD)
     if tp is dict or origin is dict:
-        if isinstance(value, dict):
+        if not isinstance(value, dict):
+            problems.add(f"{at} must be an object, got {_shown(value)}")
+            return _BAD
+        if not args or args[1] is Any:
             return dict(value)
-        problems.add(f"{at} must be an object, got {_shown(value)}")
-        return _BAD
+        items = {k: _convert(args[1], v, problems, f"{at}.{k}") for k, v in value.items()}
+        return {k: v for k, v in items.items() if v is not _BAD}
     good = isinstance(value, tp) and (tp is bool or not isinstance(value, bool))
     if tp is float and isinstance(value, int) and not isinstance(value, bool):
         return float(value)
@@ -355,12 +363,79 @@ class SpecialStrings(Record):
     parsed: bool = False
 
 
+_HISTOGRAM_MAX_VALUES = 1 << 16  # distinct lengths; beyond, the record is left out
+
+
 @dataclass(frozen=True)
 class Histogram(Record):
-    """A histogram of lengths (``segment_lengths``): each value and how often it occurs."""
+    """A histogram of lengths (``segment_lengths``): each value and how often it occurs; what
+    a merge of work units counts the global FFD rows from, without reading their shards."""
 
     values: list[int]
     counts: list[int]
+
+    @staticmethod
+    def of(lengths: np.ndarray | None) -> Histogram | None:
+        """The histogram of ``lengths`` (None if they have too many distinct values)."""
+        if lengths is None:
+            return None
+        lengths = np.asarray(lengths)
+        if lengths.size and int(lengths.min()) >= 0 and int(lengths.max()) < (1 << 22):
+            every = np.bincount(lengths)  # one pass, no sort: 20M segments in about 0.1 s
+            values = np.flatnonzero(every)
+            counts = every[values]
+        else:
+            values, counts = np.unique(lengths.astype(np.int64), return_counts=True)
+        if values.size > _HISTOGRAM_MAX_VALUES:
+            return None
+        return Histogram(values.tolist(), counts.tolist())
+
+    def lengths(self, size: int) -> np.ndarray | None:
+        """Every length (sorted), or None unless there are ``size`` of them."""
+        if len(self.values) != len(self.counts) or min(self.counts, default=0) < 0:
+            return None
+        out = np.repeat(np.asarray(self.values, np.int64), np.asarray(self.counts, np.int64))
+        return out if out.size == size else None
+
+
+def whole(cls: type, record: Any) -> bool:
+    """Whether ``record`` holds every field of ``cls`` that is not optional, as an integer
+    (the counts of :mod:`.counts`: their defaults are for counting, not for reading)."""
+    return isinstance(record, dict) and all(
+        int_or_none(record.get(f.name)) is not None
+        for f in fields(cls)
+        if "None" not in str(f.type)
+    )
+
+
+def is_count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def shard_entry_problem(i: int, shard: Any) -> str | None:
+    """What is wrong with ``shards[i]`` of a manifest, or None.
+
+    ``file`` is a path relative to the dataset directory, with ``/`` between its parts: a
+    plain name (``data-00000-of-00002.arrow``), or one inside a sub-directory (a merge without
+    copying lists ``units/unit-00003-of-00008/data-00000-of-00001.arrow``). No part is empty or
+    starts with ``.``, so a manifest cannot make a reader open ``../../somewhere`` or ``/etc``.
+    """
+    if not isinstance(shard, dict):
+        return f"shards[{i}] is not an object"
+    name = shard.get("file")
+    if (
+        not isinstance(name, str)
+        or not name
+        or "\\" in name
+        or ":" in name
+        or any(not part or part.startswith(".") for part in name.split("/"))
+    ):
+        return f"shards[{i}].file is {name!r}, not a path inside the dataset directory"
+    if not is_count(shard.get("rows")):
+        return f"shards[{i}].rows is {shard.get('rows')!r}, not a row count"
+    if not is_count(shard.get("doc_offset", 0)):
+        return f"shards[{i}].doc_offset is {shard.get('doc_offset')!r}, not a document count"
+    return None
 
 
 @dataclass(frozen=True)
