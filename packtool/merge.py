@@ -40,7 +40,6 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ._version import __version__
 from .errors import FormatError, OptionError, PacktoolError
 from .format import (
     CHAT_TEMPLATE_FILE,
@@ -669,7 +668,6 @@ def _manifest(
     for m in manifests:
         bad.extend(m.bad_records[: _BAD_RECORDS_KEPT - len(bad)])
     return Manifest.for_pack(
-        version=__version__,
         tokenizer=first.tokenizer.record,
         options=options,
         inputs=_global_inputs(units, first_docs),

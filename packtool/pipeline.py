@@ -28,7 +28,6 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from ._version import __version__
 from .errors import InputError, OptionError
 from .format import (
     CHAT_TEMPLATE_FILE,
@@ -585,7 +584,6 @@ def _manifest(
     assert o.max_len is not None
     learned = state.label_counts["learned"] if run.plan.labelled else None
     return Manifest.for_pack(
-        version=__version__,
         tokenizer={
             **_describe_tokenizer(run.tok, o.pad_id, run.pad_from),
             "backend": state.backend or _backend(run.plan).describe(),

@@ -202,7 +202,7 @@ def test_the_segment_length_histogram_is_exact(tmp_path: Path) -> None:
     for lengths in (rng.integers(1, 4097, 5000), rng.integers(1, 1 << 24, 300), np.zeros(0)):
         lengths = lengths.astype(np.int32)
         m = Manifest.for_pack(
-            version="0", tokenizer={}, options={}, inputs=[],
+            tokenizer={}, options={}, inputs=[],
             figures=RunFigures(DocumentCounts(), int(lengths.size), TokenCounts(), 1, 1, 1 << 24,
                                [], 0, False, 0.0, segment_lengths=lengths),
         )  # fmt: skip

@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from .._version import __version__
 from ..errors import FormatError
 from ..fs import StorePath, as_path
 from .counts import DocumentCounts, RunFigures, TokenCounts
@@ -154,7 +155,6 @@ class Manifest(Mapping[str, Any]):
     def for_pack(
         cls,
         *,
-        version: str,
         tokenizer: Mapping[str, Any],
         options: Mapping[str, Any],
         inputs: list[dict[str, Any]],
@@ -165,8 +165,8 @@ class Manifest(Mapping[str, Any]):
         units: Mapping[str, Any] | None = None,
         extra: Mapping[str, Any] | None = None,
     ) -> Manifest:
-        """The body of a pack's manifest (a merge's: with ``global_ffd_rows`` and ``units``);
-        :meth:`ShardWriter.commit` adds the layout."""
+        """The body of a pack's manifest, written by this packtool (a merge's: with
+        ``global_ffd_rows`` and ``units``); :meth:`ShardWriter.commit` adds the layout."""
         f = figures
         documents, tokens, rows = f.documents, f.tokens, f.rows
         token_record: dict[str, Any] = {
@@ -177,7 +177,7 @@ class Manifest(Mapping[str, Any]):
         if tokens.learned is not None:
             token_record["learned"] = tokens.learned
         data: dict[str, Any] = {
-            "packtool_version": version,
+            "packtool_version": __version__,
             "created_unix": int(time.time()),
             "tokenizer": dict(tokenizer),
             "options": dict(options),
