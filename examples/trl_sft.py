@@ -51,7 +51,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, float]:
             num_attention_heads=4,
             num_key_value_heads=2,
             max_position_embeddings=packed.max_len,
-            pad_token_id=special["pad_id"],
+            pad_token_id=special.pad_id,
         )
     )
     # -- the user code ----------------------------------------------------------------------
