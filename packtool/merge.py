@@ -46,13 +46,13 @@ from .format import (
     MANIFEST_FILE,
     MERGE_STAGE,
     TOKENIZER_CONFIG_FILE,
+    Counts,
     DocumentCounts,
     InputRecord,
     Manifest,
     RunFigures,
     ShardEntry,
     ShardWriter,
-    TokenCounts,
     UnitRecord,
     commit_in_place,
     open_packed,
@@ -168,6 +168,8 @@ def _load_units(out: Path) -> list[tuple[Path, Manifest]]:
         record = m.unit
         if record is None or record.count != count:
             raise FormatError(f"{path}: not a unit output (its manifest has no unit record)")
+        if m.documents is None or m.tokens is None or m.rows is None:
+            raise FormatError(f"{path}: its manifest does not hold every count: pack it again")
         if record.plan != _unit(first).plan:
             raise FormatError(
                 f"{path} was packed with other inputs or options than {units[0][0]}: "
@@ -319,11 +321,11 @@ def _global_rows(lengths: np.ndarray, max_len: int) -> int:
 def _first_docs(out: Path, manifests: Sequence[Manifest]) -> list[int]:
     """The corpus-wide number of each unit's first document; an empty corpus is the error."""
     if not any(m.segments for m in manifests):  # every unit is empty: so is the corpus
-        counts = DocumentCounts.total(m.documents for m in manifests)
+        counts = DocumentCounts.total(m.counts.documents for m in manifests)
         paths = list(dict.fromkeys(i.path for m in manifests for i in m.inputs))
         bad = [str(b) for m in manifests for b in m.bad_records]
         raise counts.nothing_to_pack(paths or [str(out)], bad_records=bad)
-    docs_read = [m.documents.read for m in manifests]
+    docs_read = [m.counts.documents.read for m in manifests]
     return [int(x) for x in np.concatenate([[0], np.cumsum(docs_read)[:-1]])]
 
 
@@ -644,9 +646,9 @@ def _manifest(
             "index": _unit(m).index,
             "directory": f"{UNITS_DIR}/{path.name}",
             "first_doc": base,
-            "documents": m.documents.read,
+            "documents": m.counts.documents.read,
             "segments": m.segments,
-            "tokens": m.tokens.packed,
+            "tokens": m.counts.tokens.packed,
             "rows": m.rows,
             "lower_bound_rows": m.lower_bound_rows,
             "efficiency": m.efficiency,
@@ -656,7 +658,7 @@ def _manifest(
         }
         for (path, m), base in zip(units, first_docs, strict=True)
     ]
-    tokens = TokenCounts.total(m.tokens for m in manifests)
+    counts = Counts.total(m.counts for m in manifests)
     bad: list[Any] = []
     for m in manifests:
         bad.extend(m.bad_records[: _BAD_RECORDS_KEPT - len(bad)])
@@ -665,11 +667,10 @@ def _manifest(
         options=options,
         inputs=_global_inputs(units, first_docs),
         figures=RunFigures(
-            documents=DocumentCounts.total(m.documents for m in manifests),
+            counts=counts,
             segments=sum(m.segments or 0 for m in manifests),
-            tokens=tokens,
             rows=n_rows,
-            lower_bound_rows=lower_bound_rows(tokens.packed, first.max_len),
+            lower_bound_rows=lower_bound_rows(counts.tokens.packed, first.max_len),
             max_len=first.max_len,
             bad_records=bad,
             special_strings=sum(m.special_strings.documents for m in manifests),

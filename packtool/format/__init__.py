@@ -7,7 +7,7 @@ thing for people. One job per module:
 
 - :mod:`.schema`: the table of the packed columns (``COLUMNS``), and what is derived from it:
   the Arrow schema, the `datasets` features, the bytes of a row, the schema check;
-- :mod:`.counts`: what a run counted (documents, tokens, the run's figures);
+- :mod:`.counts`: what a run records: its counts (:class:`Counts`), the run's figures;
 - :mod:`.manifest`: :class:`Manifest`, the record parsed into typed fields,
   :func:`read_manifest` and checks;
 - :mod:`.records`: the manifest's sub-records as frozen dataclasses (the tokenizer, the
@@ -24,7 +24,7 @@ thing for people. One job per module:
 
 from __future__ import annotations
 
-from .counts import DocumentCounts, RunFigures, TokenCounts
+from .counts import Counts, DocumentCounts, LabelFigures, RunFigures, TokenCounts
 from .manifest import (
     FORMAT_NAME,
     FORMAT_VERSION,
@@ -89,9 +89,11 @@ __all__ = [
     "BalanceRecord",
     "ChatTemplateRecord",
     "Column",
+    "Counts",
     "DocumentCounts",
     "InputRecord",
     "LabelCounts",
+    "LabelFigures",
     "Manifest",
     "MergedUnits",
     "OptionsRecord",

@@ -12,7 +12,7 @@ import json
 import os
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +21,7 @@ import numpy as np
 from .._version import __version__
 from ..errors import FormatError
 from ..fs import StorePath, as_path
-from .counts import DocumentCounts, RunFigures, TokenCounts
+from .counts import Counts, DocumentCounts, LabelFigures, RunFigures, TokenCounts
 from .records import (
     BalanceRecord,
     Histogram,
@@ -60,7 +60,6 @@ FORMAT_VERSION = 1
 MANIFEST_FILE = "manifest.json"
 
 
-_DOCUMENT_PARTS = ("packed", "split", "truncated", "dropped", "empty", "bad_records_skipped")
 _LABEL_COUNTS = (
     "learned_tokens",
     "documents_without_labels",
@@ -168,23 +167,16 @@ class Manifest(Mapping[str, Any]):
         """The body of a pack's manifest, written by this packtool (a merge's: with
         ``global_ffd_rows`` and ``units``); :meth:`ShardWriter.commit` adds the layout."""
         f = figures
-        documents, tokens, rows = f.documents, f.tokens, f.rows
-        token_record: dict[str, Any] = {
-            "packed": tokens.packed,
-            "truncated_away": tokens.truncated_away,
-            "dropped": tokens.dropped,
-        }
-        if tokens.learned is not None:
-            token_record["learned"] = tokens.learned
+        tokens, rows = f.counts.tokens, f.rows
         data: dict[str, Any] = {
             "packtool_version": __version__,
             "created_unix": int(time.time()),
             "tokenizer": dict(tokenizer),
             "options": dict(options),
             "inputs": inputs,
-            "documents": asdict(documents),
+            "documents": asdict(f.counts.documents),
             "segments": f.segments,
-            "tokens": token_record,
+            "tokens": tokens.to_record(),
             "rows": rows,
             "lower_bound_rows": f.lower_bound_rows,
             "rows_over_lower_bound": rows - f.lower_bound_rows,
@@ -264,8 +256,10 @@ class Manifest(Mapping[str, Any]):
         max_len, rows, documents = self.max_len, self.rows, self.documents
         if documents is None:
             found.append("'documents' does not hold every count (read, packed, split, ...)")
-        elif (accounted := sum(getattr(documents, k) for k in _DOCUMENT_PARTS)) != documents.read:
-            found.append(f"documents.read is {documents.read}, but its parts add up to {accounted}")
+        elif documents.accounted != documents.read:
+            found.append(
+                f"documents.read is {documents.read}, but its parts add up to {documents.accounted}"
+            )
         shard_rows = sum(s.rows for s in self.shards)
         if rows is None:
             found.append("no 'rows' count")
@@ -323,6 +317,16 @@ class Manifest(Mapping[str, Any]):
     def row_seed(self) -> int | None:
         """The seed of the row shuffle (``options.seed``), or None if not shuffled."""
         return self.recorded_options.seed if self.recorded_options.shuffle else None
+
+    @property
+    def counts(self) -> Counts:
+        """What the run counted of its documents, as one record: ``documents``, ``tokens``
+        and (instruction data) the ``labels`` counts; zeros for a section not recorded whole
+        (an older or damaged record: :meth:`problems` names it)."""
+        labels, figures = self.labels, None
+        if labels is not None:  # LabelFigures' counts, of the same names as the record's
+            figures = LabelFigures(*(getattr(labels, f.name) or 0 for f in fields(LabelFigures)))
+        return Counts(self.documents or DocumentCounts(), self.tokens or TokenCounts(), figures)
 
     @property
     def dropped_label_chunks(self) -> int:
