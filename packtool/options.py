@@ -132,6 +132,7 @@ class PackOptions:
     loss_mask_field: str | None = None  # ... or a 0/1 mask of the learned tokens
     vocab_size: int | None = None  # ids must be below it (default: the tokenizer's)
     split_on_eos: int | None = None  # cut pre-tokenized records after each of this id
+    pad_to_multiple_of: int | None = None  # every segment padded to a multiple of it
     # How rows are laid out (the fields of ``layout``)
     shuffle: bool = True
     seed: int = 0
@@ -190,6 +191,7 @@ class PackOptions:
         check_int("--check-sample", self.check_sample, 0, MAX_CHECK_SAMPLE)
         self._check_units()
         self._check_ids()
+        self._check_alignment()
         for name in ("tokenizer", "chat_template"):  # paths as text: they pickle and print
             value = getattr(self, name)
             if isinstance(value, os.PathLike):
@@ -215,6 +217,23 @@ class PackOptions:
             check_int("--vocab-size", self.vocab_size, 1, 1 << 31)
         if self.split_on_eos is not None:
             check_int("--split-on-eos", self.split_on_eos, 0, (1 << 31) - 1)
+
+    def _check_alignment(self) -> None:
+        n = self.pad_to_multiple_of
+        if n is None:
+            return
+        check_int("--pad-to-multiple-of", n, 1, MAX_LEN_LIMIT)
+        if self.max_len is not None and self.max_len % n:
+            lower, higher = self.max_len // n * n, -(-self.max_len // n) * n
+            raise OptionError(
+                f"--max-len {self.max_len} is not a multiple of --pad-to-multiple-of {n}: "
+                f"use --max-len {higher}" + (f" or {lower}" if lower >= 2 else "")
+            )
+
+    @property
+    def alignment(self) -> int:
+        """The multiple every segment is padded to (1: none)."""
+        return self.pad_to_multiple_of or 1
 
     def _check_units(self) -> None:
         if self.units is not None:
@@ -277,6 +296,8 @@ class PackOptions:
         out = {name: getattr(self, name) for name in _ROWS_KEY}
         template = self.chat_template
         out["chat_template"] = None if template is None else getattr(template, "sha256", template)
+        if self.alignment > 1:  # left out otherwise: the keys of earlier runs stay the same
+            out["pad_to_multiple_of"] = self.alignment
         return out
 
     def describe(self) -> dict[str, Any]:
@@ -292,6 +313,7 @@ class PackOptions:
             "skip_bad_records": self.skip_bad_records,
             "split": self.split,
             "txt_unit": self.txt_unit,
+            **({"pad_to_multiple_of": self.alignment} if self.alignment > 1 else {}),
         }
 
     def changed(self, *names: str) -> list[str]:

@@ -54,6 +54,7 @@ from .order import attention_costs, row_sums, stored_order
 from .packing import (
     Overflow,
     RowPlan,
+    aligned_lengths,
     cut_items,
     first_fit_decreasing,
     lower_bound_rows,
@@ -494,13 +495,14 @@ def _plan_stage(store: TokenStore, o: PackOptions, progress: ProgressCallback | 
     item_len = items["length"]
     if progress:
         progress("pack", 0, int(item_len.size))
-    row_of_item = first_fit_decreasing(item_len, o.max_len)
-    order, row_starts = plan_rows(row_of_item, item_len)
+    spans = aligned_lengths(item_len, o.alignment)  # FFD packs the padded lengths
+    row_of_item = first_fit_decreasing(spans, o.max_len)
+    order, row_starts = plan_rows(row_of_item, spans)
     n_rows = int(row_starts.size - 1)
     if progress:
         progress("pack", int(item_len.size), int(item_len.size))
     plan = RowPlan(items["offset"], item_len, items["doc_id"], items["chunk_id"], order, row_starts)
-    seg_lengths, per_row = item_len[order], np.diff(row_starts)
+    seg_lengths, per_row = spans[order], np.diff(row_starts)
     output_order, balance = stored_order(
         n_rows,
         lambda: (attention_costs(seg_lengths, per_row), row_sums(seg_lengths, per_row)),
@@ -535,7 +537,9 @@ def _write_stage(
         with store.reader() as source:
             for start in range(0, n_rows, block):
                 plan_block = placement.output_order[start : start + block]
-                yield gather_rows(source, placement.plan, plan_block, o.max_len, o.pad_id)
+                yield gather_rows(
+                    source, placement.plan, plan_block, o.max_len, o.pad_id, align=o.alignment
+                )
 
     writer = ShardWriter(
         run.out,
@@ -544,6 +548,7 @@ def _write_stage(
         rows_per_shard=rows_per_shard,
         with_labels=run.plan.labelled,
         overwrite=o.overwrite,
+        aligned=o.alignment > 1,
     )
     return write_dataset(
         writer,

@@ -404,6 +404,16 @@ class Manifest(Mapping[str, Any]):
         return "seq_lengths" in self.columns
 
     @property
+    def aligned(self) -> bool:
+        """Whether the rows hold ``cu_seqlens_unpadded`` (a pack with ``--pad-to-multiple-of``)."""
+        return "cu_seqlens_unpadded" in self.columns
+
+    @property
+    def pad_to_multiple_of(self) -> int:
+        """The multiple every segment is padded to (``options.pad_to_multiple_of``; 1: none)."""
+        return int_or_none(self.options.get("pad_to_multiple_of")) or 1
+
+    @property
     def shards(self) -> list[ShardEntry]:
         return [ShardEntry.from_record(s) for s in self._data.get("shards", [])]
 
