@@ -560,3 +560,36 @@ def test_collate_for_context_parallel_shards(packs: dict[str, Path], cp: int) ->
             assert torch.equal(shards["shift_labels"][rank][b], want)
     with pytest.raises(OptionError, match="multiple of 1024"):
         collate(rows, cp_size=512)
+
+
+def test_megatron_export_holds_no_alignment_pad(packs: dict[str, Path], tmp_path: Path) -> None:
+    """A Megatron-LM indexed dataset holds documents, not rows: the aligned pack's is the
+    plain pack's, byte for byte."""
+    for kind in ("text", "text-aligned"):
+        export(packs[kind], tmp_path / kind, to="megatron")
+        assert verify_export(packs[kind], tmp_path / kind).problems == []
+    for name in sorted(
+        p.name for p in (tmp_path / "text").iterdir() if p.suffix in (".bin", ".idx")
+    ):
+        assert (tmp_path / "text" / name).read_bytes() == (
+            tmp_path / "text-aligned" / name
+        ).read_bytes()
+
+
+def test_litdata_items_of_an_aligned_pack_collate_as_its_rows(
+    packs: dict[str, Path], tmp_path: Path
+) -> None:
+    litdata = pytest.importorskip("litdata")
+    out = packs["chat-aligned"]
+    export(out, tmp_path / "ld", to="litdata")
+    assert verify_export(out, tmp_path / "ld").problems == []
+    items = litdata.StreamingDataset(str(tmp_path / "ld"))
+    reader = packtool.open_packed(out)
+    rows = _several(out)
+    for i in rows:
+        assert items[i]["cu_seqlens_unpadded"].tolist() == reader[i].cu_seqlens_unpadded.tolist()
+        assert items[i]["seq_lengths"].tolist() == reader[i].seq_lengths.tolist()
+    ds = PackedDataset(out)
+    assert torch.equal(
+        collate([items[i] for i in rows])["labels"], collate([ds[i] for i in rows])["labels"]
+    )

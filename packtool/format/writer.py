@@ -321,6 +321,7 @@ def commit_in_place(
     shards: Sequence[ShardEntry],
     manifest: Mapping[str, Any],
     added: bool = True,
+    aligned: bool = False,
 ) -> Manifest:
     """Commit a dataset whose shards already lie under ``out_dir``: no row is written.
 
@@ -331,7 +332,7 @@ def commit_in_place(
     metadata that does not match it. Returns the manifest.
     """
     out = Path(out_dir)
-    schema = packed_schema(max_len, with_labels, added)
+    schema = packed_schema(max_len, with_labels, added, aligned)
     for i, entry in enumerate(shards):
         problem = shard_entry_problem(i, entry.to_record())
         if problem:
