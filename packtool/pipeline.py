@@ -596,7 +596,12 @@ def _manifest(
             "backend": state.backend or _backend(run.plan).describe(),
             "eos_appended": eos_appended(run.tok, run.plan),
         },
-        options={**o.describe(), **run.plan.describe()},
+        options={
+            **o.describe(),
+            **run.plan.describe(),
+            # only when given, so that the packs made before the option still verify
+            **({"pad_to_multiple_of": o.alignment} if o.alignment > 1 else {}),
+        },
         inputs=state.input_records,
         figures=RunFigures(
             documents=state.counts,
