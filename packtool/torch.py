@@ -80,7 +80,9 @@ class PackedDataset(Dataset):
     ``cu_seqlens`` (int32, the row's segment boundaries, padding tail included), ``num_tokens``
     (int, real tokens; the padding segment is ``[num_tokens, max_len)``), ``row`` (int, the row's
     number in the whole output) and ``labels`` (int64, ``[max_len]``: :func:`learned_labels`,
-    the row's ``input_ids`` or its stored ``labels`` column, -100 on padding and document starts).
+    the row's ``input_ids`` or its stored ``labels`` column, -100 on padding and document starts);
+    a row of an aligned pack (``--pad-to-multiple-of``) also has ``cu_seqlens_unpadded`` (int32,
+    the real boundaries) and ``labels`` -100 on every alignment pad.
     Batch items with :func:`collate`. ``input_ids``, ``position_ids`` and ``labels`` are enough
     for it, so the rows survive Hugging Face Trainer's default ``remove_unused_columns=True``,
     which drops every key the model's ``forward`` does not name.
