@@ -30,10 +30,10 @@ padded with EOS to ``ceil(n / N) * N + 1`` tokens, so that its inputs after the 
 row's padded span, a multiple of N; their collate finds the real length by the trailing EOS
 (``cu_seqlens_unpadded``) and the padded one by ``seq_start_id`` (``cu_seqlens``)::
 
-    row          a0 a1 a2 E  P  P  b0 E        max_len 8, N 3: cu_seqlens [0, 6, 8]... (spans 6, 3)
-    input_ids    a0 a1 a2 E  E  E  E  b0 E  E  E  E        a: 4 real + 3 EOS; b: 2 real + 2 EOS
+    row          a0 a1 a2 E  P  P  b0 E  P        max_len 9, N 3, cu_seqlens [0, 6, 9]
+    input_ids    a0 a1 a2 E  E  E  E  b0 E  E  E     a: 4 real + 3 EOS; b: 2 real + 2 EOS
     seq_start_id [0, 7]
-    loss_mask    1  1  1  0  0  0  0  1  0  0  0  0
+    loss_mask    1  1  1  0  0  0  0  1  0  0  0     (a text pack: every next token)
 """
 
 from __future__ import annotations
