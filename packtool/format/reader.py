@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +34,7 @@ class Segment:
     length: int
     doc_id: int | None  # None for the padding segment
     chunk_id: int | None
-    pad: int = 0  # the alignment pad after the document's tokens
+    pad: int = field(default=0, kw_only=True)  # the alignment pad after the document's tokens
 
     @property
     def end(self) -> int:
@@ -97,7 +97,9 @@ class PackedRow:
             if i < len(self.doc_ids):
                 n = end - start if real is None else int(real[i])
                 out.append(
-                    Segment(start, n, int(self.doc_ids[i]), int(self.chunk_ids[i]), end - start - n)
+                    Segment(
+                        start, n, int(self.doc_ids[i]), int(self.chunk_ids[i]), pad=end - start - n
+                    )
                 )
             else:
                 out.append(Segment(start, end - start, None, None))
