@@ -2,15 +2,17 @@
 
 ``pack`` writes through :class:`ShardWriter`; ``stats``, ``inspect``, ``verify``, the exports
 and the training side read through :func:`open_packed`; every other module reads the
-manifest through :class:`Manifest`'s typed accessors. ``docs/format.md`` describes the same
+manifest through :class:`Manifest`'s typed fields. ``docs/format.md`` describes the same
 thing for people. One job per module:
 
 - :mod:`.schema`: the table of the packed columns (``COLUMNS``), and what is derived from it:
   the Arrow schema, the `datasets` features, the bytes of a row, the schema check;
-- :mod:`.counts`: what a run counted (documents, tokens, the run's figures);
-- :mod:`.manifest`: :class:`Manifest`, its typed accessors, :func:`read_manifest` and checks;
-- :mod:`.records`: typed views of the manifest's sub-records (inputs, labels, the chat
-  template, a unit's record, a merge's units);
+- :mod:`.counts`: what a run records: its counts (:class:`Counts`), the run's figures;
+- :mod:`.manifest`: :class:`Manifest`, the record parsed into typed fields,
+  :func:`read_manifest` and checks;
+- :mod:`.records`: the manifest's sub-records as frozen dataclasses (the tokenizer, the
+  inputs, the shards, labels, a unit's record, a merge's units...) and the one loader that
+  builds them from JSON, strict or lenient;
 - :mod:`.output`: the output directory: its names, the checks before writing, durable writes,
   the commit by rename, the copy onto a store, the temporaries of killed runs;
 - :mod:`.metadata`: the `datasets` metadata beside the shards, and the files' check;
@@ -22,7 +24,7 @@ thing for people. One job per module:
 
 from __future__ import annotations
 
-from .counts import DocumentCounts, RunFigures, TokenCounts
+from .counts import Counts, DocumentCounts, LabelFigures, RunFigures, TokenCounts
 from .manifest import (
     FORMAT_NAME,
     FORMAT_VERSION,
@@ -47,11 +49,15 @@ from .output import (
 from .reader import PackedReader, PackedRow, Segment, open_packed
 from .records import (
     BackendRecord,
+    BalanceRecord,
     ChatTemplateRecord,
     InputRecord,
     LabelCounts,
     MergedUnits,
+    OptionsRecord,
     PieceRecord,
+    SpecialIds,
+    TokenizerRecord,
     UnitRecord,
 )
 from .schema import (
@@ -80,13 +86,17 @@ __all__ = [
     "MERGE_STAGE",
     "TOKENIZER_CONFIG_FILE",
     "BackendRecord",
+    "BalanceRecord",
     "ChatTemplateRecord",
     "Column",
+    "Counts",
     "DocumentCounts",
     "InputRecord",
     "LabelCounts",
+    "LabelFigures",
     "Manifest",
     "MergedUnits",
+    "OptionsRecord",
     "PackedBatch",
     "PackedReader",
     "PackedRow",
@@ -96,7 +106,9 @@ __all__ = [
     "Segment",
     "ShardEntry",
     "ShardWriter",
+    "SpecialIds",
     "TokenCounts",
+    "TokenizerRecord",
     "UnitRecord",
     "check_output_dir",
     "check_store_output",

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +21,7 @@ from ..format import (
     IGNORE_INDEX,
     MANIFEST_FILE,
     ChatTemplateRecord,
-    DocumentCounts,
+    Counts,
     Manifest,
     PackedReader,
 )
@@ -80,12 +80,13 @@ def _resolve_tokenizer(
             raise OptionError(f"{e}: pass the tokenizer it was packed with (--tokenizer)") from None
     if isinstance(tokenizer, (str, os.PathLike)):
         tok = choose_tokenizer(PackOptions(tokenizer=str(tokenizer)), text=False)
-        if manifest.special_tokens:
-            own_pad = manifest.pad_from == "tokenizer"  # else the padding's
+        special = manifest.tokenizer.special_tokens
+        if special is not None:
+            own_pad = manifest.tokenizer.pad_from == "tokenizer"  # else the padding's
             tok.special = SpecialTokens(
-                eos_id=manifest.eos_id,
-                bos_id=manifest.bos_id,
-                pad_id=manifest.pad_id if own_pad else tok.special.pad_id,
+                eos_id=special.eos_id,
+                bos_id=special.bos_id,
+                pad_id=special.pad_id if own_pad else tok.special.pad_id,
             )
         return tok
     return tokenizer
@@ -130,7 +131,9 @@ def _recorded_options(
     values = {k: v for k, v in recorded.items() if k != "chat_template"}  # a record, not a path
     if values.get("input_shape") == "chat":
         values["chat_template"] = chat_template or _recorded_template_file(
-            reader.manifest.chat_template, reader.manifest.tokenizer_name, reader.path
+            reader.manifest.recorded_options.chat_template,
+            reader.manifest.tokenizer.name,
+            reader.path,
         )
     if values.get("loss_on") == "labels":  # pre-tokenized labels: read from a field
         values.pop("loss_on")
@@ -209,7 +212,7 @@ def prepare_against(
     manifest = reader.manifest
     options = _recorded_options(reader, parse_special, chat_template)
     if not inputs:
-        inputs = manifest.input_paths
+        inputs = [i.path for i in manifest.inputs]
         if not inputs:
             raise OptionError("--against: no inputs given and none recorded in the manifest")
     files = resolve_inputs(inputs)
@@ -219,7 +222,7 @@ def prepare_against(
     if reference == "transformers":
         encoder = transformers_encoder(getattr(encoder, "tokenizer", None), encoder)
     assert isinstance(encoder, (DocumentEncoder, IdsEncoder, InputPlan))
-    recorded = manifest.input_sizes
+    recorded = [(i.path, i.size_bytes) for i in manifest.inputs]
     if len(files) != len(recorded):
         problems.add(
             "against", f"{len(files)} inputs given, the data was packed from {len(recorded)}"
@@ -254,9 +257,9 @@ def against_input_plan(
     if (
         options.ids_field is not None
         and tokenizer is None
-        and manifest.tokenizer_name == IdsTokenizer.name
+        and manifest.tokenizer.name == IdsTokenizer.name
     ):
-        eos, bos = manifest.eos_id, manifest.bos_id
+        eos, bos = manifest.tokenizer.special.eos_id, manifest.tokenizer.special.bos_id
         tok = choose_tokenizer(  # the ids' own stand-in, with the recorded EOS/BOS ids
             options.replace(
                 tokenizer=None,
@@ -270,15 +273,15 @@ def against_input_plan(
     try:
         input_plan = prepare(files, options, tokenizer=tok).plan  # as pack built it
     except ChatTemplateError as e:
-        if options.chat_template is not None or manifest.chat_template is None:
+        recorded = manifest.recorded_options.chat_template
+        if options.chat_template is not None or recorded is None:
             raise
         raise ChatTemplateError(
-            f"--against: {reader.path} was packed with the chat template "
-            f"{manifest.chat_template.name}, "
+            f"--against: {reader.path} was packed with the chat template {recorded.name}, "
             "which is not found from here (nor a copy in the output): pass it with "
             "--chat-template FILE (a .jinja, or the tokenizer's tokenizer_config.json)"
         ) from e
-    _check_template(input_plan, manifest.chat_template)
+    _check_template(input_plan, manifest.recorded_options.chat_template)
     return input_plan
 
 
@@ -296,9 +299,8 @@ def check_against(
     doc_seg, _, _, seg_rows, _ = segments.arrays()
     by_doc = np.argsort(doc_seg, kind="stable")
     where = _DocumentRows(doc_seg[by_doc], seg_rows[by_doc])
-    counts = asdict(DocumentCounts())  # read, packed, split, ... all 0
-    tokens = {"packed": 0, "truncated_away": 0, "dropped": 0}
-    label_counts = dict.fromkeys(_LABEL_COUNT_KEYS, 0) if digests.label0 is not None else None
+    counts = Counts()
+    labelled = digests.label0 is not None
     compared = 0
     total_bytes = sum(f.size_bytes for f in files)
     bytes_before = 0
@@ -309,17 +311,20 @@ def check_against(
             split=options.split,
             txt_unit=options.txt_unit,
         ):
-            expected = _expect_batch(batch, counts, tokens, plan, reader.max_len, label_counts)
+            first = counts.documents.read
+            expected, c = _expect_batch(batch, first, plan, reader.max_len, labelled)
+            counts += c
             compared += _compare_batch(reader, plan, digests, expected, len(batch.records),
                                        where, problems)  # fmt: skip
             if progress:
                 progress("against", bytes_before + batch.bytes_done, total_bytes)
         bytes_before += inp.size_bytes
-    _compare_counts(reader.manifest, digests, counts, tokens, label_counts, problems)
+    _compare_counts(reader.manifest, digests, counts, problems)
+    record = counts.to_record()
     return AgainstReport(
         inputs=[str(f.path) for f in files],
-        documents=counts,
-        tokens=tokens,
+        documents=record["documents"],
+        tokens=record["tokens"],
         documents_compared=compared,
         seconds=time.perf_counter() - started,
     )
@@ -375,84 +380,72 @@ def _compare_batch(
     return int(np.count_nonzero((expected.length[:w] > 0) | (digests.length[lo:hi] > 0)))
 
 
+_DIFFER = {
+    "documents": "the inputs give {} documents {}, the manifest says {}",
+    "labels": "the inputs give {} {}, the manifest says {}",
+    "tokens": "re-reading the inputs gives {} tokens {}, the manifest says {}",
+}
+
+
 def _compare_counts(
-    manifest: Manifest,
-    digests: Digests,
-    counts: dict[str, int],
-    tokens: dict[str, int],
-    label_counts: dict[str, int] | None,
-    problems: Problems,
+    manifest: Manifest, digests: Digests, counts: Counts, problems: Problems
 ) -> None:
-    """The inputs' document, token and label counts against the manifest's; documents in the
-    rows beyond the end of the inputs."""
-    beyond = np.flatnonzero(digests.length[counts["read"] :] > 0) + counts["read"]
+    """The inputs' counts (documents, tokens, labels) against the manifest's, each section
+    by its names; documents in the rows beyond the end of the inputs."""
+    read = counts.documents.read
+    beyond = np.flatnonzero(digests.length[read:] > 0) + read
     problems.count("against", int(beyond.size))
     for d in beyond[: problems.room()]:
         problems.keep(
             "against",
             f"document {d} ({manifest.locate_document(int(d))}) is in the rows, but "
-            f"the inputs end after {counts['read']} documents",
+            f"the inputs end after {read} documents",
             None,
             None,
         )
-    documents = manifest.document_counts_recorded
-    if documents:
-        for key, value in counts.items():
-            if documents.get(key) != value:
-                problems.add(
-                    "against",
-                    f"the inputs give {value} documents "
-                    f"{'read' if key == 'read' else key.replace('_', ' ')}, the manifest "
-                    f"says {documents.get(key)}",
-                )
-    if label_counts is not None:
-        tokens["learned"] = label_counts.pop("learned")
-        for key, value in label_counts.items():
-            if manifest.labels.get(key) not in (None, value):
-                problems.add(
-                    "against",
-                    f"the inputs give {value} {key.replace('_', ' ')}, the manifest says "
-                    f"{manifest.labels.get(key)}",
-                )
-    for key, value in tokens.items():
-        if manifest.tokens_recorded.get(key) not in (None, value):
-            problems.add(
-                "against",
-                f"re-reading the inputs gives {value} tokens {key.replace('_', ' ')}, the "
-                f"manifest says {manifest.tokens_recorded.get(key)}",
-            )
+    recorded = {
+        "documents": manifest.documents,  # None unless recorded whole
+        "labels": manifest.labels,
+        "tokens": manifest.tokens,
+    }
+    for section, ours in counts.to_record().items():
+        theirs = recorded[section]
+        if section == "documents" and theirs is None:
+            continue  # not recorded: the manifest's own check says so
+        for key, value in ours.items():
+            said = getattr(theirs, key, None)
+            if said != value and (section == "documents" or said is not None):
+                what = key.replace("_", " ")
+                problems.add("against", _DIFFER[section].format(value, what, said))
 
 
 def _check_tokenizer(tok: Tokenizer, manifest: Manifest, problems: Problems) -> None:
-    if manifest.tokenizer_sha256 not in (None, tok.sha256):
+    if manifest.tokenizer.sha256 not in (None, tok.sha256):
         problems.add(
             "against",
             f"the tokenizer {tok.name} (sha256 {tok.sha256[:12]}...) is not the one the data "
-            f"was packed with (sha256 {str(manifest.tokenizer_sha256)[:12]}...)",
+            f"was packed with (sha256 {str(manifest.tokenizer.sha256)[:12]}...)",
         )
-    special = manifest.special_tokens
-    if special:
-        for key, value in (("eos_id", tok.special.eos_id), ("bos_id", tok.special.bos_id)):
-            if special.get(key) != value:
+    special = manifest.tokenizer.special_tokens
+    if special is not None:
+        for key, value, recorded in (
+            ("eos_id", tok.special.eos_id, special.eos_id),
+            ("bos_id", tok.special.bos_id, special.bos_id),
+        ):
+            if recorded != value:
                 problems.add(
                     "against",
-                    f"the tokenizer's {key} is {value}, the data was packed with "
-                    f"{special.get(key)}",
+                    f"the tokenizer's {key} is {value}, the data was packed with {recorded}",
                 )
 
 
 def _expect_batch(
-    batch: Any,
-    counts: dict[str, int],
-    tokens: dict[str, int],
-    plan: AgainstPlan,
-    max_len: int,
-    label_counts: dict[str, int] | None = None,
-) -> _Expected:
+    batch: Any, first: int, plan: AgainstPlan, max_len: int, labelled: bool
+) -> tuple[_Expected, Counts]:
     """Encode one batch as ``pack`` does, cut it into the items ``pack`` stores (the
     pipeline's own cut, :func:`~packtool.packing.cut_items`), count the outcomes, and digest
-    what would be packed (the labels too, when ``label_counts`` is given: they are compared)."""
-    first = counts["read"]
+    what would be packed (``first``: the number of its first document; ``labelled``: the
+    labels too, they are compared)."""
     encoder = plan.encoder
     if isinstance(encoder, InputPlan):  # instruction records: rendered, tokenized
         encoded = encoder.finish(encoder.tokenize(batch, plan.options.skip_bad_records))
@@ -463,29 +456,13 @@ def _expect_batch(
         good = np.array([i for i, t in enumerate(batch.texts) if t is not None], np.int64)
         encoded = encoder.encode([batch.texts[i] for i in good])
     n = len(batch.records)  # after tokenizing: --chat-turns each makes a chat one per turn
-    counts["read"] += n
-    counts["bad_records_skipped"] += len(batch.bad)  # with the records a template failed
-    doc, chunk, item_len, c, labels = cut_items(
+    doc, chunk, item_len, counts, labels = cut_items(
         encoded.lengths, encoded.empty, encoded.labels, max_len, plan.overflow, ignore=IGNORE_INDEX
     )
-    for key in ("packed", "split", "truncated", "dropped", "empty"):
-        counts[key] += c[key]
-    tokens["truncated_away"] += c["tokens_truncated"]
-    tokens["dropped"] += c["tokens_dropped"]
-    tokens["packed"] += int(item_len.sum())
-    if label_counts is not None:
-        for key in label_counts:
-            label_counts[key] += c.get(key, 0)
+    # the records a template failed on are bad records, with those the reader skipped
+    counts = counts.add_documents(n - good.size, len(batch.bad))
     items = _Items(encoded.ids, encoded.offsets, doc, chunk, item_len, max_len)
-    return _digest_items(items, labels if label_counts is not None else None, good, first, n)
-
-
-_LABEL_COUNT_KEYS = (
-    "learned",
-    "documents_without_labels",
-    "chunks_without_labels_dropped",
-    "tokens_in_chunks_without_labels",
-)
+    return _digest_items(items, labels if labelled else None, good, first, n), counts
 
 
 @dataclass(frozen=True)
@@ -567,20 +544,16 @@ def _describe_mismatch(
             f"{where} has {actual.size} tokens in the rows, {expected.size} after "
             f"re-tokenizing the input (overflow {overflow.value})"
         )
-    diff = np.flatnonzero(actual != expected)
-    if diff.size:
-        j = int(diff[0])
-        return (
-            f"{where}: token {j} is {actual[j]} in the rows, {expected[j]} after "
-            f"re-tokenizing ({diff.size} of {expected.size} tokens differ)"
-        )
+    compared = [("token", actual, expected, "after re-tokenizing")]
     if expected_labels is not None and actual_labels is not None:
-        diff = np.flatnonzero(actual_labels != expected_labels)
+        compared.append(("label", actual_labels, expected_labels, "from the input"))
+    for what, ours, theirs, how in compared:
+        diff = np.flatnonzero(ours != theirs)
         if diff.size:
             j = int(diff[0])
             return (
-                f"{where}: label {j} is {actual_labels[j]} in the rows, {expected_labels[j]} "
-                f"from the input ({diff.size} of {expected.size} labels differ)"
+                f"{where}: {what} {j} is {ours[j]} in the rows, {theirs[j]} {how} "
+                f"({diff.size} of {expected.size} {what}s differ)"
             )
     return f"{where}: its chunks are numbered or placed differently from a split of the input"
 
