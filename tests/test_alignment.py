@@ -96,7 +96,7 @@ def _sha(out: Path) -> list[str]:
 def test_aligned_rows_hold_the_same_documents_padded(packs: dict[str, Path], kind: str) -> None:
     plain, aligned = packs[kind], packs[f"{kind}-aligned"]
     reader = packtool.open_packed(aligned)
-    pad = reader.manifest.special_tokens["pad_id"]
+    pad = reader.manifest.tokenizer.special.pad_id
     assert reader.manifest.pad_to_multiple_of == ALIGN
     assert "cu_seqlens_unpadded" in reader.manifest.columns
     assert "cu_seqlens_unpadded" not in packtool.open_packed(plain).manifest.columns
@@ -386,7 +386,7 @@ def test_trl_padding_free_learns_no_alignment_pad(
     out = packs[f"{kind}-aligned"]
     reader = packtool.open_packed(out)
     tokenizer = transformers.PreTrainedTokenizerFast(tokenizer_file=str(out / "tokenizer.json"))
-    tokenizer.pad_token_id = reader.manifest.special_tokens["pad_id"]
+    tokenizer.pad_token_id = reader.manifest.tokenizer.special.pad_id
     datasets.disable_caching()
     try:
         trainer = trl.SFTTrainer(
@@ -460,7 +460,7 @@ def test_megatron_bridge_reads_the_aligned_export(
     assert record["pad_seq_to_mult"] == ALIGN
     assert verify_export(out, tmp_path / "mb").problems == []
     tokenizer = tokenizers._HuggingFaceTokenizer(str(out))
-    eos = reader.manifest.eos_id
+    eos = reader.manifest.tokenizer.special.eos_id
     assert tokenizer.eos_id == eos
     dataset = sft.create_sft_dataset(
         tmp_path / "mb" / f"training_{L}.npy",

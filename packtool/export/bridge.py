@@ -106,7 +106,7 @@ def _learned(batch: pa.RecordBatch, max_len: int, has_labels: bool) -> np.ndarra
 def _alignment_pad(reader: PackedReader) -> int:
     """The id an aligned pack's sequences are padded with in the export: EOS, which their
     collate strips to find the real lengths (and masks out of the loss)."""
-    eos = reader.manifest.eos_id
+    eos = reader.manifest.tokenizer.special.eos_id
     if eos is None:
         raise FormatError(
             f"{reader.path}: exporting an aligned pack to megatron-bridge pads its sequences "
