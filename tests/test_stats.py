@@ -204,6 +204,8 @@ def expected_dataset(out_dir: Path, batch_size: int = 8, seed: int = 0) -> dict[
         "units": expected_units(manifest, rows),
         "balance": expected_balance(manifest, rows, seed),
         "sources": None,  # a mixture only (tests/test_mix_pack.py)
+        # (packs made with --pad-to-multiple-of: tests/test_alignment.py checks the figures)
+        "alignment": None,
     }
 
 
