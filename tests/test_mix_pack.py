@@ -352,3 +352,22 @@ def test_exports_of_a_mixture_leave_the_source_ids_out(tmp_path: Path, sources, 
     assert result.exit_code == 0, result.output
     written = b"".join(p.read_bytes() for p in exported.rglob("*") if p.is_file())
     assert b"source_ids" not in written
+
+
+def test_a_mixture_aligned_to_a_multiple_marks_the_alignment_pad_minus_one(
+    tmp_path: Path, sources
+) -> None:
+    out = tmp_path / "aligned"
+    args = ("--mix", "1,1,1", "--pad-to-multiple-of", "8", "-L", "256", "-o", out, "-q")
+    assert run("pack", *sources, *args).exit_code == 0
+    assert verify(out).ok
+    ds = PackedDataset(out)
+    rows = [ds[i] for i in range(min(len(ds), 32))]
+    per_token = collate(rows)["source_ids"]
+    for b, item in enumerate(rows):
+        row = ds.reader.row(item["row"])
+        real = np.full(256, -1)
+        cu, ucu = row.cu_seqlens, row.cu_seqlens_unpadded
+        for k, source in enumerate(row.source_ids):
+            real[cu[k] : cu[k] + (ucu[k + 1] - ucu[k])] = source
+        assert per_token[b].tolist() == real.tolist()
