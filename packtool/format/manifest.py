@@ -447,6 +447,12 @@ class Manifest(Mapping[str, Any]):
         return self.options.get("bos") is True
 
     @property
+    def overflow(self) -> str | None:
+        """What was done with a document longer than ``max_len`` (``options.overflow``)."""
+        value = self.options.get("overflow")
+        return value if isinstance(value, str) else None
+
+    @property
     def chat_template(self) -> ChatTemplateRecord | None:
         """The chat template the chats were rendered with, or None (not chats, or not
         recorded)."""

@@ -75,6 +75,15 @@ def _companions(path: AnyPath) -> list[AnyPath]:
     return [] if found is None else found[0].companions(path)
 
 
+def _claimed(path: AnyPath) -> Reader | None:
+    """The reader of the directory format that ``path`` is, if one claims it."""
+    for reader in FORMATS.values():
+        claims = getattr(reader, "claims", None)
+        if claims is not None and claims(path):
+            return reader
+    return None
+
+
 def _by_prefix(spec: str) -> AnyPath | None:
     for reader in FORMATS.values():
         entry = reader.by_prefix(spec)
@@ -119,6 +128,10 @@ def resolve_inputs(
                 skipped.extend(others)
             out.extend(_file_input(p) for p in files)
         elif path.is_dir():
+            claimed = _claimed(path)  # a directory format (a packtool output)
+            if claimed is not None:
+                out.append(claimed.input_file(path, None))
+                continue
             if is_saved_dataset(path):
                 out.append(_saved_dataset(path))
                 continue
