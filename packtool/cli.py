@@ -683,15 +683,14 @@ def stats(
     corpus = {k: v for k, v in locals().items() if k not in ("seed", "max_len", *balance)}
     options = PackOptions.from_mapping(corpus)  # max_len and seed mean other things here
     packed_outputs = [p for p in paths if is_packed_output(p)]
-    if packed_outputs and len(paths) > 1:
+    if packed_outputs and max_len is None and len(paths) > 1:
         raise fail(
             f"{packed_outputs[0]} is a packed output: give one packed output at a time "
             "(or only corpus inputs, with --max-len)",
             2,
         )
-    if packed_outputs:
-        given = ["--max-len"] if max_len is not None else []
-        given += options.changed(*_CORPUS_OPTIONS)
+    if packed_outputs and max_len is None:  # with --max-len: its documents, as a corpus
+        given = options.changed(*_CORPUS_OPTIONS)
         given += [n for n, on in (("--cache-dir", cache_dir), ("--no-cache", not cache)) if on]
         _refuse_corpus_flags(paths[0], given)
         result: Any = dataset_stats(paths[0], batch_size=batch_size, seed=seed, **balance)

@@ -49,6 +49,7 @@ __all__ = [
     "LABELS_FIELD",
     "PackedDocuments",
     "is_packed_output",
+    "lengths_only",
     "packed_documents",
     "packed_options",
     "repack_notice",
@@ -119,7 +120,8 @@ class PackedDocuments:
         k = 0  # kept documents done
         record = 0
         while record < self.records:
-            stop_k = max(k + 1, int(np.searchsorted(ends, (ends[k - 1] if k else 0) + _BATCH_TOKENS)))
+            done = int(ends[k - 1]) if k else 0
+            stop_k = max(k + 1, int(np.searchsorted(ends, done + _BATCH_TOKENS)))
             stop_k = min(stop_k, self.docs.size)
             stop_record = int(self.docs[stop_k - 1]) + 1
             per_record = np.zeros(stop_record - record, np.int64)
@@ -191,8 +193,7 @@ def _segments(reader: PackedReader) -> PackedDocuments:
             if label_blocks is not None:
                 label_blocks.append(_flat(batch.column("labels")))
     doc, chunk, pos, length, block = (
-        np.concatenate([p[i] for p in parts]) if parts else np.zeros(0, np.int64)
-        for i in range(5)
+        np.concatenate([p[i] for p in parts]) if parts else np.zeros(0, np.int64) for i in range(5)
     )
     order = np.lexsort((chunk, doc))
     doc, chunk, pos, length, block = (a[order] for a in (doc, chunk, pos, length, block))
@@ -356,6 +357,18 @@ def packed_options(files: Sequence[InputFile], options: PackOptions) -> PackOpti
     )
 
 
+def lengths_only(files: Sequence[InputFile], options: PackOptions) -> PackOptions:
+    """``options`` of ``stats`` of packed outputs as a corpus: their documents' lengths, not
+    their labels (as for any corpus, a chunk with nothing to learn is not modelled)."""
+    if _packs(files) and options.labels_field == LABELS_FIELD:
+        return options.replace(labels_field=None)
+    return options
+
+
+def _n(count: int, what: str) -> str:
+    return f"{count:,} {what}{'' if count == 1 else 's'}"
+
+
 def _str(value: int | None) -> str | None:
     return None if value is None else str(value)
 
@@ -381,13 +394,20 @@ def repack_notice(files: Sequence[InputFile], max_len: int, overflow: str) -> st
                 "cannot pack them"
             )
         if m.dropped_label_chunks:
-            said.append(
-                f"{f.path} left out {m.dropped_label_chunks:,} chunks with nothing to learn "
-                f"when it was packed, so the documents they were cut from are not whole: "
-                f"{docs.gapped:,} missing a chunk before their last are left out, the others "
+            gapped = (
+                f"the {docs.gapped:,} missing one before their last are left out, the others "
                 "are repacked without their last chunks"
+                if docs.gapped
+                else "they are repacked without their last chunks"
             )
-        cuts = docs.inner_cuts if overflow == "split" else docs.inner_cuts[docs.inner_cuts < max_len]
+            said.append(
+                f"{f.path} left out {_n(m.dropped_label_chunks, 'chunk')} with nothing to "
+                f"learn when it was packed (--overflow split with labels), so the documents "
+                f"they were cut from are not whole: {gapped}"
+            )
+        cuts = docs.inner_cuts
+        if overflow != "split":  # only the first max_len tokens of a document are kept
+            cuts = cuts[cuts < max_len]
         unknown = int(np.count_nonzero(cuts % max_len)) if docs.label_blocks is not None else 0
         if unknown:
             said.append(

@@ -57,6 +57,7 @@ from .packing import Overflow, first_fit_decreasing, lower_bound_rows, segment_i
 from .prepare import choose_tokenizer, prepare, resolve_options
 from .pretokenized import IdsEncoder
 from .readers import InputFile, first_record_fields, read_texts, resolve_inputs
+from .repack import lengths_only
 from .tokenize import (
     Backend,
     DocumentEncoder,
@@ -1284,6 +1285,7 @@ def corpus_stats(
     skipped: list[Path] = []
     files = resolve_inputs(inputs, skipped=skipped)
     o = resolve_options(files, o)  # Megatron data is ids; the ids options checked
+    o = lengths_only(files, o)  # a labelled pack: its documents' lengths
     directory = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
     data, hit, key, tok, overflow, backend = _lengths_of(
         files, o, directory / "lengths" if use_cache else None, progress
