@@ -100,8 +100,10 @@ class PackedDocuments:
 
     @property
     def records(self) -> int:
-        """Document numbers from 0 to the last kept one: the records read."""
-        return int(self.docs[-1]) + 1 if self.docs.size else 0
+        """The records read: a number for every document the first pack read (its count,
+        else up to the last kept one)."""
+        last = int(self.docs[-1]) + 1 if self.docs.size else 0
+        return max(last, self.manifest.documents.read)
 
     @property
     def lengths(self) -> np.ndarray:
@@ -120,6 +122,13 @@ class PackedDocuments:
         k = 0  # kept documents done
         record = 0
         while record < self.records:
+            if k == self.docs.size:  # documents after the last kept one: empty records
+                offsets = pa.array(np.zeros(self.records - record + 1, np.int64))
+                empty = pa.array(np.zeros(0, np.int32))
+                column = pa.LargeListArray.from_arrays(offsets, empty)
+                batch = pa.RecordBatch.from_arrays([column] * len(fields[:2]), list(fields[:2]))
+                yield Records(where, size_bytes, batch, row0=record)
+                return
             done = int(ends[k - 1]) if k else 0
             stop_k = max(k + 1, int(np.searchsorted(ends, done + _BATCH_TOKENS)))
             stop_k = min(stop_k, self.docs.size)
@@ -365,6 +374,43 @@ def lengths_only(files: Sequence[InputFile], options: PackOptions) -> PackOption
     return options
 
 
+def _label_notes(path: AnyPath, docs: PackedDocuments, max_len: int, overflow: str) -> list[str]:
+    """What a labelled pack lost of its labels that a repack at ``max_len`` would learn."""
+    m = docs.manifest
+    counts = m.label_counts
+    if docs.label_blocks is None or counts is None:
+        return []
+    old, without = m.max_len, counts.documents_without_labels or 0
+    said = []
+    if m.overflow == "split":
+        cuts = docs.inner_cuts
+        if overflow != "split":  # only the first max_len tokens of a document are kept
+            cuts = cuts[cuts < max_len]
+        unknown = int(np.count_nonzero(cuts % max_len))
+        moved = old % max_len != 0  # some old chunk starts are inside new segments
+        if unknown or (moved and without):
+            also = (
+                f"; of the {_n(without, 'document')} it left out with nothing to learn, any "
+                "whose learned tokens were only such first tokens is not in it"
+                if moved and without
+                else ""
+            )
+            said.append(
+                f"{path} was packed with --overflow split and labels, and a chunk's first token "
+                f"keeps no label (a pack learns none at a segment start): at --max-len "
+                f"{max_len}, {_n(unknown, 'such token')} of its "
+                f"{_n(docs.split_docs, 'split document')} are inside a segment, and the "
+                f"repack learns them not{also}"
+            )
+    elif m.overflow == "truncate" and max_len > old and without:
+        said.append(
+            f"{path} left out {_n(without, 'document')} with nothing to learn in their first "
+            f"{old} tokens (--overflow truncate): any with learned tokens after those is not "
+            "in it"
+        )
+    return said
+
+
 def _n(count: int, what: str) -> str:
     return f"{count:,} {what}{'' if count == 1 else 's'}"
 
@@ -393,7 +439,8 @@ def repack_notice(files: Sequence[InputFile], max_len: int, overflow: str) -> st
                 f"when it was packed (--overflow drop): they are not in it, so the repack "
                 "cannot pack them"
             )
-        if m.dropped_label_chunks:
+        if m.dropped_label_chunks and (docs.gapped or old % max_len):
+            # (at a divisor of the old max_len, the fresh pack drops those chunks too)
             gapped = (
                 f"the {docs.gapped:,} missing one before their last are left out, the others "
                 "are repacked without their last chunks"
@@ -405,15 +452,5 @@ def repack_notice(files: Sequence[InputFile], max_len: int, overflow: str) -> st
                 f"learn when it was packed (--overflow split with labels), so the documents "
                 f"they were cut from are not whole: {gapped}"
             )
-        cuts = docs.inner_cuts
-        if overflow != "split":  # only the first max_len tokens of a document are kept
-            cuts = cuts[cuts < max_len]
-        unknown = int(np.count_nonzero(cuts % max_len)) if docs.label_blocks is not None else 0
-        if unknown:
-            said.append(
-                f"{f.path} stored no label for the first token of each chunk after the first "
-                f"of its {docs.split_docs:,} split documents (a pack learns none at a segment "
-                f"start): at --max-len {max_len}, {unknown:,} of those tokens are inside a "
-                "segment, and the repack learns them not"
-            )
+        said += _label_notes(f.path, docs, max_len, overflow)
     return "; ".join(said) or None
