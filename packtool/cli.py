@@ -672,7 +672,8 @@ def stats(
 
     On a packed output (a directory with manifest.json): what is in it. On a corpus, with
     --max-len 2048,4096,...: how it would pack at each max-len, without writing rows
-    (tokenized lengths are cached, so a second call is fast).
+    (tokenized lengths are cached, so a second call is fast); a packed output with --max-len
+    is the corpus of its documents.
     """
     from .options import PackOptions
     from .render.progress import RichProgress
