@@ -57,7 +57,7 @@ from .packing import Overflow, first_fit_decreasing, lower_bound_rows, segment_i
 from .prepare import choose_tokenizer, prepare, resolve_options
 from .pretokenized import IdsEncoder
 from .readers import InputFile, first_record_fields, read_texts, resolve_inputs
-from .repack import lengths_only
+from .repack import lengths_only, repack_notice
 from .tokenize import (
     Backend,
     DocumentEncoder,
@@ -1315,7 +1315,13 @@ def corpus_stats(
         special_strings=data.special_strings,
         parse_special=o.parse_special,
         notices=[
-            n for n in (getattr(tok, "notice", None), *(backend.notices if backend else ())) if n
+            n
+            for n in (
+                getattr(tok, "notice", None),
+                *(backend.notices if backend else ()),
+                *(repack_notice(files, m, overflow.value) for m in lens_wanted),  # a pack's
+            )
+            if n
         ],
         skipped_files=[str(p) for p in skipped],
         backend=None if hit or backend is None else backend.describe(),

@@ -70,11 +70,11 @@ def test_a_repacked_text_pack_is_the_fresh_pack(tmp_path: Path, old, new, layout
     manifest = json.loads((repacked / "manifest.json").read_text())
     assert manifest["tokenizer"]["special_tokens"]["eos_id"] == tok.special.eos_id
     assert manifest["options"]["add_eos"] is False  # the stored EOS is not appended again
-    # A repack of a repack is the same pack again, and it verifies.
+    # A repack of a repack is the same pack again, and it verifies, against its input too.
     again = tmp_path / "again"
     packtool.pack([repacked], again, max_len=new, **layout)
     _same_pack(again, fresh)
-    assert packtool.verify(repacked).ok
+    assert packtool.verify(repacked, against=[first]).ok
 
 
 def test_the_cli_repacks_and_stats_answers_what_if(tmp_path: Path) -> None:
@@ -177,6 +177,8 @@ def test_truncated_documents_stay_cut_and_it_is_said(tmp_path: Path) -> None:
     (notice,) = report.notices
     assert "documents to --max-len 64 when it was packed (--overflow truncate)" in notice
     assert "they stay cut at --max-len 128" in notice
+    stats = packtool.corpus_stats([first], [32, 128], use_cache=False)
+    assert len(stats.notices) == 1 and "they stay cut at --max-len 128" in stats.notices[0]
     # Smaller: exactly the fresh truncated pack.
     fresh = tmp_path / "fresh"
     packtool.pack([corpus], fresh, tokenizer=tok, max_len=32, overflow="truncate")
@@ -284,3 +286,31 @@ def _notice_of(first: Path, new: int) -> str | None:
     from packtool.repack import repack_notice
 
     return repack_notice(resolve_inputs([first]), new, "split")
+
+
+def test_a_document_missing_a_chunk_is_left_out_and_said(tmp_path: Path) -> None:
+    """A labelled split pack stores no chunk with nothing to learn: a document missing one
+    before its last cannot be joined back; it is left out, in one line."""
+    import pyarrow.parquet as pq
+
+    ids = [list(range(3, 33)), list(range(3, 13)), list(range(3, 23))]
+    labels = [
+        [-100] * 10 + [-100] * 10 + list(range(23, 33)),  # chunk 0 and 1 learn nothing
+        list(range(3, 13)),
+        [-100] * 10 + list(range(13, 23)),  # chunk 0 learns nothing, chunk 1 does
+    ]
+    corpus = tmp_path / "c.parquet"
+    pq.write_table(pa.table({"ids": ids, "y": labels}), corpus)
+    options = {"ids_field": "ids", "labels_field": "y", "pad_id": 0}
+    first = tmp_path / "first"
+    packtool.pack([corpus], first, max_len=10, **options)
+    from packtool.repack import packed_documents
+
+    docs = packed_documents(first)
+    assert docs.docs.tolist() == [1] and docs.gapped == 2
+    report = packtool.pack([first], tmp_path / "re", max_len=16)
+    (notice,) = report.notices
+    assert "left out 3 chunks with nothing to learn" in notice
+    assert "the 2 missing one before their last are left out" in notice
+    _, rows = read_rows(tmp_path / "re")
+    assert [d for r in rows for d in r["doc_ids"]] == [1]
