@@ -59,6 +59,7 @@ IDS_FIELD = "input_ids"
 """The field a packed output's documents are read as (the column they are stored in)."""
 LABELS_FIELD = "labels"
 _BATCH_TOKENS = 1 << 22
+_UNPADDED = "cu_seqlens_unpadded"  # the real boundaries, where segments are padded to align
 _KIND = "packed"
 
 
@@ -183,6 +184,12 @@ def _index_batch(
     if total and (int(at.max()) + 1 >= cu_values.size or (n_docs >= n_cu).any()):
         raise FormatError("a row holds more doc_ids than segments (run `packtool verify`)")
     start, end = cu_values[at], cu_values[at + 1] if total else cu_values[at]
+    if _UNPADDED in batch.schema.names:  # segments padded to a multiple: the real lengths
+        column = batch.column(_UNPADDED)
+        n_real = np.asarray(pc.list_value_length(column).to_numpy(zero_copy_only=False), np.int64)
+        real = _flat(column).astype(np.int64)
+        at = np.repeat(np.cumsum(n_real) - n_real, n_docs) + within
+        end = start + (real[at + 1] - real[at] if total else real[at])
     doc = _flat(docs).astype(np.int64)
     chunk = _flat(batch.column("chunk_ids")).astype(np.int64)
     return doc, chunk, row * max_len + start, end - start
