@@ -496,27 +496,6 @@ def pack(
 # -- stats --------------------------------------------------------------------------------
 
 
-_CORPUS_OPTIONS = (
-    "tokenizer",
-    "ids_field",
-    "vocab_size",
-    "split_on_eos",
-    "text_field",
-    "overflow",
-    "add_eos",
-    "bos",
-    "eos_token",
-    "bos_token",
-    "skip_bad_records",
-    "split",
-    "txt_unit",
-    "parse_special",
-    "num_proc",
-    "tokenizer_backend",
-)
-"""The options of `stats` that apply to a corpus only (fields of PackOptions)."""
-
-
 def _refuse_corpus_flags(path: Any, given: list[str]) -> None:
     """Corpus-mode flags given with a packed output: the usage error naming them."""
     if given:
@@ -675,7 +654,7 @@ def stats(
     (tokenized lengths are cached, so a second call is fast); a packed output with --max-len
     is the corpus of its documents.
     """
-    from .options import PackOptions
+    from .options import CORPUS_OPTIONS, PackOptions
     from .render.progress import RichProgress
     from .render.stats import show_stats
     from .stats import corpus_stats, dataset_stats, is_packed_output, parse_max_lens
@@ -691,7 +670,7 @@ def stats(
             2,
         )
     if packed_outputs and max_len is None:  # with --max-len: its documents, as a corpus
-        given = options.changed(*_CORPUS_OPTIONS)
+        given = options.changed(*CORPUS_OPTIONS)
         given += [n for n, on in (("--cache-dir", cache_dir), ("--no-cache", not cache)) if on]
         _refuse_corpus_flags(paths[0], given)
         result: Any = dataset_stats(paths[0], batch_size=batch_size, seed=seed, **balance)

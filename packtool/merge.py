@@ -32,7 +32,7 @@ import shutil
 import tempfile
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -65,7 +65,7 @@ from .format import (
 )
 from .fs import AnyPath, StorePath, as_path, check_writable, download_tree
 from .layout import Layout
-from .options import NO_COPY_BALANCE
+from .options import MERGE_KEYS, NO_COPY_BALANCE, OPTIONS
 from .order import attention_costs, row_shuffle, shard_order, stored_order, unit_row_seed
 from .packing import first_fit_decreasing, lower_bound_rows
 from .pipeline import PackReport
@@ -73,9 +73,9 @@ from .units import UNITS_DIR, unit_dirs
 
 __all__ = ["MERGE_KEYS", "merge_units", "segment_lengths"]
 
-MERGE_KEYS = ("shuffle", "seed", "rows_per_shard", "world_size", "micro_batches", "copy")
-"""Options that apply at the merge (they do not change which documents share a row)."""
 
+_MERGE_OPTIONS = {o.merge_key: o for o in OPTIONS.values() if o.merge_key is not None}
+_LAYOUT_FIELDS = {f.name for f in fields(Layout)}
 _BAD_RECORDS_KEPT = 20
 _STAGE = MERGE_STAGE  # the merged dataset is built in OUT_DIR/.merge, then moved up
 _DATASET_FILES = ("README.md", "dataset_info.json", "state.json", "tokenizer.json")
@@ -124,8 +124,7 @@ def _merge_options(
             if _unit(m).merge_options.get(key) is not None
         }
         if len(recorded) > 1:
-            flag = "--" + key.replace("_", "-")
-            flag = {"shuffle": "--shuffle/--no-shuffle", "copy": "--copy/--no-copy"}.get(key, flag)
+            flag = _MERGE_OPTIONS[key].flags[0]
             raise OptionError(
                 f"the units were packed with different {key} values "
                 f"({', '.join(sorted(recorded))}): choose one with {flag}"
@@ -473,21 +472,15 @@ def _resolve_options(
     ``copy``) and as the :class:`~packtool.layout.Layout` the merged rows are stored in, its
     ``rows_per_shard`` decided."""
     size = row_bytes(manifests[0].max_len, manifests[0].has_labels)
-    Layout(seed=given["seed"] or 0, rows_per_shard=given["rows_per_shard"])  # checked now
+    early = ("seed", "rows_per_shard")  # checked now, before any unit is read
+    Layout(**{k: given[k] for k in early if given[k] is not None})
     if given["rows_per_shard"] is None and shard_size is not None:  # beats the units' record
         given = {**given, "rows_per_shard": Layout(shard_size=shard_size).shard_rows(size)}
     opts = _merge_options(manifests, given)
-    defaults = {"shuffle": True, "seed": 0, "micro_batches": 1}  # copy: None, as needed
-    for key, value in defaults.items():
+    for key, option in _MERGE_OPTIONS.items():  # copy: None, as needed
         if opts[key] is None:
-            opts[key] = value
-    layout = Layout(
-        shuffle=opts["shuffle"],
-        seed=opts["seed"],
-        world_size=opts["world_size"],
-        micro_batches=opts["micro_batches"],
-        rows_per_shard=opts["rows_per_shard"],
-    )
+            opts[key] = option.default
+    layout = Layout(**{k: v for k, v in opts.items() if k in _LAYOUT_FIELDS})
     layout = replace(layout, rows_per_shard=layout.shard_rows(size))
     opts["rows_per_shard"] = layout.rows_per_shard
     if opts["copy"] is False and layout.world_size is not None:

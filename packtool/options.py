@@ -1,9 +1,15 @@
-"""The options of a pack: one frozen record, checked once, carried whole through every stage.
+"""The options of a pack: each declared once, checked once, carried whole through every stage.
 
-The CLI builds a :class:`PackOptions` from its flags and the library API from keyword
-arguments; ``pack``, work units, engines, ``merge`` and ``stats`` of a corpus take it whole. An
-option is added here (field, check, description), as a flag of the command that offers it, and
-in the stage that uses it; nothing else spells it.
+Each field of :class:`PackOptions` is declared with :func:`opt`: its default, what it changes
+(``ROWS``: which rows a run makes; ``LAYOUT``: only their order and shards; ``RUN``: only how
+the run goes), its check, whether the manifest records it, whether ``merge`` and corpus-mode
+``stats`` take it, and its flags and help on the command line. Everything else is derived from
+the declaration: :meth:`PackOptions.rows_key` (what ``--resume`` and work units are keyed by:
+every ``ROWS`` option), :meth:`PackOptions.describe` (the manifest's ``options``),
+:data:`CORPUS_OPTIONS`, :data:`MERGE_KEYS` and :data:`RECORDED_ROWS` (what ``verify --against``
+needs recorded), and the command line's options of ``pack``, ``merge`` and ``stats``.
+
+An option is added in two places: its declaration here, and the stage that uses it.
 
 >>> o = PackOptions(max_len=4096, overflow="truncate")
 >>> o.overflow, o.add_eos
@@ -12,14 +18,16 @@ in the stage that uses it; nothing else spells it.
 Traceback (most recent call last):
   ...
 packtool.errors.OptionError: --max-len must be an integer from 2 to 16,777,216, got 1
+>>> OPTIONS["seed"].changes, OPTIONS["seed"].merge is not None
+('layout', True)
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from .chat import DEFAULT_TEMPLATE_TIMEOUT
@@ -28,14 +36,26 @@ from .layout import DEFAULT_SHARD_SIZE, Layout
 from .limits import MAX_LEN_LIMIT, MAX_NUM_PROC, MAX_UNITS, check_int
 
 __all__ = [
+    "CHANGES",
+    "CORPUS_OPTIONS",
     "ENGINES",
     "INPUT_SHAPES",
+    "LAYOUT",
     "LOSS_ON",
+    "MERGE_KEYS",
     "NO_COPY_BALANCE",
+    "OPTIONS",
     "OVERFLOWS",
+    "RECORDED_ROWS",
+    "ROWS",
+    "RUN",
     "TOKENIZER_BACKENDS",
     "TXT_UNITS",
+    "Merge",
+    "Option",
     "PackOptions",
+    "declarations",
+    "opt",
 ]
 
 OVERFLOWS = ("split", "truncate", "drop")
@@ -43,6 +63,8 @@ TXT_UNITS = ("line", "paragraph", "document")
 INPUT_SHAPES = ("text", "prompt-completion", "chat", "ids", "auto")
 LOSS_ON = ("completion", "assistant", "all")
 ENGINES = ("local", "ray")
+CHAT_TURNS = ("all", "each")
+"""``--chat-turns``: one example per conversation, or one per assistant turn."""
 MAX_TEMPLATE_TIMEOUT = 24 * 3600.0  # seconds
 TOKENIZER_BACKENDS = ("auto", "hf", "fastokens", "gigatoken")  # tokenize.registry.choices()
 MAX_CHECK_SAMPLE = 1 << 30  # documents re-encoded by --check-sample
@@ -53,44 +75,151 @@ NO_COPY_BALANCE = (
     "must write again: leave out --no-copy (or --world-size)"
 )
 
-_ROWS_KEY = (
-    "max_len",
-    "text_field",
-    "input_shape",
-    "prompt_field",
-    "completion_field",
-    "messages_field",
-    "loss_on",
-    "overflow",
-    "add_eos",
-    "bos",
-    "eos_token",
-    "bos_token",
-    "pad_id",
-    "parse_special",
-    "skip_bad_records",
-    "split",
-    "txt_unit",
-    "template_timeout",
-    "chat_turns",
-    "learn_reasoning",
-    "ids_field",
-    "labels_field",
-    "loss_mask_field",
-    "vocab_size",
-    "split_on_eos",
-)
+ROWS = "rows"
+"""The option changes which rows a run makes (their tokens, labels, or which documents share
+a row): ``--resume`` and work units start over when it changes."""
+LAYOUT = "layout"
+"""The option changes only the order of the rows and the shards that hold them."""
+RUN = "run"
+"""The option changes only how the run goes (threads, engine, what it overwrites)."""
+CHANGES = (ROWS, LAYOUT, RUN)
+
+_SPELLED = object()  # rows_key: the option as it is spelled
 
 
-CHAT_TURNS = ("all", "each")
-"""``--chat-turns``: one example per conversation, or one per assistant turn."""
+# -- how an option is declared -------------------------------------------------------------
 
 
-def _enum(flag: str, value: Any, choices: tuple[str, ...]) -> str:
-    value = getattr(value, "value", value)  # the library's enums are str enums
-    if value not in choices:
-        raise OptionError(f"{flag} must be one of {', '.join(choices)}; got {value!r}")
+@dataclass(frozen=True)
+class Merge:
+    """How ``packtool merge`` takes a layout option: its help there (its default there is
+    what the units recorded), and the key the merge takes and records it by (``None``: it
+    records no key of its own, e.g. ``shard_size``, which it turns into rows per shard)."""
+
+    help: str
+    key: str | None = ""  # "": the option's own name
+
+
+@dataclass(frozen=True)
+class Option:
+    """What one option of :class:`PackOptions` is (the metadata of its field; see :func:`opt`).
+
+    ``flags``: its spellings on the command line (default ``--field-name``); ``cli``: how the
+    command line reads it when the field's type does not say (``"str"``, ``"path"``, or
+    ``"token_count"``: 4096 or 4k); ``required``: the command line must give it. ``key``:
+    its value in :meth:`PackOptions.rows_key` (``None``: not there, because the caller keys
+    it by what it loaded, e.g. the tokenizer's sha256).
+    """
+
+    changes: str
+    help: str
+    flags: tuple[str, ...] = ()
+    check: Callable[[str, Any], Any] | None = None
+    recorded: bool = False
+    corpus: bool | str = False  # corpus-mode `stats` takes it (a text: its help there)
+    merge: Merge | None = None
+    key: Any = _SPELLED
+    show_default: bool = True
+    cli: str | None = None
+    required: bool = False
+    name: str = ""  # the field's name, filled in by declarations()
+    default: Any = None  # the field's default, filled in by declarations()
+    annotation: str = ""  # the field's type, filled in by declarations()
+
+    @property
+    def flag(self) -> str:
+        """The option's flag as a message names it (``--max-len``; ``--eos`` for a pair)."""
+        return self.flags[0].split("/")[0]
+
+    def flag_for(self, value: Any) -> str:
+        """The flag that gives ``value`` (``--no-eos`` for ``add_eos=False``)."""
+        first = self.flags[0]
+        if "/" in first:
+            on, off = first.split("/")
+            return on if value else off
+        return first
+
+    @property
+    def merge_key(self) -> str | None:
+        if self.merge is None:
+            return None
+        return self.name if self.merge.key == "" else self.merge.key
+
+
+def opt(default: Any, changes: str, help: str, **spec: Any) -> Any:
+    """A field of :class:`PackOptions` declared with what it is (:class:`Option`)."""
+    return field(default=default, metadata={"option": Option(changes, help, **spec)})
+
+
+def declarations(cls: type) -> dict[str, Option]:
+    """Every field of the options record ``cls`` as its :class:`Option`, in declaration
+    order; a field declared without :func:`opt` (so not classified) is a ``TypeError``."""
+    out: dict[str, Option] = {}
+    for f in fields(cls):
+        spec = f.metadata.get("option")
+        if not isinstance(spec, Option) or spec.changes not in CHANGES:
+            raise TypeError(
+                f"{cls.__name__}.{f.name} is not declared with opt(default, ROWS | LAYOUT | "
+                "RUN, help): say what the option changes"
+            )
+        flags = spec.flags or ("--" + f.name.replace("_", "-"),)
+        out[f.name] = dataclasses.replace(
+            spec, name=f.name, default=f.default, annotation=str(f.type), flags=flags
+        )
+    return out
+
+
+# -- checks -------------------------------------------------------------------------------
+
+
+def _one_of(choices: tuple[str, ...]) -> Callable[[str, Any], str]:
+    def check(flag: str, value: Any) -> str:
+        value = getattr(value, "value", value)  # the library's enums are str enums
+        if value not in choices:
+            raise OptionError(f"{flag} must be one of {', '.join(choices)}; got {value!r}")
+        return str(value)
+
+    return check
+
+
+def _int_in(low: int, high: int) -> Callable[[str, Any], int]:
+    return lambda flag, value: check_int(flag, value, low, high)
+
+
+def _txt_unit(flag: str, value: Any) -> str:
+    if value not in TXT_UNITS:
+        raise OptionError(f"{flag} must be line, paragraph or document, got {value!r}")
     return str(value)
+
+
+def _any_int(flag: str, value: Any) -> int:
+    """An integer (``--pad-id``: its range is the tokenizer's vocabulary, checked when that
+    is loaded)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise OptionError(f"{flag} must be an integer, got {value!r}")
+    return value
+
+
+def _timeout(flag: str, value: Any) -> float:
+    if not 0 < value <= MAX_TEMPLATE_TIMEOUT:
+        raise OptionError(
+            f"{flag} must be more than 0 and at most {MAX_TEMPLATE_TIMEOUT:g} seconds, "
+            f"got {value:g}"
+        )
+    return value
+
+
+def _text(flag: str, value: Any) -> Any:
+    """A path as text (it pickles and prints); anything else (a loaded object) as it is."""
+    return os.fspath(value) if isinstance(value, os.PathLike) else value
+
+
+def _template_key(template: Any) -> Any:
+    """A chat template in :meth:`PackOptions.rows_key`: a loaded one by its sha256."""
+    return getattr(template, "sha256", template)
+
+
+_AS_PACK = "(default: as given to pack)"
 
 
 @dataclass(frozen=True)
@@ -101,106 +230,232 @@ class PackOptions:
     drop for instruction data), ``add_eos`` (on, except for chats), ``bos`` (the tokenizer's
     post-processor), ``pad_id`` (the pad token, else EOS), ``rows_per_shard`` (from
     ``shard_size``), ``loss_on`` (by the input shape). ``tokenizer`` is a spec (a path, a hub
-    name, ``None`` for the bundled one) or a tokenizer object (library use).
+    name, ``None`` for the bundled one) or a tokenizer object (library use). Each field's
+    declaration says what it is (:class:`Option`); the command line's help is its ``help``.
     """
 
-    # What the rows hold
-    max_len: int | None = None
-    tokenizer: Any = None
-    text_field: str = "text"
-    input_shape: str = "auto"
-    prompt_field: str = "prompt"
-    completion_field: str = "completion"
-    messages_field: str = "messages"
-    chat_template: Any = None  # a path, or a packtool.chat.ChatTemplate
-    loss_on: str | None = None
-    template_timeout: float | None = DEFAULT_TEMPLATE_TIMEOUT  # seconds a record (None: no limit)
-    chat_turns: str = "all"  # chats: one example per conversation (all) or per assistant turn
-    learn_reasoning: bool = True  # chats: reasoning blocks of assistant turns are learned
-    overflow: str | None = None
-    add_eos: bool | None = None
-    bos: bool | None = None
-    eos_token: str | None = None
-    bos_token: str | None = None
-    pad_id: int | None = None
-    parse_special: bool = False
-    skip_bad_records: bool = False
-    split: str | None = None
-    txt_unit: str = "line"
-    ids_field: str | None = None  # pre-tokenized records: the list of token ids
-    labels_field: str | None = None  # ... and their labels (-100: not learned)
-    loss_mask_field: str | None = None  # ... or a 0/1 mask of the learned tokens
-    vocab_size: int | None = None  # ids must be below it (default: the tokenizer's)
-    split_on_eos: int | None = None  # cut pre-tokenized records after each of this id
-    # How rows are laid out (the fields of ``layout``)
-    shuffle: bool = True
-    seed: int = 0
-    world_size: int | None = None  # balanced steps for this many data-parallel ranks
-    micro_batches: int = 1  # rows a rank reads per step (gradient accumulation)
-    rows_per_shard: int | None = None
-    shard_size: str | int = DEFAULT_SHARD_SIZE
+    max_len: int | None = opt(
+        None, ROWS, "Tokens per packed row (4096, or 4k).", flags=("--max-len", "-L"),
+        check=_int_in(2, MAX_LEN_LIMIT), recorded=True, show_default=False, cli="token_count",
+        required=True,
+    )  # fmt: skip
+    tokenizer: Any = opt(
+        None, ROWS, "tokenizer.json path, local model directory, or hub name (default: "
+        "packtool's bundled byte-level BPE).", check=_text, corpus=True, key=None,
+        show_default=False, cli="str",
+    )  # fmt: skip  # key: the loaded tokenizer's sha256 (units.options_key, pipeline)
+    text_field: str = opt(
+        "text", ROWS, "Field (column) holding the document text.", recorded=True, corpus=True
+    )
+    input_shape: str = opt(
+        "auto", ROWS, "Records are text, prompt-completion, chat or ids (pre-tokenized, with "
+        "--ids-field); auto decides by the fields of the first record (messages -> chat, prompt "
+        "+ completion -> prompt-completion), or ids when --ids-field is given.",
+        check=_one_of(INPUT_SHAPES),
+    )  # fmt: skip
+    prompt_field: str = opt("prompt", ROWS, "Field holding the prompt (prompt-completion records).")
+    completion_field: str = opt(
+        "completion", ROWS, "Field holding the completion (prompt-completion records)."
+    )
+    messages_field: str = opt(
+        "messages", ROWS, "Field holding the list of {role, content} messages (chat records)."
+    )
+    chat_template: Any = opt(
+        None, ROWS, "Jinja chat template for chat records (or a tokenizer_config.json holding "
+        "one), rendered in a sandbox [default: the chat_template of the tokenizer's "
+        "tokenizer_config.json].", check=_text, key=_template_key, show_default=False,
+        cli="path",
+    )  # fmt: skip  # a path, or a packtool.chat.ChatTemplate
+    loss_on: str | None = opt(
+        None, ROWS, "Tokens learned (labels column): completion, assistant or all [default: "
+        "completion for prompt-completion, assistant for chat].", check=_one_of(LOSS_ON),
+        show_default=False,
+    )  # fmt: skip
+    template_timeout: float | None = opt(
+        DEFAULT_TEMPLATE_TIMEOUT, ROWS, "Seconds the chat template may run on one record; a "
+        "record it runs longer on stops the run, naming the record (or is skipped with "
+        "--skip-bad-records).", check=_timeout,
+    )  # fmt: skip  # None: no limit
+    chat_turns: str = opt(
+        "all", ROWS, "Chats: one example per conversation, every assistant turn learned (all), "
+        "or one per assistant turn, its history rendered as the template renders it at that "
+        "turn and only that turn learned (each: for reasoning templates that drop earlier "
+        "reasoning).", check=_one_of(CHAT_TURNS),
+    )  # fmt: skip
+    learn_reasoning: bool = opt(
+        True, ROWS, "Chats: learn the reasoning of assistant turns (<think> blocks, gpt-oss "
+        "analysis) with the answer, or keep it as context.",
+        flags=("--learn-reasoning/--no-learn-reasoning",),
+    )  # fmt: skip
+    overflow: str | None = opt(
+        None, ROWS, "What to do with documents longer than --max-len: split (into chunks), "
+        "truncate, or drop [default: split for text, drop for prompt-completion and chat].",
+        check=_one_of(OVERFLOWS), recorded=True, show_default=False,
+        corpus="Split, truncate or drop documents over max-len [default: split].",
+    )  # fmt: skip
+    add_eos: bool | None = opt(
+        None, ROWS, "Append EOS to every document [default: on, except for chats, whose "
+        "template closes every turn].", flags=("--eos/--no-eos",), recorded=True,
+        show_default=False, corpus="Append EOS to every document [default: on].",
+    )  # fmt: skip
+    bos: bool | None = opt(
+        None, ROWS, "Force one BOS at each document start, or no post-processor tokens at all "
+        "(default: the tokenizer's post-processor decides).", flags=("--bos/--no-bos",),
+        recorded=True, corpus=True, show_default=False,
+    )  # fmt: skip
+    eos_token: str | None = opt(
+        None,
+        ROWS,
+        "EOS token: its text, or a number for an id; overrides the tokenizer's.",
+        corpus=True,
+    )
+    bos_token: str | None = opt(
+        None,
+        ROWS,
+        "BOS token: its text, or a number for an id; overrides the tokenizer's.",
+        corpus=True,
+    )
+    pad_id: int | None = opt(
+        None, ROWS, "Padding id (default: the tokenizer's pad token, else EOS).",
+        check=_any_int, recorded=True, show_default=False,
+    )  # fmt: skip
+    parse_special: bool = opt(
+        False, ROWS, "Parse special-token strings in the data (<|endoftext|>, <|im_end|>...) "
+        "as control tokens, for data that holds markup on purpose [default: they are text].",
+        flags=("--parse-special",), corpus=True,
+    )  # fmt: skip
+    # How rows are laid out (the fields of ``layout``, checked by that record)
+    shuffle: bool = opt(
+        True, LAYOUT, "Shuffle rows (FFD puts long ones first).", flags=("--shuffle/--no-shuffle",),
+        recorded=True, merge=Merge(f"Shuffle the rows {_AS_PACK}."),
+    )  # fmt: skip
+    seed: int = opt(
+        0, LAYOUT, "Seed of the row shuffle.", recorded=True,
+        merge=Merge(f"Seed of the row shuffle {_AS_PACK}."),
+    )  # fmt: skip
+    world_size: int | None = opt(
+        None, LAYOUT, "Store the rows as balanced steps for W data-parallel ranks: read through "
+        "PackedDataset(rank=r, world_size=W), every rank's rows of a step have nearly the same "
+        "attention cost (docs/balance.md).", recorded=True, show_default=False,
+        merge=Merge("Store the rows as balanced steps for W data-parallel ranks, as `pack "
+                    f"--world-size` {_AS_PACK}."),
+    )  # fmt: skip  # balanced steps for this many data-parallel ranks
+    micro_batches: int = opt(
+        1, LAYOUT, "With --world-size: rows a rank reads per step (batch size x gradient "
+        "accumulation); the sum over them is balanced.", recorded=True,
+        merge=Merge(f"With --world-size: rows a rank reads per step {_AS_PACK}."),
+    )  # fmt: skip  # gradient accumulation
+    rows_per_shard: int | None = opt(
+        None, LAYOUT, "Rows per shard (default: from --shard-size).", recorded=True,
+        show_default=False, merge=Merge(f"Rows per shard {_AS_PACK}."),
+    )  # fmt: skip
+    shard_size: str | int = opt(
+        DEFAULT_SHARD_SIZE, LAYOUT, "Target shard size, e.g. 256MB (ignored with "
+        "--rows-per-shard).", cli="str",
+        merge=Merge("Target shard size, e.g. 256MB (ignored with --rows-per-shard).", key=None),
+    )  # fmt: skip  # the merge turns it into rows_per_shard
+    # How the run goes (never changes the rows); what the rows hold from pre-tokenized records
+    overwrite: bool = opt(
+        False, RUN, "Replace the output directory if it exists.", flags=("--overwrite",)
+    )
+    skip_bad_records: bool = opt(
+        False, ROWS, "Skip malformed records (bad JSON, missing or non-string text), counting "
+        "them, instead of stopping at the first.", flags=("--skip-bad-records",),
+        recorded=True, corpus=True,
+    )  # fmt: skip
+    split: str | None = opt(
+        None, ROWS, "Split of a saved DatasetDict (default: train).", recorded=True,
+        corpus=True, show_default=False,
+    )  # fmt: skip
+    txt_unit: str = opt(
+        "line", ROWS, "A document in .txt inputs: line, paragraph or document.", check=_txt_unit,
+        recorded=True, corpus=True,
+    )  # fmt: skip
+    ids_field: str | None = opt(
+        None, ROWS, "Pre-tokenized records: the field (a list of ints) holding each document's "
+        "token ids, packed as they are (Parquet, Arrow, saved datasets, JSON Lines, JSON, CSV); "
+        "no tokenizer is loaded unless --tokenizer is given.", corpus=True, show_default=False,
+    )  # fmt: skip
+    labels_field: str | None = opt(
+        None, ROWS, "With --ids-field: the field of labels (ints, -100 where not learned), one "
+        "per id, carried into the labels column.", show_default=False,
+    )  # fmt: skip
+    loss_mask_field: str | None = opt(
+        None, ROWS, "With --ids-field: the field of a 0/1 mask per id (1: learned), instead of "
+        "--labels-field.", show_default=False,
+    )  # fmt: skip
+    vocab_size: int | None = opt(
+        None, ROWS, "With --ids-field: ids must be below this [default: the tokenizer's "
+        "vocabulary size].", check=_int_in(1, 1 << 31), corpus=True, show_default=False,
+    )  # fmt: skip
+    split_on_eos: int | None = opt(
+        None, ROWS, "With --ids-field: cut each record into documents after every occurrence "
+        "of this id (an EOS-separated stream; the EOS stays with the document before it).",
+        check=_int_in(0, (1 << 31) - 1), corpus=True, show_default=False,
+    )  # fmt: skip
+    num_proc: int | None = opt(
+        None, RUN, "Tokenizer threads (default: all cores).", check=_int_in(1, MAX_NUM_PROC),
+        corpus=True, show_default=False,
+    )  # fmt: skip
+    tokenizer_backend: str = opt(
+        "auto", RUN, "Tokenizer engine: auto (the fast backend suited to the tokenizer, "
+        "gigatoken or fastokens, where it loads the file and passes the parity gate, else "
+        "Hugging Face tokenizers), hf, fastokens or gigatoken (fail if it cannot). The ids are "
+        "the same.", check=_one_of(TOKENIZER_BACKENDS), corpus=True,
+    )  # fmt: skip
+    check_sample: int = opt(
+        0, RUN, "Re-encode about N documents, spread over the inputs, with Hugging Face "
+        "tokenizers and stop (writing nothing) if the fast backend gave other ids.",
+        check=_int_in(0, MAX_CHECK_SAMPLE),
+    )  # fmt: skip
+    resume: bool = opt(
+        False, RUN, "Continue an interrupted --resume run from its checkpoint, and keep this "
+        "run's work if it is interrupted.", flags=("--resume",),
+    )  # fmt: skip
+    # Work units: each unit is keyed by the plan of units, which holds their count
+    units: int | None = opt(
+        None, ROWS, "Pack as N work units (FFD inside each), then merge them (docs/cluster.md).",
+        check=_int_in(1, MAX_UNITS), key=None, show_default=False,
+    )  # fmt: skip  # key: units.plan_units hashes the count into the plan
+    unit: int | None = opt(
+        None, RUN, "Run only unit I (0-based) of --units, here, without merging (Slurm array, "
+        "Kubernetes indexed job); `packtool merge` joins the units.", show_default=False,
+    )  # fmt: skip
+    engine: str = opt(
+        "local", RUN, "Where --units run: local (process pool) or ray.", check=_one_of(ENGINES)
+    )
+    ray_address: str | None = opt(
+        None, RUN, "Ray cluster to join with --engine ray, or auto (default: start a local Ray "
+        "instance for the run).", show_default=False,
+    )  # fmt: skip
     # With --units: the merge copies the rows into OUT (True) or lists the units' shards
     # where they lie (False); None: copy only for --world-size, which needs a global order
-    merge_copy: bool | None = None
-    # How the run goes (never changes the rows)
-    overwrite: bool = False
-    resume: bool = False
-    num_proc: int | None = None
-    tokenizer_backend: str = "auto"
-    check_sample: int = 0
-    units: int | None = None
-    unit: int | None = None
-    engine: str = "local"
-    ray_address: str | None = None
+    merge_copy: bool | None = opt(
+        None, LAYOUT, "With --units: the merge writes the rows again into OUTPUT (--copy), or "
+        "lists the units' shards where they lie (--no-copy) [default: list them, copy only what "
+        "--world-size or a changed order needs].", flags=("--copy/--no-copy",),
+        show_default=False, merge=Merge(
+            "Write the rows again into OUT_DIR (--copy), or list the units' shards where they "
+            "lie, writing no row (--no-copy) [default: as given to pack, else list them and "
+            "copy only what --world-size or another order than the units' needs].", key="copy"
+        ),
+    )  # fmt: skip
 
     def __post_init__(self) -> None:
-        if self.max_len is not None:
-            check_int("--max-len", self.max_len, 2, MAX_LEN_LIMIT)
-        if self.overflow is not None:
-            object.__setattr__(self, "overflow", _enum("--overflow", self.overflow, OVERFLOWS))
-        object.__setattr__(
-            self, "input_shape", _enum("--input-shape", self.input_shape, INPUT_SHAPES)
-        )
-        if self.loss_on is not None:
-            object.__setattr__(self, "loss_on", _enum("--loss-on", self.loss_on, LOSS_ON))
-        if self.txt_unit not in TXT_UNITS:
-            raise OptionError(
-                f"--txt-unit must be line, paragraph or document, got {self.txt_unit!r}"
-            )
-        _enum("--engine", self.engine, ENGINES)
-        object.__setattr__(
-            self,
-            "tokenizer_backend",
-            _enum("--tokenizer-backend", self.tokenizer_backend, TOKENIZER_BACKENDS),
-        )
-        if self.pad_id is not None and (
-            isinstance(self.pad_id, bool) or not isinstance(self.pad_id, int)
-        ):  # its range is the tokenizer's vocabulary, checked when that is loaded
-            raise OptionError(f"--pad-id must be an integer, got {self.pad_id!r}")
+        for spec in OPTIONS.values():
+            value = getattr(self, spec.name)
+            if value is not None and spec.check is not None:
+                object.__setattr__(self, spec.name, spec.check(spec.flag, value))
         self.layout  # the layout's fields are checked by the record they make  # noqa: B018
-        if self.num_proc is not None:
-            check_int("--num-proc", self.num_proc, 1, MAX_NUM_PROC)
-        object.__setattr__(self, "chat_turns", _enum("--chat-turns", self.chat_turns, CHAT_TURNS))
-        timeout = self.template_timeout
-        if timeout is not None and not 0 < timeout <= MAX_TEMPLATE_TIMEOUT:
-            raise OptionError(
-                f"--template-timeout must be more than 0 and at most {MAX_TEMPLATE_TIMEOUT:g} "
-                f"seconds, got {timeout:g}"
-            )
-        check_int("--check-sample", self.check_sample, 0, MAX_CHECK_SAMPLE)
         self._check_units()
         self._check_ids()
-        for name in ("tokenizer", "chat_template"):  # paths as text: they pickle and print
-            value = getattr(self, name)
-            if isinstance(value, os.PathLike):
-                object.__setattr__(self, name, os.fspath(value))
 
     def _check_ids(self) -> None:
         if self.ids_field is None:
             for name in ("labels_field", "loss_mask_field"):
                 if getattr(self, name) is not None:
                     raise OptionError(
-                        f"{_flag(name)} is for pre-tokenized records: give --ids-field NAME"
+                        f"{OPTIONS[name].flag} is for pre-tokenized records: give --ids-field NAME"
                     )
             if self.input_shape == "ids":
                 raise OptionError("--input-shape ids needs --ids-field NAME")
@@ -211,14 +466,8 @@ class PackOptions:
             )
         if self.labels_field is not None and self.loss_mask_field is not None:
             raise OptionError("give --labels-field or --loss-mask-field, not both")
-        if self.vocab_size is not None:
-            check_int("--vocab-size", self.vocab_size, 1, 1 << 31)
-        if self.split_on_eos is not None:
-            check_int("--split-on-eos", self.split_on_eos, 0, (1 << 31) - 1)
 
     def _check_units(self) -> None:
-        if self.units is not None:
-            check_int("--units", self.units, 1, MAX_UNITS)
         if self.unit is not None:
             if self.units is None:
                 raise OptionError(_NEEDS_UNITS)
@@ -243,9 +492,8 @@ class PackOptions:
 
     @classmethod
     def from_mapping(cls, values: Mapping[str, Any]) -> PackOptions:
-        """The options among ``values`` (e.g. a CLI command's parameters); others ignored."""
-        names = {f.name for f in fields(cls) if f.init}
-        return cls(**{k: v for k, v in values.items() if k in names})
+        """The options among ``values`` (e.g. a manifest's record); others ignored."""
+        return cls(**{k: v for k, v in values.items() if k in OPTIONS})
 
     def replace(self, **changes: Any) -> PackOptions:
         return dataclasses.replace(self, **changes)
@@ -273,34 +521,39 @@ class PackOptions:
         return self.layout.shard_bytes
 
     def rows_key(self) -> dict[str, Any]:
-        """The options that decide which rows a run packs (what work units are keyed by)."""
-        out = {name: getattr(self, name) for name in _ROWS_KEY}
-        template = self.chat_template
-        out["chat_template"] = None if template is None else getattr(template, "sha256", template)
+        """The options that decide which rows a run packs (what ``--resume`` and work units
+        are keyed by): every ``ROWS`` option, but those its callers key by what they loaded
+        (the tokenizer, by its sha256) or planned (the count of units)."""
+        out = {}
+        for name in _KEYED:
+            key, value = OPTIONS[name].key, getattr(self, name)
+            out[name] = value if key is _SPELLED or value is None else key(value)
         return out
 
     def describe(self) -> dict[str, Any]:
-        """The manifest's ``options`` (the resolved values of a run; see ``pipeline``)."""
-        return {
-            "max_len": self.max_len,
-            "text_field": self.text_field,
-            "overflow": self.overflow,
-            "add_eos": self.add_eos,
-            "bos": self.bos,
-            "pad_id": self.pad_id,
-            **self.layout.describe(),
-            "skip_bad_records": self.skip_bad_records,
-            "split": self.split,
-            "txt_unit": self.txt_unit,
-        }
+        """The manifest's ``options`` (the resolved values of a run; see ``pipeline``): the
+        options declared ``recorded``, in declaration order."""
+        return {name: getattr(self, name) for name in _RECORDED}
 
     def changed(self, *names: str) -> list[str]:
-        """The flags among ``names`` (field names) whose values differ from the defaults."""
-        default = PackOptions()
-        return [_flag(n) for n in names if getattr(self, n) != getattr(default, n)]
+        """The flags that give the options among ``names`` (field names) whose values
+        differ from the defaults."""
+        return [
+            OPTIONS[n].flag_for(getattr(self, n))
+            for n in names
+            if getattr(self, n) != OPTIONS[n].default
+        ]
 
 
-def _flag(name: str) -> str:
-    return {"add_eos": "--no-eos", "bos": "--bos/--no-bos", "cache": "--no-cache"}.get(
-        name, "--" + name.replace("_", "-")
-    )
+OPTIONS: dict[str, Option] = declarations(PackOptions)
+"""Every option, by field name, in declaration order: what each is (:class:`Option`)."""
+_KEYED = tuple(n for n, o in OPTIONS.items() if o.changes == ROWS and o.key is not None)
+_RECORDED = tuple(n for n, o in OPTIONS.items() if o.recorded)
+RECORDED_ROWS = tuple(n for n in _RECORDED if OPTIONS[n].changes == ROWS)
+"""The rows options every pack's manifest records (``verify --against`` needs them)."""
+CORPUS_OPTIONS = tuple(n for n, o in OPTIONS.items() if o.corpus)
+"""The options corpus-mode ``stats`` takes (it reads and tokenizes as ``pack`` would)."""
+MERGE_KEYS = tuple(
+    key for o in OPTIONS.values() if o.merge is not None and (key := o.merge_key) is not None
+)
+"""The options ``merge`` takes and records, by its names for them (``copy``: ``merge_copy``)."""

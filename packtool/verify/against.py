@@ -27,7 +27,7 @@ from ..format import (
 )
 from ..fs import AnyPath, is_url
 from ..instruct import InputPlan, InstructEncoder
-from ..options import PackOptions
+from ..options import RECORDED_ROWS, PackOptions
 from ..packing import Overflow, cut_items
 from ..prepare import choose_tokenizer, prepare
 from ..pretokenized import IdsEncoder, IdsTokenizer
@@ -125,8 +125,7 @@ def _recorded_options(
     else the tokenizer's own (checked against the recorded sha256 once loaded)."""
     where = reader.path / MANIFEST_FILE
     recorded = reader.manifest.options
-    needed = ("text_field", "overflow", "add_eos", "bos", "skip_bad_records", "split", "txt_unit")
-    if any(k not in recorded for k in needed):
+    if any(k not in recorded for k in RECORDED_ROWS):
         raise FormatError(f"{where}: 'options' does not record how the data was packed")
     values = {k: v for k, v in recorded.items() if k != "chat_template"}  # a record, not a path
     if values.get("input_shape") == "chat":
