@@ -101,7 +101,9 @@ def resolve_inputs(
 
     ``specs`` is a list of them, or one (a string is one path, never its characters).
 
-    A directory is a `datasets` dataset if it holds ``state.json`` or ``dataset_dict.json``;
+    A directory that a reader of the table claims (a packtool output, once
+    :mod:`packtool.repack` is imported) is one input of its kind. Else a directory is a
+    `datasets` dataset if it holds ``state.json`` or ``dataset_dict.json``;
     otherwise its supported files are taken, recursively, sorted by path (hidden files and
     directories are skipped). Its other files are skipped too, and added to ``skipped`` (to
     say so); a file named itself, or matched by a glob, of an unknown type is an error.
