@@ -239,10 +239,11 @@ def test_a_pack_on_a_store_repacks(tmp_path: Path) -> None:
     st.integers(2, 40),
     st.integers(2, 40),
     st.booleans(),
+    st.sampled_from(["split", "truncate", "drop"]),
     st.integers(0, 2**16),
 )
 def test_repack_is_a_fresh_pack_or_says_why(
-    tmp_path_factory: pytest.TempPathFactory, lengths, old, new, labelled, seed
+    tmp_path_factory: pytest.TempPathFactory, lengths, old, new, labelled, overflow, seed
 ) -> None:
     """Any corpus of ids (and labels), any two max-lens: the repack equals the fresh pack,
     or its notice says what it cannot give back."""
@@ -251,6 +252,7 @@ def test_repack_is_a_fresh_pack_or_says_why(
     ids = [rng.integers(3, 50, k).tolist() for k in lengths]
     columns = {"ids": ids}
     options: dict = {"ids_field": "ids", "pad_id": 0, "eos_token": "1", "add_eos": True}
+    options["overflow"] = overflow
     if labelled:
         columns["y"] = [
             [t if rng.random() < 0.5 else -100 for t in d] for d in ids
@@ -272,20 +274,21 @@ def test_repack_is_a_fresh_pack_or_says_why(
     try:
         report = packtool.pack([first], repacked, max_len=new)
     except packtool.errors.NothingToPackError:
-        assert fresh is None or _notice_of(first, new)
+        assert fresh is None or _notice_of(first, new, overflow)
         return
     if report.notices:
-        assert labelled  # ids without labels always come back whole
+        # ids without labels come back whole, but for what truncate and drop left out
+        assert labelled or (overflow != "split" and new > old)
         return  # said: what cannot come back
     assert fresh is not None
     _same_pack(repacked, fresh)
 
 
-def _notice_of(first: Path, new: int) -> str | None:
+def _notice_of(first: Path, new: int, overflow: str) -> str | None:
     from packtool.readers import resolve_inputs
     from packtool.repack import repack_notice
 
-    return repack_notice(resolve_inputs([first]), new, "split")
+    return repack_notice(resolve_inputs([first]), new, overflow)
 
 
 def test_a_document_missing_a_chunk_is_left_out_and_said(tmp_path: Path) -> None:
@@ -314,3 +317,17 @@ def test_a_document_missing_a_chunk_is_left_out_and_said(tmp_path: Path) -> None
     assert "the 2 missing one before their last are left out" in notice
     _, rows = read_rows(tmp_path / "re")
     assert [d for r in rows for d in r["doc_ids"]] == [1]
+
+
+def test_a_pack_merged_from_units_repacks(tmp_path: Path) -> None:
+    """Units merged without copying number their documents within each unit (the shards'
+    ``doc_offset``): the repack numbers them over the corpus, as a fresh pack does."""
+    a = write_jsonl(tmp_path / "a.jsonl", [{"text": "x" * k} for k in range(1, 90, 3)])
+    b = write_jsonl(tmp_path / "b.jsonl", [{"text": "y" * k} for k in range(90, 1, -4)])
+    units = tmp_path / "units"
+    packtool.pack([a, b], units, max_len=40, units=2, num_proc=1)
+    fresh = tmp_path / "fresh"
+    packtool.pack([a, b], fresh, max_len=64)
+    repacked = tmp_path / "repacked"
+    packtool.pack([units], repacked, max_len=64)
+    _same_pack(repacked, fresh)
