@@ -245,7 +245,8 @@ def pack(
         typer.Argument(
             parser=as_path,
             help="Input files (.jsonl/.json[.gz|.zst], .parquet, .arrow, .csv, .txt), "
-            "directories or globs of them, or a dataset saved with datasets.save_to_disk.",
+            "directories or globs of them, a dataset saved with datasets.save_to_disk, or a "
+            "packtool output (its documents packed again, no tokenizer).",
             show_default=False,
         ),
     ],
