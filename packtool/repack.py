@@ -191,8 +191,8 @@ def _index_batch(
         at = np.repeat(np.cumsum(n_real) - n_real, n_docs) + within
         end = start + (real[at + 1] - real[at] if total else real[at])
     doc = _flat(docs).astype(np.int64)
-    chunk = _flat(batch.column("chunk_ids")).astype(np.int64)
-    return doc, chunk, row * max_len + start, end - start
+    chunk = _flat(batch.column("chunk_ids")).astype(np.int32)
+    return doc, chunk, row * max_len + start, (end - start).astype(np.int32)
 
 
 def _segments(reader: PackedReader) -> PackedDocuments:
@@ -204,7 +204,7 @@ def _segments(reader: PackedReader) -> PackedDocuments:
     for shard in range(len(reader.shard_paths)):
         for batch in reader.shard_table(shard).to_batches():
             doc, chunk, pos, length = _index_batch(batch, max_len)
-            parts.append((doc, chunk, pos, length, np.full(doc.size, len(blocks), np.int64)))
+            parts.append((doc, chunk, pos, length, np.full(doc.size, len(blocks), np.int32)))
             blocks.append(_flat(batch.column("input_ids")))
             if label_blocks is not None:
                 label_blocks.append(_flat(batch.column("labels")))
