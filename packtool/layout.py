@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from ._fields import attributes
 from .errors import OptionError
 from .limits import MAX_ROWS_PER_SHARD, MAX_SEED, check_int
 
@@ -97,10 +98,4 @@ class Layout:
 
     def describe(self) -> dict[str, Any]:
         """The manifest's record of the layout (part of its ``options``)."""
-        return {
-            "shuffle": self.shuffle,
-            "seed": self.seed,
-            "world_size": self.world_size,
-            "micro_batches": self.micro_batches,
-            "rows_per_shard": self.rows_per_shard,
-        }
+        return attributes(self, "shuffle seed world_size micro_batches rows_per_shard")

@@ -40,16 +40,13 @@ from .errors import FormatError, InputError, OptionError
 from .format import MANIFEST_FILE, Manifest, PackedReader, open_packed
 from .fs import AnyPath, StorePath, user_cache_dir
 from .options import PackOptions
-from .readers import FieldReader, InputFile, Records, Want, register
-from .readers.base import SchemaCheck
-from .readers.files import BATCH_DOCS
+from .readers import FieldReader, InputFile, Records, Request, Want, register
 
 __all__ = [
     "IDS_FIELD",
     "LABELS_FIELD",
     "PackedDocuments",
     "is_packed_output",
-    "lengths_only",
     "packed_documents",
     "packed_options",
     "repack_notice",
@@ -281,19 +278,10 @@ class PackedInput(FieldReader):
     def claims(self, path: AnyPath) -> bool:
         return is_packed_output(path)
 
-    def read(
-        self,
-        inp: InputFile,
-        fields: Sequence[str],
-        want: Want,
-        *,
-        split: str | None = None,
-        batch_rows: int = BATCH_DOCS,
-        check: SchemaCheck | None = None,
-    ) -> Iterator[Records]:
-        if want is not Want.IDS:
-            raise self.refusal(inp, want)
-        return packed_documents(inp.path).batches(fields, str(inp.path), inp.size_bytes)
+    def read(self, inp: InputFile, request: Request) -> Iterator[Records]:
+        if request.want is not Want.IDS:
+            raise self.refusal(inp, request.want)
+        return packed_documents(inp.path).batches(request.fields, str(inp.path), inp.size_bytes)
 
     def first_fields(self, inp: InputFile, split: str | None) -> list[str] | None:
         labelled = _open(str(inp.path)).has_labels
@@ -371,14 +359,6 @@ def packed_options(files: Sequence[InputFile], options: PackOptions) -> PackOpti
         vocab_size=options.vocab_size if options.vocab_size is not None else first.vocab_size,
         overflow=options.overflow if options.overflow is not None else overflow,
     )
-
-
-def lengths_only(files: Sequence[InputFile], options: PackOptions) -> PackOptions:
-    """``options`` of ``stats`` of packed outputs as a corpus: their documents' lengths, not
-    their labels (as for any corpus, a chunk with nothing to learn is not modelled)."""
-    if _packs(files) and options.labels_field == LABELS_FIELD:
-        return options.replace(labels_field=None)
-    return options
 
 
 def _label_notes(path: AnyPath, docs: PackedDocuments, max_len: int, overflow: str) -> list[str]:

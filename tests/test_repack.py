@@ -141,6 +141,10 @@ def test_a_repacked_chat_pack_keeps_its_labels(tmp_path: Path, overflow, old, ne
     if exact:
         _same_pack(repacked, fresh)
         assert not report.notices
+        # stats of the pack at that max-len: the fresh pack's figures, labels cut as pack cuts
+        (at,) = packtool.corpus_stats([first], [new], use_cache=False).results
+        fresh_manifest = json.loads((fresh / "manifest.json").read_text())
+        assert (at.rows, at.segments) == (fresh_manifest["rows"], fresh_manifest["segments"])
         return
     (notice,) = report.notices
     if overflow == "drop":
