@@ -23,7 +23,6 @@ from typing import Any
 
 import numpy as np
 
-from ._version import __version__
 from .corpus import ReadState, background, encoder_backend, read_corpus
 from .counts import Counts, DocumentCounts, LabelFigures, TokenCounts
 from .errors import InputError, OptionError
@@ -88,7 +87,7 @@ class PackReport:
     @classmethod
     def from_manifest(cls, out: AnyPath, manifest: Manifest, seconds: float) -> PackReport:
         """The report of the output whose manifest is ``manifest`` (a merge's, a pack's)."""
-        return cls(out, manifest, seconds, notices=manifest.notices)
+        return cls(out, manifest, seconds, notices=manifest.tokenizer.notices)
 
     @property
     def counts(self) -> Counts:
@@ -97,17 +96,17 @@ class PackReport:
 
     @property
     def documents(self) -> DocumentCounts:
-        return self.manifest.documents
+        return self.counts.documents
 
     @property
     def tokens(self) -> int:
         """Real tokens in rows (``counts.tokens.packed``)."""
-        return self.manifest.tokens.packed
+        return self.counts.tokens.packed
 
     @property
     def tokens_learned(self) -> int | None:
         """Tokens with a label (instruction data; ``counts.tokens.learned``), else None."""
-        return self.manifest.tokens.learned
+        return self.counts.tokens.learned
 
     @property
     def max_len(self) -> int:
@@ -119,11 +118,11 @@ class PackReport:
 
     @property
     def rows(self) -> int:
-        return self.manifest.rows
+        return self.manifest.rows or 0
 
     @property
     def lower_bound_rows(self) -> int:
-        return self.manifest.lower_bound_rows
+        return self.manifest.lower_bound_rows or 0
 
     @property
     def shards(self) -> int:
@@ -136,17 +135,18 @@ class PackReport:
     @property
     def special_strings(self) -> int:
         """Documents whose data held special-token strings."""
-        return self.manifest.special_strings
+        return self.manifest.special_strings.documents
 
     @property
     def parse_special(self) -> bool:
         """Whether those strings were parsed as control tokens."""
-        return self.manifest.parse_special
+        return self.manifest.special_strings.parsed
 
     @property
     def backend(self) -> dict[str, Any]:
         """The tokenizer backend, its version (the manifest's record)."""
-        return dict(self.manifest.backend or {})
+        backend = self.manifest.tokenizer.backend
+        return dict(backend.record) if backend else {}
 
     @property
     def efficiency(self) -> float:
@@ -559,7 +559,6 @@ def _manifest(
     if run.plan.labelled:  # counted even where no batch was (an empty unit)
         counts = Counts(labels=LabelFigures(), tokens=TokenCounts(learned=0)) + counts
     return Manifest.for_pack(
-        version=__version__,
         tokenizer={
             **_describe_tokenizer(run.tok, o.pad_id, run.pad_from),
             "backend": state.backend or encoder_backend(run.plan).describe(),

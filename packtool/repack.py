@@ -101,7 +101,7 @@ class PackedDocuments:
         """The records read: a number for every document the first pack read (its count,
         else up to the last kept one)."""
         last = int(self.docs[-1]) + 1 if self.docs.size else 0
-        return max(last, self.manifest.documents.read)
+        return max(last, self.manifest.counts.documents.read)
 
     @property
     def lengths(self) -> np.ndarray:
@@ -331,7 +331,7 @@ def packed_options(files: Sequence[InputFile], options: PackOptions) -> PackOpti
         return values[0]
 
     labelled = same("labels", [m.has_labels for m in manifests])
-    same("tokenizer", [m.tokenizer_sha256 for m in manifests])
+    same("tokenizer", [m.tokenizer.sha256 for m in manifests])
     given = options.changed(
         "tokenizer", "ids_field", "labels_field", "loss_mask_field", "split_on_eos", "loss_on"
     )
@@ -345,8 +345,9 @@ def packed_options(files: Sequence[InputFile], options: PackOptions) -> PackOpti
             f"{'--eos' if options.add_eos else '--bos'}: the documents of {packs[0].path} hold "
             "the EOS and BOS they were packed with already"
         )
-    overflow = same("--overflow", [m.overflow for m in manifests])
-    eos, bos = first.eos_id, first.bos_id
+    overflow = same("--overflow", [m.recorded_options.overflow for m in manifests])
+    special, vocab = first.tokenizer.special, first.tokenizer.vocab_size
+    eos, bos = special.eos_id, special.bos_id
     return options.replace(
         input_shape="auto",
         ids_field=IDS_FIELD,
@@ -355,8 +356,8 @@ def packed_options(files: Sequence[InputFile], options: PackOptions) -> PackOpti
         bos=False,
         eos_token=options.eos_token if options.eos_token is not None else _str(eos),
         bos_token=options.bos_token if options.bos_token is not None else _str(bos),
-        pad_id=options.pad_id if options.pad_id is not None else first.pad_id,
-        vocab_size=options.vocab_size if options.vocab_size is not None else first.vocab_size,
+        pad_id=options.pad_id if options.pad_id is not None else special.pad_id,
+        vocab_size=options.vocab_size if options.vocab_size is not None else vocab,
         overflow=options.overflow if options.overflow is not None else overflow,
     )
 
@@ -364,12 +365,12 @@ def packed_options(files: Sequence[InputFile], options: PackOptions) -> PackOpti
 def _label_notes(path: AnyPath, docs: PackedDocuments, max_len: int, overflow: str) -> list[str]:
     """What a labelled pack lost of its labels that a repack at ``max_len`` would learn."""
     m = docs.manifest
-    counts = m.label_counts
+    counts = m.labels
     if docs.label_blocks is None or counts is None:
         return []
     old, without = m.max_len, counts.documents_without_labels or 0
     said = []
-    if m.overflow == "split":
+    if m.recorded_options.overflow == "split":
         cuts = docs.inner_cuts
         if overflow != "split":  # only the first max_len tokens of a document are kept
             cuts = cuts[cuts < max_len]
@@ -389,7 +390,7 @@ def _label_notes(path: AnyPath, docs: PackedDocuments, max_len: int, overflow: s
                 f"{_n(docs.split_docs, 'split document')} are inside a segment, and the "
                 f"repack learns them not{also}"
             )
-    elif m.overflow == "truncate" and max_len > old and without:
+    elif m.recorded_options.overflow == "truncate" and max_len > old and without:
         said.append(
             f"{path} left out {_n(without, 'document')} with nothing to learn in their first "
             f"{old} tokens (--overflow truncate): any with learned tokens after those is not "
@@ -413,12 +414,12 @@ def repack_notice(files: Sequence[InputFile], max_len: int, overflow: str) -> st
     for f in _packs(files):
         docs = packed_documents(f.path)
         m = docs.manifest
-        old, counts = m.max_len, m.documents
+        old, counts = m.max_len, m.counts.documents
         if max_len > old and counts.truncated:
             said.append(
                 f"{f.path} cut {counts.truncated:,} documents to --max-len {old} when it was "
-                f"packed (--overflow truncate): their {m.tokens.truncated_away:,} cut tokens "
-                f"are not in it, so they stay cut at --max-len {max_len}"
+                f"packed (--overflow truncate): their {m.counts.tokens.truncated_away:,} cut "
+                f"tokens are not in it, so they stay cut at --max-len {max_len}"
             )
         if max_len > old and counts.dropped:
             said.append(

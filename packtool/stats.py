@@ -48,7 +48,15 @@ from ._version import __version__
 from .corpus import ReadState, encoder_backend, read_corpus
 from .counts import Counts, DocumentCounts
 from .errors import FormatError, OptionError
-from .format import IGNORE_INDEX, MANIFEST_FILE, Manifest, Per, column_names, open_packed
+from .format import (
+    IGNORE_INDEX,
+    MANIFEST_FILE,
+    BalanceRecord,
+    Manifest,
+    Per,
+    column_names,
+    open_packed,
+)
 from .fs import StorePath, as_path, user_cache_dir
 from .limits import MAX_BATCH_SIZE, MAX_LEN_LIMIT, MAX_SEED, check_int, read_token_count
 from .options import PackOptions
@@ -359,15 +367,15 @@ class BalanceStats:
 def _balance_stats(
     costs: np.ndarray,
     tokens: np.ndarray,
-    recorded: Any,
+    recorded: BalanceRecord | None,
     world_size: int | None,
     micro_batches: int | None,
     seed: int,
 ) -> BalanceStats | None:
     """The step balance of rows (costs in stored order) for ``world_size`` ranks (default:
     the recorded one), ``micro_batches`` rows per rank and step (default: the recorded one)."""
-    recorded = recorded if isinstance(recorded, dict) else {}
-    w = world_size if world_size is not None else recorded.get("world_size")
+    recorded = recorded or BalanceRecord()
+    w = world_size if world_size is not None else recorded.world_size
     if w is None:
         if micro_batches is not None:
             raise OptionError("--micro-batches needs --world-size W (this output records none)")
@@ -380,10 +388,10 @@ def _balance_stats(
             raise OptionError(f"{flag} must be an integer >= 1, got {value!r}")
     if n < w:
         raise OptionError(f"--world-size {w}: the output has only {n} rows")
-    balanced = recorded.get("world_size") == w
-    g = micro_batches or (int(recorded["micro_batches"]) if balanced else 1)
+    balanced = recorded.world_size == w
+    g = micro_batches or (int(recorded.micro_batches or 1) if balanced else 1)
     if balanced:
-        stored_g = int(recorded["micro_batches"])
+        stored_g = int(recorded.micro_batches or 1)
         rows = np.stack([balanced_share(np.arange(n), r, w, stored_g) for r in range(w)])
     else:
         per = n // w
@@ -816,7 +824,7 @@ def dataset_stats(
     """
     started = time.perf_counter()
     _check_batching(batch_size, seed)
-    reader = open_packed(path)
+    reader = open_packed(path, strict=False)  # an older pack too
     manifest = reader.manifest
     max_len = reader.max_len
     cols = _Columns()
@@ -860,7 +868,7 @@ def dataset_stats(
     return DatasetStats(
         path=reader.path,
         shards=len(reader.shard_paths),
-        tokenizer=manifest.tokenizer_name,
+        tokenizer=manifest.tokenizer.name,
         packing=packing,
         document_lengths=_length_summary(doc_lengths, max_len),
         bad_records=[str(b) for b in manifest.bad_records],
@@ -873,7 +881,7 @@ def dataset_stats(
 
 def _units_summary(manifest: Manifest) -> dict[str, Any] | None:
     """What packing within units cost, from the manifest ``packtool merge`` wrote."""
-    units = manifest.merged_units
+    units = manifest.units
     if units is None or manifest.global_ffd_rows is None:
         return None
     return {

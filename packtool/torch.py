@@ -150,13 +150,14 @@ class PackedDataset(Dataset):
         self.micro_batches: int | None = None
         """Rows per rank and step of a balanced layout read as stored (None: plain split)."""
         manifest = reader.manifest
-        balanced_for = manifest.balance_world_size
+        balance = manifest.balance
+        balanced_for = balance.world_size if balance else None
         per_rank = reader.num_rows // world_size
-        if manifest.balance is not None and balanced_for == world_size:
-            self.micro_batches = int(manifest.balance_micro_batches or 1)
+        if balance is not None and balanced_for == world_size:
+            self.micro_batches = int(balance.micro_batches or 1)
             steps, short, _ = balanced_layout(reader.num_rows, world_size, self.micro_batches)
             per_rank = steps * self.micro_batches + short
-        elif manifest.balance is not None and world_size > 1:
+        elif balance is not None and world_size > 1:
             warnings.warn(
                 f"{path} is stored as balanced steps for world_size={balanced_for}"
                 f", not {world_size}: reading the plain split, whose steps are not balanced "

@@ -18,7 +18,7 @@ import json
 import os
 import shutil
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -26,11 +26,13 @@ import numpy as np
 
 from ..errors import FormatError, OptionError, OutputExistsError
 from ..format import PackedReader, Per, column_names, remove_stale_temporaries, sha256_file
+from ..format.records import Problems, Record, raw
 from ..fs import as_path, is_url
 
 __all__ = [
     "EXPORT_FILE",
     "EXPORT_FORMAT",
+    "ExportRecord",
     "HashingWriter",
     "RowColumn",
     "SegmentIndex",
@@ -241,8 +243,35 @@ def write_export_manifest(staging: Path, record: dict[str, Any]) -> dict[str, An
     return record
 
 
-def read_export_manifest(dest: str | os.PathLike[str]) -> dict[str, Any]:
-    """The ``export.json`` of an export directory, checked for its format."""
+@dataclass(frozen=True)
+class ExportSource(Record):
+    """What names the pack an export came from (:func:`pack_fingerprint`)."""
+
+    shards_sha256: str | None = None
+
+
+@dataclass(frozen=True)
+class ExportFile(Record):
+    """One file of an export as ``export.json`` lists it."""
+
+    bytes: int | None = None
+    sha256: str | None = None
+
+
+@dataclass(frozen=True)
+class ExportRecord(Record):
+    """The ``export.json`` of an export, read by the manifest's loader (what ``verify
+    --export`` needs of it, typed; the rest as written in ``record``)."""
+
+    to: str
+    source: ExportSource = field(default_factory=ExportSource)
+    files: dict[str, ExportFile] = field(default_factory=dict)
+    record: dict[str, Any] = raw()
+
+
+def read_export_manifest(dest: str | os.PathLike[str]) -> ExportRecord:
+    """The ``export.json`` of an export directory, checked for its format; a malformed value
+    is a :class:`FormatError` naming its key."""
     path = Path(dest) / EXPORT_FILE
     if not path.exists():
         raise FormatError(
@@ -255,19 +284,19 @@ def read_export_manifest(dest: str | os.PathLike[str]) -> dict[str, Any]:
         raise FormatError(f"{path}: unreadable: {e}") from e
     if not isinstance(record, dict) or record.get("format") != EXPORT_FORMAT:
         raise FormatError(f"{path}: not a packtool export manifest")
-    return record
+    return ExportRecord.from_record(record, Problems(path))
 
 
-def file_problems(dest: Path, record: dict[str, Any]) -> list[str]:
+def file_problems(dest: Path, record: ExportRecord) -> list[str]:
     """Files of ``export.json`` that are missing or whose size or sha256 differ."""
     problems = []
-    for name, info in record.get("files", {}).items():
+    for name, info in record.files.items():
         path = dest / name
         if not path.exists():
             problems.append(f"{name}: missing")
-        elif path.stat().st_size != info.get("bytes"):
+        elif path.stat().st_size != info.bytes:
             size = path.stat().st_size
-            problems.append(f"{name}: {size} bytes, export.json says {info['bytes']}")
-        elif sha256_file(path) != info.get("sha256"):
+            problems.append(f"{name}: {size} bytes, export.json says {info.bytes}")
+        elif sha256_file(path) != info.sha256:
             problems.append(f"{name}: sha256 differs from export.json")
     return problems

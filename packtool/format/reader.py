@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -120,7 +120,7 @@ class PackedReader:
     def vocab_size(self) -> int:
         """The size of the tokenizer's vocabulary (every token id is below it)."""
         try:
-            value = self.manifest.vocab_size
+            value = self.manifest.tokenizer.vocab_size
         except (TypeError, ValueError):
             value = None
         if value is None:
@@ -287,15 +287,15 @@ class PackedReader:
         from ..tokenize import SpecialTokens, load_tokenizer
 
         m = self.manifest
-        path = self.path / m.tokenizer_file
+        path = self.path / (m.tokenizer.file or "tokenizer.json")
         if not path.exists():
             raise FormatError(f"{self.path}: the output holds no tokenizer.json to decode with")
         tokenizer = load_tokenizer(path)
-        tokenizer.name = m.tokenizer.get("name", tokenizer.name)
-        special = m.special_tokens
-        if m.pad_from != "tokenizer":  # the padding is not its pad
-            special["pad_id"] = tokenizer.special.pad_id
-        tokenizer.special = SpecialTokens(**special)
+        tokenizer.name = m.tokenizer.name or tokenizer.name
+        special = m.tokenizer.special
+        if m.tokenizer.pad_from != "tokenizer":  # the padding is not its pad
+            special = replace(special, pad_id=tokenizer.special.pad_id)
+        tokenizer.special = SpecialTokens(special.eos_id, special.bos_id, special.pad_id)
         return tokenizer
 
 
@@ -310,7 +310,10 @@ def _offset_doc_ids(table: pa.Table, offset: int) -> pa.Table:
 
 
 def open_packed(
-    path: str | os.PathLike[str] | StorePath, *, cache_dir: str | os.PathLike[str] | None = None
+    path: str | os.PathLike[str] | StorePath,
+    *,
+    cache_dir: str | os.PathLike[str] | None = None,
+    strict: bool = True,
 ) -> PackedReader:
     """Open the packed dataset written by ``packtool pack`` at ``path``.
 
@@ -319,7 +322,9 @@ def open_packed(
     under that hash and memory-mapped, as a local output is: a shuffled epoch then reads
     each shard from the store once, not once per visit. Raises
     :class:`~packtool.errors.FormatError` if the directory is not a complete packtool output
-    or has a format version this packtool does not read.
+    or has a format version this packtool does not read, or (``strict``) if its manifest
+    holds a malformed value; not ``strict`` (``verify``, ``stats``), such a value reads as
+    None and ``manifest.problems()`` names it.
     """
     cache = None if cache_dir is None else Path(cache_dir)
-    return PackedReader(as_path(path), read_manifest(path), cache)
+    return PackedReader(as_path(path), read_manifest(path, strict=strict), cache)

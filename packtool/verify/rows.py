@@ -91,7 +91,7 @@ def check_files(
             "load_dataset('arrow', data_files='out/*.arrow') would read it too: remove it, "
             "and see docs/training.md for recipes that write nothing here"
         )
-    if not manifest.tokenizer_copied and manifest.tokenizer_name != IdsTokenizer.name:
+    if manifest.tokenizer.file is None and manifest.tokenizer.name != IdsTokenizer.name:
         # (pre-tokenized data packed without a tokenizer has none to copy)
         report.notes.append(
             "no tokenizer copy in the output (packed with a tokenizer object): "
@@ -120,19 +120,20 @@ class Rules:
         """The rules of the pack at ``reader``; what the manifest does not record, and so
         cannot be checked, is said in ``report.notes``."""
         manifest = reader.manifest
-        pad_id = manifest.pad_id_option
+        options, special = manifest.recorded_options, manifest.tokenizer.special
+        pad_id = options.pad_id
         if pad_id is None:
             report.notes.append("no options.pad_id in the manifest: padding ids not checked")
-        vocab = manifest.vocab_size
+        vocab = manifest.tokenizer.vocab_size
         if vocab is None:
             report.notes.append("no tokenizer.vocab_size in the manifest: token ids not checked")
         return cls(
             max_len=reader.max_len,
             pad_id=pad_id,
             vocab_size=vocab,
-            documents_read=manifest.documents_read_recorded,
-            eos_id=manifest.eos_id if manifest.add_eos else None,
-            bos_id=manifest.bos_id if manifest.add_bos else None,
+            documents_read=manifest.documents.read if manifest.documents else None,
+            eos_id=special.eos_id if options.add_eos else None,
+            bos_id=special.bos_id if options.bos else None,
             has_labels=reader.has_labels,
             dropped_chunks=manifest.dropped_label_chunks,
         )
@@ -792,7 +793,7 @@ def _check_lengths(manifest: Manifest, length: np.ndarray, problems: Problems) -
     """The manifest's segment-length histogram (what a merge of units counts the global FFD
     rows from) against the segments in the rows."""
     recorded = manifest.segment_lengths
-    if manifest.has_segment_lengths and recorded is None:
+    if manifest.histogram is not None and recorded is None:
         problems.add("manifest", "segment_lengths does not add up to the segments recorded")
     elif (
         recorded is not None
@@ -820,33 +821,32 @@ def _check_counts(
     def mismatch(what: str) -> None:
         problems.add("counts", what)
 
-    rows = manifest.rows_recorded
+    rows = manifest.rows
     if rows is not None and report.rows_checked != rows:
         mismatch(f"the shards hold {report.rows_checked} rows, the manifest says {rows}")
     if manifest.segments is not None and segments != manifest.segments:
         mismatch(
             f"the rows hold {segments} document segments, the manifest says {manifest.segments}"
         )
-    packed_tokens = manifest.packed_tokens_recorded
+    packed_tokens = manifest.tokens.packed if manifest.tokens else None
     if packed_tokens is not None and report.tokens != packed_tokens:
         mismatch(f"the rows hold {report.tokens} tokens, the manifest says {packed_tokens}")
-    counts = manifest.document_counts_recorded
-    recorded = {k: int_or_none(counts.get(k)) for k in ("packed", "split", "truncated")}
-    if all(v is not None for v in recorded.values()):
-        in_rows = recorded["packed"] + recorded["split"] + recorded["truncated"]
+    recorded = manifest.documents
+    if recorded is not None:
+        in_rows = recorded.packed + recorded.split + recorded.truncated
         if documents != in_rows:
             mismatch(
                 f"the rows hold {documents} documents, the manifest's packed + split + "
                 f"truncated is {in_rows}"
             )
         # A split document whose other chunks had nothing to learn holds one chunk in the rows.
-        if not split <= recorded["split"] <= split + dropped_chunks:
+        if not split <= recorded.split <= split + dropped_chunks:
             mismatch(
                 f"{split} documents are split into several chunks in the rows, the manifest "
-                f"says {recorded['split']} were split"
+                f"says {recorded.split} were split"
             )
-        if recorded["truncated"] > single_full:
+        if recorded.truncated > single_full:
             mismatch(
-                f"the manifest says {recorded['truncated']} documents were truncated, but "
+                f"the manifest says {recorded.truncated} documents were truncated, but "
                 f"only {single_full} documents fill exactly max_len"
             )
