@@ -413,6 +413,17 @@ def pack(
     ] = None,
     vocab_size: Annotated[int | None, _VOCAB_SIZE] = None,
     split_on_eos: Annotated[int | None, _SPLIT_ON_EOS] = None,
+    pad_to_multiple_of: Annotated[
+        int | None,
+        typer.Option(
+            help="Pad every segment (a document, or a chunk of one) with the pad id to a "
+            "multiple of N (2 x context-parallel size for Megatron THD, 16/32/128 for FP8 "
+            "kernels); --max-len must be a multiple of N. cu_seqlens are then the padded "
+            "boundaries, cu_seqlens_unpadded the real ones; no pad is learned "
+            "(docs/format.md).",
+            show_default=False,
+        ),
+    ] = None,
     num_proc: Annotated[int | None, _NUM_PROC] = None,
     tokenizer_backend: Annotated[str, _TOKENIZER_BACKEND] = "auto",
     check_sample: Annotated[

@@ -66,7 +66,7 @@ from .fs import AnyPath, StorePath, as_path, check_writable, download_tree
 from .layout import Layout
 from .options import MERGE_KEYS, NO_COPY_BALANCE, OPTIONS
 from .order import attention_costs, row_shuffle, shard_order, stored_order, unit_row_seed
-from .packing import first_fit_decreasing, lower_bound_rows
+from .packing import aligned_lengths, first_fit_decreasing, lower_bound_rows
 from .pipeline import PackReport
 from .units import UNITS_DIR, unit_dirs
 
@@ -84,9 +84,11 @@ def segment_lengths(table: pa.Table) -> np.ndarray:
     """The length of every document segment of ``table``'s rows, row by row (int64).
 
     Row ``cu_seqlens [0, 9, 16, 21, 24]`` with 3 ``doc_ids`` gives ``[9, 7, 5]`` (the padding
-    segment is not a document).
+    segment is not a document). In an aligned pack, the real lengths (``cu_seqlens_unpadded``).
     """
-    cu = table.column("cu_seqlens").combine_chunks()
+    names = table.schema.names
+    bounds = "cu_seqlens_unpadded" if "cu_seqlens_unpadded" in names else "cu_seqlens"
+    cu = table.column(bounds).combine_chunks()
     n_docs = pc.list_value_length(table.column("doc_ids")).to_numpy(zero_copy_only=False)
     n_docs = np.asarray(n_docs, dtype=np.int64)
     offsets = np.asarray(cu.offsets, dtype=np.int64)
@@ -284,7 +286,7 @@ def _merge(
         if lengths is None:
             per_table = [segment_lengths(t) for t in src.tables]
             lengths = np.concatenate(per_table) if per_table else np.zeros(0, np.int64)
-    global_rows = _global_rows(lengths, first.max_len)
+    global_rows = _global_rows(aligned_lengths(lengths, first.pad_to_multiple_of), first.max_len)
     merged = _Merged(first_docs, opts, n_rows, global_rows, plan, reason, lengths)
     if reason is None:
         manifest = _reference(out, units, first_docs, layout, _manifest(units, merged, started),
@@ -449,6 +451,7 @@ def _reference(
         shards=shards,
         manifest=record,
         added=first.has_seq_lengths,
+        aligned=first.aligned,
     )
 
 
@@ -552,6 +555,7 @@ def _write(
         with_labels=first.has_labels,
         overwrite=True,
         added=first.has_seq_lengths,
+        aligned=first.aligned,
     )
     block = max(1, min(rows_per_shard, (64 << 20) // size))
     manifest = write_dataset(

@@ -47,6 +47,7 @@ from .options import PackOptions
 from .order import attention_costs, row_sums, stored_order
 from .packing import (
     RowPlan,
+    aligned_lengths,
     cut_items,
     first_fit_decreasing,
     lower_bound_rows,
@@ -466,13 +467,14 @@ def _plan_stage(store: TokenStore, o: PackOptions, progress: ProgressCallback | 
     item_len = items["length"]
     if progress:
         progress("pack", 0, int(item_len.size))
-    row_of_item = first_fit_decreasing(item_len, o.max_len)
-    order, row_starts = plan_rows(row_of_item, item_len)
+    spans = aligned_lengths(item_len, o.alignment)  # FFD packs the padded lengths
+    row_of_item = first_fit_decreasing(spans, o.max_len)
+    order, row_starts = plan_rows(row_of_item, spans)
     n_rows = int(row_starts.size - 1)
     if progress:
         progress("pack", int(item_len.size), int(item_len.size))
     plan = RowPlan(items["offset"], item_len, items["doc_id"], items["chunk_id"], order, row_starts)
-    seg_lengths, per_row = item_len[order], np.diff(row_starts)
+    seg_lengths, per_row = spans[order], np.diff(row_starts)
     output_order, balance = stored_order(
         n_rows,
         lambda: (attention_costs(seg_lengths, per_row), row_sums(seg_lengths, per_row)),
@@ -507,7 +509,9 @@ def _write_stage(
         with store.reader() as source:
             for start in range(0, n_rows, block):
                 plan_block = placement.output_order[start : start + block]
-                yield gather_rows(source, placement.plan, plan_block, o.max_len, o.pad_id)
+                yield gather_rows(
+                    source, placement.plan, plan_block, o.max_len, o.pad_id, align=o.alignment
+                )
 
     writer = ShardWriter(
         run.out,
@@ -516,6 +520,7 @@ def _write_stage(
         rows_per_shard=rows_per_shard,
         with_labels=run.plan.labelled,
         overwrite=o.overwrite,
+        aligned=o.alignment > 1,
     )
     return write_dataset(
         writer,
@@ -564,7 +569,12 @@ def _manifest(
             "backend": state.backend or encoder_backend(run.plan).describe(),
             "eos_appended": eos_appended(run.tok, run.plan),
         },
-        options={**o.describe(), **run.plan.describe()},
+        options={
+            **o.describe(),
+            **run.plan.describe(),
+            # only when given, so that the packs made before the option still verify
+            **({"pad_to_multiple_of": o.alignment} if o.alignment > 1 else {}),
+        },
         inputs=state.input_records,
         figures=RunFigures(
             counts=counts,

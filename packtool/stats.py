@@ -106,7 +106,6 @@ PERCENTILES = (50, 90, 99)
 _CACHE_FORMAT = 3  # 3: the lengths of good documents, the runs of learned tokens (labels)
 _BAD_RECORDS_KEPT = 20
 # what a pack's statistics read: the columns of its segments, not those of its tokens
-_COLUMNS = column_names(False, Per.ROW, Per.BOUNDARY, Per.SEGMENT)
 
 ProgressCallback = Callable[[str, int, "int | None"], None]
 
@@ -427,6 +426,32 @@ def _balance_stats(
 
 
 @dataclass(frozen=True)
+class AlignmentStats:
+    """What ``--pad-to-multiple-of`` costs a pack: the pad tokens after its documents (their
+    real tokens are ``packing``'s), as a share of all slots, and the rows FFD makes of the
+    same segments without it."""
+
+    multiple: int
+    pad_tokens: int
+    slots: int
+    rows: int
+    rows_unaligned: int
+
+    @property
+    def share_of_slots(self) -> float:
+        return self.pad_tokens / self.slots if self.slots else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "pad_to_multiple_of": self.multiple,
+            "pad_tokens": self.pad_tokens,
+            "share_of_slots": round(self.share_of_slots, 6),
+            "rows": self.rows,
+            "rows_unaligned": self.rows_unaligned,
+        }
+
+
+@dataclass(frozen=True)
 class DatasetStats:
     """Statistics of a packed output (:func:`dataset_stats`).
 
@@ -444,6 +469,7 @@ class DatasetStats:
     learned_tokens: int | None = None  # instruction data: tokens with a label (manifest)
     units: dict[str, Any] | None = None  # packed in work units: the cost against one global FFD
     balance: BalanceStats | None = None  # steps across data-parallel ranks (--world-size)
+    alignment: AlignmentStats | None = None  # what --pad-to-multiple-of costs
 
     @property
     def learned_share_of_slots(self) -> float | None:
@@ -462,6 +488,7 @@ class DatasetStats:
             "learned_share_of_slots": None if share is None else round(share, 6),
             "units": self.units,
             "balance": None if self.balance is None else self.balance.to_dict(),
+            "alignment": None if self.alignment is None else self.alignment.to_dict(),
             "path": str(self.path),
             "shards": self.shards,
             "tokenizer": self.tokenizer,
@@ -707,6 +734,7 @@ class _Columns:
     lengths: list[np.ndarray] = field(default_factory=list)
     doc_ids: list[np.ndarray] = field(default_factory=list)
     chunk_ids: list[np.ndarray] = field(default_factory=list)
+    alignment_pad: int = 0  # pad tokens after the documents (--pad-to-multiple-of)
 
     @staticmethod
     def _cat(parts: list[np.ndarray], dtype: Any) -> np.ndarray:
@@ -723,7 +751,16 @@ def _read_batch(
     d_off, d_val = _list_parts(batch.column("doc_ids"), where)
     ndocs = np.diff(ch_off)
     ncu = np.diff(cu_off)
-    padded = nt < max_len
+    aligned = "cu_seqlens_unpadded" in batch.schema.names
+    real_val = _list_parts(batch.column("cu_seqlens_unpadded"), where)[1] if aligned else cu_val
+    starts = cu_off[:-1]
+    if aligned:  # the documents end at their padded boundary
+        reach = ncu - 1 >= ndocs
+        used = np.full(nt.size, max_len, np.int64)
+        used[reach] = cu_val[(starts + ndocs)[reach]]
+        padded = used < max_len
+    else:
+        padded = nt < max_len
 
     def fail(bad: np.ndarray, problem: str) -> None:
         row = first_row + int(np.flatnonzero(bad)[0])
@@ -742,9 +779,10 @@ def _read_batch(
     bad = ncu - 1 != ndocs + padded
     if bad.any():
         fail(bad, "cu_seqlens does not have one boundary per document segment (+ padding)")
-    starts = cu_off[:-1]
     bad = (
-        (cu_val[starts] != 0) | (cu_val[starts + ndocs] != nt) | (cu_val[cu_off[1:] - 1] != max_len)
+        (cu_val[starts] != 0)
+        | (real_val[starts + ndocs] != nt)
+        | (cu_val[cu_off[1:] - 1] != max_len)
     )
     if bad.any():
         fail(bad, "cu_seqlens does not run from 0 through num_tokens to max_len")
@@ -752,9 +790,11 @@ def _read_batch(
     n_seg = int(ndocs.sum())
     local = np.arange(n_seg, dtype=np.int64) - np.repeat(ch_off[:-1] - ch_off[0], ndocs)
     pos = np.repeat(starts, ndocs) + local
-    lengths = cu_val[pos + 1].astype(np.int64) - cu_val[pos]
+    lengths = real_val[pos + 1].astype(np.int64) - real_val[pos]
     if (lengths < 1).any():
         fail_segment(lengths < 1, "cu_seqlens does not rise strictly")
+    if aligned:
+        into.alignment_pad += int((cu_val[starts + ndocs] - nt).sum())
     into.fill.append(nt)
     into.per_row.append(ndocs)
     into.lengths.append(lengths.astype(np.int32))
@@ -829,7 +869,8 @@ def dataset_stats(
     max_len = reader.max_len
     cols = _Columns()
     first_row = 0
-    for shard, table in enumerate(reader.iter_tables(columns=list(_COLUMNS))):
+    names = column_names(False, Per.ROW, Per.BOUNDARY, Per.SEGMENT, aligned=reader.aligned)
+    for shard, table in enumerate(reader.iter_tables(columns=names)):
         where = str(reader.shard_paths[shard])
         for batch in table.to_batches():
             _read_batch(batch, max_len, where, first_row, cols)
@@ -839,6 +880,16 @@ def dataset_stats(
     lengths = _Columns._cat(cols.lengths, np.int32)
     doc_ids = _Columns._cat(cols.doc_ids, np.int64)
     chunk_ids = _Columns._cat(cols.chunk_ids, np.int32)
+    alignment = None
+    if reader.aligned:
+        unaligned = first_fit_decreasing(lengths, max_len) if lengths.size else lengths
+        alignment = AlignmentStats(
+            manifest.pad_to_multiple_of,
+            cols.alignment_pad,
+            first_row * max_len,
+            first_row,
+            int(unaligned.max()) + 1 if unaligned.size else 0,
+        )
     del cols
     balance = _balance_stats(
         attention_costs(lengths, per_row),
@@ -876,6 +927,7 @@ def dataset_stats(
         learned_tokens=manifest.counts.tokens.learned,
         units=_units_summary(manifest),
         balance=balance,
+        alignment=alignment,
     )
 
 

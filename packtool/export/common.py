@@ -53,8 +53,9 @@ class SegmentIndex:
     """Every document segment of a pack, one entry per segment, in stored row order.
 
     ``row[i]`` is the global row of segment ``i``, ``start[i]`` / ``length[i]`` its place in the
-    row, ``doc[i]`` / ``chunk[i]`` its source document and chunk number. ``per_row[r]`` is the
-    number of document segments of row ``r``.
+    row (its real tokens), ``doc[i]`` / ``chunk[i]`` its source document and chunk number.
+    ``per_row[r]`` is the number of document segments of row ``r``. ``span[i]``: the slots it
+    takes with its alignment pad (``--pad-to-multiple-of``; ``length[i]`` otherwise).
     """
 
     row: np.ndarray
@@ -63,6 +64,7 @@ class SegmentIndex:
     doc: np.ndarray
     chunk: np.ndarray
     per_row: np.ndarray
+    span: np.ndarray
 
     def __len__(self) -> int:
         return int(self.row.size)
@@ -73,16 +75,21 @@ class SegmentIndex:
 
 
 def segment_index(reader: PackedReader) -> SegmentIndex:
-    """The :class:`SegmentIndex` of a pack, from its ``cu_seqlens``, ``doc_ids``, ``chunk_ids``
-    (the token columns are not read)."""
+    """The :class:`SegmentIndex` of a pack, from its ``cu_seqlens`` (and
+    ``cu_seqlens_unpadded``), ``doc_ids``, ``chunk_ids`` (the token columns are not read)."""
     parts: dict[str, list[np.ndarray]] = {k: [] for k in SegmentIndex.__dataclass_fields__}
     first_row = 0
-    for table in reader.iter_tables(column_names(False, Per.BOUNDARY, Per.SEGMENT)):
-        for cu, docs, chunks in zip(
-            table.column("cu_seqlens").chunks,
-            table.column("doc_ids").chunks,
-            table.column("chunk_ids").chunks,
-            strict=True,
+    aligned = reader.aligned
+    names = column_names(False, Per.BOUNDARY, Per.SEGMENT, aligned=aligned)
+    for table in reader.iter_tables(names):
+        unpadded = table.column("cu_seqlens_unpadded").chunks if aligned else None
+        for k, (cu, docs, chunks) in enumerate(
+            zip(
+                table.column("cu_seqlens").chunks,
+                table.column("doc_ids").chunks,
+                table.column("chunk_ids").chunks,
+                strict=True,
+            )
         ):
             cu_off = cu.offsets.to_numpy().astype(np.int64)
             cu_val = cu.values.to_numpy()
@@ -97,7 +104,13 @@ def segment_index(reader: PackedReader) -> SegmentIndex:
             start = cu_val[at].astype(np.int64)
             parts["row"].append(seg_row + first_row)
             parts["start"].append(start)
-            parts["length"].append(cu_val[at + 1].astype(np.int64) - start)
+            span = cu_val[at + 1].astype(np.int64) - start
+            parts["span"].append(span)
+            if unpadded is None:
+                parts["length"].append(span)
+            else:
+                real = unpadded[k].values.to_numpy().astype(np.int64)
+                parts["length"].append(real[at + 1] - real[at])
             parts["doc"].append(docs.values.to_numpy()[doc_off[0] : doc_off[-1]].astype(np.int64))
             chunk_off = chunks.offsets.to_numpy().astype(np.int64)
             parts["chunk"].append(

@@ -314,6 +314,16 @@ class Manifest(Mapping[str, Any]):
         return "seq_lengths" in self.columns
 
     @property
+    def aligned(self) -> bool:
+        """Whether the rows hold ``cu_seqlens_unpadded`` (a pack with ``--pad-to-multiple-of``)."""
+        return "cu_seqlens_unpadded" in self.columns
+
+    @property
+    def pad_to_multiple_of(self) -> int:
+        """The multiple every segment is padded to (``options.pad_to_multiple_of``; 1: none)."""
+        return self.recorded_options.pad_to_multiple_of or 1
+
+    @property
     def row_seed(self) -> int | None:
         """The seed of the row shuffle (``options.seed``), or None if not shuffled."""
         return self.recorded_options.seed if self.recorded_options.shuffle else None

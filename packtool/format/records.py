@@ -315,6 +315,7 @@ class OptionsRecord(Record):
     shuffle: bool | None = None
     seed: int | None = None
     rows_per_shard: int | None = None
+    pad_to_multiple_of: int | None = None  # recorded only when given
 
 
 @dataclass(frozen=True)
