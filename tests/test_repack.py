@@ -335,3 +335,18 @@ def test_a_pack_merged_from_units_repacks(tmp_path: Path) -> None:
     repacked = tmp_path / "repacked"
     packtool.pack([units], repacked, max_len=64)
     _same_pack(repacked, fresh)
+
+
+@pytest.mark.parametrize("again", [8, None])
+def test_an_aligned_pack_repacks_at_its_real_lengths(tmp_path: Path, again) -> None:
+    """Segments padded to a multiple (``--pad-to-multiple-of``) are rebuilt from their real
+    boundaries (``cu_seqlens_unpadded``): no alignment pad joins a document."""
+    corpus = _text_corpus(tmp_path, seed=5)
+    tok = CharTokenizer()
+    first = tmp_path / "first"
+    packtool.pack([corpus], first, tokenizer=tok, max_len=64, pad_to_multiple_of=8)
+    fresh, repacked = tmp_path / "fresh", tmp_path / "repacked"
+    packtool.pack([corpus], fresh, tokenizer=tok, max_len=128, pad_to_multiple_of=again)
+    report = packtool.pack([first], repacked, max_len=128, pad_to_multiple_of=again)
+    _same_pack(repacked, fresh)
+    assert not report.notices
