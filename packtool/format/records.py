@@ -312,6 +312,7 @@ class OptionsRecord(Record):
     add_eos: bool | None = None
     bos: bool | None = None
     pad_id: int | None = None
+    overflow: str | None = None  # what was done with a document longer than max_len
     chat_template: ChatTemplateRecord | None = None
     shuffle: bool | None = None
     seed: int | None = None
