@@ -29,8 +29,10 @@ __all__ = [
     "AddedToken",
     "SpecialTokens",
     "TokenizerFile",
+    "head_members",
     "resolve_special_tokens",
     "turned_off_notice",
+    "with_members",
 ]
 
 EOS_NAMES = ("<|endoftext|>", "</s>", "<|end_of_text|>", "<eos>", "<|eos|>", "<|im_end|>")
@@ -63,6 +65,72 @@ class AddedToken:
     special: bool
 
 
+def _skip_ws(text: str, i: int) -> int:
+    while i < len(text) and text[i] in " \t\r\n":
+        i += 1
+    return i
+
+
+def _members(text: str, i: int, decoder: json.JSONDecoder) -> Any:
+    """(key, index of its value) of the JSON object starting at ``text[i] == '{'``; send it
+    the index where that value ends to get the next member."""
+    i = _skip_ws(text, i + 1)
+    if text[i] == "}":
+        return
+    while True:
+        key, i = decoder.raw_decode(text, i)
+        i = _skip_ws(text, i)
+        if text[i] != ":":
+            raise ValueError("expected ':'")
+        i = _skip_ws(text, i + 1)
+        i = yield key, i
+        i = _skip_ws(text, i)
+        if text[i] == "}":
+            return
+        if text[i] != ",":
+            raise ValueError("expected ','")
+        i = _skip_ws(text, i + 1)
+
+
+def head_members(text: str, keys: Sequence[str]) -> dict[str, tuple[Any, int, int]] | None:
+    """The values of the top-level ``keys`` of a tokenizer.json, each with the span of its
+    text, read from the top and no further than the model (which `tokenizers` writes last, and
+    which is most of the file); ``None`` when one of them is not before the model or the text
+    is not a JSON object (the caller then parses the whole file)."""
+    decoder, out = json.JSONDecoder(), {}
+    try:
+        i = _skip_ws(text, 0)
+        if text[i] != "{":
+            return None
+        top = _members(text, i, decoder)
+        step = next(top, None)
+        while step is not None and len(out) < len(keys):
+            key, at = step
+            if key == "model":
+                return None
+            value, end = decoder.raw_decode(text, at)
+            if key in keys:
+                out[key] = (value, at, end)
+            step = top.send(end)
+    except (ValueError, IndexError, StopIteration):
+        return None
+    return out if len(out) == len(keys) else None
+
+
+def with_members(text: str, values: Mapping[str, Any]) -> str | None:
+    """``text`` (a tokenizer.json) with the top-level members named in ``values`` given those
+    values, every other byte as it was; ``None`` when :func:`head_members` cannot find them."""
+    found = head_members(text, list(values))
+    if found is None:
+        return None
+    out, last = [], 0
+    for key, (_, start, end) in sorted(found.items(), key=lambda kv: kv[1][1]):
+        out += [text[last:start], json.dumps(values[key], ensure_ascii=False)]
+        last = end
+    out.append(text[last:])
+    return "".join(out)
+
+
 def _read_head(text: str) -> dict[str, Any] | None:
     """The file's top-level keys, with the model's ``merges`` left out, or ``None`` when the
     layout is not the one `tokenizers` saves (the caller then parses the whole file).
@@ -72,36 +140,11 @@ def _read_head(text: str) -> dict[str, Any] | None:
     """
     decoder = json.JSONDecoder()
     out: dict[str, Any] = {}
-
-    def skip_ws(i: int) -> int:
-        while i < len(text) and text[i] in " \t\r\n":
-            i += 1
-        return i
-
-    def members(i: int) -> Any:
-        """(key, index of its value) of an object starting at ``text[i] == '{'``."""
-        i = skip_ws(i + 1)
-        if text[i] == "}":
-            return
-        while True:
-            key, i = decoder.raw_decode(text, i)
-            i = skip_ws(i)
-            if text[i] != ":":
-                raise ValueError("expected ':'")
-            i = skip_ws(i + 1)
-            i = yield key, i
-            i = skip_ws(i)
-            if text[i] == "}":
-                return
-            if text[i] != ",":
-                raise ValueError("expected ','")
-            i = skip_ws(i + 1)
-
     try:
-        i = skip_ws(0)
+        i = _skip_ws(text, 0)
         if text[i] != "{":
             return None
-        top = members(i)
+        top = _members(text, i, decoder)
         step = next(top, None)
         while step is not None:
             key, at = step
@@ -112,7 +155,7 @@ def _read_head(text: str) -> dict[str, Any] | None:
             if text[at] != "{":
                 return None
             model: dict[str, Any] = {}
-            inner = members(at)
+            inner = _members(text, at, decoder)
             mstep = next(inner, None)
             while mstep is not None:
                 mkey, mat = mstep

@@ -27,6 +27,7 @@ LAYERS: dict[str, int] = {
     "_stop": 0,
     "layout": 2,
     "packing": 2,
+    "mixture": 2,
     "chat": 2,
     "readers": 2,
     "tokenize": 2,  # and its modules: PACKAGE_LAYERS

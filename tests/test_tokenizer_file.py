@@ -252,3 +252,37 @@ def test_ids_with_a_gap_in_the_middle_are_one_line_naming_the_file(tmp_path: Pat
             r"highest id 8,291\): tokenizers gives a token added to it the id 8,192",
         )
     assert not (tmp_path / "out").exists()
+
+
+def _edited_whole(data: bytes, anchor_id: int, parse_special: bool) -> dict:
+    """What gigatoken is given, made the plain way: the whole file parsed and edited."""
+    from packtool.tokenize.backend import ANCHOR
+
+    spec = json.loads(data)
+    added = [a for a in spec.get("added_tokens") or () if parse_special or not a.get("special")]
+    anchor = {"id": anchor_id, "content": ANCHOR, "single_word": False, "lstrip": False}
+    added.append({**anchor, "rstrip": False, "normalized": False, "special": False})
+    return {**spec, "added_tokens": added, "truncation": None, "padding": None}
+
+
+@pytest.mark.parametrize(("family", "trap"), CASES)
+@pytest.mark.parametrize("parse_special", [False, True])
+def test_gigatokens_copy_is_the_file_edited_in_place(family_dirs, family, trap, parse_special):
+    """The members gigatoken's copy changes are replaced in the text, which is not parsed past
+    them: the result is the file parsed whole and edited, and every other byte is the file's
+    (also for a file in another key order, which is parsed whole)."""
+    from packtool.tokenize.gigatoken import edited_json
+    from packtool.tokenizer_file import head_members
+
+    data = (family_dirs[family, trap] / "tokenizer.json").read_bytes()
+    text = edited_json(data, 123_456, parse_special)
+    assert json.loads(text) == _edited_whole(data, 123_456, parse_special)
+    found = head_members(data.decode(), ("added_tokens",))
+    assert found is not None  # laid out as tokenizers saves it: edited in place
+    model_at = data.decode().index('"model"')
+    assert text.endswith(data.decode()[model_at:])
+    spec = json.loads(data)
+    reordered = json.dumps({"model": spec.pop("model"), **spec}, ensure_ascii=False).encode()
+    assert head_members(reordered.decode(), ("added_tokens",)) is None
+    again = edited_json(reordered, 123_456, parse_special)
+    assert json.loads(again) == _edited_whole(reordered, 123_456, parse_special)

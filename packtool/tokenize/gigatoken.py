@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from ..tokenizer_file import TokenizerFile
+from ..tokenizer_file import TokenizerFile, head_members, with_members
 from .backend import ANCHOR, BackendSpec, Flat
 
 __all__ = ["BACKEND", "CACHE_BUDGET", "CHECK_EVERY", "GigatokenEngine", "post_processor_affixes"]
@@ -91,8 +91,12 @@ def post_processor_affixes(pp: Any) -> tuple[list[int], list[int]] | None:
 
 def edited_json(json_bytes: bytes, anchor_id: int, parse_special: bool) -> str:
     """The tokenizer.json gigatoken loads: special added tokens kept only when they are
-    parsed, packtool's anchor added, truncation and padding off."""
-    spec = json.loads(json_bytes)
+    parsed, packtool's anchor added, truncation and padding off. Those members are replaced
+    in the text, which is not parsed past them (a 151k BPE file is 11 MB: parsing it whole and
+    writing it again held the GIL for longer than gigatoken's own load)."""
+    text = json_bytes.decode("utf-8")
+    head = head_members(text, ("added_tokens",))
+    spec = json.loads(text) if head is None else {"added_tokens": head["added_tokens"][0]}
     added = [a for a in spec.get("added_tokens") or () if parse_special or not a.get("special")]
     added.append(
         {
@@ -105,10 +109,13 @@ def edited_json(json_bytes: bytes, anchor_id: int, parse_special: bool) -> str:
             "special": False,
         }
     )
-    spec["added_tokens"] = added
-    spec["truncation"] = None
-    spec["padding"] = None
-    return json.dumps(spec, ensure_ascii=False)
+    changes = {"added_tokens": added, "truncation": None, "padding": None}
+    edited = with_members(text, changes) if head is not None else None
+    if edited is None:  # another layout: the whole file, parsed and written again
+        spec = json.loads(text) if head is not None else spec
+        spec.update(changes)
+        edited = json.dumps(spec, ensure_ascii=False)
+    return edited
 
 
 class GigatokenEngine:
@@ -123,7 +130,13 @@ class GigatokenEngine:
         self._encoded = 0  # characters encoded since the last look at the memory
         self._base: int | None = None  # resident bytes when the copies were (re)loaded
         self.reloads = 0
-        self._affixes = post_processor_affixes(TokenizerFile.parse(json_bytes).post_processor)
+        head = head_members(json_bytes.decode("utf-8"), ("post_processor",))
+        pp = (
+            TokenizerFile.parse(json_bytes).post_processor
+            if head is None
+            else head["post_processor"][0]
+        )
+        self._affixes = post_processor_affixes(pp)
         self._copy(False)
 
     def _copy(self, parse_special: bool) -> Any:
