@@ -631,7 +631,7 @@ def verify(
     """
     from .render.progress import VerifyProgress
     from .render.verify import show_verify
-    from .verify import verify as run_verify
+    from .verification import verify as run_verify
 
     if inputs and not against:
         raise fail(

@@ -47,7 +47,7 @@ LAYERS: dict[str, int] = {
     # 6: the stages composed; reports over outputs and corpora
     "pipeline": 6,
     "stats": 6,
-    "verify": 6,
+    "verification": 6,
     "export": 6,
     # 7: the stats page (figures drawn as SVG in one HTML page)
     "stats_html": 7,
@@ -68,7 +68,7 @@ LAYERS: dict[str, int] = {
 # Inside a package split into modules: the order its modules may import each other in (a
 # module imports only lower ones), with no private names across them.
 PACKAGE_LAYERS: dict[str, dict[str, int]] = {
-    "verify": {"report": 0, "digest": 0, "rows": 1, "against": 2, "__init__": 3},
+    "verification": {"report": 0, "digest": 0, "rows": 1, "against": 2, "__init__": 3},
     "tokenize": {
         "backend": 0,
         "hf": 1,
@@ -208,10 +208,10 @@ def test_verify_cuts_documents_with_the_pipelines_cut() -> None:
     ``packing.cut_items`` (the overflow policy, the labelled cut), none with its own."""
     cut = {"cut_items"}
     own = {"segment_items", "segment_labelled_items"}
-    for path in (PACKAGE / "pipeline.py", PACKAGE / "verify" / "against.py"):
+    for path in (PACKAGE / "pipeline.py", PACKAGE / "verification" / "against.py"):
         names = {n for _, top, sub, names in _imports(path) if sub == "packing" for n in names}
         assert cut <= names and not names & own, (path, names)
-    for path in (PACKAGE / "verify").glob("*.py"):
+    for path in (PACKAGE / "verification").glob("*.py"):
         called = {
             node.func.id
             for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))

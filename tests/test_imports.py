@@ -64,11 +64,14 @@ def test_every_public_name_resolves() -> None:
     assert sorted(dir(packtool)) == sorted(packtool.__all__)
 
 
-def test_the_verify_function_is_not_shadowed_by_its_module() -> None:
-    import packtool.verify  # the submodule import must not rebind the name
+def test_verify_is_the_function_and_its_package_has_another_name() -> None:
+    """``packtool.verify`` is the function; its package is ``packtool.verification``, so
+    importing the package's modules never rebinds the name."""
+    import packtool.verification.rows
 
     assert callable(packtool.verify) and packtool.verify.__name__ == "verify"
-    assert sys.modules["packtool.verify"].verify is packtool.verify
+    assert sys.modules["packtool.verification"].verify is packtool.verify
+    assert packtool.verification is sys.modules["packtool.verification"]
 
 
 def test_the_cli_flags_are_the_declared_options() -> None:
