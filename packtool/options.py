@@ -517,6 +517,14 @@ class PackOptions:
         )
 
     @property
+    def row_len(self) -> int:
+        """``max_len``, which every pack needs (``stats`` of a corpus takes its lengths apart,
+        so the field may be ``None``): the tokens per row, or the one line naming --max-len."""
+        if self.max_len is None:
+            raise OptionError("--max-len is required: the tokens per row, e.g. --max-len 4096")
+        return self.max_len
+
+    @property
     def shard_bytes(self) -> int:
         return self.layout.shard_bytes
 

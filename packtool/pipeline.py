@@ -376,8 +376,7 @@ class _Run:
 
     @property
     def row_bytes(self) -> int:
-        assert self.options.max_len is not None
-        return row_bytes(self.options.max_len, self.plan.labelled)
+        return row_bytes(self.options.row_len, self.plan.labelled)
 
 
 def _prepare(
@@ -387,8 +386,7 @@ def _prepare(
     files: Sequence[InputFile] | None,
 ) -> _Run:
     """Check the options against the inputs and the tokenizer, before any work is done."""
-    if options.max_len is None:
-        raise OptionError("--max-len is required: the tokens per row, e.g. --max-len 4096")
+    options.row_len  # noqa: B018  (a missing --max-len: one line, before any work)
     check_output_dir(out, options.overwrite)
     remove_stale_temporaries(out)
     skipped: list[Path] = []
@@ -396,7 +394,7 @@ def _prepare(
     prepared = prepare(files, options)
     options, tok, plan = prepared.options, prepared.tokenizer, prepared.plan
     pad_id, pad_from = _pad_id(options.pad_id, tok)
-    one_row = row_bytes(options.max_len, plan.labelled)
+    one_row = row_bytes(options.row_len, plan.labelled)
     rows_per_shard = options.layout.shard_rows(one_row)
     notice = None
     if options.rows_per_shard is None and options.shard_bytes < one_row:
@@ -494,7 +492,7 @@ def _plan_stage(store: TokenStore, o: PackOptions, progress: ProgressCallback | 
     item_len = items["length"]
     if progress:
         progress("pack", 0, int(item_len.size))
-    row_of_item = first_fit_decreasing(item_len, o.max_len)
+    row_of_item = first_fit_decreasing(item_len, o.row_len)
     order, row_starts = plan_rows(row_of_item, item_len)
     n_rows = int(row_starts.size - 1)
     if progress:
@@ -522,7 +520,7 @@ def _write_stage(
     """Gather the rows from the store and write them in shards of the options' layout, then
     the manifest (last)."""
     o = run.options
-    assert o.max_len is not None and o.pad_id is not None
+    assert o.pad_id is not None
     rows_per_shard = o.layout.shard_rows(run.row_bytes)
     n_rows = placement.n_rows
     # Rows are gathered, and written as Arrow record batches, _GATHER_BYTES at a time: a
@@ -535,11 +533,11 @@ def _write_stage(
         with store.reader() as source:
             for start in range(0, n_rows, block):
                 plan_block = placement.output_order[start : start + block]
-                yield gather_rows(source, placement.plan, plan_block, o.max_len, o.pad_id)
+                yield gather_rows(source, placement.plan, plan_block, o.row_len, o.pad_id)
 
     writer = ShardWriter(
         run.out,
-        max_len=o.max_len,
+        max_len=o.row_len,
         num_rows=n_rows,
         rows_per_shard=rows_per_shard,
         with_labels=run.plan.labelled,
@@ -582,7 +580,6 @@ def _manifest(
     extra: Mapping[str, Any] | None,
 ) -> Manifest:
     o = run.options
-    assert o.max_len is not None
     learned = state.label_counts["learned"] if run.plan.labelled else None
     return Manifest.for_pack(
         version=__version__,
@@ -600,8 +597,8 @@ def _manifest(
                 placement.n_tokens, state.tokens_truncated, state.tokens_dropped, learned
             ),
             rows=placement.n_rows,
-            lower_bound_rows=lower_bound_rows(placement.n_tokens, o.max_len),
-            max_len=o.max_len,
+            lower_bound_rows=lower_bound_rows(placement.n_tokens, o.row_len),
+            max_len=o.row_len,
             bad_records=state.bad_records,
             special_strings=state.special_strings,
             parse_special=o.parse_special,
@@ -796,8 +793,7 @@ def _tokenize_loop(
     """The in-order stage of :func:`_read_and_tokenize`: cut items, store, checkpoint
     (``before``: the backend a resumed checkpoint recorded, and the documents read then)."""
     files, fingerprint, overflow = run.files, run.fingerprint, run.plan.overflow
-    max_len = run.options.max_len
-    assert max_len is not None
+    max_len = run.options.row_len
     total_bytes = sum(f.size_bytes for f in files)
     counts = state.counts
     last_checkpoint = time.monotonic()

@@ -253,3 +253,14 @@ def test_each_check_names_its_flag() -> None:
     for name, value in bad.items():
         with pytest.raises(OptionError, match=OPTIONS[name].flag):
             PackOptions(**{name: value})
+
+
+def test_a_pack_needs_max_len_said_in_one_line(tmp_path: Path) -> None:
+    """``max_len`` may be left out of the options (``stats`` of a corpus takes its lengths
+    apart), but a pack, and packing by units, say at once that it is missing."""
+    assert PackOptions(max_len=512).row_len == 512
+    for run in (packtool.pack, packtool.pack_units):
+        kwargs = {"units": 2} if run is packtool.pack_units else {}
+        with pytest.raises(OptionError, match=r"^--max-len is required"):
+            run([SAMPLE], tmp_path / "out", **kwargs)
+        assert not (tmp_path / "out").exists()
