@@ -767,7 +767,7 @@ def check_model_command(
 
 
 def _pack_units(
-    inputs: list[Path], output: Path, options: Any, *, quiet: bool, as_json: bool
+    inputs: list[Path], output: Path, options: PackOptions, *, quiet: bool, as_json: bool
 ) -> None:
     """`pack --units N [--unit I] [--engine local|ray]`."""
     from .engines import pack_units
