@@ -298,10 +298,56 @@ def _bounded_output(parts: Iterable[Any], given: Sequence[Any], length: list[int
     return "".join(out)
 
 
+def _check_product(operator: str, left: Any, right: Any) -> None:
+    """Refuse, before it is computed, a ``**`` giving too large a number or a ``*`` repeating
+    a string or list into too many items (one such operation in C could not be stopped)."""
+    from jinja2.sandbox import SecurityError
+
+    ints = isinstance(left, int) and isinstance(right, int)
+    if operator == "**" and ints and right > 0 and abs(left) > 1:
+        if right * abs(left).bit_length() > _MAX_POWER_BITS:
+            raise SecurityError(f"{left} ** {right} is too large a number")
+    elif operator == "*" and not ints:
+        seq, n = (left, right) if isinstance(right, int) else (right, left)
+        sized = isinstance(seq, (str, list, tuple)) and isinstance(n, int)
+        if sized and len(seq) * n > _MAX_REPEAT:
+            raise SecurityError(
+                f"repeating a {type(seq).__name__} of {len(seq):,} items {n:,} times is too large"
+            )
+
+
+def _generation_extension() -> Any:
+    """The jinja extension of ``{% generation %}`` (a class made when jinja is loaded)."""
+    from jinja2 import nodes
+    from jinja2.ext import Extension
+
+    class _Generation(Extension):
+        """``{% generation %}...{% endgeneration %}`` (the Hugging Face and TRL marker of the
+        text the assistant generates): rendered as its body; while :meth:`ChatTemplate.render`
+        tracks them, the character span of each body in the output is recorded."""
+
+        tags = {"generation"}  # noqa: RUF012 - jinja's API
+
+        def parse(self, parser: Any) -> Any:
+            lineno = next(parser.stream).lineno
+            body = parser.parse_statements(("name:endgeneration",), drop_needle=True)
+            return nodes.CallBlock(self.call_method("_body"), [], [], body).set_lineno(lineno)
+
+        def _body(self, caller: Any) -> str:
+            text = str(caller())
+            tracking = _TRACKING.get()
+            if tracking is not None:  # the output so far has been yielded: its length is known
+                length, spans = tracking
+                spans.append((length[0], length[0] + len(text)))
+            return text
+
+    return _Generation
+
+
 def _environment() -> Any:
     from jinja2 import DictLoader, nodes
-    from jinja2.ext import Extension, loopcontrols
-    from jinja2.sandbox import ImmutableSandboxedEnvironment, SecurityError
+    from jinja2.ext import loopcontrols
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
     from jinja2.visitor import NodeTransformer
 
     class _BudgetedEnvironment(ImmutableSandboxedEnvironment):
@@ -331,18 +377,7 @@ def _environment() -> Any:
                 if isinstance(left, str) and _WIDE_FORMAT.search(left):
                     _refuse("a format width of 10,000,000 or more")
                 return _check_made(super().call_binop(context, operator, left, right), "%")
-            ints = isinstance(left, int) and isinstance(right, int)
-            if operator == "**" and ints and right > 0 and abs(left) > 1:
-                if right * abs(left).bit_length() > _MAX_POWER_BITS:
-                    raise SecurityError(f"{left} ** {right} is too large a number")
-            elif operator == "*" and not ints:
-                seq, n = (left, right) if isinstance(right, int) else (right, left)
-                sized = isinstance(seq, (str, list, tuple)) and isinstance(n, int)
-                if sized and len(seq) * n > _MAX_REPEAT:
-                    raise SecurityError(
-                        f"repeating a {type(seq).__name__} of {len(seq):,} items {n:,} times "
-                        "is too large"
-                    )
+            _check_product(operator, left, right)
             return super().call_binop(context, operator, left, right)
 
         def compile(
@@ -371,30 +406,10 @@ def _environment() -> Any:
             items = nodes.List(node.nodes, lineno=node.lineno)
             return nodes.Call(joined, [items], [], None, None, lineno=node.lineno)
 
-    class _Generation(Extension):
-        """``{% generation %}...{% endgeneration %}`` (the Hugging Face and TRL marker of the
-        text the assistant generates): rendered as its body; while :meth:`ChatTemplate.render`
-        tracks them, the character span of each body in the output is recorded."""
-
-        tags = {"generation"}  # noqa: RUF012 - jinja's API
-
-        def parse(self, parser: Any) -> Any:
-            lineno = next(parser.stream).lineno
-            body = parser.parse_statements(("name:endgeneration",), drop_needle=True)
-            return nodes.CallBlock(self.call_method("_body"), [], [], body).set_lineno(lineno)
-
-        def _body(self, caller: Any) -> str:
-            text = str(caller())
-            tracking = _TRACKING.get()
-            if tracking is not None:  # the output so far has been yielded: its length is known
-                length, spans = tracking
-                spans.append((length[0], length[0] + len(text)))
-            return text
-
     env = _BudgetedEnvironment(
         trim_blocks=True,
         lstrip_blocks=True,
-        extensions=[loopcontrols, _Generation],
+        extensions=[loopcontrols, _generation_extension()],
         loader=DictLoader({}),  # no files: {% include %} and {% import %} find nothing
     )
     env.filters["tojson"] = _tojson

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ._fields import attributes
 from .errors import OptionError
 
 __all__ = ["ATTENTION", "DEVICES", "FEEDS", "LEAK_THRESHOLD", "ModelCheck", "check_model"]
@@ -92,14 +93,9 @@ class ModelCheck:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "model": self.model,
-            "from_config": self.from_config,
-            "feed": self.feed,
-            "attn_implementation": self.attn_implementation,
-            "device": self.device,
-            "rows": self.rows,
-            "documents": self.documents,
-            "max_diff": self.max_diff,
+            **attributes(
+                self, "model from_config feed attn_implementation device rows documents max_diff"
+            ),
             "threshold": LEAK_THRESHOLD,
             "leak": self.leak,
             "advice": self.advice,

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -95,46 +95,45 @@ def warm_up_gather() -> None:
     kernel(i32, i64, np.ones(1, np.int64), i64, np.zeros(0, np.int32), i32, i32.copy(), i32[:0])
 
 
-def _copy_slices(
-    tokens: np.ndarray,
-    src_off: np.ndarray,
-    lens: np.ndarray,
-    dest_start: np.ndarray,
-    labels_src: np.ndarray | None,
-    out_ids: np.ndarray,
-    out_pos: np.ndarray,
-    out_lab: np.ndarray | None,
-) -> None:
+class _Copy(NamedTuple):
+    """A block's token copy, the arguments of the kernel: item ``k``,
+    ``tokens[src_off[k]:src_off[k] + lens[k]]`` (and its labels from ``labels_src``), goes to
+    ``dest_start[k]`` of ``out_ids`` (and ``out_lab``), with positions ``0, 1, ...`` in
+    ``out_pos``."""
+
+    tokens: np.ndarray
+    src_off: np.ndarray
+    lens: np.ndarray
+    dest_start: np.ndarray
+    labels_src: np.ndarray | None
+    out_ids: np.ndarray
+    out_pos: np.ndarray
+    out_lab: np.ndarray | None
+
+
+def _copy_slices(c: _Copy) -> None:
     """One slice copy per item: fast for long items, with no compiled code to load."""
-    positions = np.arange(int(lens.max()) if lens.size else 0, dtype=np.int32)
-    for s, n, d in zip(src_off.tolist(), lens.tolist(), dest_start.tolist(), strict=True):
-        out_ids[d : d + n] = tokens[s : s + n]
-        out_pos[d : d + n] = positions[:n]
-        if labels_src is not None and out_lab is not None:
-            out_lab[d : d + n] = labels_src[s : s + n]
+    positions = np.arange(int(c.lens.max()) if c.lens.size else 0, dtype=np.int32)
+    for s, n, d in zip(c.src_off.tolist(), c.lens.tolist(), c.dest_start.tolist(), strict=True):
+        c.out_ids[d : d + n] = c.tokens[s : s + n]
+        c.out_pos[d : d + n] = positions[:n]
+        if c.labels_src is not None and c.out_lab is not None:
+            c.out_lab[d : d + n] = c.labels_src[s : s + n]
 
 
-def _copy_numpy(
-    tokens: np.ndarray,
-    src_off: np.ndarray,
-    lens: np.ndarray,
-    dest_start: np.ndarray,
-    labels_src: np.ndarray | None,
-    out_ids: np.ndarray,
-    out_pos: np.ndarray,
-    out_lab: np.ndarray | None,
-) -> None:
-    total = int(lens.sum())
+def _copy_numpy(c: _Copy) -> None:
+    """Vectorised: fast for many short items."""
+    total = int(c.lens.sum())
     if total == 0:
         return
-    starts = np.concatenate([[0], np.cumsum(lens)[:-1]])
-    intra = np.arange(total, dtype=np.int64) - np.repeat(starts, lens)
-    dest = np.repeat(dest_start, lens) + intra
-    src = np.repeat(src_off, lens) + intra
-    out_ids[dest] = tokens[src]
-    out_pos[dest] = intra
-    if labels_src is not None and out_lab is not None:
-        out_lab[dest] = labels_src[src]
+    starts = np.concatenate([[0], np.cumsum(c.lens)[:-1]])
+    intra = np.arange(total, dtype=np.int64) - np.repeat(starts, c.lens)
+    dest = np.repeat(c.dest_start, c.lens) + intra
+    src = np.repeat(c.src_off, c.lens) + intra
+    c.out_ids[dest] = c.tokens[src]
+    c.out_pos[dest] = intra
+    if c.labels_src is not None and c.out_lab is not None:
+        c.out_lab[dest] = c.labels_src[src]
 
 
 def gather_rows(
@@ -183,21 +182,15 @@ def gather_rows(
     kernel = _loaded_kernel()
     if kernel is None and n_items > _SLICES_MAX_ITEMS:
         kernel = _kernel()
-    if kernel is not None:
-        kernel(
-            tokens,
-            src_off,
-            lens,
-            dest_start,
-            labels if labels is not None else np.zeros(0, np.int32),
-            input_ids,
-            position_ids,
-            out_lab if out_lab is not None else np.zeros(0, np.int32),
-        )
+    copy = _Copy(tokens, src_off, lens, dest_start, labels, input_ids, position_ids, out_lab)
+    if kernel is not None:  # compiled for arrays only: no labels are empty ones
+        empty = np.zeros(0, np.int32)
+        labels_src = empty if labels is None else labels
+        kernel(*copy._replace(labels_src=labels_src, out_lab=empty if out_lab is None else out_lab))
     elif n_items <= _SLICES_MAX_ITEMS or lens.mean() >= 32:
-        _copy_slices(tokens, src_off, lens, dest_start, labels, input_ids, position_ids, out_lab)
+        _copy_slices(copy)
     else:
-        _copy_numpy(tokens, src_off, lens, dest_start, labels, input_ids, position_ids, out_lab)
+        _copy_numpy(copy)
 
     padded = num_tokens < max_len
     if padded.any():

@@ -35,7 +35,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from .errors import FormatError, OptionError
-from .format import IGNORE_INDEX, PackedReader
+from .format import IGNORE_INDEX, PackedReader, Segment
 from .masks import block_causal_mask, document_ids
 
 __all__ = [
@@ -259,8 +259,9 @@ def _escape(text: str) -> str:
 
 
 @dataclass(frozen=True)
-class SegmentView:
-    """One segment of an inspected row: where it is, where it comes from, what it says.
+class SegmentView(Segment):
+    """One segment of an inspected row (the reader's :class:`~packtool.format.Segment`, where
+    it is and where it comes from), with its number in the row and what it says.
 
     ``first_position``/``last_position`` come from the stored ``position_ids``;
     ``positions_ok`` is whether they are exactly ``0..length-1``. ``text`` is the decoded
@@ -271,10 +272,6 @@ class SegmentView:
     """
 
     index: int
-    start: int
-    length: int
-    doc_id: int | None
-    chunk_id: int | None
     first_position: int
     last_position: int
     positions_ok: bool
@@ -282,14 +279,6 @@ class SegmentView:
     text: str | None = None
     learned: int | None = None
     pieces: list[tuple[str, bool]] | None = None
-
-    @property
-    def end(self) -> int:
-        return self.start + self.length
-
-    @property
-    def is_padding(self) -> bool:
-        return self.doc_id is None
 
     @property
     def name(self) -> str:

@@ -35,7 +35,7 @@ import itertools
 import re
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -81,6 +81,7 @@ __all__ = [
     "InputShape",
     "InstructEncoder",
     "LossOn",
+    "RecordFields",
     "check_chat",
     "check_prompt_completion",
     "detect_shape",
@@ -88,6 +89,7 @@ __all__ = [
     "input_shape",
     "megatron_ids",
     "plan_input",
+    "text_encoder",
 ]
 
 
@@ -121,30 +123,22 @@ def parse_shape(value: str | InputShape) -> InputShape:
 
 def resolve_loss_on(value: str | LossOn | None, shape: InputShape) -> LossOn | None:
     """``--loss-on`` checked against the input shape (``None``: the shape's default)."""
-    if shape is InputShape.TEXT:
-        if value is None:
-            return None
-        try:
-            loss_on = LossOn(value)
-        except ValueError:
-            raise OptionError(
-                f"--loss-on must be one of completion, assistant, all; got {value!r}"
-            ) from None
-        if loss_on is not LossOn.ALL:
-            raise OptionError(
-                f"--loss-on {loss_on.value} needs prompt/completion or chat records, but "
-                "the input shape is text (set --input-shape, or the field options)"
-            )
-        return loss_on  # text with a labels column: every token learned
+    wanted = LossOn.COMPLETION if shape is InputShape.PROMPT_COMPLETION else LossOn.ASSISTANT
     if value is None:
-        return LossOn.COMPLETION if shape is InputShape.PROMPT_COMPLETION else LossOn.ASSISTANT
+        return None if shape is InputShape.TEXT else wanted
     try:
         loss_on = LossOn(value)
     except ValueError:
         raise OptionError(
             f"--loss-on must be one of completion, assistant, all; got {value!r}"
         ) from None
-    wanted = LossOn.COMPLETION if shape is InputShape.PROMPT_COMPLETION else LossOn.ASSISTANT
+    if shape is InputShape.TEXT:
+        if loss_on is not LossOn.ALL:
+            raise OptionError(
+                f"--loss-on {loss_on.value} needs prompt/completion or chat records, but "
+                "the input shape is text (set --input-shape, or the field options)"
+            )
+        return loss_on  # text with a labels column: every token learned
     if loss_on not in (wanted, LossOn.ALL):
         raise OptionError(
             f"--loss-on {loss_on.value} does not apply to {shape.value} records: "
@@ -827,6 +821,21 @@ class InstructEncoder:
         return self.finish(self.tokenize(records))
 
 
+class RecordFields(NamedTuple):
+    """The fields records are read by (``--text-field``, ``--prompt-field``,
+    ``--completion-field``, ``--messages-field``)."""
+
+    text: str
+    prompt: str
+    completion: str
+    messages: str
+
+    @staticmethod
+    def of(options: PackOptions) -> RecordFields:
+        o = options
+        return RecordFields(o.text_field, o.prompt_field, o.completion_field, o.messages_field)
+
+
 @dataclass
 class InputPlan:
     """How a run reads and encodes its inputs: the shape, and the reader and encoder for it.
@@ -842,10 +851,7 @@ class InputPlan:
     encoder: DocumentEncoder | InstructEncoder | IdsEncoder
     add_eos: bool
     overflow: Overflow
-    text_field: str
-    prompt_field: str
-    completion_field: str
-    messages_field: str
+    fields: RecordFields
     parse_special: bool = False
     read_ids: Callable[..., Iterator[IdsBatch]] | None = None  # pre-tokenized inputs
     ids_fields: IdsFields | None = None
@@ -865,16 +871,17 @@ class InputPlan:
         if self.shape is InputShape.TEXT:
             return read_texts(
                 inp,
-                text_field=self.text_field,
+                text_field=self.fields.text,
                 skip_bad_records=skip_bad_records,
                 split=split,
                 txt_unit=txt_unit,
             )
+        named = self.fields
         if self.shape is InputShape.CHAT:
-            fields, check = [self.messages_field], check_chat(self.messages_field)
+            fields, check = [named.messages], check_chat(named.messages)
         else:
-            fields = [self.prompt_field, self.completion_field]
-            check = check_prompt_completion(self.prompt_field, self.completion_field)  # type: ignore[assignment]
+            fields = [named.prompt, named.completion]
+            check = check_prompt_completion(named.prompt, named.completion)  # type: ignore[assignment]
         return read_records(
             inp, fields=fields, check=check, skip_bad_records=skip_bad_records, split=split
         )
@@ -905,9 +912,9 @@ class InputPlan:
             "vocab_size": ids.vocab_size if ids else None,
             "input_shape": self.shape.value,
             "input_shape_auto": self.shape_auto,
-            "prompt_field": self.prompt_field,
-            "completion_field": self.completion_field,
-            "messages_field": self.messages_field,
+            "prompt_field": self.fields.prompt,
+            "completion_field": self.fields.completion,
+            "messages_field": self.fields.messages,
             "loss_on": self.loss_on.value if self.loss_on is not None else None,
             "chat_template": self.template.describe() if self.template is not None else None,
             "parse_special": self.parse_special,
@@ -1015,6 +1022,23 @@ def _check_every(files: Sequence[InputFile], sample: int) -> int:
     return max(1, sum(f.size_bytes for f in files) // sample)
 
 
+def text_encoder(
+    tokenizer: Tokenizer, options: PackOptions, add_eos: bool, check_every: int = 0
+) -> DocumentEncoder:
+    """The encoder of text documents ``options`` ask for (BOS, special-token strings, the
+    tokenizer backend), with EOS as decided (``add_eos``) and a document checked against
+    `tokenizers` every ``check_every`` characters (0: none)."""
+    o = options
+    return DocumentEncoder(
+        tokenizer,
+        add_eos=add_eos,
+        bos=o.bos,
+        parse_special=o.parse_special,
+        backend=o.tokenizer_backend,
+        check_every=check_every,
+    )
+
+
 def plan_input(
     files: Sequence[InputFile],
     tokenizer: Tokenizer,
@@ -1062,14 +1086,7 @@ def plan_input(
         )
     encoder: DocumentEncoder | InstructEncoder
     if shape is InputShape.TEXT:
-        encoder = DocumentEncoder(
-            tokenizer,
-            add_eos=add_eos,
-            bos=o.bos,
-            parse_special=o.parse_special,
-            backend=o.tokenizer_backend,
-            check_every=_check_every(files, o.check_sample),
-        )
+        encoder = text_encoder(tokenizer, o, add_eos, _check_every(files, o.check_sample))
     else:
         assert resolved_loss is not None
         if o.tokenizer_backend not in (AUTO, REFERENCE):
@@ -1109,10 +1126,7 @@ def plan_input(
         encoder=encoder,
         add_eos=add_eos,
         overflow=overflow,
-        text_field=o.text_field,
-        prompt_field=o.prompt_field,
-        completion_field=o.completion_field,
-        messages_field=o.messages_field,
+        fields=RecordFields.of(o),
         parse_special=o.parse_special,
     )
 
@@ -1143,10 +1157,7 @@ def _plan_ids(tokenizer: Tokenizer, o: PackOptions) -> InputPlan:
         encoder=encoder,
         add_eos=add_eos,
         overflow=Overflow(o.overflow) if o.overflow is not None else Overflow.SPLIT,
-        text_field=o.text_field,
-        prompt_field=o.prompt_field,
-        completion_field=o.completion_field,
-        messages_field=o.messages_field,
+        fields=RecordFields.of(o),
         read_ids=ids_reader(fields, vocab_size=vocab, split_on_eos=o.split_on_eos),
         ids_fields=fields,
     )

@@ -10,6 +10,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import pytest
 from conftest import REPO
 
 PACKAGE = REPO / "packtool"
@@ -25,6 +26,7 @@ LAYERS: dict[str, int] = {
     "limits": 1,
     # 2: the stages' own building blocks; the layout of finished rows
     "_stop": 0,
+    "_fields": 0,
     "layout": 2,
     "packing": 2,
     "mixture": 2,
@@ -558,3 +560,59 @@ def test_no_dispatch_on_an_input_kind_or_export_name_outside_their_tables() -> N
         if isinstance(node, ast.Compare) and _is_dispatch(node)
     ]
     assert not bad, "\n".join(bad)
+
+
+MAX_PARAMETERS = 10
+MAX_FUNCTION_LINES = 100
+
+
+def _parameters(node: ast.FunctionDef | ast.AsyncFunctionDef) -> int:
+    """The parameters of a function: ``self``/``cls`` not counted, ``*args`` and ``**kwargs``
+    one each."""
+    a = node.args
+    named = [p.arg for p in (*a.posonlyargs, *a.args, *a.kwonlyargs)]
+    return (
+        sum(n not in ("self", "cls") for n in named)
+        + (a.vararg is not None)
+        + (a.kwarg is not None)
+    )
+
+
+def _function_sizes() -> list[str]:
+    """Every function of packtool/ (methods and nested ones too) with more than
+    ``MAX_PARAMETERS`` parameters or more than ``MAX_FUNCTION_LINES`` lines (``def`` to its
+    last line)."""
+    bad = []
+    for path in [*_sources(), PACKAGE / "__init__.py"]:
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            params = _parameters(node)
+            lines = node.end_lineno - node.lineno + 1  # type: ignore[operator]
+            if params > MAX_PARAMETERS or lines > MAX_FUNCTION_LINES:
+                where = f"{path.relative_to(REPO)}:{node.lineno}"
+                bad.append(f"{where}: {node.name}: {params} parameters, {lines} lines")
+    return bad
+
+
+@pytest.mark.xfail(strict=True, reason="cli.py commands: issue 34, h34a")
+def test_no_function_has_too_many_parameters_or_lines() -> None:
+    """No function of packtool/ takes more than 10 parameters or runs over 100 lines: a
+    longer one is split by what it does, a wider one takes a record."""
+    bad = _function_sizes()
+    assert not bad, "\n".join(bad)
+
+
+def test_the_function_size_check_sees_methods_nested_functions_and_star_parameters() -> None:
+    source = (
+        "class A:\n"
+        "    def m(self, a, b, c, d, e, f, g, h, i, *args, **kwargs):\n"
+        "        def inner():\n" + "            x = 1\n" * 100 + "        return inner\n"
+    )
+    tree = ast.parse(source)
+    found = {
+        n.name: (_parameters(n), n.end_lineno - n.lineno + 1)
+        for n in ast.walk(tree)
+        if isinstance(n, ast.FunctionDef)
+    }
+    assert found == {"m": (11, 103), "inner": (0, 101)}

@@ -21,11 +21,11 @@ import pytest
 import packtool
 from packtool.errors import InputError
 from packtool.readers import (
-    BATCH_DOCS,
     FORMATS,
     FieldReader,
     InputFile,
     Records,
+    Request,
     Want,
     first_record_fields,
     read_texts,
@@ -51,13 +51,13 @@ class TsvReader(FieldReader):
         with stream:
             return [line.split("\t") for line in stream.read().decode().splitlines()]
 
-    def read(self, inp, fields, want, *, split=None, batch_rows=BATCH_DOCS, check=None):  # type: ignore[no-untyped-def]
+    def read(self, inp: InputFile, request: Request) -> Iterator[Records]:
         header, *rows = self._lines(inp)
-        if check is not None:
-            check(pa.schema([(name, pa.string()) for name in header]))
-        for start in range(0, len(rows), batch_rows):
-            part = rows[start : start + batch_rows]
-            columns = {f: pa.array([r[header.index(f)] for r in part]) for f in fields}
+        if request.check is not None:
+            request.check(pa.schema([(name, pa.string()) for name in header]))
+        for start in range(0, len(rows), request.batch_rows):
+            part = rows[start : start + request.batch_rows]
+            columns = {f: pa.array([r[header.index(f)] for r in part]) for f in request.fields}
             done = inp.size_bytes * (start + len(part)) // len(rows)
             yield Records(str(inp.path), done, pa.RecordBatch.from_pydict(columns), row0=start)
 

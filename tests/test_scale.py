@@ -152,13 +152,11 @@ def test_the_three_copy_paths_are_identical(sizes: list[int], seed: int) -> None
     copies = [gather._copy_slices, gather._copy_numpy]
     kernel = gather._kernel()
     if kernel is not None:
-        copies.append(
-            lambda t, s, n, d, lab, ids, pos, out_lab: kernel(t, s, n, d, lab, ids, pos, out_lab)
-        )
+        copies.append(lambda c: kernel(*c))
     for copy in copies:
         ids = np.full(int(lens.sum()), -1, np.int32)
         pos, lab = ids.copy(), ids.copy()
-        copy(tokens, src.astype(np.int64), lens, dest, labels, ids, pos, lab)
+        copy(gather._Copy(tokens, src.astype(np.int64), lens, dest, labels, ids, pos, lab))
         outs.append((ids, pos, lab))
     expect_ids = np.concatenate(
         [tokens[a : a + n] for a, n in zip(src, lens, strict=True)] + [np.zeros(0, np.int32)]

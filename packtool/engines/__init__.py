@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from ..errors import NothingToPackError, OptionError, OutputExistsError, PacktoolError
 from ..format import MANIFEST_FILE, row_bytes
@@ -51,6 +51,19 @@ class UnitFailedError(PacktoolError):
     def __init__(self, message: str, exit_code: int = 1) -> None:
         super().__init__(message)
         self.exit_code = exit_code
+
+
+class Job(NamedTuple):
+    """Units for an engine to run: ``units`` (none finished yet) of the run into ``out_dir``
+    with ``options`` (``num_proc``, ``ray_address`` among them) and ``merge_options``;
+    ``already`` units finished before them, and ``progress`` told as each one ends."""
+
+    units: Sequence[Unit]
+    out_dir: Path
+    options: PackOptions
+    merge_options: dict[str, Any]
+    progress: Callable[[str, int, int | None], None] | None = None
+    already: int = 0
 
 
 @dataclass
@@ -287,24 +300,12 @@ def _run_pending(
         progress("units", len(results), len(plan))
     if not pending:
         return results
-    run_engine: Callable[..., list[UnitResult]]
-    extra: dict[str, Any] = {}
+    run_engine: Callable[[Job], list[UnitResult]]
     if options.engine == "ray":
         from .ray import run_ray as run_engine
-
-        extra["address"] = options.ray_address
     else:
         from .local import run_local as run_engine
-    ran = run_engine(
-        pending,
-        out,
-        options,
-        merge_options=merge_options,
-        num_proc=options.num_proc,
-        progress=progress,
-        already=len(results),
-        **extra,
-    )
+    ran = run_engine(Job(pending, out, options, merge_options, progress, len(results)))
     results.update({r.index: r for r in ran})
     return results
 

@@ -13,36 +13,26 @@ import multiprocessing
 import os
 import signal
 import time
-from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_EXCEPTION, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 from typing import Any
 
 from .. import _stop
-from ..options import PackOptions
 from ..store import remove_unheld_lock
-from ..units import Unit, UnitResult
-from . import UnitFailedError, call_unit, unwrap
+from ..units import UnitResult
+from . import Job, UnitFailedError, call_unit, unwrap
 
 __all__ = ["run_local"]
 
 
-def run_local(
-    units: Sequence[Unit],
-    out_dir: Path,
-    options: PackOptions,
-    *,
-    merge_options: dict[str, Any],
-    num_proc: int | None = None,
-    progress: Callable[[str, int, int | None], None] | None = None,
-    already: int = 0,
-) -> list[UnitResult]:
-    """Run ``units`` (none of them finished yet) and return their results in unit order."""
+def run_local(job: Job) -> list[UnitResult]:
+    """Run the units of ``job`` and return their results in unit order."""
+    units, out_dir, options, merge_options, progress, already = job
     if not units:
         return []
     total = already + len(units)
-    cores = num_proc or os.cpu_count() or 1
+    cores = options.num_proc or os.cpu_count() or 1
     workers = max(1, min(cores, len(units)))
     threads = max(1, cores // workers)
     results: list[UnitResult] = []

@@ -21,15 +21,13 @@ import shutil
 import socket
 import tempfile
 import time
-from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import Any
 
 from .._version import __version__
 from ..errors import OptionError
 from ..options import PackOptions
 from ..units import Unit, UnitResult
-from . import UnitFailedError, call_unit, unwrap
+from . import Job, UnitFailedError, call_unit, unwrap
 
 __all__ = ["import_ray", "run_ray"]
 
@@ -96,24 +94,17 @@ def _task(
     return call_unit(unit, out_dir, options, merge_options, False, threads)
 
 
-def run_ray(
-    units: Sequence[Unit],
-    out_dir: Path,
-    options: PackOptions,
-    *,
-    merge_options: dict[str, Any],
-    num_proc: int | None = None,
-    address: str | None = None,
-    progress: Callable[[str, int, int | None], None] | None = None,
-    already: int = 0,
-) -> list[UnitResult]:
-    """Run ``units`` as Ray tasks of ``num_proc`` CPUs each (default 1); results in unit order.
+def run_ray(job: Job) -> list[UnitResult]:
+    """Run the units of ``job`` as Ray tasks of ``--num-proc`` CPUs each (default 1); results
+    in unit order.
 
     Uses the Ray instance already initialised in this process if there is one, else joins
-    ``address``, else starts a local instance (and stops it at the end).
+    ``--ray-address``, else starts a local instance (and stops it at the end).
     """
+    units, out_dir, options, merge_options, progress, already = job
+    address = options.ray_address
     ray = import_ray()
-    cpus = num_proc or 1
+    cpus = options.num_proc or 1
     started_here = False
     temp_dir: str | None = None
     if not ray.is_initialized():

@@ -26,6 +26,7 @@ import pyarrow as pa
 from ..errors import OptionError
 from ..format import PackedReader, Per, columns, seq_lengths, sha256_file
 from .common import pack_fingerprint, write_export_manifest
+from .registry import PlainExporter
 
 CHUNK_BYTES = 64 << 20
 """LitData's chunk size: rows are grouped into chunk files of about this many bytes."""
@@ -153,17 +154,5 @@ def litdata_problems(reader: PackedReader, dest: Path, record: dict[str, Any]) -
     return problems
 
 
-class LitDataExporter:
-    """``--to litdata``: the packed rows as LitData's optimized format."""
-
-    name = "litdata"
-    options: frozenset[str] = frozenset()
-
-    def write(self, reader: PackedReader, staging: Path, **options: Any) -> dict[str, Any]:
-        return export_litdata(reader, staging)
-
-    def problems(self, reader: PackedReader, dest: Path, record: dict[str, Any]) -> list[str]:
-        return litdata_problems(reader, dest, record)
-
-
-EXPORTER = LitDataExporter()
+EXPORTER = PlainExporter("litdata", export_litdata, litdata_problems)
+"""``--to litdata``: the packed rows as LitData's optimized format."""

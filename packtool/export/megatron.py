@@ -37,6 +37,7 @@ from .common import (
     token_blocks,
     write_export_manifest,
 )
+from .registry import PlainExporter
 
 __all__ = ["PREFIX", "export_megatron", "megatron_dtype", "read_megatron_index"]
 
@@ -201,17 +202,5 @@ def megatron_problems(reader: PackedReader, dest: Path, record: dict[str, Any]) 
     return problems
 
 
-class MegatronExporter:
-    """``--to megatron``: the documents as a Megatron-LM indexed dataset."""
-
-    name = "megatron"
-    options: frozenset[str] = frozenset()
-
-    def write(self, reader: PackedReader, staging: Path, **options: Any) -> dict[str, Any]:
-        return export_megatron(reader, staging)
-
-    def problems(self, reader: PackedReader, dest: Path, record: dict[str, Any]) -> list[str]:
-        return megatron_problems(reader, dest, record)
-
-
-EXPORTER = MegatronExporter()
+EXPORTER = PlainExporter("megatron", export_megatron, megatron_problems)
+"""``--to megatron``: the documents as a Megatron-LM indexed dataset."""

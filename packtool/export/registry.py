@@ -9,6 +9,7 @@ export is a module with its :class:`Exporter` (``EXPORTER``) and one line in
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
@@ -34,6 +35,23 @@ class Exporter(Protocol):
         """Differences between the export at ``dest`` (its ``export.json``: ``record``) and
         the pack, after its files' sizes and sha256 were found whole."""
         ...
+
+
+class PlainExporter(NamedTuple):
+    """An export with no options of its own: its ``name`` and its two functions,
+    ``write(reader, staging)`` and ``problems(reader, dest, record)``, as :class:`Exporter`
+    asks for them."""
+
+    name: str
+    write_to: Callable[[PackedReader, Path], dict[str, Any]]
+    problems_of: Callable[[PackedReader, Path, dict[str, Any]], list[str]]
+    options: frozenset[str] = frozenset()
+
+    def write(self, reader: PackedReader, staging: Path, **options: Any) -> dict[str, Any]:
+        return self.write_to(reader, staging)
+
+    def problems(self, reader: PackedReader, dest: Path, record: dict[str, Any]) -> list[str]:
+        return self.problems_of(reader, dest, record)
 
 
 class Export(NamedTuple):

@@ -28,7 +28,7 @@ import pyarrow as pa
 
 from ..errors import OptionError
 from .adapt import as_columns, as_records
-from .base import Cuts, FieldReader, Reader, TableReader
+from .base import Cuts, FieldReader, Reader, Request, TableReader, TextRequest
 from .batches import (
     ColumnBatch,
     RecordBatch,
@@ -57,8 +57,10 @@ __all__ = [
     "RecordBatch",
     "RecordCheck",
     "Records",
+    "Request",
     "TableReader",
     "TextBatch",
+    "TextRequest",
     "Want",
     "column_batches",
     "cuts",
@@ -93,10 +95,16 @@ def read(
     reader). ``check(schema)`` sees the columns of a table or CSV input before anything is
     read (to name a missing column). Table inputs give ``batch_rows`` rows at a time, JSON
     Lines a piece of lines, CSV a block."""
+    yield from _read(inp, Request(fields, want, split, batch_rows, check))
+
+
+def _read(inp: InputFile, request: Request) -> Iterator[Records]:
+    """The records ``request`` asks of ``inp`` from its reader; a want its format does not
+    give is refused at once, not at the first batch."""
     reader = reader_of(inp)
-    if want not in reader.gives:
-        raise reader.refusal(inp, want)
-    yield from reader.read(inp, fields, want, split=split, batch_rows=batch_rows, check=check)
+    if request.want not in reader.gives:
+        raise reader.refusal(inp, request.want)
+    return reader.read(inp, request)
 
 
 def read_texts(
@@ -119,15 +127,8 @@ def read_texts(
     reader = reader_of(inp)
     if Want.TEXT not in reader.gives:
         raise reader.refusal(inp, Want.TEXT)
-    texts = reader.texts(
-        inp,
-        text_field=text_field,
-        skip_bad_records=skip_bad_records,
-        split=split,
-        txt_unit=txt_unit,
-        batch_docs=batch_docs,
-    )
-    return guarded(inp, texts)
+    request = TextRequest(text_field, skip_bad_records, split, txt_unit, batch_docs)
+    return guarded(inp, reader.texts(inp, request))
 
 
 def first_row(inp: InputFile) -> int:
@@ -156,18 +157,11 @@ def column_batches(
     (compressed too) parsed by pyarrow, the CSV cells' lists by NumPy; the sequences of a
     Megatron indexed dataset. A record that cannot be such lists is null, named in the
     batch's ``problems``."""
-    reader = reader_of(inp)
-    if Want.IDS not in reader.gives:
-        raise reader.refusal(inp, Want.IDS)
-    where = str(inp.path)
-    parts = read(
-        inp,
-        columns,
-        Want.IDS,
-        split=split,
-        batch_rows=batch_rows,
-        check=lambda schema: check_table_columns(schema.names, columns, where),
-    )
+
+    def check(schema: pa.Schema) -> None:  # a column missing named before anything is read
+        check_table_columns(schema.names, columns, str(inp.path))
+
+    parts = _read(inp, Request(columns, Want.IDS, split, batch_rows, check))
     yield from guarded(inp, as_columns(parts, columns))
 
 
@@ -192,18 +186,11 @@ def read_records(
     ...     batch.records[0], batch.locations[0]
     ({'prompt': 'Add 2 and 3.', 'completion': ' 5'}, 'data.jsonl:1')
     """
-    reader = reader_of(inp)
-    if Want.RECORDS not in reader.gives:
-        raise reader.refusal(inp, Want.RECORDS)
-    where = str(inp.path)
-    parts = read(
-        inp,
-        fields,
-        Want.RECORDS,
-        split=split,
-        batch_rows=batch_docs,
-        check=lambda schema: check_record_columns(schema.names, fields, where),
-    )
+
+    def named(schema: pa.Schema) -> None:  # a field missing named before anything is read
+        check_record_columns(schema.names, fields, str(inp.path))
+
+    parts = _read(inp, Request(fields, Want.RECORDS, split, batch_docs, named))
     return guarded(inp, as_records(parts, check, skip_bad_records, batch_docs))
 
 

@@ -9,8 +9,8 @@ import pyarrow as pa
 
 from ..errors import InputError
 from ..fs import arrow_input, as_path
-from .base import TableReader
-from .batches import Records, TableSource
+from .base import Request, TableReader
+from .batches import TableSource, table_parts
 from .files import InputFile
 
 
@@ -83,16 +83,11 @@ def open_table(where: str, files: list[str], columns: Sequence[str], what: str) 
     read until they are iterated."""
     arrow = ArrowFiles(files).as_input()
 
-    def parts() -> Iterator[Records]:
-        row = 0
-        try:
-            for b in arrow.batches:
-                yield Records(where, arrow.tell(), b.select(list(columns)), row0=row)
-                row += b.num_rows
-        except (pa.ArrowInvalid, OSError) as e:
-            raise InputError(f"{where}: cannot read {what}: {e}") from e
+    def batches() -> Iterator[pa.RecordBatch]:
+        return (b.select(list(columns)) for b in arrow.batches)
 
-    return TableSource(arrow.schema, parts(), arrow.source.close)
+    parts = table_parts(where, batches, lambda rows: arrow.tell(), what)
+    return TableSource(arrow.schema, parts, arrow.source.close)
 
 
 class ArrowReader(TableReader):
@@ -101,10 +96,8 @@ class ArrowReader(TableReader):
     kind = "arrow"
     suffixes = (".arrow",)
 
-    def open_table(
-        self, inp: InputFile, columns: Sequence[str], split: str | None, batch_rows: int
-    ) -> TableSource:
-        return open_table(str(inp.path), [str(inp.path)], columns, "Arrow data")
+    def open_table(self, inp: InputFile, request: Request) -> TableSource:
+        return open_table(str(inp.path), [str(inp.path)], request.fields, "Arrow data")
 
 
 READER = ArrowReader()

@@ -8,8 +8,8 @@ names a file's format and every piece a work unit may take of an input goes thro
     class TsvReader(FieldReader):
         kind, suffixes = "tsv", (".tsv",)
 
-        def read(self, inp, fields, want, *, split=None, batch_rows=BATCH_DOCS, check=None):
-            ...  # yield Records of ``fields``
+        def read(self, inp, request):
+            ...  # yield Records of request.fields
 
     register(TsvReader())  # in the table: one line
 """
@@ -42,6 +42,31 @@ class Cuts(NamedTuple):
     shift: int = 0
 
 
+class Request(NamedTuple):
+    """What a read asks of an input: ``fields`` of each record, parsed as ``want`` says; the
+    ``split`` of a saved dataset; ``batch_rows`` rows at a time (tables); ``check(schema)``
+    sees the columns before anything is read, where they are known (a table, a CSV header),
+    to name a missing column."""
+
+    fields: Sequence[str]
+    want: Want
+    split: str | None = None
+    batch_rows: int = BATCH_DOCS
+    check: SchemaCheck | None = None
+
+
+class TextRequest(NamedTuple):
+    """What a read of texts asks (:func:`~packtool.readers.read_texts`): the text of
+    ``text_field`` of each record (a ``.txt`` input: a ``txt_unit``), in batches of about
+    ``batch_docs``; a bad record stops the reading unless ``skip_bad_records``."""
+
+    text_field: str = "text"
+    skip_bad_records: bool = False
+    split: str | None = None
+    txt_unit: str = "line"
+    batch_docs: int = BATCH_DOCS
+
+
 class Reader(Protocol):
     """One input format: what it claims, what it gives, and its one reader.
 
@@ -60,30 +85,11 @@ class Reader(Protocol):
     schema_first: bool
     ids_field: str | None
 
-    def read(
-        self,
-        inp: InputFile,
-        fields: Sequence[str],
-        want: Want,
-        *,
-        split: str | None = None,
-        batch_rows: int = BATCH_DOCS,
-        check: SchemaCheck | None = None,
-    ) -> Iterator[Records]:
-        """The records of ``inp`` (a piece too), ``fields`` of each parsed as ``want`` says;
-        ``check(schema)`` sees the columns before anything is read, where they are known."""
+    def read(self, inp: InputFile, request: Request) -> Iterator[Records]:
+        """The records of ``inp`` (a piece too), as ``request`` asks (:class:`Request`)."""
         ...
 
-    def texts(
-        self,
-        inp: InputFile,
-        *,
-        text_field: str,
-        skip_bad_records: bool,
-        split: str | None,
-        txt_unit: str,
-        batch_docs: int,
-    ) -> Iterator[TextBatch]:
+    def texts(self, inp: InputFile, request: TextRequest) -> Iterator[TextBatch]:
         """The texts of ``inp`` in batches (what ``read_texts`` gives)."""
         ...
 
@@ -133,38 +139,19 @@ class FieldReader:
     schema_first: bool = False
     ids_field: str | None = None
 
-    def read(
-        self,
-        inp: InputFile,
-        fields: Sequence[str],
-        want: Want,
-        *,
-        split: str | None = None,
-        batch_rows: int = BATCH_DOCS,
-        check: SchemaCheck | None = None,
-    ) -> Iterator[Records]:
-        raise self.refusal(inp, want)
+    def read(self, inp: InputFile, request: Request) -> Iterator[Records]:
+        raise self.refusal(inp, request.want)
 
-    def texts(
-        self,
-        inp: InputFile,
-        *,
-        text_field: str,
-        skip_bad_records: bool,
-        split: str | None,
-        txt_unit: str,
-        batch_docs: int,
-    ) -> Iterator[TextBatch]:
-        where = str(inp.path)
-        parts = self.read(
-            inp,
-            [text_field],
+    def texts(self, inp: InputFile, request: TextRequest) -> Iterator[TextBatch]:
+        field, where = request.text_field, str(inp.path)
+        asked = Request(
+            [field],
             Want.TEXT,
-            split=split,
-            batch_rows=batch_docs * 8,
-            check=lambda schema: check_column(schema, text_field, where),
+            split=request.split,
+            batch_rows=request.batch_docs * 8,
+            check=lambda schema: check_column(schema, field, where),
         )
-        return as_texts(parts, text_field, skip_bad_records, batch_docs)
+        return as_texts(self.read(inp, asked), field, request.skip_bad_records, request.batch_docs)
 
     def first_fields(self, inp: InputFile, split: str | None) -> list[str] | None:
         return None
@@ -199,25 +186,16 @@ class TableReader(FieldReader):
 
     schema_first = True
 
-    def open_table(
-        self, inp: InputFile, columns: Sequence[str], split: str | None, batch_rows: int
-    ) -> TableSource:
+    def open_table(self, inp: InputFile, request: Request) -> TableSource:
+        """The table ``inp`` opened for the columns ``request.fields`` (its ``split`` and
+        ``batch_rows``): its schema now, its rows when iterated."""
         raise NotImplementedError
 
-    def read(
-        self,
-        inp: InputFile,
-        fields: Sequence[str],
-        want: Want,
-        *,
-        split: str | None = None,
-        batch_rows: int = BATCH_DOCS,
-        check: SchemaCheck | None = None,
-    ) -> Iterator[Records]:
-        source = self.open_table(inp, fields, split, batch_rows)
+    def read(self, inp: InputFile, request: Request) -> Iterator[Records]:
+        source = self.open_table(inp, request)
         try:
-            if check is not None:
-                check(read_schema(source.schema))
+            if request.check is not None:
+                request.check(read_schema(source.schema))
             for part in source.parts:  # dictionary-encoded, view types: as packtool reads them
                 if part.table is not None:
                     part.table = as_read(part.table, part.where, part.row0)
@@ -227,7 +205,7 @@ class TableReader(FieldReader):
 
     def first_fields(self, inp: InputFile, split: str | None) -> list[str] | None:
         try:
-            source = self.open_table(inp, (), split, 1)
+            source = self.open_table(inp, Request((), Want.RECORDS, split, batch_rows=1))
         except InputError:
             return None  # reading it for real names the problem
         source.close()

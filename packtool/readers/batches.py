@@ -388,3 +388,22 @@ class TableSource(NamedTuple):
     schema: pa.Schema
     parts: Iterator[Records]
     close: Callable[[], None]
+
+
+def table_parts(
+    where: str,
+    batches: Callable[[], Iterable[pa.RecordBatch]],
+    bytes_done: Callable[[int], int],
+    what: str,
+    row0: int = 0,
+) -> Iterator[Records]:
+    """The batches of a table input (``batches()``, called at the first part) as
+    :class:`Records` numbered from row ``row0``, each with the bytes read so far
+    (``bytes_done(rows so far)``); a read error is ``{where}: cannot read {what}``."""
+    rows = 0
+    try:
+        for b in batches():
+            rows += b.num_rows
+            yield Records(where, bytes_done(rows), b, row0=row0 + rows - b.num_rows)
+    except (pa.ArrowInvalid, OSError) as e:
+        raise InputError(f"{where}: cannot read {what}: {e}") from e

@@ -14,9 +14,9 @@ import pyarrow as pa
 
 from ..errors import BadRecordError, InputError
 from ..limits import max_record_bytes, record_too_long
-from .base import FieldReader, SchemaCheck
+from .base import FieldReader, Request
 from .batches import Records, Want, is_straddling
-from .files import BATCH_DOCS, InputFile, arrow_stream
+from .files import InputFile, arrow_stream
 
 
 def read_header(inp: InputFile) -> list[str]:
@@ -356,19 +356,10 @@ class CsvReader(FieldReader):
     compressible = True
     schema_first = True
 
-    def read(
-        self,
-        inp: InputFile,
-        fields: Sequence[str],
-        want: Want,
-        *,
-        split: str | None = None,
-        batch_rows: int = BATCH_DOCS,
-        check: SchemaCheck | None = None,
-    ) -> Iterator[Records]:
-        if check is not None:
-            check(pa.schema([(name, pa.string()) for name in read_header(inp)]))
-        yield from read(inp, fields, want)
+    def read(self, inp: InputFile, request: Request) -> Iterator[Records]:
+        if request.check is not None:
+            request.check(pa.schema([(name, pa.string()) for name in read_header(inp)]))
+        yield from read(inp, request.fields, request.want)
 
     def first_fields(self, inp: InputFile, split: str | None) -> list[str] | None:
         try:

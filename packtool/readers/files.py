@@ -17,6 +17,7 @@ from typing import IO, Any
 
 import pyarrow as pa
 
+from .._fields import attributes
 from ..errors import InputError
 from ..fs import AnyPath, arrow_input, open_input
 
@@ -61,12 +62,7 @@ class Piece(InputFile):
     def describe(self) -> dict[str, Any]:
         return {
             "path": str(self.path),
-            "kind": self.kind,
-            "compression": self.compression,
-            "file_size": self.file_size,
-            "split_by": self.split_by,
-            "start": self.start,
-            "stop": self.stop,
+            **attributes(self, "kind compression file_size split_by start stop"),
         }
 
 

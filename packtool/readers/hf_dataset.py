@@ -10,7 +10,7 @@ from typing import Any
 from ..errors import InputError
 from ..fs import AnyPath, as_path
 from .arrow import open_table as open_arrow_table
-from .base import TableReader
+from .base import Request, TableReader
 from .batches import Records, TableSource
 from .files import InputFile
 
@@ -90,10 +90,8 @@ class SavedDatasetReader(TableReader):
 
     kind = "hf_dataset"
 
-    def open_table(
-        self, inp: InputFile, columns: Sequence[str], split: str | None, batch_rows: int
-    ) -> TableSource:
-        return open_table(inp, columns, split, batch_rows)
+    def open_table(self, inp: InputFile, request: Request) -> TableSource:
+        return open_table(inp, request.fields, request.split, request.batch_rows)
 
     def input_file(self, path: AnyPath, compression: str | None) -> InputFile:
         size = sum(p.stat().st_size for p in path.rglob("*") if p.is_file())

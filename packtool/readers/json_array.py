@@ -18,10 +18,9 @@ import pyarrow as pa
 from ..errors import InputError
 from ..limits import max_record_bytes, record_too_long
 from . import jsonl
-from .base import SchemaCheck
+from .base import Request
 from .batches import Records, Want
 from .files import (
-    BATCH_DOCS,
     InputFile,
     NoArrowCodec,
     arrow_stream,
@@ -279,17 +278,8 @@ class JsonArrayReader(jsonl.JsonLinesReader):
     kind = "json"
     suffixes = (".json",)
 
-    def read(
-        self,
-        inp: InputFile,
-        fields: Sequence[str],
-        want: Want,
-        *,
-        split: str | None = None,
-        batch_rows: int = BATCH_DOCS,
-        check: SchemaCheck | None = None,
-    ) -> Iterator[Records]:
-        return read(inp, fields, want, batch_rows)
+    def read(self, inp: InputFile, request: Request) -> Iterator[Records]:
+        return read(inp, request.fields, request.want, request.batch_rows)
 
     def cuts(self, inp: InputFile) -> None:
         return None

@@ -21,7 +21,7 @@ import pyarrow as pa
 from ..errors import BadRecordError, InputError
 from ..fs import open_input
 from ..limits import max_record_bytes, record_too_long
-from .base import Cuts, FieldReader, SchemaCheck
+from .base import Cuts, FieldReader, Request
 from .batches import Records, Want, is_straddling
 from .files import (
     BATCH_DOCS,
@@ -376,17 +376,8 @@ class JsonLinesReader(FieldReader):
     suffixes = (".jsonl", ".ndjson")
     compressible = True
 
-    def read(
-        self,
-        inp: InputFile,
-        fields: Sequence[str],
-        want: Want,
-        *,
-        split: str | None = None,
-        batch_rows: int = BATCH_DOCS,
-        check: SchemaCheck | None = None,
-    ) -> Iterator[Records]:
-        return read(inp, fields, want)
+    def read(self, inp: InputFile, request: Request) -> Iterator[Records]:
+        return read(inp, request.fields, request.want)
 
     def first_fields(self, inp: InputFile, split: str | None) -> list[str] | None:
         try:

@@ -15,9 +15,9 @@ import pyarrow as pa
 
 from ..errors import InputError, OptionError
 from ..fs import AnyPath, StorePath, as_path
-from .base import Cuts, FieldReader, SchemaCheck
+from .base import Cuts, FieldReader, Request
 from .batches import Records, Want
-from .files import BATCH_DOCS, InputFile, part_of
+from .files import InputFile, part_of
 
 # The dtype codes of megatron-core's indexed datasets (``DType``), and its index header.
 MEGATRON_DTYPES = {
@@ -153,19 +153,10 @@ class MegatronReader(FieldReader):
     gives = frozenset({Want.IDS})
     ids_field = "tokens"
 
-    def read(
-        self,
-        inp: InputFile,
-        fields: Sequence[str],
-        want: Want,
-        *,
-        split: str | None = None,
-        batch_rows: int = BATCH_DOCS,
-        check: SchemaCheck | None = None,
-    ) -> Iterator[Records]:
-        if want is not Want.IDS:
-            raise self.refusal(inp, want)
-        return read(inp, fields)  # one column, named as asked: no schema to check
+    def read(self, inp: InputFile, request: Request) -> Iterator[Records]:
+        if request.want is not Want.IDS:
+            raise self.refusal(inp, request.want)
+        return read(inp, request.fields)  # one column, named as asked: no schema to check
 
     def first_row(self, inp: InputFile) -> int:
         return (part_of(inp, "sequences") or (0, 0))[0]

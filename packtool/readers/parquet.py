@@ -10,8 +10,8 @@ import pyarrow as pa
 
 from ..errors import InputError
 from ..fs import arrow_source
-from .base import Cuts, TableReader
-from .batches import Records, TableSource
+from .base import Cuts, Request, TableReader
+from .batches import TableSource, table_parts
 from .files import InputFile, part_of
 
 
@@ -41,20 +41,14 @@ def open_table(inp: InputFile, columns: Sequence[str], batch_rows: int) -> Table
         raise InputError(f"{where}: not a readable Parquet file: {e}") from e
     groups, row0, rows = _parquet_part(inp, pf)
 
-    def parts() -> Iterator[Records]:
-        total, done = max(1, rows), 0
-        try:
-            for b in pf.iter_batches(
-                batch_size=batch_rows, row_groups=groups, columns=list(columns)
-            ):
-                yield Records(
-                    where, inp.size_bytes * (done + b.num_rows) // total, b, row0=row0 + done
-                )
-                done += b.num_rows
-        except (pa.ArrowInvalid, OSError) as e:
-            raise InputError(f"{where}: cannot read Parquet data: {e}") from e
+    def batches() -> Iterator[pa.RecordBatch]:  # at the first part: after the columns' check
+        return pf.iter_batches(batch_size=batch_rows, row_groups=groups, columns=list(columns))
 
-    return TableSource(pf.schema_arrow, parts(), lambda: None)
+    def bytes_done(done: int) -> int:
+        return inp.size_bytes * done // max(1, rows)
+
+    parts = table_parts(where, batches, bytes_done, "Parquet data", row0)
+    return TableSource(pf.schema_arrow, parts, lambda: None)
 
 
 def rows_before(inp: InputFile) -> int:
@@ -97,10 +91,8 @@ class ParquetReader(TableReader):
     kind = "parquet"
     suffixes = (".parquet",)
 
-    def open_table(
-        self, inp: InputFile, columns: Sequence[str], split: str | None, batch_rows: int
-    ) -> TableSource:
-        return open_table(inp, columns, batch_rows)
+    def open_table(self, inp: InputFile, request: Request) -> TableSource:
+        return open_table(inp, request.fields, request.batch_rows)
 
     def first_row(self, inp: InputFile) -> int:
         return rows_before(inp)

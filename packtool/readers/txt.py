@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 from ..errors import BadRecordError, InputError
 from ..limits import max_record_bytes, record_too_long
-from .base import FieldReader
+from .base import FieldReader, TextRequest
 from .batches import TextBatch, Want
 from .files import InputFile, open_binary
 
@@ -74,17 +74,8 @@ class TextReader(FieldReader):
     compressible = True
     gives = frozenset({Want.TEXT})
 
-    def texts(
-        self,
-        inp: InputFile,
-        *,
-        text_field: str,
-        skip_bad_records: bool,
-        split: str | None,
-        txt_unit: str,
-        batch_docs: int,
-    ) -> Iterator[TextBatch]:
-        return read_texts(inp, txt_unit, skip_bad_records, batch_docs)
+    def texts(self, inp: InputFile, request: TextRequest) -> Iterator[TextBatch]:
+        return read_texts(inp, request.txt_unit, request.skip_bad_records, request.batch_docs)
 
     def refusal(self, inp: InputFile, want: Want) -> Exception:
         if want is Want.RECORDS:

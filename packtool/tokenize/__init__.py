@@ -52,7 +52,7 @@ import numpy as np
 from ..errors import TokenizerError
 from ..fs import AnyPath, as_path, is_url
 from ..tokenizer_file import SpecialTokens, TokenizerFile, resolve_special_tokens
-from .backend import ANCHOR, Backend, BackendSpec, Engine, Flat, first_line
+from .backend import ANCHOR, Backend, BackendSpec, Engine, Flat, first_line, made_once
 from .gate import GATE_CACHED, GATE_PASSED, gate_key, parity_gate, reference_backend, save_verdict
 from .hf import add_anchor, disable_truncation_and_padding, load_hf
 from .registry import AUTO, REFERENCE, candidates, choices, spec_of
@@ -192,19 +192,17 @@ class HFTokenizer:
 
     def _copy(self, parse_special: bool) -> Any:
         """The Rust tokenizer that parses special-token strings, or encodes them as text."""
-        copy = self._copies.get(parse_special)
-        if copy is not None:
-            return copy
-        with self._lock:
-            if parse_special not in self._copies:
-                if self._loaded is not None:
-                    tok, self._loaded = self._loaded, None
-                else:
-                    tok = load_hf(self.json_bytes, self.name)
-                add_anchor(tok, self.anchor_id)
-                tok.encode_special_tokens = not parse_special
-                self._copies[parse_special] = tok
-        return self._copies[parse_special]
+
+        def make() -> Any:  # the tokenizer given, else one loaded from the file
+            if self._loaded is not None:
+                tok, self._loaded = self._loaded, None
+            else:
+                tok = load_hf(self.json_bytes, self.name)
+            add_anchor(tok, self.anchor_id)
+            tok.encode_special_tokens = not parse_special
+            return tok
+
+        return made_once(self._copies, parse_special, self._lock, make)
 
     def _any(self) -> Any:
         """A Rust tokenizer of either mode, for what the mode does not change (decoding)."""

@@ -8,6 +8,7 @@ listed once in :mod:`.registry`. Nothing here imports an engine.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -22,6 +23,7 @@ __all__ = [
     "BackendSpec",
     "Engine",
     "Flat",
+    "made_once",
     "package_version",
 ]
 
@@ -31,6 +33,21 @@ the piece is encoded as it is in the middle of a text (after an added token): Me
 ``prepend_scheme="first"`` then adds no word-start mark. Its id is dropped again. Made of Unicode
 noncharacters, which never appear in interchanged text, and added to packtool's own copies of the
 tokenizer only."""
+
+
+def made_once(
+    copies: dict[Any, Any], key: Any, lock: threading.Lock, make: Callable[[], Any]
+) -> Any:
+    """``copies[key]``, made by ``make()`` the first time it is asked for (a backend's copy of
+    a tokenizer, one per mode): made under ``lock``, so never twice, and read without it once
+    made."""
+    copy = copies.get(key)
+    if copy is not None:
+        return copy
+    with lock:
+        if key not in copies:
+            copies[key] = make()
+        return copies[key]
 
 
 def package_version(package: str) -> str:

@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from ..tokenizer_file import TokenizerFile, head_members, with_members
-from .backend import ANCHOR, BackendSpec, Flat
+from .backend import ANCHOR, BackendSpec, Flat, made_once
 
 __all__ = ["BACKEND", "CACHE_BUDGET", "CHECK_EVERY", "GigatokenEngine", "post_processor_affixes"]
 
@@ -140,20 +140,17 @@ class GigatokenEngine:
         self._copy(False)
 
     def _copy(self, parse_special: bool) -> Any:
-        copy = self._copies.get(parse_special)
-        if copy is not None:
-            return copy
-        with self._lock:
-            if parse_special not in self._copies:
-                import gigatoken
+        def make() -> Any:
+            import gigatoken
 
-                text = edited_json(self._json, self._anchor_id, parse_special)
-                tok = gigatoken.Tokenizer.from_json(text)
-                if tok.encode(ANCHOR).tolist() != [self._anchor_id]:
-                    raise ValueError("gigatoken gave packtool's anchor token another id")
-                self._copies[parse_special] = tok
-                self._base = resident_bytes()
-        return self._copies[parse_special]
+            text = edited_json(self._json, self._anchor_id, parse_special)
+            tok = gigatoken.Tokenizer.from_json(text)
+            if tok.encode(ANCHOR).tolist() != [self._anchor_id]:
+                raise ValueError("gigatoken gave packtool's anchor token another id")
+            self._base = resident_bytes()
+            return tok
+
+        return made_once(self._copies, parse_special, self._lock, make)
 
     def _mind_the_caches(self, chars: int) -> None:
         """Reload the copies if the process grew past :data:`CACHE_BUDGET` since their load

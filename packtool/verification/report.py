@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from .._fields import attributes
 from ..fs import AnyPath
 
 __all__ = ["AgainstReport", "Problem", "Problems", "VerifyProgress", "VerifyReport", "int_or_none"]
@@ -78,14 +79,11 @@ class VerifyReport:
         return {
             "path": str(self.path),
             "ok": self.ok,
-            "shards_checked": self.shards_checked,
-            "rows_checked": self.rows_checked,
-            "segments": self.segments,
-            "documents": self.documents,
-            "tokens": self.tokens,
-            "bytes_hashed": self.bytes_hashed,
-            "problems_total": self.problems_total,
-            "problem_counts": self.problem_counts,
+            **attributes(
+                self,
+                "shards_checked rows_checked segments documents tokens bytes_hashed "
+                "problems_total problem_counts",
+            ),
             "problems": [
                 {"shard": p.shard, "row": p.row, "check": p.check, "what": p.what}
                 for p in self.problems
@@ -95,10 +93,7 @@ class VerifyReport:
             "against": None
             if self.against is None
             else {
-                "inputs": self.against.inputs,
-                "documents": self.against.documents,
-                "tokens": self.against.tokens,
-                "documents_compared": self.against.documents_compared,
+                **attributes(self.against, "inputs documents tokens documents_compared"),
                 "seconds": round(self.against.seconds, 3),
             },
             "seconds": round(self.seconds, 3),
