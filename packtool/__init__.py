@@ -28,8 +28,9 @@ _EXPORTS: dict[str, str] = {
     "ChatTemplate": "chat",
     "ChatTemplateError": "errors",
     "CorpusStats": "stats",
+    "Counts": "counts",
     "DatasetStats": "stats",
-    "DocumentCounts": "format",
+    "DocumentCounts": "counts",
     "DocumentEncoder": "tokenize",
     "FORMAT_VERSION": "format",
     "FormatError": "errors",
@@ -80,6 +81,7 @@ _EXPORTS: dict[str, str] = {
 
 if TYPE_CHECKING:  # for type checkers and IDEs: the same names, imported eagerly
     from .chat import ChatTemplate, load_chat_template
+    from .counts import Counts, DocumentCounts
     from .engines import UnitsReport, pack_units
     from .errors import (
         BadRecordError,
@@ -113,6 +115,7 @@ __all__ = [
     "ChatTemplate",
     "ChatTemplateError",
     "CorpusStats",
+    "Counts",
     "DatasetStats",
     "DocumentCounts",
     "DocumentEncoder",

@@ -47,13 +47,13 @@ from .format import (
     MANIFEST_FILE,
     MERGE_STAGE,
     TOKENIZER_CONFIG_FILE,
+    Counts,
     DocumentCounts,
     InputRecord,
     Manifest,
     RunFigures,
     ShardEntry,
     ShardWriter,
-    TokenCounts,
     UnitRecord,
     commit_in_place,
     open_packed,
@@ -654,7 +654,7 @@ def _manifest(
         }
         for (path, m), base in zip(units, first_docs, strict=True)
     ]
-    tokens = TokenCounts.total(m.tokens for m in manifests)
+    counts = Counts.total(m.counts for m in manifests)
     bad: list[Any] = []
     for m in manifests:
         bad.extend(m.bad_records[: _BAD_RECORDS_KEPT - len(bad)])
@@ -664,11 +664,10 @@ def _manifest(
         options=options,
         inputs=_global_inputs(units, first_docs),
         figures=RunFigures(
-            documents=DocumentCounts.total(m.documents for m in manifests),
+            counts=counts,
             segments=sum(m.segments or 0 for m in manifests),
-            tokens=tokens,
             rows=n_rows,
-            lower_bound_rows=lower_bound_rows(tokens.packed, first.max_len),
+            lower_bound_rows=lower_bound_rows(counts.tokens.packed, first.max_len),
             max_len=first.max_len,
             bad_records=bad,
             special_strings=sum(m.special_strings for m in manifests),

@@ -27,6 +27,7 @@ Documents longer than ``max_len`` never reach FFD: the pipeline first applies an
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import threading
 from collections.abc import Callable
@@ -37,6 +38,7 @@ from typing import Any, Literal
 import numpy as np
 from numpy.typing import ArrayLike
 
+from .counts import Counts, DocumentCounts, LabelFigures, TokenCounts
 from .errors import OptionError
 
 __all__ = [
@@ -514,8 +516,9 @@ def _ffd_python(lengths: np.ndarray, max_len: int) -> np.ndarray:
 
 def segment_items(
     lengths: np.ndarray, empty: np.ndarray, max_len: int, overflow: Overflow
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict[str, int]]:
-    """Items of one encoded batch: (document index in batch, chunk number, item length).
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, Counts]:
+    """Items of one encoded batch: (document index in batch, chunk number, item length),
+    and the :class:`~packtool.format.Counts` of its documents and tokens.
 
     ``split``: consecutive chunks of ``max_len``, the remainder last; ``truncate``: the first
     ``max_len`` tokens; ``drop``: none. Empty documents give no item.
@@ -531,18 +534,23 @@ def segment_items(
     first = np.concatenate([[0], np.cumsum(n_items)[:-1]]) if lengths.size else n_items
     chunk = np.arange(doc.size) - np.repeat(first, n_items)
     item_len = np.minimum(lengths[doc] - chunk * max_len, max_len)
-    counts = {
-        "packed": int(np.count_nonzero(~empty & ~long)),
-        "split": int(np.count_nonzero(~empty & long)) if overflow is Overflow.SPLIT else 0,
-        "truncated": int(np.count_nonzero(~empty & long)) if overflow is Overflow.TRUNCATE else 0,
-        "dropped": int(np.count_nonzero(~empty & long)) if overflow is Overflow.DROP else 0,
-        "empty": int(np.count_nonzero(empty)),
-        "tokens_truncated": int((lengths[~empty & long] - max_len).sum())
-        if overflow is Overflow.TRUNCATE
-        else 0,
-        "tokens_dropped": int(lengths[~empty & long].sum()) if overflow is Overflow.DROP else 0,
-    }
-    return doc, chunk, item_len, counts
+    over = ~empty & long
+    n_over = int(np.count_nonzero(over))
+    documents = DocumentCounts(
+        read=int(lengths.size),
+        packed=int(np.count_nonzero(~empty & ~long)),
+        split=n_over if overflow is Overflow.SPLIT else 0,
+        truncated=n_over if overflow is Overflow.TRUNCATE else 0,
+        dropped=n_over if overflow is Overflow.DROP else 0,
+        empty=int(np.count_nonzero(empty)),
+    )
+    over_tokens = int(lengths[over].sum())
+    tokens = TokenCounts(
+        packed=int(item_len.sum()),
+        truncated_away=over_tokens - n_over * max_len if overflow is Overflow.TRUNCATE else 0,
+        dropped=over_tokens if overflow is Overflow.DROP else 0,
+    )
+    return doc, chunk, item_len, Counts(documents, tokens)
 
 
 def segment_labelled_items(
@@ -553,7 +561,7 @@ def segment_labelled_items(
     overflow: Overflow,
     *,
     ignore: int,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict[str, int], np.ndarray]:
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, Counts, np.ndarray]:
     """:func:`segment_items` for documents with labels (flat, like their ids; ``ignore``
     where not learned); also returns the labels to store.
 
@@ -580,10 +588,17 @@ def segment_labelled_items(
     item_off = offsets[doc] + chunk.astype(np.int64) * max_len
     item_learned = _count_in(learned, item_off, item_len)
     keep = item_learned > 0
-    counts["learned"] = int(item_learned[keep].sum())
-    counts["documents_without_labels"] = int(no_labels.sum())
-    counts["chunks_without_labels_dropped"] = int((~keep).sum())
-    counts["tokens_in_chunks_without_labels"] = int(item_len[~keep].sum())
+    tokens = dataclasses.replace(
+        counts.tokens,
+        packed=int(item_len[keep].sum()),
+        learned=int(item_learned[keep].sum()),
+    )
+    unlearned = LabelFigures(
+        documents_without_labels=int(no_labels.sum()),
+        chunks_without_labels_dropped=int((~keep).sum()),
+        tokens_in_chunks_without_labels=int(item_len[~keep].sum()),
+    )
+    counts = Counts(counts.documents, tokens, unlearned)
     return doc[keep], chunk[keep], item_len[keep], counts, labels
 
 
@@ -595,7 +610,7 @@ def cut_items(
     overflow: Overflow,
     *,
     ignore: int,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict[str, int], np.ndarray | None]:
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, Counts, np.ndarray | None]:
     """The items ``pack`` stores for one batch of encoded documents (flat ``labels`` like
     their ids, or ``None``): (document index in the batch, chunk, item length), the counts,
     and the labels to store (``None`` without labels). Documents with labels are cut by

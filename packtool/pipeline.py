@@ -7,38 +7,33 @@ so the output is deterministic.
 
 from __future__ import annotations
 
-import collections
-import concurrent.futures
 import contextlib
 import dataclasses
 import hashlib
 import json
 import os
-import queue
 import shutil
-import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pyarrow as pa
 
 from ._version import __version__
+from .corpus import ReadState, background, encoder_backend, read_corpus
+from .counts import Counts, DocumentCounts, LabelFigures, TokenCounts
 from .errors import InputError, OptionError
 from .format import (
     CHAT_TEMPLATE_FILE,
     IGNORE_INDEX,
     TOKENIZER_CONFIG_FILE,
-    DocumentCounts,
     Manifest,
     RunFigures,
     ShardWriter,
-    TokenCounts,
     check_output_dir,
     check_store_output,
     publish,
@@ -48,25 +43,22 @@ from .format import (
 )
 from .fs import AnyPath, StorePath, as_path
 from .gather import gather_rows, warm_up_gather
-from .instruct import InputPlan, InputShape
+from .instruct import InputPlan
 from .options import PackOptions
 from .order import attention_costs, row_sums, stored_order
 from .packing import (
-    Overflow,
     RowPlan,
     cut_items,
     first_fit_decreasing,
     lower_bound_rows,
     plan_rows,
 )
-from .prepare import prepare
+from .prepare import fingerprint_of, prepare
 from .pretokenized import IdsTokenizer
-from .readers import InputFile, RecordBatch, TextBatch, resolve_inputs, skip_records
+from .readers import InputFile, resolve_inputs
 from .reference import eos_appended, eos_note, probe_note, start_probe
 from .store import TokenStore, lock_output
 from .tokenize import (
-    Backend,
-    DocumentEncoder,
     EncodedBatch,
     HFTokenizer,
     Tokenizer,
@@ -79,58 +71,82 @@ ProgressCallback = Callable[[str, int, "int | None"], None]
 """Called as ``progress(stage, completed, total)``; stages: ``tokenize`` (bytes of input),
 ``pack`` (items), ``write`` (rows). ``total`` is ``None`` when unknown."""
 
-_BAD_RECORDS_KEPT = 20
-
 
 @dataclass
 class PackReport:
-    """What ``pack`` did: counts, the packing figures and where the output is."""
+    """What ``pack`` did: where the output is and what only the run knows (its time, a
+    resume, the directory members not read, the notices printed); every figure is read from
+    the output's :class:`~packtool.format.Manifest` (its :class:`~packtool.counts.Counts`)."""
 
     out_dir: AnyPath
-    max_len: int
-    documents: DocumentCounts
-    segments: int
-    tokens: int  # real tokens in rows
-    tokens_truncated: int  # tokens cut off by --overflow truncate
-    tokens_dropped: int  # tokens of documents dropped by --overflow drop
-    rows: int
-    lower_bound_rows: int
-    shards: int
+    manifest: Manifest
     seconds: float
-    bad_records: list[str] = field(default_factory=list)
-    manifest: Manifest = field(default_factory=lambda: Manifest({}))
     resumed: bool = False  # continued from a checkpoint (``resume=True``)
     skipped_files: list[str] = field(default_factory=list)  # directory members not read
-    tokens_learned: int | None = None  # tokens with a label (instruction data), else None
-    special_strings: int = 0  # documents whose data held special-token strings
-    parse_special: bool = False  # whether those strings were parsed as control tokens
     notices: list[str] = field(default_factory=list)  # e.g. the tokenizer file's settings
-    backend: dict[str, Any] = field(default_factory=dict)  # the tokenizer backend, its version
 
     @classmethod
     def from_manifest(cls, out: AnyPath, manifest: Manifest, seconds: float) -> PackReport:
         """The report of the output whose manifest is ``manifest`` (a merge's, a pack's)."""
-        tokens = manifest.tokens
-        return cls(
-            out_dir=out,
-            max_len=manifest.max_len,
-            documents=manifest.documents,
-            segments=int(manifest.segments or 0),
-            tokens=tokens.packed,
-            tokens_truncated=tokens.truncated_away,
-            tokens_dropped=tokens.dropped,
-            rows=manifest.rows,
-            lower_bound_rows=manifest.lower_bound_rows,
-            shards=len(manifest.shards),
-            seconds=seconds,
-            bad_records=list(manifest.bad_records),
-            manifest=manifest,
-            special_strings=manifest.special_strings,
-            parse_special=manifest.parse_special,
-            notices=manifest.notices,
-            tokens_learned=tokens.learned,
-            backend=manifest.backend or {},
-        )
+        return cls(out, manifest, seconds, notices=manifest.notices)
+
+    @property
+    def counts(self) -> Counts:
+        """What became of the documents read, and their tokens."""
+        return self.manifest.counts
+
+    @property
+    def documents(self) -> DocumentCounts:
+        return self.manifest.documents
+
+    @property
+    def tokens(self) -> int:
+        """Real tokens in rows (``counts.tokens.packed``)."""
+        return self.manifest.tokens.packed
+
+    @property
+    def tokens_learned(self) -> int | None:
+        """Tokens with a label (instruction data; ``counts.tokens.learned``), else None."""
+        return self.manifest.tokens.learned
+
+    @property
+    def max_len(self) -> int:
+        return self.manifest.max_len
+
+    @property
+    def segments(self) -> int:
+        return int(self.manifest.segments or 0)
+
+    @property
+    def rows(self) -> int:
+        return self.manifest.rows
+
+    @property
+    def lower_bound_rows(self) -> int:
+        return self.manifest.lower_bound_rows
+
+    @property
+    def shards(self) -> int:
+        return len(self.manifest.shards)
+
+    @property
+    def bad_records(self) -> list[str]:
+        return list(self.manifest.bad_records)
+
+    @property
+    def special_strings(self) -> int:
+        """Documents whose data held special-token strings."""
+        return self.manifest.special_strings
+
+    @property
+    def parse_special(self) -> bool:
+        """Whether those strings were parsed as control tokens."""
+        return self.manifest.parse_special
+
+    @property
+    def backend(self) -> dict[str, Any]:
+        """The tokenizer backend, its version (the manifest's record)."""
+        return dict(self.manifest.backend or {})
 
     @property
     def efficiency(self) -> float:
@@ -163,86 +179,40 @@ class PackReport:
         return self.tokens / self.seconds if self.seconds > 0 else 0.0
 
 
-def _cut(
-    encoded: EncodedBatch, max_len: int, overflow: Overflow
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict[str, int], np.ndarray | None]:
-    """Items of one encoded batch (document index in batch, chunk, length), the counts, and
-    the labels to store with its tokens (``None`` for text)."""
-    return cut_items(
-        encoded.lengths, encoded.empty, encoded.labels, max_len, overflow, ignore=IGNORE_INDEX
-    )
+class _StoreSink:
+    """``pack``'s sink (:func:`packtool.corpus.read_corpus`): each batch cut into items (the
+    overflow policy; labels: :func:`~packtool.packing.cut_items`), its tokens (and labels)
+    appended to the token store with the items, a checkpoint every few seconds."""
 
+    def __init__(self, run: _Run, store: TokenStore) -> None:
+        self.store, self.fingerprint = store, run.fingerprint
+        self.max_len, self.overflow = run.options.row_len, run.plan.overflow
+        self.last_checkpoint = time.monotonic()
+        self.warming_up = False
 
-_LABEL_COUNTS = (
-    "learned",
-    "documents_without_labels",
-    "chunks_without_labels_dropped",
-    "tokens_in_chunks_without_labels",
-)
+    def add(self, encoded: EncodedBatch, doc_ids: np.ndarray) -> Counts:
+        doc, chunk, item_len, counts, labels = cut_items(
+            encoded.lengths, encoded.empty, encoded.labels, self.max_len, self.overflow,
+            ignore=IGNORE_INDEX,
+        )  # fmt: skip
+        base = self.store.append(encoded.ids, labels)
+        self.store.add_items(
+            base + encoded.offsets[doc] + chunk.astype(np.int64) * self.max_len,
+            item_len,
+            doc_ids[doc],
+            chunk,
+        )
+        if not self.warming_up and self.store.num_items >= _WARM_UP_ITEMS:
+            _warm_up_kernels()  # a large run: the compiled kernels will pay off
+            self.warming_up = True
+        return counts
 
-_DONE = object()
+    def checkpoint_due(self) -> bool:
+        return time.monotonic() - self.last_checkpoint >= _CHECKPOINT_SECONDS
 
-
-def _background(iterable: Iterable[Any], ahead: int = 2) -> Iterator[Any]:
-    """Iterate ``iterable`` in a daemon thread, at most ``ahead`` items in advance.
-
-    Order is kept. An exception in the thread is raised in the consumer; when the consumer
-    stops early (error, Ctrl-C), the thread stops at its next item.
-    """
-    q: queue.Queue[Any] = queue.Queue(maxsize=ahead)
-    stop = threading.Event()
-
-    def put(item: Any) -> bool:
-        while not stop.is_set():
-            try:
-                q.put(item, timeout=0.1)
-                return True
-            except queue.Full:
-                continue
-        return False
-
-    def run() -> None:
-        try:
-            for item in iterable:
-                if not put((True, item)):
-                    return
-        except BaseException as e:  # forwarded to the consumer
-            put((False, e))
-            return
-        put((True, _DONE))
-
-    thread = threading.Thread(target=run, daemon=True, name="packtool-stage")
-    thread.start()
-    try:
-        while True:
-            ok, item = q.get()
-            if not ok:
-                raise item
-            if item is _DONE:
-                return
-            yield item
-    finally:
-        stop.set()
-
-
-def _ordered_map(fn: Callable[[Any], Any], items: Iterable[Any], *, workers: int) -> Iterator[Any]:
-    """``fn`` over ``items`` in ``workers`` threads, results in input order, at most
-    ``workers + 1`` items in flight. An exception is raised when its item's turn comes."""
-    pending: collections.deque[concurrent.futures.Future[Any]] = collections.deque()
-    pool = concurrent.futures.ThreadPoolExecutor(workers, thread_name_prefix="packtool")
-    try:
-        for item in items:
-            pending.append(pool.submit(fn, item))
-            if len(pending) > workers:
-                yield pending.popleft().result()
-        while pending:
-            yield pending.popleft().result()
-    except BaseException:
-        # An error, or a stop (SIGTERM): the caller cleans up without waiting for the items
-        # in flight (a tokenizer call cannot be interrupted; their results are dropped).
-        pool.shutdown(wait=False, cancel_futures=True)
-        raise
-    pool.shutdown()
+    def checkpoint(self, state: ReadState) -> None:
+        self.store.checkpoint(self.fingerprint, state.to_json())
+        self.last_checkpoint = time.monotonic()
 
 
 def pack(
@@ -312,9 +282,10 @@ def pack(
         ):
             state, resumed = _tokenize_stage(run, store, progress)
             if store.num_items == 0 and not allow_empty:
-                raise state.counts.nothing_to_pack(
+                labels = state.counts.labels
+                raise state.counts.documents.nothing_to_pack(
                     [f.path for f in run.files],
-                    state.label_counts["documents_without_labels"],
+                    labels.documents_without_labels if labels else 0,
                     state.bad_records,
                 )
             placement = _plan_stage(store, run.options, progress)
@@ -409,7 +380,7 @@ def _prepare(
         rows_per_shard=rows_per_shard,
     )
     set_tokenizer_threads(options.num_proc)
-    fingerprint = _fingerprint(files, tok, resolved.rows_key(), plan.describe())
+    fingerprint = fingerprint_of(files, tok, resolved.rows_key(), plan.describe())
     skipped_names = [str(p) for p in skipped]
     probe = start_probe(tok)  # transformers' view of the tokenizer, in a process meanwhile
     return _Run(
@@ -448,21 +419,22 @@ def _tokenize_stage(
     run: _Run,
     store: TokenStore,
     progress: ProgressCallback | None,
-) -> tuple[_ReadState, bool]:
+) -> tuple[ReadState, bool]:
     """Read, tokenize and store every input (or resume from a checkpoint): the read state,
     and whether it was resumed."""
     o = run.options
     saved = store.resume(run.fingerprint) if o.resume else None
     if not o.resume:
         store.start()
-    state = _ReadState.from_json(saved) if saved else _ReadState()
+    state = ReadState.from_json(saved) if saved else ReadState()
     if not state.done:
-        _read_and_tokenize(run, state, store, progress)
-    state.counts.check()
-    if state.counts.read and state.counts.bad_records_skipped == state.counts.read:
+        read_corpus(run.files, run.plan, o, _StoreSink(run, store), state, progress)
+    documents = state.counts.documents
+    documents.check()
+    if documents.read and documents.bad_records_skipped == documents.read:
         first = state.bad_records[0] if state.bad_records else "?"
         raise InputError(
-            f"all {state.counts.read:,} records were bad and skipped, so nothing was packed "
+            f"all {documents.read:,} records were bad and skipped, so nothing was packed "
             f"(the first: {first})"
         )
     return state, saved is not None
@@ -511,7 +483,7 @@ def _plan_stage(store: TokenStore, o: PackOptions, progress: ProgressCallback | 
 def _write_stage(
     run: _Run,
     store: TokenStore,
-    state: _ReadState,
+    state: ReadState,
     placement: _Placement,
     started: float,
     progress: ProgressCallback | None,
@@ -547,7 +519,7 @@ def _write_stage(
         writer,
         # Gathering (a thread; the copy kernel runs without the GIL) overlaps writing
         # (Arrow, hashing and file I/O, which release it too).
-        _background(gather_blocks(), ahead=1),
+        background(gather_blocks(), ahead=1),
         lambda: _manifest(run, state, placement, time.perf_counter() - started, extra_manifest),
         tokenizer=_tokenizer_files(run.tok, run.plan),
         progress=(lambda done: progress("write", done, n_rows)) if progress else None,
@@ -574,30 +546,29 @@ def _tokenizer_files(tok: Tokenizer, plan: InputPlan) -> dict[str, bytes] | None
 
 def _manifest(
     run: _Run,
-    state: _ReadState,
+    state: ReadState,
     placement: _Placement,
     seconds: float,
     extra: Mapping[str, Any] | None,
 ) -> Manifest:
     o = run.options
-    learned = state.label_counts["learned"] if run.plan.labelled else None
+    counts = state.counts
+    if run.plan.labelled:  # counted even where no batch was (an empty unit)
+        counts = Counts(labels=LabelFigures(), tokens=TokenCounts(learned=0)) + counts
     return Manifest.for_pack(
         version=__version__,
         tokenizer={
             **_describe_tokenizer(run.tok, o.pad_id, run.pad_from),
-            "backend": state.backend or _backend(run.plan).describe(),
+            "backend": state.backend or encoder_backend(run.plan).describe(),
             "eos_appended": eos_appended(run.tok, run.plan),
         },
         options={**o.describe(), **run.plan.describe()},
         inputs=state.input_records,
         figures=RunFigures(
-            documents=state.counts,
+            counts=counts,
             segments=int(placement.plan.length.size),
-            tokens=TokenCounts(
-                placement.n_tokens, state.tokens_truncated, state.tokens_dropped, learned
-            ),
             rows=placement.n_rows,
-            lower_bound_rows=lower_bound_rows(placement.n_tokens, o.row_len),
+            lower_bound_rows=lower_bound_rows(counts.tokens.packed, o.row_len),
             max_len=o.row_len,
             bad_records=state.bad_records,
             special_strings=state.special_strings,
@@ -606,14 +577,14 @@ def _manifest(
             segment_lengths=placement.plan.length,
         ),
         balance=placement.balance,
-        labels=_describe_labels(run.plan, state.label_counts) if run.plan.labelled else None,
+        labels=_describe_labels(run.plan, counts) if counts.labels else None,
         extra=extra,
     )
 
 
 def _report(
     run: _Run,
-    state: _ReadState,
+    state: ReadState,
     manifest: Manifest,
     resumed: bool,
     seconds: float,
@@ -623,7 +594,7 @@ def _report(
     not read, the notices printed."""
     notices = (
         getattr(run.tok, "notice", None),
-        *_backend(run.plan).notices,
+        *encoder_backend(run.plan).notices,
         run.plan.notice,
         run.notice,
         resume_notice,
@@ -638,260 +609,7 @@ def _report(
     )
 
 
-def _backend(plan: InputPlan) -> Backend:
-    """Which engine encoded the documents (instruction data: `tokenizers`, piece by piece;
-    pre-tokenized ids: none)."""
-    backend = getattr(plan.encoder, "backend", None)
-    if backend is None:
-        import tokenizers
-
-        return Backend("hf", tokenizers.__version__, "instruction data is encoded in pieces")
-    return backend  # type: ignore[no-any-return]
-
-
-@dataclass
-class _ReadState:
-    """Progress of the read + tokenize stage: what a checkpoint saves to resume from."""
-
-    counts: DocumentCounts = field(default_factory=DocumentCounts)
-    tokens_truncated: int = 0
-    tokens_dropped: int = 0
-    bad_records: list[str] = field(default_factory=list)
-    input_records: list[dict[str, Any]] = field(default_factory=list)
-    input_index: int = 0  # the input being read
-    records_done: int = 0  # records of that input already in the store
-    documents_done: int = 0  # documents they made (more with --chat-turns each)
-    bytes_before: int = 0  # size of the inputs before it
-    done: bool = False
-    label_counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(_LABEL_COUNTS, 0))
-    special_strings: int = 0  # documents whose data held special-token strings
-    backend: dict[str, Any] | None = None  # the engine that encoded the stored work (Backend)
-
-    def to_json(self) -> dict[str, Any]:
-        return {**asdict(self), "counts": asdict(self.counts)}
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> _ReadState:
-        return cls(**{**data, "counts": DocumentCounts(**data["counts"])})
-
-
 _CHECKPOINT_SECONDS = float(os.environ.get("PACKTOOL_CHECKPOINT_SECONDS", "10"))
-
-
-def _fingerprint(files: Sequence[InputFile], tok: Tokenizer, *options: Any) -> str:
-    """What the tokens and items depend on: inputs (path, size, mtime), tokenizer, options
-    (``PackOptions.rows_key()`` of the resolved options, and the input plan)."""
-    described = [[str(f.path.resolve()), f.size_bytes, f.path.stat().st_mtime_ns] for f in files]
-    text = json.dumps([described, tok.sha256, options], sort_keys=True, default=str)
-    return hashlib.sha256(text.encode()).hexdigest()
-
-
-def _read_and_tokenize(
-    run: _Run,
-    state: _ReadState,
-    store: TokenStore,
-    progress: ProgressCallback | None,
-) -> None:
-    """Read every input from ``state`` on, tokenize, cut items, append to ``store``.
-
-    Three stages overlap: reading (a thread), tokenizing (two threads; Rust, all cores,
-    without the GIL), and, here, in order: flattening the ids, cutting items, appending to
-    the store. A checkpoint is saved every few seconds and at the end.
-    """
-    files, plan, fingerprint, o = run.files, run.plan, run.fingerprint, run.options
-    read_options = {
-        "skip_bad_records": o.skip_bad_records,
-        "split": o.split,
-        "txt_unit": o.txt_unit,
-    }
-    start_input, skip = state.input_index, state.records_done
-    before = (state.backend, state.counts.read)  # what a resumed checkpoint recorded
-
-    def read_all() -> Iterator[tuple[int, TextBatch | RecordBatch | None]]:
-        for index in range(start_input, len(files)):
-            batches = plan.read(files[index], **read_options)
-            if index == start_input and skip:
-                batches = skip_records(batches, skip)
-            huge = False
-            for batch in batches:
-                if huge:
-                    _give_back_arrow_memory()
-                for piece in _cut_by_size(batch, _BATCH_CHARS):
-                    yield index, piece
-                huge = _holds_a_huge_document(batch)
-            if huge:
-                _give_back_arrow_memory()
-            yield index, None  # end of this input
-
-    def encode_all() -> Iterator[tuple[int, TextBatch | RecordBatch | None, Any]]:
-        skip_bad = read_options["skip_bad_records"]
-
-        def tokenize(item: tuple[int, Any]) -> tuple[int, Any, Any]:
-            index, batch = item
-            if batch is None:
-                return index, None, None
-            # A record the chat template fails on becomes a bad record here (or stops the run).
-            raw = plan.tokenize(batch, skip_bad)
-            # Text: the flat ids are made here too (NumPy, a pure function of the batch), so
-            # that this thread's work overlaps the in-order stage's store writes.
-            return index, batch, plan.finish(raw) if text else raw
-
-        # Two batches in the tokenizer at once: while one call turns its results into Python
-        # objects (holding the GIL, on one core), the other keeps the tokenizer's threads
-        # busy (the stage went from 86% to 89% of the raw tokenizer's speed, median of four).
-        batches = _background(read_all(), ahead=4)
-        text = plan.shape is InputShape.TEXT
-        for index, batch, raw in _ordered_map(tokenize, batches, workers=2):
-            yield index, batch, raw if batch is None or text else plan.finish(raw)
-
-    # The tokenizer threads need the GIL briefly around each batch (texts in, encodings out);
-    # a short switch interval keeps them from waiting on this thread's NumPy work, which would
-    # leave the tokenizer's workers idle (measured: 88% -> 91% of the raw speed).
-    switch_interval = sys.getswitchinterval()
-    sys.setswitchinterval(min(switch_interval, 0.0005))
-    try:
-        _tokenize_loop(encode_all(), run, state, store, progress, before)
-    finally:
-        sys.setswitchinterval(switch_interval)
-    state.done = True
-    _record_backend(run, state, before)
-    store.checkpoint(fingerprint, state.to_json())
-
-
-def _record_backend(
-    run: _Run, state: _ReadState, before: tuple[dict[str, Any] | None, int]
-) -> None:
-    """Record in ``state`` (so in the checkpoint, then the manifest) the engine that encoded
-    the stored work: a run resumed after all of it was encoded encodes nothing, and its own
-    encoder's record ("hf", "no document to encode") would name the wrong one."""
-    saved, read_before = before
-    now = _backend(run.plan).describe()
-    if saved is None or state.counts.read == read_before:  # nothing before, or nothing now
-        state.backend = saved or now
-        return
-    summed = {k: (saved.get(k) or 0) + (now.get(k) or 0)
-              for k in ("fallback_batches", "documents_checked")}  # fmt: skip
-    cuts = (saved.get("inexact_cuts") or 0) + (now.get("inexact_cuts") or 0)
-    if cuts:  # a key only where it happened (Backend.describe)
-        summed["inexact_cuts"] = cuts
-    if saved.get("name") != now["name"]:
-        now["reason"] = (
-            f"{now['reason']}; before --resume: {saved.get('name')} {saved.get('version')} "
-            f"({saved.get('reason')})"
-        )
-    state.backend = {**now, **summed}
-
-
-def _tokenize_loop(
-    stream: Iterator[tuple[int, Any, EncodedBatch | None]],
-    run: _Run,
-    state: _ReadState,
-    store: TokenStore,
-    progress: ProgressCallback | None,
-    before: tuple[dict[str, Any] | None, int],
-) -> None:
-    """The in-order stage of :func:`_read_and_tokenize`: cut items, store, checkpoint
-    (``before``: the backend a resumed checkpoint recorded, and the documents read then)."""
-    files, fingerprint, overflow = run.files, run.fingerprint, run.plan.overflow
-    max_len = run.options.row_len
-    total_bytes = sum(f.size_bytes for f in files)
-    counts = state.counts
-    last_checkpoint = time.monotonic()
-    warming_up = False
-    done_before = [state.bytes_before]
-    if progress and isinstance(run.plan.encoder, DocumentEncoder):
-        # One huge document is encoded in pieces: each piece moves the bar (characters for
-        # bytes, below the batch's true end, which the batch's report then gives).
-        run.plan.encoder.on_progress = lambda chars: progress(
-            "tokenize", min(done_before[0] + chars, total_bytes), total_bytes
-        )
-    for index, batch, encoded in stream:
-        inp = files[index]
-        if batch is None:
-            first_doc = counts.read - state.documents_done
-            state.input_records.append(_describe_input(inp, first_doc, state.documents_done))
-            state.bytes_before += inp.size_bytes
-            state.input_index, state.records_done, state.documents_done = index + 1, 0, 0
-            continue
-        base_doc = counts.read
-        counts.read += len(batch.records)
-        records_read = getattr(batch, "records_read", None)
-        state.records_done += len(batch.records) if records_read is None else records_read
-        state.documents_done += len(batch.records)
-        counts.bad_records_skipped += len(batch.bad)
-        room = max(0, _BAD_RECORDS_KEPT - len(state.bad_records))
-        state.bad_records.extend(str(e) for e in batch.bad[:room])
-        good = getattr(batch, "good", None)  # pre-tokenized batches know theirs
-        if good is None:
-            good = np.flatnonzero(np.fromiter((r is not None for r in batch.records), bool))
-        doc, chunk, item_len, c, labels = _cut(encoded, max_len, overflow)
-        for key in ("packed", "split", "truncated", "dropped", "empty"):
-            setattr(counts, key, getattr(counts, key) + c[key])
-        state.tokens_truncated += c["tokens_truncated"]
-        state.tokens_dropped += c["tokens_dropped"]
-        state.special_strings += encoded.special_strings
-        for key in state.label_counts:
-            state.label_counts[key] += c.get(key, 0)
-        base = store.append(encoded.ids, labels)
-        store.add_items(
-            base + encoded.offsets[doc] + chunk.astype(np.int64) * max_len,
-            item_len,
-            base_doc + good[doc],
-            chunk,
-        )
-        if not warming_up and store.num_items >= _WARM_UP_ITEMS:
-            _warm_up_kernels()  # a large run: the compiled kernels will pay off
-            warming_up = True
-        if time.monotonic() - last_checkpoint >= _CHECKPOINT_SECONDS:
-            _record_backend(run, state, before)
-            store.checkpoint(fingerprint, state.to_json())
-            last_checkpoint = time.monotonic()
-        if progress:
-            done_before[0] = state.bytes_before + batch.bytes_done
-            progress("tokenize", done_before[0], total_bytes)
-
-
-_BATCH_CHARS = 4 << 20
-"""Text in one tokenizer batch, at most (unless one document is longer): what is in flight
-(the batches queued and in the tokenizer, and what a tokenizer makes of them) is bounded by
-bytes, not by a count of documents, whatever their length."""
-
-
-def _give_back_arrow_memory() -> None:
-    """pyarrow's allocator (mimalloc) keeps what parsing a huge line freed, 2-3x the line,
-    in the reading thread's heap: returned to the system from this thread, once the reader
-    has moved past the line, while the tokenizer works on the document."""
-    pa.default_memory_pool().release_unused()
-
-
-def _holds_a_huge_document(batch: Any) -> bool:
-    return (
-        isinstance(batch, TextBatch)
-        and len(batch.texts) == 1
-        and len(batch.texts[0] or "") > _BATCH_CHARS
-    )
-
-
-def _cut_by_size(batch: Any, limit: int) -> Iterator[Any]:
-    """``batch`` (of texts) in consecutive pieces of at most ``limit`` characters each (a
-    longer document alone). Record batches (instruction data) pass as they are."""
-    if not isinstance(batch, TextBatch) or len(batch.texts) < 2:
-        yield batch
-        return
-    sizes = np.fromiter((len(t) if t else 0 for t in batch.texts), np.int64, len(batch.texts))
-    if int(sizes.sum()) <= limit:
-        yield batch
-        return
-    start, total = 0, 0
-    pieces: list[TextBatch] = []
-    for i, size in enumerate(sizes.tolist()):
-        if i > start and total + size > limit:
-            pieces.append(TextBatch(batch.texts[start:i], bytes_done=batch.bytes_done))
-            start, total = i, 0
-        total += size
-    pieces.append(TextBatch(batch.texts[start:], bytes_done=batch.bytes_done))
-    pieces[0].bad = batch.bad  # counted once, with the first piece
-    yield from pieces
 
 
 _WARM_UP_ITEMS = 500_000
@@ -916,25 +634,12 @@ def _warm_up_kernels() -> None:
     threading.Thread(target=load, daemon=True, name="packtool-warm-up").start()
 
 
-def _describe_input(inp: InputFile, first_doc: int, documents: int) -> dict[str, Any]:
-    return {
-        "path": str(inp.path),
-        "kind": inp.kind,
-        "compression": inp.compression,
-        "size_bytes": inp.size_bytes,
-        "first_doc": first_doc,
-        "documents": documents,
-    }
-
-
-def _describe_labels(plan: Any, counts: dict[str, int]) -> dict[str, Any]:
+def _describe_labels(plan: Any, counts: Counts) -> dict[str, Any]:
     """The manifest's ``labels`` section (instruction data only)."""
     return {
         "loss_on": plan.loss_on.value,
-        "learned_tokens": counts["learned"],
-        "documents_without_labels": counts["documents_without_labels"],
-        "chunks_without_labels_dropped": counts["chunks_without_labels_dropped"],
-        "tokens_in_chunks_without_labels": counts["tokens_in_chunks_without_labels"],
+        "learned_tokens": counts.tokens.learned,
+        **asdict(counts.labels),  # type: ignore[call-overload]
         "piece_encoding": getattr(plan.encoder, "piece_encoding", "plain"),
     }
 

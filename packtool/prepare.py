@@ -11,14 +11,21 @@ way, so they all start here:
   name loaded once, with the fast backend only for text documents (instruction data and ids
   are never encoded by it, so its copy is not even loaded);
 - :func:`prepare`: both, plus the input shape (``auto``: from the first record's fields,
-  read once) and the :class:`~packtool.instruct.InputPlan` that reads and encodes each input.
+  read once) and the :class:`~packtool.instruct.InputPlan` that reads and encodes each input;
+- :func:`fingerprint_of`: what the work of a run depends on (the inputs as they are now, the
+  tokenizer, the options), the one key of ``pack --resume``'s checkpoint and of ``stats``'
+  cached lengths.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
 
 from .errors import OptionError
 from .instruct import InputPlan, InputShape, input_shape, megatron_ids, plan_input
@@ -27,7 +34,14 @@ from .pretokenized import IdsTokenizer
 from .readers import InputFile
 from .tokenize import Tokenizer, load_tokenizer
 
-__all__ = ["Prepared", "check_ids_options", "choose_tokenizer", "prepare", "resolve_options"]
+__all__ = [
+    "Prepared",
+    "check_ids_options",
+    "choose_tokenizer",
+    "fingerprint_of",
+    "prepare",
+    "resolve_options",
+]
 
 
 def check_ids_options(options: PackOptions) -> None:
@@ -104,3 +118,24 @@ def prepare(
         tokenizer = choose_tokenizer(options, text=shape is InputShape.TEXT, preload=preload)
     plan = plan_input(files, tokenizer, options, shape=(shape, auto))
     return Prepared(files, options, shape, auto, tokenizer, plan)
+
+
+def _input_fingerprint(inp: InputFile) -> list[Any]:
+    """An input as it is now: its path, kind, size and modification time; a directory (a
+    saved dataset) by the newest of its own and every file's inside, since a file rewritten
+    in place does not change the directory's."""
+    path = inp.path
+    mtime = path.stat().st_mtime_ns
+    if isinstance(path, Path) and path.is_dir():
+        mtime = max([mtime, *(p.stat().st_mtime_ns for p in path.rglob("*") if p.is_file())])
+    return [str(path.resolve()), inp.kind, inp.size_bytes, mtime]
+
+
+def fingerprint_of(files: Sequence[InputFile], tok: Tokenizer, *parts: Any) -> str:
+    """What a run's work depends on, as one hex digest: the inputs as they are now
+    (:func:`_input_fingerprint`), the tokenizer (its file's sha256, its special tokens) and
+    ``parts`` (the options that decide the work, the input plan)."""
+    described = [_input_fingerprint(f) for f in files]
+    tokenizer = [tok.sha256, asdict(tok.special)]  # type: ignore[call-overload]
+    text = json.dumps([described, tokenizer, parts], sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()

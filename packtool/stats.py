@@ -33,7 +33,6 @@ This module computes; it never prints. The CLI renders the dataclasses with rich
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import os
 import time
@@ -46,23 +45,18 @@ import numpy as np
 import pyarrow as pa
 
 from ._version import __version__
-from .errors import FormatError, InputError, OptionError
-from .format import MANIFEST_FILE, DocumentCounts, Manifest, Per, column_names, open_packed
+from .corpus import ReadState, encoder_backend, read_corpus
+from .counts import Counts, DocumentCounts
+from .errors import FormatError, OptionError
+from .format import IGNORE_INDEX, MANIFEST_FILE, Manifest, Per, column_names, open_packed
 from .fs import StorePath, as_path, user_cache_dir
-from .instruct import InputShape, detect_shape
 from .limits import MAX_BATCH_SIZE, MAX_LEN_LIMIT, MAX_SEED, check_int, read_token_count
 from .options import PackOptions
 from .order import attention_costs, balanced_share, rank_share, step_imbalance, step_loads
-from .packing import Overflow, first_fit_decreasing, lower_bound_rows, segment_items
-from .prepare import choose_tokenizer, prepare, resolve_options
-from .pretokenized import IdsEncoder
-from .readers import InputFile, first_record_fields, read_texts, resolve_inputs
-from .tokenize import (
-    Backend,
-    DocumentEncoder,
-    Tokenizer,
-    set_tokenizer_threads,
-)
+from .packing import Overflow, cut_items, first_fit_decreasing, lower_bound_rows
+from .prepare import Prepared, fingerprint_of, prepare
+from .readers import resolve_inputs
+from .tokenize import EncodedBatch, set_tokenizer_threads
 
 __all__ = [
     "BATCHINGS",
@@ -72,7 +66,6 @@ __all__ = [
     "Batching",
     "CorpusStats",
     "DatasetStats",
-    "DocumentOutcome",
     "Histogram",
     "LengthSummary",
     "PackingStats",
@@ -101,7 +94,7 @@ LENGTH_BINS = 16
 FILL_BINS = 10
 DOCS_PER_ROW_BINS = 16
 PERCENTILES = (50, 90, 99)
-_CACHE_FORMAT = 2  # 2: special-token strings are text, no file truncation or padding
+_CACHE_FORMAT = 3  # 3: the lengths of good documents, the runs of learned tokens (labels)
 _BAD_RECORDS_KEPT = 20
 # what a pack's statistics read: the columns of its segments, not those of its tokens
 _COLUMNS = column_names(False, Per.ROW, Per.BOUNDARY, Per.SEGMENT)
@@ -224,43 +217,6 @@ class Batching:
 
 
 @dataclass(frozen=True)
-class DocumentOutcome:
-    """What happened to every document read; ``read`` is the sum of the six counts after it.
-
-    ``packed`` is whole documents (one segment each); ``split`` documents became several
-    segments; ``truncated`` ones lost ``tokens_truncated_away`` tokens; ``dropped`` ones (and
-    their ``tokens_dropped`` tokens) are not in the rows.
-    """
-
-    read: int = 0
-    packed: int = 0
-    split: int = 0
-    truncated: int = 0
-    dropped: int = 0
-    empty: int = 0
-    bad_records_skipped: int = 0
-    tokens_truncated_away: int = 0
-    tokens_dropped: int = 0
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    def figures(self) -> list[tuple[str, str]]:
-        """The (label, value) rows ``stats`` shows of what happened to the documents."""
-        cut = f" ({self.tokens_truncated_away:,} tokens cut)" if self.tokens_truncated_away else ""
-        dropped = f" ({self.tokens_dropped:,} tokens)" if self.tokens_dropped else ""
-        return [
-            ("documents read", f"{self.read:,}"),
-            ("  packed whole", f"{self.packed:,}"),
-            ("  split into chunks", f"{self.split:,}"),
-            ("  truncated", f"{self.truncated:,}{cut}"),
-            ("  dropped (too long)", f"{self.dropped:,}{dropped}"),
-            ("  empty", f"{self.empty:,}"),
-            ("  bad records skipped", f"{self.bad_records_skipped:,}"),
-        ]
-
-
-@dataclass(frozen=True)
 class PackingStats:
     """The figures of one packing (one ``max_len``): rows, efficiency, and the comparison.
 
@@ -282,7 +238,7 @@ class PackingStats:
     docs_per_row: RowCounts
     row_fill: Histogram
     comparison: dict[str, Batching]
-    outcome: DocumentOutcome
+    outcome: Counts  # what became of the documents read, and their tokens (as pack counts)
 
     @property
     def rows_over_lower_bound(self) -> int:
@@ -308,9 +264,24 @@ class PackingStats:
             ("documents per row", per_row),
         ]
 
+    def outcome_figures(self) -> list[tuple[str, str]]:
+        """The (label, value) rows ``stats`` shows of what happened to the documents."""
+        o, t = self.outcome.documents, self.outcome.tokens
+        cut = f" ({t.truncated_away:,} tokens cut)" if t.truncated_away else ""
+        dropped = f" ({t.dropped:,} tokens)" if t.dropped else ""
+        return [
+            ("documents read", f"{o.read:,}"),
+            ("  packed whole", f"{o.packed:,}"),
+            ("  split into chunks", f"{o.split:,}"),
+            ("  truncated", f"{o.truncated:,}{cut}"),
+            ("  dropped (too long)", f"{o.dropped:,}{dropped}"),
+            ("  empty", f"{o.empty:,}"),
+            ("  bad records skipped", f"{o.bad_records_skipped:,}"),
+        ]
+
     def _documents_in_rows(self) -> str:
         """The documents in the rows, and what became of the others read (as ``pack`` counts)."""
-        o = self.outcome
+        o = self.outcome.documents
         if o.read == self.documents:
             return f"{self.documents:,}"
         others = [
@@ -337,7 +308,7 @@ class PackingStats:
             "docs_per_row": self.docs_per_row.to_dict(),
             "row_fill": self.row_fill.to_dict(),
             "comparison": {k: b.to_dict() for k, b in self.comparison.items()},
-            "outcome": self.outcome.to_dict(),
+            "outcome": self.outcome.to_record(),
         }
 
 
@@ -647,18 +618,20 @@ def _comparison(
 
 
 def _packing_stats(
-    *,
     segments: np.ndarray,
-    fill: np.ndarray,
-    docs_per_row: np.ndarray,
+    rows: tuple[np.ndarray, np.ndarray],
     documents: int,
+    outcome: Counts,
     max_len: int,
-    batch_size: int,
-    seed: int,
-    outcome: DocumentOutcome,
+    batching: tuple[int, int],
 ) -> PackingStats:
+    """The figures of one packing: ``segments`` (in input order), ``rows`` (each row's real
+    tokens and segments), the ``documents`` in them, what became of those read (``outcome``),
+    and the baselines' ``batching`` (batch size, seed)."""
+    fill, docs_per_row = rows
+    batch_size, seed = batching
     tokens = int(segments.sum(dtype=np.int64))
-    rows = int(fill.size)
+    n_rows = int(fill.size)
     return PackingStats(
         max_len=max_len,
         batch_size=batch_size,
@@ -666,13 +639,13 @@ def _packing_stats(
         documents=documents,
         segments=int(segments.size),
         tokens=tokens,
-        rows=rows,
+        rows=n_rows,
         lower_bound_rows=lower_bound_rows(tokens, max_len),
-        efficiency=tokens / (rows * max_len) if rows else 0.0,
+        efficiency=tokens / (n_rows * max_len) if n_rows else 0.0,
         full_rows=int(np.count_nonzero(fill == max_len)),
         docs_per_row=_row_counts(docs_per_row),
         row_fill=histogram(fill, _edges(max_len, FILL_BINS)),
-        comparison=_comparison(segments, rows, max_len, batch_size, seed),
+        comparison=_comparison(segments, n_rows, max_len, batch_size, seed),
         outcome=outcome,
     )
 
@@ -875,27 +848,13 @@ def dataset_stats(
     doc_lengths = doc_lengths.astype(np.int64)
     del doc_ids, chunk_ids, pos
 
-    docs, toks = manifest.documents, manifest.tokens
-    outcome = DocumentOutcome(
-        read=docs.read,
-        packed=docs.packed,
-        split=docs.split,
-        truncated=docs.truncated,
-        dropped=docs.dropped,
-        empty=docs.empty,
-        bad_records_skipped=docs.bad_records_skipped,
-        tokens_truncated_away=toks.truncated_away,
-        tokens_dropped=toks.dropped,
-    )
     packing = _packing_stats(
-        segments=segments,
-        fill=fill,
-        docs_per_row=per_row,
-        documents=int(doc_lengths.size),
-        max_len=max_len,
-        batch_size=batch_size,
-        seed=seed,
-        outcome=outcome,
+        segments,
+        (fill, per_row),
+        int(doc_lengths.size),
+        manifest.counts,
+        max_len,
+        (batch_size, seed),
     )
     return DatasetStats(
         path=reader.path,
@@ -905,7 +864,7 @@ def dataset_stats(
         document_lengths=_length_summary(doc_lengths, max_len),
         bad_records=[str(b) for b in manifest.bad_records],
         seconds=time.perf_counter() - started,
-        learned_tokens=toks.learned,
+        learned_tokens=manifest.counts.tokens.learned,
         units=_units_summary(manifest),
         balance=balance,
     )
@@ -952,199 +911,194 @@ def default_cache_dir() -> Path:
     return user_cache_dir()
 
 
-def _fingerprint(inp: InputFile) -> list[Any]:
-    st = inp.path.stat()
-    mtime = st.st_mtime_ns
-    if inp.path.is_dir():
-        mtime = max([mtime, *(p.stat().st_mtime_ns for p in inp.path.rglob("*") if p.is_file())])
-    return [str(inp.path.resolve()), inp.kind, inp.size_bytes, mtime]
+class _LengthsSink:
+    """``stats``' sink (:func:`packtool.corpus.read_corpus`): every document's length kept
+    (0 for an empty one) and, for documents with labels, the runs of learned tokens in each
+    (document, start, end): all that the pipeline's cut needs at any ``max_len``."""
+
+    def __init__(self) -> None:
+        self.lengths: list[np.ndarray] = []
+        self.runs: list[np.ndarray] = []
+        self.documents = 0
+
+    def add(self, encoded: EncodedBatch, doc_ids: np.ndarray) -> Counts:
+        lengths = np.where(encoded.empty, 0, encoded.lengths).astype(np.int64)
+        if encoded.labels is not None:
+            self.runs.append(_learned_runs(encoded, self.documents))
+        self.lengths.append(lengths)
+        self.documents += lengths.size
+        return Counts(DocumentCounts(read=int(lengths.size)))
+
+    def checkpoint_due(self) -> bool:
+        return False
+
+    def checkpoint(self, state: ReadState) -> None:
+        pass
+
+    def tokenized(self, state: ReadState, labelled: bool) -> _Tokenized:
+        """What was kept, with what the loop counted (``state``)."""
+        runs = np.concatenate(self.runs, axis=1) if self.runs else np.zeros((3, 0), np.int64)
+        return _Tokenized(
+            np.concatenate(self.lengths) if self.lengths else np.zeros(0, np.int64),
+            runs if labelled else None,
+            state.counts.documents.bad_records_skipped,
+            state.bad_records,
+            state.special_strings,
+            state.backend,
+        )
 
 
-def _cache_key(files: Sequence[InputFile], tok: Tokenizer, options: dict[str, Any]) -> str:
-    spec = {
-        "cache_format": _CACHE_FORMAT,
-        "packtool": __version__,
-        "inputs": [_fingerprint(f) for f in files],
-        "tokenizer": [tok.name, tok.sha256, asdict(tok.special)],
-        **options,
-    }
-    return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:32]
+def _learned_runs(encoded: EncodedBatch, first_doc: int) -> np.ndarray:
+    """The runs of learned tokens of an encoded batch, as (document, start, end) columns
+    (``first_doc``: the number of its first document), within each non-empty document."""
+    assert encoded.labels is not None
+    offsets = encoded.offsets
+    at = np.flatnonzero(encoded.labels != IGNORE_INDEX)
+    doc = np.searchsorted(offsets, at, side="right") - 1
+    starts = np.flatnonzero((np.diff(at, prepend=-2) != 1) | (np.diff(doc, prepend=-1) != 0))
+    ends = np.append(starts[1:], at.size)[: starts.size] - 1
+    run_doc = doc[starts]
+    keep = ~encoded.empty[run_doc]
+    run_doc = run_doc[keep]
+    return np.stack(
+        [
+            run_doc + first_doc,
+            at[starts[keep]] - offsets[run_doc],
+            at[ends[keep]] + 1 - offsets[run_doc],
+        ]
+    ).astype(np.int64)
 
 
 @dataclass(frozen=True)
 class _Tokenized:
-    """Per-record token lengths in input order: -1 for a skipped bad record, 0 for empty."""
+    """What the corpus loop keeps of a corpus: every (good) document's length, 0 for an
+    empty one; the runs of learned tokens (documents with labels; else None); and what the
+    readers counted."""
 
     lengths: np.ndarray
+    runs: np.ndarray | None  # (3, n): document, start, end (within the document)
+    bad_records_skipped: int
     bad_records: list[str]
-    special_strings: int = 0  # documents whose text held special-token strings
+    special_strings: int = 0  # documents whose data held special-token strings
+    backend: dict[str, Any] | None = None  # the engine that encoded them (not cached)
+
+    def cut(self, max_len: int, overflow: Overflow) -> tuple[np.ndarray, Counts, int]:
+        """The segments (in input order) ``pack`` cuts at ``max_len`` (the pipeline's own
+        cut), their counts, and the documents with a segment in the rows."""
+        items: list[np.ndarray] = []
+        counts = Counts().add_documents(self.bad_records_skipped, self.bad_records_skipped)
+        in_rows = 0
+        for lo, hi in self._blocks():
+            lengths = self.lengths[lo:hi]
+            doc, _, item_len, c, _ = cut_items(
+                lengths, lengths == 0, self._labels(lo, hi), max_len, overflow, ignore=IGNORE_INDEX
+            )
+            items.append(item_len.astype(np.int64))
+            counts += c
+            in_rows += int(np.unique(doc).size)
+        return (np.concatenate(items) if items else np.zeros(0, np.int64)), counts, in_rows
+
+    def _blocks(self) -> list[tuple[int, int]]:
+        """Documents in blocks of about ``_LABELS_BLOCK`` tokens (one block without labels:
+        the cut then needs the lengths only)."""
+        n = int(self.lengths.size)
+        if self.runs is None or not n:
+            return [(0, n)]
+        ends = np.cumsum(self.lengths)
+        cuts = np.searchsorted(ends, np.arange(_LABELS_BLOCK, int(ends[-1]), _LABELS_BLOCK))
+        bounds = np.unique(np.concatenate([[0], cuts + 1, [n]]).clip(0, n))
+        return list(zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True))
+
+    def _labels(self, lo: int, hi: int) -> np.ndarray | None:
+        """Flat labels of documents ``lo`` to ``hi`` (0 where learned, ``IGNORE_INDEX``
+        elsewhere): what the labelled cut reads of them."""
+        if self.runs is None:
+            return None
+        lengths = self.lengths[lo:hi]
+        offsets = np.cumsum(lengths) - lengths
+        doc, start, end = self.runs
+        r = slice(*np.searchsorted(doc, [lo, hi]))
+        edges = np.zeros(int(lengths.sum()) + 1, np.int64)
+        np.add.at(edges, offsets[doc[r] - lo] + start[r], 1)
+        np.add.at(edges, offsets[doc[r] - lo] + end[r], -1)
+        learned = np.cumsum(edges[:-1]) > 0
+        return np.where(learned, 0, IGNORE_INDEX).astype(np.int32)
+
+
+_LABELS_BLOCK = 1 << 24  # tokens whose labels are made at a time, to cut documents with labels
 
 
 def _load_cached(directory: Path, key: str) -> _Tokenized | None:
-    meta_path, data_path = directory / f"{key}.json", directory / f"{key}.npy"
     try:
-        meta = json.loads(meta_path.read_text(encoding="utf-8"))
-        lengths = np.load(data_path, allow_pickle=False)
-    except (OSError, ValueError, json.JSONDecodeError):
+        meta = json.loads((directory / f"{key}.json").read_text(encoding="utf-8"))
+        lengths = np.load(directory / f"{key}.npy", allow_pickle=False)
+        runs = np.load(directory / f"{key}.runs.npy") if meta.get("labelled") else None
+    except (OSError, ValueError, AttributeError, json.JSONDecodeError):
         return None  # absent, or damaged: tokenize again
     if (
-        not isinstance(meta, dict)
-        or meta.get("records") != int(lengths.size)
+        meta.get("documents") != int(lengths.size)
         or lengths.ndim != 1
         or lengths.dtype.kind != "i"
+        or (runs is not None and (runs.ndim != 2 or runs.shape[0] != 3))
     ):
         return None
     return _Tokenized(
         lengths.astype(np.int64, copy=False),
+        None if runs is None else runs.astype(np.int64, copy=False),
+        int(meta.get("bad_records_skipped", 0)),
         list(meta.get("bad_records", [])),
         int(meta.get("special_strings", 0)),
     )
 
 
 def _store_cached(directory: Path, key: str, data: _Tokenized, describe: dict[str, Any]) -> None:
-    """Write the lengths, then the JSON (last: it marks the entry complete), atomically."""
+    """Write the lengths (and runs), then the JSON (last: it marks the entry complete),
+    atomically."""
     directory.mkdir(parents=True, exist_ok=True)
     tmp = f".tmp-{os.getpid()}"
-    data_tmp = directory / f"{key}.npy{tmp}"
     lengths = data.lengths
     if lengths.size and lengths.max() <= np.iinfo(np.int32).max:
         lengths = lengths.astype(np.int32)  # half the size; read back as int64
-    with open(data_tmp, "wb") as f:
-        np.save(f, lengths, allow_pickle=False)
-    os.replace(data_tmp, directory / f"{key}.npy")
-    meta_tmp = directory / f"{key}.json{tmp}"
+    arrays = {f"{key}.npy": lengths}
+    if data.runs is not None:
+        arrays[f"{key}.runs.npy"] = data.runs
+    for name, array in arrays.items():
+        with open(directory / f"{name}{tmp}", "wb") as f:
+            np.save(f, array, allow_pickle=False)
+        os.replace(directory / f"{name}{tmp}", directory / name)
     meta = {
-        "records": int(data.lengths.size),
+        "documents": int(data.lengths.size),
+        "labelled": data.runs is not None,
+        "bad_records_skipped": data.bad_records_skipped,
         "bad_records": data.bad_records,
         "special_strings": data.special_strings,
         **describe,
     }
+    meta_tmp = directory / f"{key}.json{tmp}"
     meta_tmp.write_text(json.dumps(meta, indent=2), encoding="utf-8")
     os.replace(meta_tmp, directory / f"{key}.json")
 
 
-def _tokenize_lengths(
-    files: Sequence[InputFile],
-    encoder: DocumentEncoder,
-    *,
-    text_field: str,
-    skip_bad_records: bool,
-    split: str | None,
-    txt_unit: str,
-    progress: ProgressCallback | None,
-) -> _Tokenized:
-    parts: list[np.ndarray] = []
-    bad_records: list[str] = []
-    special_strings = 0
-    total_bytes = sum(f.size_bytes for f in files)
-    bytes_before = 0
-    for inp in files:
-        for batch in read_texts(
-            inp,
-            text_field=text_field,
-            skip_bad_records=skip_bad_records,
-            split=split,
-            txt_unit=txt_unit,
-        ):
-            for error in batch.bad[: max(0, _BAD_RECORDS_KEPT - len(bad_records))]:
-                bad_records.append(str(error))
-            good = [i for i, t in enumerate(batch.texts) if t is not None]
-            encoded = encoder.encode([batch.texts[i] for i in good])  # type: ignore[misc]
-            lengths = np.full(len(batch.texts), -1, dtype=np.int64)
-            lengths[good] = np.where(encoded.empty, 0, encoded.lengths)
-            special_strings += encoded.special_strings
-            parts.append(lengths)
-            if progress:
-                progress("tokenize", bytes_before + batch.bytes_done, total_bytes)
-        bytes_before += inp.size_bytes
-    lengths = np.concatenate(parts) if parts else np.zeros(0, np.int64)
-    return _Tokenized(lengths, bad_records, special_strings)
-
-
-def _segment_lengths(
-    lengths: np.ndarray, max_len: int, overflow: Overflow
-) -> tuple[np.ndarray, DocumentOutcome]:
-    """Segments (in input order) of non-empty document ``lengths`` under ``overflow``, as
-    ``pack`` makes them (the pipeline's own code), and what happened to the documents."""
-    good = lengths[lengths >= 0]
-    _, _, item_len, c = segment_items(good, good == 0, max_len, overflow)
-    outcome = DocumentOutcome(
-        read=int(lengths.size),
-        packed=c["packed"],
-        split=c["split"],
-        truncated=c["truncated"],
-        dropped=c["dropped"],
-        empty=c["empty"],
-        bad_records_skipped=int(np.count_nonzero(lengths < 0)),
-        tokens_truncated_away=c["tokens_truncated"],
-        tokens_dropped=c["tokens_dropped"],
-    )
-    return item_len.astype(np.int64), outcome
-
-
-def _refuse_instruction_data(first: InputFile, text_field: str, split: str | None) -> None:
-    """Name the limitation instead of failing on a missing text field later."""
-    fields = first_record_fields(first, split=split) or []
-    if text_field in fields:
-        return
-    shape = detect_shape(fields, text_field=text_field)  # the pack's own rules, default names
-    if shape is not InputShape.TEXT:
-        name = "chat" if shape is InputShape.CHAT else "prompt/completion"
-        raise InputError(
-            f"{first.path} holds {name} records: `stats` before packing reads text corpora "
-            "only; pack it, then run `packtool stats` on the output (it reports the learned "
-            "tokens too)"
-        )
-
-
-def _ids_lengths(
-    files: Sequence[InputFile],
-    read: Callable[..., Any],
-    encoder: IdsEncoder,
-    o: PackOptions,
-    progress: ProgressCallback | None,
-) -> _Tokenized:
-    """Every document's length in pre-tokenized inputs (``--ids-field``, Megatron): read and
-    checked as ``pack`` reads them (EOS cuts, EOS/BOS added when asked), ids never kept."""
-    parts: list[np.ndarray] = []
-    bad_records: list[str] = []
-    total_bytes = sum(f.size_bytes for f in files)
-    bytes_before = 0
-    for inp in files:
-        for batch in read(inp, skip_bad_records=o.skip_bad_records, split=o.split):
-            for error in batch.bad[: max(0, _BAD_RECORDS_KEPT - len(bad_records))]:
-                bad_records.append(str(error))
-            encoded = encoder.finish(batch)
-            lengths = np.full(batch.records.size, -1, dtype=np.int64)
-            lengths[batch.good] = np.where(encoded.empty, 0, encoded.lengths)
-            parts.append(lengths)
-            if progress:
-                progress("tokenize", bytes_before + batch.bytes_done, total_bytes)
-        bytes_before += inp.size_bytes
-    lengths = np.concatenate(parts) if parts else np.zeros(0, np.int64)
-    return _Tokenized(lengths, bad_records)
-
-
-def _cached_lengths(
-    files: Sequence[InputFile],
-    tok: Tokenizer,
-    key_options: dict[str, Any],
-    compute: Callable[[], _Tokenized],
-    directory: Path | None,
-    progress: ProgressCallback | None,
+def _lengths_of(
+    prepared: Prepared, directory: Path | None, progress: ProgressCallback | None
 ) -> tuple[_Tokenized, bool, str]:
-    """Every record's token length: from the cache in ``directory`` (``None``: no cache) when
-    it holds these inputs under these options (``key_options``: how they were read and
-    encoded), else ``compute()`` (and cached). Returns the lengths, whether they came from
-    the cache, and the cache key."""
-    key = _cache_key(files, tok, key_options)
+    """What the corpus loop keeps of a corpus: from the cache in ``directory`` (``None``: no
+    cache) when it holds these inputs read and encoded this way, else read and encoded by
+    the pipeline's own loop (:func:`packtool.corpus.read_corpus`, with a lengths-only sink)
+    and cached. Returns them, whether they came from the cache, and the cache key (the
+    prepare stage's fingerprint, as ``pack --resume``'s)."""
+    files, o, plan, tok = prepared.files, prepared.options, prepared.plan, prepared.tokenizer
+    reading = {k: v for k, v in o.rows_key().items() if k not in ("max_len", "overflow", "pad_id")}
+    key = fingerprint_of(files, tok, _CACHE_FORMAT, __version__, reading, plan.describe())[:32]
     data = _load_cached(directory, key) if directory is not None else None
     if data is not None:
         if progress:
             total = sum(f.size_bytes for f in files)
             progress("tokenize", total, total)
         return data, True, key
-    data = compute()
+    sink = _LengthsSink()
+    state = read_corpus(files, plan, o, sink, ReadState(), progress)
+    data = sink.tokenized(state, plan.labelled)
     if directory is not None:
         describe = {
             "inputs": [str(f.path) for f in files],
@@ -1156,94 +1110,16 @@ def _cached_lengths(
     return data, False, key
 
 
-def _lengths_of(
-    files: Sequence[InputFile],
-    o: PackOptions,
-    directory: Path | None,
-    progress: ProgressCallback | None,
-) -> tuple[_Tokenized, bool, str, Tokenizer, Overflow, Backend | None]:
-    """The lengths of a corpus (cached), the tokenizer, the overflow policy and the engine
-    that tokenizes (``None`` for ids): text tokenized as ``pack`` does, through the same
-    backend layer, or pre-tokenized ids read as they are."""
-    overflow = Overflow(o.overflow or Overflow.SPLIT)
-    tok: Tokenizer
-    if o.ids_field is not None:
-        if o.labels_field or o.loss_mask_field:
-            raise OptionError(
-                "stats of a corpus counts pre-tokenized ids only, not labels (a chunk without "
-                "labels is dropped by pack): drop --labels-field/--loss-mask-field, or pack "
-                "it and run `packtool stats OUT` (it reports the learned tokens)"
-            )
-        # A tokenizer file gives its special tokens and vocabulary size only.
-        prepared = prepare(files, o, preload=False)
-        plan, tok = prepared.plan, prepared.tokenizer
-        encoder = plan.encoder
-        assert isinstance(encoder, IdsEncoder) and plan.read_ids is not None
-        ids_options = {
-            "ids_field": o.ids_field,
-            "split_on_eos": o.split_on_eos,
-            "vocab_size": o.vocab_size,
-            "skip_bad_records": o.skip_bad_records,
-            "split": o.split,
-            "add_eos": plan.add_eos,
-            "bos": o.bos,
-        }
-        data, hit, key = _cached_lengths(
-            files,
-            tok,
-            ids_options,
-            lambda: _ids_lengths(files, plan.read_ids, encoder, o, progress),
-            directory,
-            progress,
-        )
-        return data, hit, key, tok, overflow, None
-    _refuse_instruction_data(files[0], o.text_field, o.split)
-    set_tokenizer_threads(o.num_proc)
-    # Nothing loaded until a document is encoded: cached lengths need no engine.
-    tok = choose_tokenizer(o, preload=False)
-    add_eos = True if o.add_eos is None else o.add_eos
-    text = DocumentEncoder(
-        tok,
-        add_eos=add_eos,
-        bos=o.bos,
-        parse_special=o.parse_special,
-        backend=o.tokenizer_backend,
-    )
-    read_options = {
-        "text_field": o.text_field,
-        "skip_bad_records": o.skip_bad_records,
-        "split": o.split,
-        "txt_unit": o.txt_unit,
-    }
-    encoding = {"add_eos": add_eos, "bos": o.bos, "parse_special": o.parse_special}
-    data, hit, key = _cached_lengths(
-        files,
-        tok,
-        {**read_options, **encoding},
-        lambda: _tokenize_lengths(files, text, progress=progress, **read_options),  # type: ignore[arg-type]
-        directory,
-        progress,
-    )
-    return data, hit, key, tok, overflow, text.backend
-
-
 def _stats_at(
-    lengths: np.ndarray, max_len: int, overflow: Overflow, batch_size: int, seed: int
+    data: _Tokenized, max_len: int, overflow: Overflow, batch_size: int, seed: int
 ) -> PackingStats:
-    """How documents of ``lengths`` pack at ``max_len`` (FFD, as ``pack`` does)."""
-    segments, outcome = _segment_lengths(lengths, max_len, overflow)
+    """How the documents of ``data`` pack at ``max_len`` (the cut and FFD ``pack`` runs)."""
+    segments, outcome, in_rows = data.cut(max_len, overflow)
     row_of = first_fit_decreasing(segments, max_len)
     n_rows = int(row_of.max()) + 1 if row_of.size else 0
-    return _packing_stats(
-        segments=segments,
-        fill=np.bincount(row_of, weights=segments, minlength=n_rows).astype(np.int64),
-        docs_per_row=np.bincount(row_of, minlength=n_rows).astype(np.int64),
-        documents=outcome.packed + outcome.split + outcome.truncated,
-        max_len=max_len,
-        batch_size=batch_size,
-        seed=seed,
-        outcome=outcome,
-    )
+    fill = np.bincount(row_of, weights=segments, minlength=n_rows).astype(np.int64)
+    per_row = np.bincount(row_of, minlength=n_rows).astype(np.int64)
+    return _packing_stats(segments, (fill, per_row), in_rows, outcome, max_len, (batch_size, seed))
 
 
 def corpus_stats(
@@ -1271,7 +1147,8 @@ def corpus_stats(
 
     Pre-tokenized corpora (``ids_field``, or Megatron ``.bin``/``.idx`` inputs) are read as
     ``pack`` reads them, with no tokenizer (``split_on_eos``, ``vocab_size``, EOS/BOS ids as
-    for ``pack``); their labels are not counted (``labels_field`` is refused).
+    for ``pack``). Instruction data (and ids with labels) is cut as ``pack`` cuts it: a
+    chunk with nothing to learn is dropped, a document with nothing to learn is empty.
 
     ``corpus_stats(inputs, [L])`` and ``dataset_stats(pack(inputs, out, max_len=L))`` give
     the same :class:`PackingStats` figures. Special-token strings in the text are text unless
@@ -1283,28 +1160,30 @@ def corpus_stats(
     _check_batching(batch_size, seed)
     skipped: list[Path] = []
     files = resolve_inputs(inputs, skipped=skipped)
-    o = resolve_options(files, o)  # Megatron data is ids; the ids options checked
+    # The prepare stage's choices (shape, tokenizer, plan), as pack makes them; nothing is
+    # loaded until a document is encoded: cached lengths need no engine.
+    prepared = prepare(files, o, preload=False)
+    o, tok, plan = prepared.options, prepared.tokenizer, prepared.plan
+    set_tokenizer_threads(o.num_proc)
     directory = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
-    data, hit, key, tok, overflow, backend = _lengths_of(
-        files, o, directory / "lengths" if use_cache else None, progress
-    )
-    lengths = data.lengths
-    results = [_stats_at(lengths, max_len, overflow, batch_size, seed) for max_len in lens_wanted]
-    nonempty = lengths[lengths > 0]
-    if not nonempty.size:
-        counts = DocumentCounts(
-            read=int(lengths.size),
-            empty=int(np.count_nonzero(lengths == 0)),
-            bad_records_skipped=int(np.count_nonzero(lengths < 0)),
+    data, hit, key = _lengths_of(prepared, directory / "lengths" if use_cache else None, progress)
+    results = [_stats_at(data, max_len, plan.overflow, batch_size, seed) for max_len in lens_wanted]
+    documents = results[0].outcome.documents
+    if documents.empty + documents.bad_records_skipped == documents.read:
+        labels = results[0].outcome.labels
+        raise documents.nothing_to_pack(
+            [f.path for f in files], labels.documents_without_labels if labels else 0
         )
-        raise counts.nothing_to_pack([f.path for f in files])
+    lengths = data.lengths
+    ids = plan.read_ids is not None  # pre-tokenized: no engine encodes them
+    backend = None if ids else encoder_backend(plan)
     return CorpusStats(
         inputs=[str(f.path) for f in files],
         tokenizer=tok.name,
-        documents_read=int(lengths.size),
+        documents_read=documents.read,
         empty=int(np.count_nonzero(lengths == 0)),
-        bad_records_skipped=int(np.count_nonzero(lengths < 0)),
-        document_lengths=_length_summary(nonempty, max(lens_wanted)),
+        bad_records_skipped=documents.bad_records_skipped,
+        document_lengths=_length_summary(lengths[lengths > 0], max(lens_wanted)),
         results=results,
         cache_path=(directory / "lengths" / f"{key}.npy") if use_cache else None,
         cache_hit=hit,
@@ -1316,5 +1195,5 @@ def corpus_stats(
             n for n in (getattr(tok, "notice", None), *(backend.notices if backend else ())) if n
         ],
         skipped_files=[str(p) for p in skipped],
-        backend=None if hit or backend is None else backend.describe(),
+        backend=None if hit or ids else data.backend,
     )

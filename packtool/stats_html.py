@@ -221,7 +221,7 @@ def _table(rows: Sequence[tuple[str, str]]) -> str:
 
 def _packing_rows(p: PackingStats) -> list[tuple[str, str]]:
     """The terminal report's rows of one packing: its figures, then the documents' outcome."""
-    return [("max_len", f"{p.max_len:,}"), *p.figures(), *p.outcome.figures()]
+    return [("max_len", f"{p.max_len:,}"), *p.figures(), *p.outcome_figures()]
 
 
 def _figures(result: DatasetStats | CorpusStats) -> tuple[str, str]:

@@ -23,6 +23,7 @@ LAYERS: dict[str, int] = {
     # 1: the file-system seam (local paths, fsspec URLs); the bounds of the options
     "fs": 1,
     "limits": 1,
+    "counts": 1,
     # 2: the stages' own building blocks; the layout of finished rows
     "_stop": 0,
     "_fields": 0,
@@ -44,6 +45,7 @@ LAYERS: dict[str, int] = {
     "inspect": 4,
     # 5: the prepare stage (inputs, shape, tokenizer, plan decided once)
     "prepare": 5,
+    "corpus": 5,
     "reference": 5,
     # 6: the stages composed; reports over outputs and corpora
     "pipeline": 6,

@@ -197,7 +197,7 @@ def test_batches_are_cut_by_text_size_not_by_documents(tmp_path, monkeypatch, ba
     the rows do not depend on where batches are cut."""
     import random
 
-    import packtool.pipeline as pipeline
+    import packtool.corpus as corpus
 
     rng = random.Random(5)
     texts = [
@@ -214,7 +214,7 @@ def test_batches_are_cut_by_text_size_not_by_documents(tmp_path, monkeypatch, ba
         return real(self, batch)
 
     monkeypatch.setattr(DocumentEncoder, "tokenize", tokenize)
-    monkeypatch.setattr(pipeline, "_BATCH_CHARS", 3000)
+    monkeypatch.setattr(corpus, "_BATCH_CHARS", 3000)
     packtool.pack([src], tmp_path / "cut", max_len=128, tokenizer_backend=backend)
     # Two tokenizer calls run at once, so the calls may be seen out of order: every text
     # once; the order of the rows is checked by the bytes below.
@@ -422,12 +422,12 @@ def test_check_sample_catches_a_divergence_the_gate_did_not_see(tmp_path, monkey
     """A document far into the input on which fastokens were wrong: the gate (first batch)
     passes; --check-sample re-encodes documents spread over the run and stops before
     anything is written."""
-    import packtool.pipeline as pipeline
+    import packtool.corpus as corpus
 
     texts = [f"document {i}: " + "some words here. " * 40 for i in range(60)]
     texts[47] = "the TRIGGER document " + texts[47]
     src = write_jsonl(tmp_path / "d.jsonl", [{"text": t} for t in texts])
-    monkeypatch.setattr(pipeline, "_BATCH_CHARS", 4000)  # document 47 is far from batch 1
+    monkeypatch.setattr(corpus, "_BATCH_CHARS", 4000)  # document 47 is far from batch 1
     _faulty(monkeypatch, "TRIGGER", "ids")
     silent = packtool.pack([src], tmp_path / "silent", max_len=64, tokenizer_backend="fastokens")
     assert silent.backend["name"] == "fastokens" and silent.backend["documents_checked"] == 0

@@ -195,15 +195,15 @@ def test_the_segment_length_histogram_is_exact(tmp_path: Path) -> None:
     """`segment_lengths` gives back every segment's length, whichever way it is counted."""
     import numpy as np
 
-    from packtool.format import DocumentCounts, Manifest, RunFigures, TokenCounts
+    from packtool.format import Counts, Manifest, RunFigures
 
     rng = np.random.default_rng(5)
     for lengths in (rng.integers(1, 4097, 5000), rng.integers(1, 1 << 24, 300), np.zeros(0)):
         lengths = lengths.astype(np.int32)
         m = Manifest.for_pack(
             version="0", tokenizer={}, options={}, inputs=[],
-            figures=RunFigures(DocumentCounts(), int(lengths.size), TokenCounts(), 1, 1, 1 << 24,
-                               [], 0, False, 0.0, segment_lengths=lengths),
+            figures=RunFigures(Counts(), int(lengths.size), 1, 1, 1 << 24, [], 0, False, 0.0,
+                               segment_lengths=lengths),
         )  # fmt: skip
         assert m.segment_lengths is not None
         assert m.segment_lengths.tolist() == sorted(lengths.tolist())

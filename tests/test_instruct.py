@@ -933,10 +933,10 @@ def test_property_cutting_labelled_examples(docs, max_len: int, policy: str) -> 
                     chunks_dropped += 1
     got_items = list(zip(doc.tolist(), chunk.tolist(), item_len.tolist(), strict=True))
     assert got_items == want_items
-    assert {k: counts[k] for k in want} == want
-    assert counts["chunks_without_labels_dropped"] == chunks_dropped
+    assert {k: getattr(counts.documents, k) for k in want} == want
+    assert counts.labels.chunks_without_labels_dropped == chunks_dropped
     assert (labels != IGNORE).tolist() == want_labels
-    assert counts["learned"] == sum(
+    assert counts.tokens.learned == sum(
         sum(want_labels[int(offsets[d]) + c * max_len :][:n]) for d, c, n in want_items
     )
 

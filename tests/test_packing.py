@@ -11,6 +11,7 @@ from packtool import packing
 from packtool.errors import OptionError
 from packtool.packing import (
     Overflow,
+    cut_items,
     first_fit_decreasing,
     lower_bound_rows,
     plan_rows,
@@ -387,8 +388,47 @@ def test_segment_items_split_property(lengths: list[int], max_len: int) -> None:
         assert all(c == max_len for c in chunks[:-1])
         assert len(chunks) == lower_bound_rows(length, max_len)
         assert chunk[doc == d].tolist() == list(range(len(chunks)))
-    assert counts["empty"] == lengths.count(0)
-    assert counts["split"] == sum(n > max_len for n in lengths)
+    assert counts.documents.empty == lengths.count(0)
+    assert counts.documents.split == sum(n > max_len for n in lengths)
+    assert counts.documents.read == len(lengths) == counts.documents.accounted
+
+
+@given(
+    st.lists(st.integers(0, 300), max_size=16),
+    st.integers(0, 16),
+    st.integers(1, 64),
+    st.sampled_from(list(Overflow)),
+    st.booleans(),
+)
+def test_the_cut_counts_add_up(
+    lengths: list[int], at: int, max_len: int, overflow: Overflow, labelled: bool
+) -> None:
+    """The counts the cut returns are additive: a batch cut in two parts counts what the
+    whole counts; every token read is packed, truncated away or dropped; one name each."""
+    from packtool.counts import Counts
+
+    arr = np.asarray(lengths, np.int64)
+    rng = np.random.default_rng(len(lengths) * 1000 + max_len)
+    labels = np.where(rng.random(int(arr.sum())) < 0.5, 7, -100) if labelled else None
+
+    def cut(lo: int, hi: int) -> Counts:
+        part = arr[lo:hi]
+        start = int(arr[:lo].sum())
+        flat = None if labels is None else labels[start : start + int(part.sum())]
+        return cut_items(part, part == 0, flat, max_len, overflow, ignore=-100)[3]
+
+    at = min(at, len(lengths))
+    whole = cut(0, len(lengths))
+    assert cut(0, at) + cut(at, len(lengths)) == whole
+    t = whole.tokens
+    if not labelled:
+        assert t.packed + t.truncated_away + t.dropped == int(arr.sum())
+        assert whole.labels is None and t.learned is None
+    else:
+        assert whole.labels is not None and t.learned is not None
+        assert t.packed + t.truncated_away + t.dropped <= int(arr.sum())
+    assert whole.documents.accounted == whole.documents.read == len(lengths)
+    assert Counts.from_record(whole.to_record()) == whole
 
 
 def test_overflow_enum() -> None:

@@ -83,11 +83,11 @@ def test_overflow_policies(
         assert report.tokens == 25 + 3 + 4
     elif policy == "truncate":
         assert docs[0] == x_tokens[:10]
-        assert report.tokens_truncated == 15
+        assert report.counts.tokens.truncated_away == 15
         assert manifest["tokens"]["truncated_away"] == 15
     else:
         assert 0 not in docs
-        assert report.tokens_dropped == 25
+        assert report.counts.tokens.dropped == 25
     assert 1 not in docs  # the empty document
     assert docs[2] == [ord("y") + 3] * 2 + [0]
     for row in rows:

@@ -58,7 +58,7 @@ def test_resume_gives_the_uninterrupted_output(
     assert not out.exists()
     work = work_dir_for(out)
     checkpoint = json.loads((work / "checkpoint.json").read_text())
-    assert checkpoint["state"]["counts"]["read"] > 0
+    assert checkpoint["state"]["counts"]["documents"]["read"] > 0
     resumed = packtool.pack(inputs, out, resume=True, **opts)
     assert resumed.resumed and not full.resumed
     assert not work.exists()
@@ -142,7 +142,7 @@ def test_resume_after_sigkill(tmp_path: Path) -> None:
     while time.monotonic() < deadline and proc.poll() is None:
         if checkpoint.exists():
             state = json.loads(checkpoint.read_text())["state"]
-            if state["counts"]["read"] > 0 and not state["done"]:
+            if state["counts"]["documents"]["read"] > 0 and not state["done"]:
                 break
         time.sleep(0.05)
     assert proc.poll() is None, "pack finished before it could be killed: use a larger corpus"

@@ -16,9 +16,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import packtool
+from packtool.corpus import background as _background
 from packtool.gather import gather_rows
 from packtool.packing import RowPlan, first_fit_decreasing, plan_rows
-from packtool.pipeline import _background
 from packtool.store import TokenStore
 from packtool.tokenize import DocumentEncoder
 

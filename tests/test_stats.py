@@ -7,6 +7,7 @@ from __future__ import annotations
 import itertools
 import json
 import math
+import os
 import random
 import re
 from collections import defaultdict
@@ -156,6 +157,13 @@ def expected_lengths(lengths: list[int], top: int) -> dict[str, Any]:
     }
 
 
+LABEL_COUNTS = (
+    "documents_without_labels",
+    "chunks_without_labels_dropped",
+    "tokens_in_chunks_without_labels",
+)
+
+
 def expected_dataset(out_dir: Path, batch_size: int = 8, seed: int = 0) -> dict[str, Any]:
     """The whole --json object of a packed output, from its rows read independently."""
     manifest, rows = read_rows(out_dir)
@@ -181,11 +189,14 @@ def expected_dataset(out_dir: Path, batch_size: int = 8, seed: int = 0) -> dict[
         "shards": len(manifest["shards"]),
         "tokenizer": manifest["tokenizer"]["name"],
         **out,
-        "outcome": {
-            **{k: docs[k] for k in ("read", "packed", "split", "truncated", "dropped", "empty")},
-            "bad_records_skipped": docs["bad_records_skipped"],
-            "tokens_truncated_away": toks["truncated_away"],
-            "tokens_dropped": toks["dropped"],
+        "outcome": {  # the manifest's sections, under the same names
+            "documents": docs,
+            "tokens": toks,
+            **(
+                {"labels": {k: v for k, v in manifest["labels"].items() if k in LABEL_COUNTS}}
+                if "labels" in manifest
+                else {}
+            ),
         },
         "document_lengths": expected_lengths(list(doc_len.values()), max_len),
         "bad_records": manifest["bad_records"],
@@ -514,8 +525,11 @@ def test_packed_matches_independent(
     got = without_seconds(dataset_stats(out, batch_size=batch_size, seed=seed).to_dict())
     assert_figures_equal(got, expected_dataset(out, batch_size, seed))
     if overflow == "split":
-        assert got["outcome"]["split"] > 0 and got["document_lengths"]["histogram"]["above"] > 0
-    assert got["outcome"]["empty"] > 0
+        assert (
+            got["outcome"]["documents"]["split"] > 0
+            and got["document_lengths"]["histogram"]["above"] > 0
+        )
+    assert got["outcome"]["documents"]["empty"] > 0
 
 
 def test_row_order_does_not_change_figures(tmp_path: Path, char_tokenizer: CharTokenizer) -> None:
@@ -536,8 +550,11 @@ def test_bad_records_and_outcome(tmp_path: Path, char_tokenizer: CharTokenizer) 
         [tmp_path / "in.jsonl"], out, max_len=8, tokenizer=char_tokenizer, skip_bad_records=True
     )
     s = dataset_stats(out).to_dict()
-    assert s["outcome"]["read"] == 4 and s["outcome"]["bad_records_skipped"] == 2
-    assert s["outcome"]["empty"] == 1 and s["outcome"]["packed"] == 1
+    assert (
+        s["outcome"]["documents"]["read"] == 4
+        and s["outcome"]["documents"]["bad_records_skipped"] == 2
+    )
+    assert s["outcome"]["documents"]["empty"] == 1 and s["outcome"]["documents"]["packed"] == 1
     assert len(s["bad_records"]) == 2 and "in.jsonl:2" in s["bad_records"][0]
 
 
@@ -548,7 +565,7 @@ def test_empty_dataset(tmp_path: Path, char_tokenizer: CharTokenizer) -> None:
     assert (s["rows"], s["segments"], s["tokens"], s["documents"]) == (0, 0, 0, 0)
     assert s["efficiency"] == 0.0 and s["docs_per_row"]["mean"] is None
     assert all(c["slots"] == 0 and c["speedup"] is None for c in s["comparison"].values())
-    assert s["document_lengths"]["p50"] is None and s["outcome"]["empty"] == 2
+    assert s["document_lengths"]["p50"] is None and s["outcome"]["documents"]["empty"] == 2
     result = run("stats", tmp_path / "out")
     assert result.exit_code == 0, result.stderr
 
@@ -709,18 +726,19 @@ def test_corpus_document_lengths_and_counts(tmp_path: Path) -> None:
     assert_figures_equal(d["document_lengths"], expected_lengths([6, 41, 2, 10], 64))
     at10, at64 = d["max_lens"]
     assert at10["outcome"] == {
-        "read": 6,
-        "packed": 3,
-        "split": 1,
-        "truncated": 0,
-        "dropped": 0,
-        "empty": 1,
-        "bad_records_skipped": 1,
-        "tokens_truncated_away": 0,
-        "tokens_dropped": 0,
+        "documents": {
+            "read": 6,
+            "packed": 3,
+            "split": 1,
+            "truncated": 0,
+            "dropped": 0,
+            "empty": 1,
+            "bad_records_skipped": 1,
+        },
+        "tokens": {"packed": 59, "truncated_away": 0, "dropped": 0},
     }
     assert at10["segments"] == 3 + 5  # 41 tokens -> 10 10 10 10 1
-    assert at64["outcome"]["split"] == 0 and at64["segments"] == 4
+    assert at64["outcome"]["documents"]["split"] == 0 and at64["segments"] == 4
     assert at64["rows"] == 1 and at64["efficiency"] == pytest.approx(59 / 64)
     assert len(d["bad_records"]) == 1 and "in.jsonl:3" in d["bad_records"][0]
 
@@ -812,7 +830,7 @@ def test_cli_table(packed: Path) -> None:
         assert title in text
     assert "█" in text  # the histograms have bars
     line = next(ln for ln in text.splitlines() if "split into chunks" in ln)
-    assert line.split()[-1] == f"{want['outcome']['split']:,}"
+    assert line.split()[-1] == f"{want['outcome']['documents']['split']:,}"
 
 
 def test_cli_json(packed: Path) -> None:
@@ -891,7 +909,7 @@ def test_cli_errors(tmp_path: Path, packed: Path) -> None:
     )
     assert_one_line_error(
         run("stats", src, "--max-len", "64", "--text-field", "body"),
-        r"c\.jsonl:1: no field 'body'",
+        r"c\.jsonl: the first record has no field 'body' \(--text-field\)",  # as pack says
     )
 
 
@@ -930,17 +948,157 @@ def test_docs_list_every_json_key(packed: Path, tmp_path: Path) -> None:
         assert f"`{key}`" in doc
 
 
-def test_corpus_mode_names_instruction_data(tmp_path: Path) -> None:
-    chat = REPO / "sample_data" / "chat.jsonl"
-    pc = REPO / "sample_data" / "prompt_completion.jsonl"
-    assert_one_line_error(
-        run("stats", chat, "--max-len", "2048"),
-        r"chat\.jsonl holds chat records: `stats` before packing reads text corpora only",
-    )
-    assert_one_line_error(
-        run("stats", pc, "--max-len", "2048"),
-        r"prompt_completion\.jsonl holds prompt/completion records",
-    )
+@pytest.mark.parametrize(
+    ("name", "options"),
+    [
+        ("chat.jsonl", {"chat_template": str(REPO / "sample_data" / "chatml.jinja")}),
+        (
+            "chat.jsonl",
+            {"chat_template": str(REPO / "sample_data" / "chatml.jinja"), "overflow": "split"},
+        ),
+        ("prompt_completion.jsonl", {}),
+        ("prompt_completion.jsonl", {"overflow": "truncate"}),
+    ],
+)
+def test_corpus_of_instruction_data_matches_packed(
+    tmp_path: Path, name: str, options: dict[str, Any]
+) -> None:
+    """Instruction data goes through pack's own read/encode loop and labelled cut: at each
+    max_len, the segments (chunks with nothing to learn dropped), the counts and every
+    figure are those of the pack made with the same options."""
+    from packtool.format import read_manifest
+    from packtool.packing import Overflow
+    from packtool.stats import _load_cached
+
+    src = REPO / "sample_data" / name
+    c = corpus_stats([src], [48, 300], batch_size=3, cache_dir=tmp_path / "cache", **options)
+    again = corpus_stats([src], [48, 300], batch_size=3, cache_dir=tmp_path / "cache", **options)
+    assert again.cache_hit and not c.cache_hit
+    for result, cached in zip(c.results, again.results, strict=True):
+        out = tmp_path / f"out-{result.max_len}"
+        packtool.pack([src], out, max_len=result.max_len, **options)
+        want = expected_dataset(out, batch_size=3)
+        assert_figures_equal(result.to_dict(), {k: want[k] for k in result.to_dict()})
+        assert cached.to_dict() == result.to_dict()  # the cached runs of learned tokens cut alike
+        assert result.outcome.labels is not None and result.outcome.tokens.learned
+    # the segment lengths themselves (sorted) against the pack's record of them
+    assert c.cache_path is not None
+    kept = _load_cached(c.cache_path.parent, c.cache_path.stem)
+    assert kept is not None and kept.runs is not None
+    segments, counts, _ = kept.cut(48, Overflow(options.get("overflow", "drop")))
+    manifest = read_manifest(tmp_path / "out-48")
+    assert manifest.segment_lengths is not None
+    assert sorted(segments.tolist()) == manifest.segment_lengths.tolist()
+    assert counts == manifest.counts
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(0, 40), st.booleans()), max_size=12),
+    st.integers(0, 2**32 - 1),
+    st.integers(1, 16),
+    st.sampled_from(["split", "truncate", "drop"]),
+)
+def test_learned_runs_cut_as_the_labels_do(
+    docs: list[tuple[int, bool]], seed: int, max_len: int, overflow: str
+) -> None:
+    """What the lengths-only sink keeps of labelled documents (their lengths and the runs of
+    learned tokens) is cut exactly as the labels themselves are, in any blocks."""
+    from packtool import stats
+    from packtool.format import IGNORE_INDEX
+    from packtool.packing import Overflow, cut_items
+    from packtool.tokenize import EncodedBatch
+
+    rng = np.random.default_rng(seed)
+    lengths = np.array([n for n, _ in docs], np.int64)
+    empty = np.array([n == 0 or e for n, e in docs], bool)
+    ids = rng.integers(0, 50, int(lengths.sum())).astype(np.int32)
+    labels = np.where(rng.random(ids.size) < 0.4, ids, IGNORE_INDEX).astype(np.int32)
+    sink = stats._LengthsSink()
+    half = len(docs) // 2
+    offsets = np.concatenate([[0], np.cumsum(lengths)])
+    for lo, hi in ((0, half), (half, len(docs))):  # two batches
+        part = slice(int(offsets[lo]), int(offsets[hi]))
+        sink.add(EncodedBatch(ids[part], lengths[lo:hi], empty[lo:hi], labels[part]), None)  # type: ignore[arg-type]
+    state = stats.ReadState()
+    kept = sink.tokenized(state, labelled=True)
+    policy = Overflow(overflow)
+    # pack's cut of the same documents (an empty one has no tokens in the rows)
+    _, _, want_len, want_counts, _ = cut_items(lengths, empty, labels, max_len, policy,
+                                               ignore=IGNORE_INDEX)  # fmt: skip
+    got_len, got_counts, _ = kept.cut(max_len, policy)
+    assert got_len.tolist() == want_len.tolist()
+    assert got_counts == want_counts  # documents, tokens, labels: every figure
+    stats_blocks = stats._LABELS_BLOCK
+    try:
+        stats._LABELS_BLOCK = 7  # many small blocks: the same cut
+        assert kept.cut(max_len, policy)[0].tolist() == want_len.tolist()
+    finally:
+        stats._LABELS_BLOCK = stats_blocks
+
+
+def _same_size_rewrite(directory: Path, texts: list[str]) -> None:
+    """Rewrite the Arrow file of a saved dataset in place with ``texts`` (the same size),
+    leaving the directory's own modification time as it was."""
+    import datasets
+
+    (arrow,) = directory.glob("*.arrow")
+    before = directory.stat()
+    scratch = directory.parent / "scratch"
+    datasets.Dataset.from_dict({"text": texts}).save_to_disk(str(scratch))
+    (new,) = scratch.glob("*.arrow")
+    assert new.stat().st_size == arrow.stat().st_size
+    arrow.write_bytes(new.read_bytes())
+    os.utime(directory, ns=(before.st_atime_ns, before.st_mtime_ns))
+
+
+def test_a_directory_input_changed_inside_is_not_reused(tmp_path: Path) -> None:
+    """One fingerprint (prepare.fingerprint_of) keys pack --resume's checkpoint and stats'
+    cached lengths: a saved dataset whose file is rewritten in place (same size, the
+    directory's own mtime unchanged) is tokenized again, and its figures are the new ones."""
+    import datasets
+
+    from packtool.options import PackOptions
+    from packtool.prepare import fingerprint_of, prepare
+    from packtool.readers import resolve_inputs
+
+    texts = [f"document number {i} " * (1 + i % 7) for i in range(40)]
+    other = [t.replace("document", "dOcUmEnT").replace("number", "NuMbEr") for t in texts]
+    ds = tmp_path / "ds"
+    datasets.Dataset.from_dict({"text": texts}).save_to_disk(str(ds))
+    cache = tmp_path / "cache"
+
+    class Stop(KeyboardInterrupt):
+        pass
+
+    def stop_writing(stage: str, done: int, total: int | None) -> None:
+        if stage == "write":
+            raise Stop  # every document tokenized and checkpointed: a pack to --resume
+
+    out = tmp_path / "out"
+    with pytest.raises(Stop):
+        packtool.pack([ds], out, max_len=64, resume=True, progress=stop_writing)
+    first = corpus_stats([ds], [64], cache_dir=cache)
+    assert corpus_stats([ds], [64], cache_dir=cache).cache_hit
+    files = resolve_inputs([ds])
+    prepared = prepare(files, PackOptions(max_len=64), preload=False)
+    key_before = fingerprint_of(files, prepared.tokenizer, "options")
+    mtime = ds.stat().st_mtime_ns
+
+    _same_size_rewrite(ds, other)
+    assert ds.stat().st_mtime_ns == mtime  # the directory itself looks unchanged
+    assert fingerprint_of(resolve_inputs([ds]), prepared.tokenizer, "options") != key_before
+    changed = corpus_stats([ds], [64], cache_dir=cache)
+    assert not changed.cache_hit
+    assert changed.results[0].tokens != first.results[0].tokens  # the new text, tokenized
+    resumed = packtool.pack([ds], out, max_len=64, resume=True)  # not the old tokens
+    assert not resumed.resumed and any("checkpoint" in n for n in resumed.notices)
+    fresh = packtool.pack([ds], tmp_path / "fresh", max_len=64)
+    assert resumed.manifest.counts == fresh.manifest.counts
+    assert resumed.tokens == changed.results[0].tokens
+    want = expected_dataset(out)
+    got = changed.results[0].to_dict()
+    assert_figures_equal(got, {k: want[k] for k in got})
 
 
 @pytest.fixture(scope="module")
@@ -1051,8 +1209,14 @@ def test_ids_corpus_from_the_cli_and_its_mistakes(tmp_path: Path) -> None:
     other = json.loads(run(*args[:4], "-L", "16,48", "--json", "--cache-dir", cache).stdout)
     assert other["cache"]["hit"] is False  # not cut at the EOS: another key
     assert other["documents_read"] == 12
-    with pytest.raises(OptionError, match=r"counts pre-tokenized ids only, not labels"):
-        corpus_stats([src], [16], ids_field="ids", labels_field="ids")
+    # ids with labels: cut as pack cuts them (the first token of each chunk is not learned)
+    labelled = corpus_stats([src], [16], ids_field="ids", labels_field="ids", use_cache=False)
+    packtool.pack([src], tmp_path / "labelled", max_len=16, ids_field="ids", labels_field="ids",
+                  pad_id=0)  # fmt: skip
+    want = expected_dataset(tmp_path / "labelled")
+    got = labelled.results[0].to_dict()
+    assert_figures_equal(got, {k: want[k] for k in got})
+    assert labelled.results[0].outcome.tokens.learned
     assert_one_line_error(
         run("stats", src, "--ids-field", "ids", "--vocab-size", "100", "-L", "16", "--no-cache"),
         r"s\.parquet: row 0: 'ids'\[\d+\] is \d+, outside the vocabulary \[0, 100\)",

@@ -7,7 +7,7 @@ thing for people. One job per module:
 
 - :mod:`.schema`: the table of the packed columns (``COLUMNS``), and what is derived from it:
   the Arrow schema, the `datasets` features, the bytes of a row, the schema check;
-- :mod:`.counts`: what a run counted (documents, tokens, the run's figures);
+- :mod:`.counts`: what a run records: its counts (:class:`Counts`), the run's figures;
 - :mod:`.manifest`: :class:`Manifest`, its typed accessors, :func:`read_manifest` and checks;
 - :mod:`.records`: typed views of the manifest's sub-records (inputs, labels, the chat
   template, a unit's record, a merge's units);
@@ -22,7 +22,7 @@ thing for people. One job per module:
 
 from __future__ import annotations
 
-from .counts import DocumentCounts, RunFigures, TokenCounts
+from .counts import Counts, DocumentCounts, LabelFigures, RunFigures, TokenCounts
 from .manifest import (
     FORMAT_NAME,
     FORMAT_VERSION,
@@ -82,9 +82,11 @@ __all__ = [
     "BackendRecord",
     "ChatTemplateRecord",
     "Column",
+    "Counts",
     "DocumentCounts",
     "InputRecord",
     "LabelCounts",
+    "LabelFigures",
     "Manifest",
     "MergedUnits",
     "PackedBatch",

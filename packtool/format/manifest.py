@@ -19,7 +19,7 @@ import numpy as np
 
 from ..errors import FormatError
 from ..fs import StorePath, as_path
-from .counts import DocumentCounts, RunFigures, TokenCounts
+from .counts import Counts, DocumentCounts, LabelFigures, RunFigures, TokenCounts
 from .records import (
     BackendRecord,
     ChatTemplateRecord,
@@ -171,23 +171,16 @@ class Manifest(Mapping[str, Any]):
         """The body of a pack's manifest (a merge's: with ``global_ffd_rows`` and ``units``);
         :meth:`ShardWriter.commit` adds the layout."""
         f = figures
-        documents, tokens, rows = f.documents, f.tokens, f.rows
-        token_record: dict[str, Any] = {
-            "packed": tokens.packed,
-            "truncated_away": tokens.truncated_away,
-            "dropped": tokens.dropped,
-        }
-        if tokens.learned is not None:
-            token_record["learned"] = tokens.learned
+        tokens, rows = f.counts.tokens, f.rows
         data: dict[str, Any] = {
             "packtool_version": version,
             "created_unix": int(time.time()),
             "tokenizer": dict(tokenizer),
             "options": dict(options),
             "inputs": inputs,
-            "documents": asdict(documents),
+            "documents": asdict(f.counts.documents),
             "segments": f.segments,
-            "tokens": token_record,
+            "tokens": tokens.to_record(),
             "rows": rows,
             "lower_bound_rows": f.lower_bound_rows,
             "rows_over_lower_bound": rows - f.lower_bound_rows,
@@ -480,6 +473,20 @@ class Manifest(Mapping[str, Any]):
             dropped=int(t.get("dropped", 0)),
             learned=None if t.get("learned") is None else int(t["learned"]),
         )
+
+    @property
+    def counts(self) -> Counts:
+        """What the run counted of its documents: ``documents``, ``tokens`` and (instruction
+        data) the ``labels`` counts, as one record."""
+        labels = self.label_counts
+        figures = None
+        if labels is not None:
+            figures = LabelFigures(
+                documents_without_labels=labels.documents_without_labels or 0,
+                chunks_without_labels_dropped=labels.chunks_without_labels_dropped or 0,
+                tokens_in_chunks_without_labels=labels.tokens_in_chunks_without_labels or 0,
+            )
+        return Counts(self.documents, self.tokens, figures)
 
     @property
     def segments(self) -> int | None:

@@ -175,7 +175,7 @@ def render_dataset_stats(s: DatasetStats) -> RenderableType:
         Text(""),
         histogram_table("Documents per row", p.docs_per_row.histogram),
         Text(""),
-        _key_value_table("What happened to the documents", p.outcome.figures()),
+        _key_value_table("What happened to the documents", p.outcome_figures()),
     ]
     if s.balance is not None:
         parts += [Text(""), *balance_parts(s.balance)]
@@ -244,7 +244,7 @@ def render_corpus_stats(s: CorpusStats) -> RenderableType:
     ):
         summary.add_column(name, justify="right", no_wrap=True)
     for p in s.results:
-        o = p.outcome
+        o = p.outcome.documents
         summary.add_row(
             f"{p.max_len:,}",
             f"{p.rows:,}",

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +21,7 @@ from ..format import (
     IGNORE_INDEX,
     MANIFEST_FILE,
     ChatTemplateRecord,
-    DocumentCounts,
+    Counts,
     Manifest,
     PackedReader,
 )
@@ -296,9 +296,8 @@ def check_against(
     doc_seg, _, _, seg_rows, _ = segments.arrays()
     by_doc = np.argsort(doc_seg, kind="stable")
     where = _DocumentRows(doc_seg[by_doc], seg_rows[by_doc])
-    counts = asdict(DocumentCounts())  # read, packed, split, ... all 0
-    tokens = {"packed": 0, "truncated_away": 0, "dropped": 0}
-    label_counts = dict.fromkeys(_LABEL_COUNT_KEYS, 0) if digests.label0 is not None else None
+    counts = Counts()
+    labelled = digests.label0 is not None
     compared = 0
     total_bytes = sum(f.size_bytes for f in files)
     bytes_before = 0
@@ -309,17 +308,20 @@ def check_against(
             split=options.split,
             txt_unit=options.txt_unit,
         ):
-            expected = _expect_batch(batch, counts, tokens, plan, reader.max_len, label_counts)
+            first = counts.documents.read
+            expected, c = _expect_batch(batch, first, plan, reader.max_len, labelled)
+            counts += c
             compared += _compare_batch(reader, plan, digests, expected, len(batch.records),
                                        where, problems)  # fmt: skip
             if progress:
                 progress("against", bytes_before + batch.bytes_done, total_bytes)
         bytes_before += inp.size_bytes
-    _compare_counts(reader.manifest, digests, counts, tokens, label_counts, problems)
+    _compare_counts(reader.manifest, digests, counts, problems)
+    record = counts.to_record()
     return AgainstReport(
         inputs=[str(f.path) for f in files],
-        documents=counts,
-        tokens=tokens,
+        documents=record["documents"],
+        tokens=record["tokens"],
         documents_compared=compared,
         seconds=time.perf_counter() - started,
     )
@@ -375,52 +377,43 @@ def _compare_batch(
     return int(np.count_nonzero((expected.length[:w] > 0) | (digests.length[lo:hi] > 0)))
 
 
+_DIFFER = {
+    "documents": "the inputs give {} documents {}, the manifest says {}",
+    "labels": "the inputs give {} {}, the manifest says {}",
+    "tokens": "re-reading the inputs gives {} tokens {}, the manifest says {}",
+}
+
+
 def _compare_counts(
-    manifest: Manifest,
-    digests: Digests,
-    counts: dict[str, int],
-    tokens: dict[str, int],
-    label_counts: dict[str, int] | None,
-    problems: Problems,
+    manifest: Manifest, digests: Digests, counts: Counts, problems: Problems
 ) -> None:
-    """The inputs' document, token and label counts against the manifest's; documents in the
-    rows beyond the end of the inputs."""
-    beyond = np.flatnonzero(digests.length[counts["read"] :] > 0) + counts["read"]
+    """The inputs' counts (documents, tokens, labels) against the manifest's, each section
+    by its names; documents in the rows beyond the end of the inputs."""
+    read = counts.documents.read
+    beyond = np.flatnonzero(digests.length[read:] > 0) + read
     problems.count("against", int(beyond.size))
     for d in beyond[: problems.room()]:
         problems.keep(
             "against",
             f"document {d} ({manifest.locate_document(int(d))}) is in the rows, but "
-            f"the inputs end after {counts['read']} documents",
+            f"the inputs end after {read} documents",
             None,
             None,
         )
-    documents = manifest.document_counts_recorded
-    if documents:
-        for key, value in counts.items():
-            if documents.get(key) != value:
-                problems.add(
-                    "against",
-                    f"the inputs give {value} documents "
-                    f"{'read' if key == 'read' else key.replace('_', ' ')}, the manifest "
-                    f"says {documents.get(key)}",
-                )
-    if label_counts is not None:
-        tokens["learned"] = label_counts.pop("learned")
-        for key, value in label_counts.items():
-            if manifest.labels.get(key) not in (None, value):
-                problems.add(
-                    "against",
-                    f"the inputs give {value} {key.replace('_', ' ')}, the manifest says "
-                    f"{manifest.labels.get(key)}",
-                )
-    for key, value in tokens.items():
-        if manifest.tokens_recorded.get(key) not in (None, value):
-            problems.add(
-                "against",
-                f"re-reading the inputs gives {value} tokens {key.replace('_', ' ')}, the "
-                f"manifest says {manifest.tokens_recorded.get(key)}",
-            )
+    recorded = {
+        "documents": manifest.document_counts_recorded,
+        "labels": manifest.labels,
+        "tokens": manifest.tokens_recorded,
+    }
+    for section, ours in counts.to_record().items():
+        theirs = recorded[section]
+        if section == "documents" and not theirs:
+            continue  # not recorded: the manifest's own check says so
+        for key, value in ours.items():
+            said = theirs.get(key)
+            if said != value and (section == "documents" or said is not None):
+                what = key.replace("_", " ")
+                problems.add("against", _DIFFER[section].format(value, what, said))
 
 
 def _check_tokenizer(tok: Tokenizer, manifest: Manifest, problems: Problems) -> None:
@@ -442,17 +435,12 @@ def _check_tokenizer(tok: Tokenizer, manifest: Manifest, problems: Problems) -> 
 
 
 def _expect_batch(
-    batch: Any,
-    counts: dict[str, int],
-    tokens: dict[str, int],
-    plan: AgainstPlan,
-    max_len: int,
-    label_counts: dict[str, int] | None = None,
-) -> _Expected:
+    batch: Any, first: int, plan: AgainstPlan, max_len: int, labelled: bool
+) -> tuple[_Expected, Counts]:
     """Encode one batch as ``pack`` does, cut it into the items ``pack`` stores (the
     pipeline's own cut, :func:`~packtool.packing.cut_items`), count the outcomes, and digest
-    what would be packed (the labels too, when ``label_counts`` is given: they are compared)."""
-    first = counts["read"]
+    what would be packed (``first``: the number of its first document; ``labelled``: the
+    labels too, they are compared)."""
     encoder = plan.encoder
     if isinstance(encoder, InputPlan):  # instruction records: rendered, tokenized
         encoded = encoder.finish(encoder.tokenize(batch, plan.options.skip_bad_records))
@@ -463,29 +451,13 @@ def _expect_batch(
         good = np.array([i for i, t in enumerate(batch.texts) if t is not None], np.int64)
         encoded = encoder.encode([batch.texts[i] for i in good])
     n = len(batch.records)  # after tokenizing: --chat-turns each makes a chat one per turn
-    counts["read"] += n
-    counts["bad_records_skipped"] += len(batch.bad)  # with the records a template failed
-    doc, chunk, item_len, c, labels = cut_items(
+    doc, chunk, item_len, counts, labels = cut_items(
         encoded.lengths, encoded.empty, encoded.labels, max_len, plan.overflow, ignore=IGNORE_INDEX
     )
-    for key in ("packed", "split", "truncated", "dropped", "empty"):
-        counts[key] += c[key]
-    tokens["truncated_away"] += c["tokens_truncated"]
-    tokens["dropped"] += c["tokens_dropped"]
-    tokens["packed"] += int(item_len.sum())
-    if label_counts is not None:
-        for key in label_counts:
-            label_counts[key] += c.get(key, 0)
+    # the records a template failed on are bad records, with those the reader skipped
+    counts = counts.add_documents(n - good.size, len(batch.bad))
     items = _Items(encoded.ids, encoded.offsets, doc, chunk, item_len, max_len)
-    return _digest_items(items, labels if label_counts is not None else None, good, first, n)
-
-
-_LABEL_COUNT_KEYS = (
-    "learned",
-    "documents_without_labels",
-    "chunks_without_labels_dropped",
-    "tokens_in_chunks_without_labels",
-)
+    return _digest_items(items, labels if labelled else None, good, first, n), counts
 
 
 @dataclass(frozen=True)
@@ -567,20 +539,16 @@ def _describe_mismatch(
             f"{where} has {actual.size} tokens in the rows, {expected.size} after "
             f"re-tokenizing the input (overflow {overflow.value})"
         )
-    diff = np.flatnonzero(actual != expected)
-    if diff.size:
-        j = int(diff[0])
-        return (
-            f"{where}: token {j} is {actual[j]} in the rows, {expected[j]} after "
-            f"re-tokenizing ({diff.size} of {expected.size} tokens differ)"
-        )
+    compared = [("token", actual, expected, "after re-tokenizing")]
     if expected_labels is not None and actual_labels is not None:
-        diff = np.flatnonzero(actual_labels != expected_labels)
+        compared.append(("label", actual_labels, expected_labels, "from the input"))
+    for what, ours, theirs, how in compared:
+        diff = np.flatnonzero(ours != theirs)
         if diff.size:
             j = int(diff[0])
             return (
-                f"{where}: label {j} is {actual_labels[j]} in the rows, {expected_labels[j]} "
-                f"from the input ({diff.size} of {expected.size} labels differ)"
+                f"{where}: {what} {j} is {ours[j]} in the rows, {theirs[j]} {how} "
+                f"({diff.size} of {expected.size} {what}s differ)"
             )
     return f"{where}: its chunks are numbered or placed differently from a split of the input"
 
