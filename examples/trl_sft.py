@@ -38,9 +38,9 @@ def main(argv: Sequence[str] | None = None) -> dict[str, float]:
 
     packed = packtool.open_packed(args.data)
     assert packed.has_labels, f"{args.data} has no labels: pack chat or prompt/completion data"
-    special = packed.manifest["tokenizer"]["special_tokens"]
+    special = packed.manifest.tokenizer.special  # the ids as used
     tokenizer = PreTrainedTokenizerFast(tokenizer_file=str(packed.path / "tokenizer.json"))
-    tokenizer.pad_token_id = special["pad_id"]  # TRL asks for one; the rows are padded already
+    tokenizer.pad_token_id = special.pad_id  # TRL asks for one; the rows are padded already
     torch.manual_seed(0)
     model = LlamaForCausalLM(
         LlamaConfig(
@@ -51,7 +51,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, float]:
             num_attention_heads=4,
             num_key_value_heads=2,
             max_position_embeddings=packed.max_len,
-            pad_token_id=special["pad_id"],
+            pad_token_id=special.pad_id,
         )
     )
     # -- the user code ----------------------------------------------------------------------

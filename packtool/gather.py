@@ -143,8 +143,13 @@ def gather_rows(
     max_len: int,
     pad_id: int,
     labels: np.ndarray | None = None,
+    align: int = 1,
 ) -> PackedBatch:
     """Build the planned rows ``rows`` (in this order) as a :class:`PackedBatch`.
+
+    ``align`` > 1 (``--pad-to-multiple-of``): every item is followed by ``pad_id`` up to a
+    multiple of ``align`` (its positions continuing, its labels -100), the boundaries are
+    the padded ones, and ``cu_unpadded`` holds the running sums of the real lengths.
 
     Row ``p`` of ``plan`` holds its items ``order[row_starts[p]:row_starts[p + 1]]``, in that
     order; item ``i`` is ``tokens[offset[i]:offset[i] + length[i]]``. ``labels``, when
@@ -162,13 +167,18 @@ def gather_rows(
     local = np.arange(n_items, dtype=np.int64) - np.repeat(seg_offsets[:-1], counts)
     items = order[np.repeat(row_starts[rows], counts) + local]
     lens = item_len[items].astype(np.int64)
-    ends = np.cumsum(lens)
+    spans = lens if align == 1 else -(-lens // align) * align  # with the alignment pad
+    ends = np.cumsum(spans)
     row_base = np.repeat(np.concatenate([[0], ends])[seg_offsets[:-1]], counts)
     seg_end = ends - row_base  # end of each item within its row
-    seg_start = seg_end - lens
+    seg_start = seg_end - spans
     row_of_item = np.repeat(np.arange(n_rows, dtype=np.int64), counts)
     num_tokens = np.zeros(n_rows, np.int64)
     np.add.at(num_tokens, row_of_item, lens)
+    used = num_tokens
+    if align > 1:
+        used = np.zeros(n_rows, np.int64)
+        np.add.at(used, row_of_item, spans)
 
     # Every cell is written once: the items' tokens and positions by the copy below, the
     # padding after it (filling whole arrays first took half the time of the gather).
@@ -192,19 +202,29 @@ def gather_rows(
     else:
         _copy_numpy(copy)
 
-    padded = num_tokens < max_len
+    if align > 1:
+        _fill_alignment_pad(lens, spans, dest_start, pad_id, input_ids, position_ids)
+    padded = used < max_len
     if padded.any():
         # Positions count up in the padding segment too: it is a segment of its own.
         positions = np.arange(max_len, dtype=np.int32)
         for r in np.flatnonzero(padded).tolist():
-            used = int(num_tokens[r])
-            input_ids[r * max_len + used : (r + 1) * max_len] = pad_id
-            position_ids[r * max_len + used : (r + 1) * max_len] = positions[: max_len - used]
+            start = int(used[r])
+            input_ids[r * max_len + start : (r + 1) * max_len] = pad_id
+            position_ids[r * max_len + start : (r + 1) * max_len] = positions[: max_len - start]
     cu_counts = 1 + counts + padded
     cu_offsets = np.concatenate([[0], np.cumsum(cu_counts)]).astype(np.int64)
     cu_values = np.zeros(int(cu_offsets[-1]), np.int32)
-    cu_values[np.repeat(cu_offsets[:-1] + 1, counts) + local] = seg_end
+    at = np.repeat(cu_offsets[:-1] + 1, counts) + local
+    cu_values[at] = seg_end
     cu_values[cu_offsets[1:][padded] - 1] = max_len
+    cu_unpadded = None
+    if align > 1:
+        real_ends = np.cumsum(lens)
+        real_base = np.repeat(np.concatenate([[0], real_ends])[seg_offsets[:-1]], counts)
+        cu_unpadded = np.zeros(int(cu_offsets[-1]), np.int32)
+        cu_unpadded[at] = real_ends - real_base
+        cu_unpadded[cu_offsets[1:][padded] - 1] = num_tokens[padded]
     return PackedBatch(
         input_ids=input_ids.reshape(n_rows, max_len),
         position_ids=position_ids.reshape(n_rows, max_len),
@@ -215,4 +235,25 @@ def gather_rows(
         chunk_ids=plan.chunk_id[items],
         seg_offsets=seg_offsets,
         labels=out_lab.reshape(n_rows, max_len) if out_lab is not None else None,
+        cu_unpadded=cu_unpadded,
     )
+
+
+def _fill_alignment_pad(
+    lens: np.ndarray,
+    spans: np.ndarray,
+    dest_start: np.ndarray,
+    pad_id: int,
+    out_ids: np.ndarray,
+    out_pos: np.ndarray,
+) -> None:
+    """``pad_id`` after each item's tokens up to its span, positions continuing (the labels
+    are -100 there already)."""
+    gap = spans - lens
+    total = int(gap.sum())
+    if total == 0:
+        return
+    intra = np.arange(total, dtype=np.int64) - np.repeat(np.cumsum(gap) - gap, gap)
+    where = np.repeat(dest_start + lens, gap) + intra
+    out_ids[where] = pad_id
+    out_pos[where] = np.repeat(lens, gap) + intra

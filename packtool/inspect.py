@@ -368,6 +368,7 @@ def inspect_row(reader: PackedReader, index: int, tokenizer: Any | None = None) 
                 length=seg.length,
                 doc_id=seg.doc_id,
                 chunk_id=seg.chunk_id,
+                pad=seg.pad,
                 first_position=int(pos[0]),
                 last_position=int(pos[-1]),
                 positions_ok=bool(np.array_equal(pos, np.arange(seg.length))),

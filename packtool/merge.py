@@ -40,7 +40,6 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ._version import __version__
 from .errors import FormatError, OptionError, PacktoolError
 from .format import (
     CHAT_TEMPLATE_FILE,
@@ -67,7 +66,7 @@ from .fs import AnyPath, StorePath, as_path, check_writable, download_tree
 from .layout import Layout
 from .options import MERGE_KEYS, NO_COPY_BALANCE, OPTIONS
 from .order import attention_costs, row_shuffle, shard_order, stored_order, unit_row_seed
-from .packing import first_fit_decreasing, lower_bound_rows
+from .packing import aligned_lengths, first_fit_decreasing, lower_bound_rows
 from .pipeline import PackReport
 from .units import UNITS_DIR, unit_dirs
 
@@ -85,9 +84,11 @@ def segment_lengths(table: pa.Table) -> np.ndarray:
     """The length of every document segment of ``table``'s rows, row by row (int64).
 
     Row ``cu_seqlens [0, 9, 16, 21, 24]`` with 3 ``doc_ids`` gives ``[9, 7, 5]`` (the padding
-    segment is not a document).
+    segment is not a document). In an aligned pack, the real lengths (``cu_seqlens_unpadded``).
     """
-    cu = table.column("cu_seqlens").combine_chunks()
+    names = table.schema.names
+    bounds = "cu_seqlens_unpadded" if "cu_seqlens_unpadded" in names else "cu_seqlens"
+    cu = table.column(bounds).combine_chunks()
     n_docs = pc.list_value_length(table.column("doc_ids")).to_numpy(zero_copy_only=False)
     n_docs = np.asarray(n_docs, dtype=np.int64)
     offsets = np.asarray(cu.offsets, dtype=np.int64)
@@ -102,7 +103,7 @@ def segment_lengths(table: pa.Table) -> np.ndarray:
 
 def _unit(m: Manifest) -> UnitRecord:
     """The unit record of a unit's manifest (units.py's ``Unit.describe``)."""
-    record = m.unit_record
+    record = m.unit
     if record is None:  # _load_units refuses such a manifest
         raise FormatError(f"{m.path}: not a unit output (its manifest has no unit record)")
     return record
@@ -166,9 +167,11 @@ def _load_units(out: Path) -> list[tuple[Path, Manifest]]:
     units = [(by_index[i], read_manifest(by_index[i])) for i in range(count)]
     first = units[0][1]
     for path, m in units:
-        record = m.unit_record
+        record = m.unit
         if record is None or record.count != count:
             raise FormatError(f"{path}: not a unit output (its manifest has no unit record)")
+        if m.documents is None or m.tokens is None or m.rows is None:
+            raise FormatError(f"{path}: its manifest does not hold every count: pack it again")
         if record.plan != _unit(first).plan:
             raise FormatError(
                 f"{path} was packed with other inputs or options than {units[0][0]}: "
@@ -178,7 +181,7 @@ def _load_units(out: Path) -> list[tuple[Path, Manifest]]:
             raise FormatError(f"{path}: max_len {m.max_len} differs from unit 0's {first.max_len}")
         if m.columns != first.columns:
             raise FormatError(f"{path}: columns {m.columns} differ from unit 0's {first.columns}")
-        if m.tokenizer_sha256 != first.tokenizer_sha256:
+        if m.tokenizer.sha256 != first.tokenizer.sha256:
             raise FormatError(f"{path}: packed with another tokenizer than unit 0")
     return units
 
@@ -187,7 +190,7 @@ def _global_inputs(units: list[tuple[Path, Manifest]], first_docs: list[int]) ->
     """One ``inputs`` entry per input file, its documents numbered over the whole corpus."""
     out: list[InputRecord] = []
     for (_, m), base in zip(units, first_docs, strict=True):
-        for piece, read in zip(_unit(m).pieces, m.input_records, strict=True):
+        for piece, read in zip(_unit(m).pieces, m.inputs, strict=True):
             documents = read.documents or 0
             if piece.continues and out and out[-1].path == piece.path:
                 last = out[-1]  # the next range of the same file
@@ -283,7 +286,7 @@ def _merge(
         if lengths is None:
             per_table = [segment_lengths(t) for t in src.tables]
             lengths = np.concatenate(per_table) if per_table else np.zeros(0, np.int64)
-    global_rows = _global_rows(lengths, first.max_len)
+    global_rows = _global_rows(aligned_lengths(lengths, first.pad_to_multiple_of), first.max_len)
     merged = _Merged(first_docs, opts, n_rows, global_rows, plan, reason, lengths)
     if reason is None:
         manifest = _reference(out, units, first_docs, layout, _manifest(units, merged, started),
@@ -320,11 +323,11 @@ def _global_rows(lengths: np.ndarray, max_len: int) -> int:
 def _first_docs(out: Path, manifests: Sequence[Manifest]) -> list[int]:
     """The corpus-wide number of each unit's first document; an empty corpus is the error."""
     if not any(m.segments for m in manifests):  # every unit is empty: so is the corpus
-        counts = DocumentCounts.total(m.documents for m in manifests)
-        paths = list(dict.fromkeys(p for m in manifests for p in m.input_paths))
+        counts = DocumentCounts.total(m.counts.documents for m in manifests)
+        paths = list(dict.fromkeys(i.path for m in manifests for i in m.inputs))
         bad = [str(b) for m in manifests for b in m.bad_records]
         raise counts.nothing_to_pack(paths or [str(out)], bad_records=bad)
-    docs_read = [m.documents.read for m in manifests]
+    docs_read = [m.counts.documents.read for m in manifests]
     return [int(x) for x in np.concatenate([[0], np.cumsum(docs_read)[:-1]])]
 
 
@@ -370,15 +373,16 @@ def _copy_reason(manifests: list[Manifest], layout: Layout) -> str | None:
     if layout.world_size is not None:
         return "--world-size stores balanced steps over all the units' rows"
     for i, m in enumerate(manifests):
-        if m.rows_per_shard != layout.rows_per_shard:
+        shuffled, per_shard = m.recorded_options.shuffle is True, m.recorded_options.rows_per_shard
+        if per_shard != layout.rows_per_shard:
             return (
-                f"unit {i} holds {m.rows_per_shard} rows per shard, the merge asks for "
+                f"unit {i} holds {per_shard} rows per shard, the merge asks for "
                 f"{layout.rows_per_shard} (--rows-per-shard/--shard-size)"
             )
-        stored = f"shuffled with seed {m.row_seed}" if m.shuffled else "not shuffled"
-        if not layout.shuffle and m.shuffled:
+        stored = f"shuffled with seed {m.row_seed}" if shuffled else "not shuffled"
+        if not layout.shuffle and shuffled:
             return f"unit {i}'s rows are stored {stored}; --no-shuffle asks for FFD order"
-        if layout.shuffle and (not m.shuffled or m.row_seed != unit_row_seed(layout.seed, i)):
+        if layout.shuffle and (not shuffled or m.row_seed != unit_row_seed(layout.seed, i)):
             return (
                 f"unit {i}'s rows are stored {stored}; --seed {layout.seed} shuffles them "
                 f"with seed {unit_row_seed(layout.seed, i)} (pack the units with that --seed)"
@@ -447,6 +451,7 @@ def _reference(
         shards=shards,
         manifest=record,
         added=first.has_seq_lengths,
+        aligned=first.aligned,
     )
 
 
@@ -454,8 +459,10 @@ def _tokenizer_copy(units: list[tuple[Path, Manifest]]) -> dict[str, Path] | Non
     """The first unit's copy of the tokenizer (and of its config), which the merged output
     copies (if any)."""
     first = units[0][1]
-    tokenizer_file = units[0][0] / first.tokenizer_file
-    if not (first.tokenizer_copied and tokenizer_file.exists()):
+    if first.tokenizer.file is None:  # no tokenizer file (pre-tokenized data)
+        return None
+    tokenizer_file = units[0][0] / first.tokenizer.file
+    if not tokenizer_file.exists():
         return None
     files = {"tokenizer.json": tokenizer_file}
     for name in (TOKENIZER_CONFIG_FILE, CHAT_TEMPLATE_FILE):
@@ -548,6 +555,7 @@ def _write(
         with_labels=first.has_labels,
         overwrite=True,
         added=first.has_seq_lengths,
+        aligned=first.aligned,
     )
     block = max(1, min(rows_per_shard, (64 << 20) // size))
     manifest = write_dataset(
@@ -642,15 +650,15 @@ def _manifest(
             "index": _unit(m).index,
             "directory": f"{UNITS_DIR}/{path.name}",
             "first_doc": base,
-            "documents": m.documents.read,
+            "documents": m.counts.documents.read,
             "segments": m.segments,
-            "tokens": m.tokens.packed,
+            "tokens": m.counts.tokens.packed,
             "rows": m.rows,
             "lower_bound_rows": m.lower_bound_rows,
             "efficiency": m.efficiency,
             "seconds": m.seconds,
             "row_seed": m.row_seed,
-            "pieces": list(_unit(m).piece_records),
+            "pieces": [p.record for p in _unit(m).pieces],
         }
         for (path, m), base in zip(units, first_docs, strict=True)
     ]
@@ -659,8 +667,7 @@ def _manifest(
     for m in manifests:
         bad.extend(m.bad_records[: _BAD_RECORDS_KEPT - len(bad)])
     return Manifest.for_pack(
-        version=__version__,
-        tokenizer=first.tokenizer,
+        tokenizer=first.tokenizer.record,
         options=options,
         inputs=_global_inputs(units, first_docs),
         figures=RunFigures(
@@ -670,8 +677,8 @@ def _manifest(
             lower_bound_rows=lower_bound_rows(counts.tokens.packed, first.max_len),
             max_len=first.max_len,
             bad_records=bad,
-            special_strings=sum(m.special_strings for m in manifests),
-            parse_special=first.parse_special,
+            special_strings=sum(m.special_strings.documents for m in manifests),
+            parse_special=first.special_strings.parsed,
             seconds=time.perf_counter() - started,
             segment_lengths=merged.segment_lengths,
         ),
@@ -708,7 +715,7 @@ def _still_current(
 ) -> bool:
     """Whether ``merged`` is the merge of these units as they are now, with these options,
     and every shard it lists is still there at its size (the merge can then be skipped)."""
-    units = merged.merged_units
+    units = merged.units
     if units is None or units.plan != plan or units.units_sha256 != units_fingerprint(manifests):
         return False
     if any(merged.options.get(k) != opts[k] for k in MERGE_KEYS):

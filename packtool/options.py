@@ -393,6 +393,13 @@ class PackOptions:
         "of this id (an EOS-separated stream; the EOS stays with the document before it).",
         check=_int_in(0, (1 << 31) - 1), corpus=True, show_default=False,
     )  # fmt: skip
+    pad_to_multiple_of: int | None = opt(
+        None, ROWS, "Pad every segment (a document, or a chunk of one) with the pad id to a "
+        "multiple of N (2 x context-parallel size for Megatron THD, 16/32/128 for FP8 "
+        "kernels); --max-len must be a multiple of N. cu_seqlens are then the padded "
+        "boundaries, cu_seqlens_unpadded the real ones; no pad is learned (docs/format.md).",
+        check=_int_in(1, MAX_LEN_LIMIT), show_default=False,
+    )  # fmt: skip  # recorded by pipeline._manifest only when given (older packs lack it)
     num_proc: int | None = opt(
         None, RUN, "Tokenizer threads (default: all cores).", check=_int_in(1, MAX_NUM_PROC),
         corpus=True, show_default=False,
@@ -449,6 +456,21 @@ class PackOptions:
         self.layout  # the layout's fields are checked by the record they make  # noqa: B018
         self._check_units()
         self._check_ids()
+        self._check_alignment()
+
+    def _check_alignment(self) -> None:
+        n = self.pad_to_multiple_of
+        if n is not None and self.max_len is not None and self.max_len % n:
+            lower, higher = self.max_len // n * n, -(-self.max_len // n) * n
+            raise OptionError(
+                f"--max-len {self.max_len} is not a multiple of --pad-to-multiple-of {n}: "
+                f"use --max-len {higher}" + (f" or {lower}" if lower >= 2 else "")
+            )
+
+    @property
+    def alignment(self) -> int:
+        """The multiple every segment is padded to (``--pad-to-multiple-of``; 1: none)."""
+        return self.pad_to_multiple_of or 1
 
     def _check_ids(self) -> None:
         if self.ids_field is None:

@@ -44,6 +44,7 @@ from .errors import OptionError
 __all__ = [
     "Overflow",
     "RowPlan",
+    "aligned_lengths",
     "cut_items",
     "first_fit_decreasing",
     "lower_bound_rows",
@@ -103,6 +104,18 @@ class RowPlan:
     @property
     def n_rows(self) -> int:
         return int(self.row_starts.size - 1)
+
+
+def aligned_lengths(lengths: np.ndarray, multiple: int) -> np.ndarray:
+    """Each length rounded up to a multiple of ``multiple`` (``--pad-to-multiple-of``): the
+    span a segment takes in its row with its alignment pad (``lengths`` itself for 1)::
+
+        aligned_lengths([5, 8, 9], 4) -> [8, 8, 12]
+    """
+    if multiple <= 1:
+        return lengths
+    lengths = np.asarray(lengths)
+    return -(-lengths // multiple) * multiple
 
 
 def lower_bound_rows(total_tokens: int, max_len: int) -> int:

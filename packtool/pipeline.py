@@ -23,7 +23,6 @@ from typing import Any
 
 import numpy as np
 
-from ._version import __version__
 from .corpus import ReadState, background, encoder_backend, read_corpus
 from .counts import Counts, DocumentCounts, LabelFigures, TokenCounts
 from .errors import InputError, OptionError
@@ -48,6 +47,7 @@ from .options import PackOptions
 from .order import attention_costs, row_sums, stored_order
 from .packing import (
     RowPlan,
+    aligned_lengths,
     cut_items,
     first_fit_decreasing,
     lower_bound_rows,
@@ -88,7 +88,7 @@ class PackReport:
     @classmethod
     def from_manifest(cls, out: AnyPath, manifest: Manifest, seconds: float) -> PackReport:
         """The report of the output whose manifest is ``manifest`` (a merge's, a pack's)."""
-        return cls(out, manifest, seconds, notices=manifest.notices)
+        return cls(out, manifest, seconds, notices=manifest.tokenizer.notices)
 
     @property
     def counts(self) -> Counts:
@@ -97,17 +97,17 @@ class PackReport:
 
     @property
     def documents(self) -> DocumentCounts:
-        return self.manifest.documents
+        return self.counts.documents
 
     @property
     def tokens(self) -> int:
         """Real tokens in rows (``counts.tokens.packed``)."""
-        return self.manifest.tokens.packed
+        return self.counts.tokens.packed
 
     @property
     def tokens_learned(self) -> int | None:
         """Tokens with a label (instruction data; ``counts.tokens.learned``), else None."""
-        return self.manifest.tokens.learned
+        return self.counts.tokens.learned
 
     @property
     def max_len(self) -> int:
@@ -119,11 +119,11 @@ class PackReport:
 
     @property
     def rows(self) -> int:
-        return self.manifest.rows
+        return self.manifest.rows or 0
 
     @property
     def lower_bound_rows(self) -> int:
-        return self.manifest.lower_bound_rows
+        return self.manifest.lower_bound_rows or 0
 
     @property
     def shards(self) -> int:
@@ -136,17 +136,18 @@ class PackReport:
     @property
     def special_strings(self) -> int:
         """Documents whose data held special-token strings."""
-        return self.manifest.special_strings
+        return self.manifest.special_strings.documents
 
     @property
     def parse_special(self) -> bool:
         """Whether those strings were parsed as control tokens."""
-        return self.manifest.parse_special
+        return self.manifest.special_strings.parsed
 
     @property
     def backend(self) -> dict[str, Any]:
         """The tokenizer backend, its version (the manifest's record)."""
-        return dict(self.manifest.backend or {})
+        backend = self.manifest.tokenizer.backend
+        return dict(backend.record) if backend else {}
 
     @property
     def efficiency(self) -> float:
@@ -464,13 +465,14 @@ def _plan_stage(store: TokenStore, o: PackOptions, progress: ProgressCallback | 
     item_len = items["length"]
     if progress:
         progress("pack", 0, int(item_len.size))
-    row_of_item = first_fit_decreasing(item_len, o.row_len)
-    order, row_starts = plan_rows(row_of_item, item_len)
+    spans = aligned_lengths(item_len, o.alignment)  # FFD packs the padded lengths
+    row_of_item = first_fit_decreasing(spans, o.row_len)
+    order, row_starts = plan_rows(row_of_item, spans)
     n_rows = int(row_starts.size - 1)
     if progress:
         progress("pack", int(item_len.size), int(item_len.size))
     plan = RowPlan(items["offset"], item_len, items["doc_id"], items["chunk_id"], order, row_starts)
-    seg_lengths, per_row = item_len[order], np.diff(row_starts)
+    seg_lengths, per_row = spans[order], np.diff(row_starts)
     output_order, balance = stored_order(
         n_rows,
         lambda: (attention_costs(seg_lengths, per_row), row_sums(seg_lengths, per_row)),
@@ -505,7 +507,9 @@ def _write_stage(
         with store.reader() as source:
             for start in range(0, n_rows, block):
                 plan_block = placement.output_order[start : start + block]
-                yield gather_rows(source, placement.plan, plan_block, o.row_len, o.pad_id)
+                yield gather_rows(
+                    source, placement.plan, plan_block, o.row_len, o.pad_id, align=o.alignment
+                )
 
     writer = ShardWriter(
         run.out,
@@ -514,6 +518,7 @@ def _write_stage(
         rows_per_shard=rows_per_shard,
         with_labels=run.plan.labelled,
         overwrite=o.overwrite,
+        aligned=o.alignment > 1,
     )
     return write_dataset(
         writer,
@@ -556,13 +561,17 @@ def _manifest(
     if run.plan.labelled:  # counted even where no batch was (an empty unit)
         counts = Counts(labels=LabelFigures(), tokens=TokenCounts(learned=0)) + counts
     return Manifest.for_pack(
-        version=__version__,
         tokenizer={
             **_describe_tokenizer(run.tok, o.pad_id, run.pad_from),
             "backend": state.backend or encoder_backend(run.plan).describe(),
             "eos_appended": eos_appended(run.tok, run.plan),
         },
-        options={**o.describe(), **run.plan.describe()},
+        options={
+            **o.describe(),
+            **run.plan.describe(),
+            # only when given, so that the packs made before the option still verify
+            **({"pad_to_multiple_of": o.alignment} if o.alignment > 1 else {}),
+        },
         inputs=state.input_records,
         figures=RunFigures(
             counts=counts,

@@ -19,6 +19,7 @@ way, so they all start here:
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -32,6 +33,7 @@ from .instruct import InputPlan, InputShape, input_shape, megatron_ids, plan_inp
 from .options import PackOptions
 from .pretokenized import IdsTokenizer
 from .readers import InputFile
+from .repack import packed_options, repack_notice
 from .tokenize import Tokenizer, load_tokenizer
 
 __all__ = [
@@ -56,7 +58,7 @@ def check_ids_options(options: PackOptions) -> None:
 
 def resolve_options(files: Sequence[InputFile], options: PackOptions) -> PackOptions:
     """``options`` as the inputs make them (Megatron inputs are ids), checked."""
-    options = megatron_ids(files, options)
+    options = megatron_ids(files, packed_options(files, options))
     check_ids_options(options)
     return options
 
@@ -117,6 +119,10 @@ def prepare(
     if tokenizer is None:
         tokenizer = choose_tokenizer(options, text=shape is InputShape.TEXT, preload=preload)
     plan = plan_input(files, tokenizer, options, shape=(shape, auto))
+    if options.max_len is not None:  # what a repack cannot give back, said once
+        lost = repack_notice(files, options.max_len, plan.overflow.value)
+        if lost:
+            plan = dataclasses.replace(plan, notice="; ".join(filter(None, [plan.notice, lost])))
     return Prepared(files, options, shape, auto, tokenizer, plan)
 
 

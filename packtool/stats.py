@@ -48,7 +48,15 @@ from ._version import __version__
 from .corpus import ReadState, encoder_backend, read_corpus
 from .counts import Counts, DocumentCounts
 from .errors import FormatError, OptionError
-from .format import IGNORE_INDEX, MANIFEST_FILE, Manifest, Per, column_names, open_packed
+from .format import (
+    IGNORE_INDEX,
+    MANIFEST_FILE,
+    BalanceRecord,
+    Manifest,
+    Per,
+    column_names,
+    open_packed,
+)
 from .fs import StorePath, as_path, user_cache_dir
 from .limits import MAX_BATCH_SIZE, MAX_LEN_LIMIT, MAX_SEED, check_int, read_token_count
 from .options import PackOptions
@@ -56,6 +64,7 @@ from .order import attention_costs, balanced_share, rank_share, step_imbalance, 
 from .packing import Overflow, cut_items, first_fit_decreasing, lower_bound_rows
 from .prepare import Prepared, fingerprint_of, prepare
 from .readers import resolve_inputs
+from .repack import repack_notice
 from .tokenize import EncodedBatch, set_tokenizer_threads
 
 __all__ = [
@@ -97,7 +106,6 @@ PERCENTILES = (50, 90, 99)
 _CACHE_FORMAT = 3  # 3: the lengths of good documents, the runs of learned tokens (labels)
 _BAD_RECORDS_KEPT = 20
 # what a pack's statistics read: the columns of its segments, not those of its tokens
-_COLUMNS = column_names(False, Per.ROW, Per.BOUNDARY, Per.SEGMENT)
 
 ProgressCallback = Callable[[str, int, "int | None"], None]
 
@@ -358,15 +366,15 @@ class BalanceStats:
 def _balance_stats(
     costs: np.ndarray,
     tokens: np.ndarray,
-    recorded: Any,
+    recorded: BalanceRecord | None,
     world_size: int | None,
     micro_batches: int | None,
     seed: int,
 ) -> BalanceStats | None:
     """The step balance of rows (costs in stored order) for ``world_size`` ranks (default:
     the recorded one), ``micro_batches`` rows per rank and step (default: the recorded one)."""
-    recorded = recorded if isinstance(recorded, dict) else {}
-    w = world_size if world_size is not None else recorded.get("world_size")
+    recorded = recorded or BalanceRecord()
+    w = world_size if world_size is not None else recorded.world_size
     if w is None:
         if micro_batches is not None:
             raise OptionError("--micro-batches needs --world-size W (this output records none)")
@@ -379,10 +387,10 @@ def _balance_stats(
             raise OptionError(f"{flag} must be an integer >= 1, got {value!r}")
     if n < w:
         raise OptionError(f"--world-size {w}: the output has only {n} rows")
-    balanced = recorded.get("world_size") == w
-    g = micro_batches or (int(recorded["micro_batches"]) if balanced else 1)
+    balanced = recorded.world_size == w
+    g = micro_batches or (int(recorded.micro_batches or 1) if balanced else 1)
     if balanced:
-        stored_g = int(recorded["micro_batches"])
+        stored_g = int(recorded.micro_batches or 1)
         rows = np.stack([balanced_share(np.arange(n), r, w, stored_g) for r in range(w)])
     else:
         per = n // w
@@ -418,6 +426,32 @@ def _balance_stats(
 
 
 @dataclass(frozen=True)
+class AlignmentStats:
+    """What ``--pad-to-multiple-of`` costs a pack: the pad tokens after its documents (their
+    real tokens are ``packing``'s), as a share of all slots, and the rows FFD makes of the
+    same segments without it."""
+
+    multiple: int
+    pad_tokens: int
+    slots: int
+    rows: int
+    rows_unaligned: int
+
+    @property
+    def share_of_slots(self) -> float:
+        return self.pad_tokens / self.slots if self.slots else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "pad_to_multiple_of": self.multiple,
+            "pad_tokens": self.pad_tokens,
+            "share_of_slots": round(self.share_of_slots, 6),
+            "rows": self.rows,
+            "rows_unaligned": self.rows_unaligned,
+        }
+
+
+@dataclass(frozen=True)
 class DatasetStats:
     """Statistics of a packed output (:func:`dataset_stats`).
 
@@ -435,6 +469,7 @@ class DatasetStats:
     learned_tokens: int | None = None  # instruction data: tokens with a label (manifest)
     units: dict[str, Any] | None = None  # packed in work units: the cost against one global FFD
     balance: BalanceStats | None = None  # steps across data-parallel ranks (--world-size)
+    alignment: AlignmentStats | None = None  # what --pad-to-multiple-of costs
 
     @property
     def learned_share_of_slots(self) -> float | None:
@@ -453,6 +488,7 @@ class DatasetStats:
             "learned_share_of_slots": None if share is None else round(share, 6),
             "units": self.units,
             "balance": None if self.balance is None else self.balance.to_dict(),
+            "alignment": None if self.alignment is None else self.alignment.to_dict(),
             "path": str(self.path),
             "shards": self.shards,
             "tokenizer": self.tokenizer,
@@ -698,6 +734,7 @@ class _Columns:
     lengths: list[np.ndarray] = field(default_factory=list)
     doc_ids: list[np.ndarray] = field(default_factory=list)
     chunk_ids: list[np.ndarray] = field(default_factory=list)
+    alignment_pad: int = 0  # pad tokens after the documents (--pad-to-multiple-of)
 
     @staticmethod
     def _cat(parts: list[np.ndarray], dtype: Any) -> np.ndarray:
@@ -714,7 +751,16 @@ def _read_batch(
     d_off, d_val = _list_parts(batch.column("doc_ids"), where)
     ndocs = np.diff(ch_off)
     ncu = np.diff(cu_off)
-    padded = nt < max_len
+    aligned = "cu_seqlens_unpadded" in batch.schema.names
+    real_val = _list_parts(batch.column("cu_seqlens_unpadded"), where)[1] if aligned else cu_val
+    starts = cu_off[:-1]
+    if aligned:  # the documents end at their padded boundary
+        reach = ncu - 1 >= ndocs
+        used = np.full(nt.size, max_len, np.int64)
+        used[reach] = cu_val[(starts + ndocs)[reach]]
+        padded = used < max_len
+    else:
+        padded = nt < max_len
 
     def fail(bad: np.ndarray, problem: str) -> None:
         row = first_row + int(np.flatnonzero(bad)[0])
@@ -733,9 +779,10 @@ def _read_batch(
     bad = ncu - 1 != ndocs + padded
     if bad.any():
         fail(bad, "cu_seqlens does not have one boundary per document segment (+ padding)")
-    starts = cu_off[:-1]
     bad = (
-        (cu_val[starts] != 0) | (cu_val[starts + ndocs] != nt) | (cu_val[cu_off[1:] - 1] != max_len)
+        (cu_val[starts] != 0)
+        | (real_val[starts + ndocs] != nt)
+        | (cu_val[cu_off[1:] - 1] != max_len)
     )
     if bad.any():
         fail(bad, "cu_seqlens does not run from 0 through num_tokens to max_len")
@@ -743,9 +790,11 @@ def _read_batch(
     n_seg = int(ndocs.sum())
     local = np.arange(n_seg, dtype=np.int64) - np.repeat(ch_off[:-1] - ch_off[0], ndocs)
     pos = np.repeat(starts, ndocs) + local
-    lengths = cu_val[pos + 1].astype(np.int64) - cu_val[pos]
+    lengths = real_val[pos + 1].astype(np.int64) - real_val[pos]
     if (lengths < 1).any():
         fail_segment(lengths < 1, "cu_seqlens does not rise strictly")
+    if aligned:
+        into.alignment_pad += int((cu_val[starts + ndocs] - nt).sum())
     into.fill.append(nt)
     into.per_row.append(ndocs)
     into.lengths.append(lengths.astype(np.int32))
@@ -815,12 +864,13 @@ def dataset_stats(
     """
     started = time.perf_counter()
     _check_batching(batch_size, seed)
-    reader = open_packed(path)
+    reader = open_packed(path, strict=False)  # an older pack too
     manifest = reader.manifest
     max_len = reader.max_len
     cols = _Columns()
     first_row = 0
-    for shard, table in enumerate(reader.iter_tables(columns=list(_COLUMNS))):
+    names = column_names(False, Per.ROW, Per.BOUNDARY, Per.SEGMENT, aligned=reader.aligned)
+    for shard, table in enumerate(reader.iter_tables(columns=names)):
         where = str(reader.shard_paths[shard])
         for batch in table.to_batches():
             _read_batch(batch, max_len, where, first_row, cols)
@@ -830,6 +880,16 @@ def dataset_stats(
     lengths = _Columns._cat(cols.lengths, np.int32)
     doc_ids = _Columns._cat(cols.doc_ids, np.int64)
     chunk_ids = _Columns._cat(cols.chunk_ids, np.int32)
+    alignment = None
+    if reader.aligned:
+        unaligned = first_fit_decreasing(lengths, max_len) if lengths.size else lengths
+        alignment = AlignmentStats(
+            manifest.pad_to_multiple_of,
+            cols.alignment_pad,
+            first_row * max_len,
+            first_row,
+            int(unaligned.max()) + 1 if unaligned.size else 0,
+        )
     del cols
     balance = _balance_stats(
         attention_costs(lengths, per_row),
@@ -859,7 +919,7 @@ def dataset_stats(
     return DatasetStats(
         path=reader.path,
         shards=len(reader.shard_paths),
-        tokenizer=manifest.tokenizer_name,
+        tokenizer=manifest.tokenizer.name,
         packing=packing,
         document_lengths=_length_summary(doc_lengths, max_len),
         bad_records=[str(b) for b in manifest.bad_records],
@@ -867,12 +927,13 @@ def dataset_stats(
         learned_tokens=manifest.counts.tokens.learned,
         units=_units_summary(manifest),
         balance=balance,
+        alignment=alignment,
     )
 
 
 def _units_summary(manifest: Manifest) -> dict[str, Any] | None:
     """What packing within units cost, from the manifest ``packtool merge`` wrote."""
-    units = manifest.merged_units
+    units = manifest.units
     if units is None or manifest.global_ffd_rows is None:
         return None
     return {
@@ -1192,7 +1253,13 @@ def corpus_stats(
         special_strings=data.special_strings,
         parse_special=o.parse_special,
         notices=[
-            n for n in (getattr(tok, "notice", None), *(backend.notices if backend else ())) if n
+            n
+            for n in (
+                getattr(tok, "notice", None),
+                *(backend.notices if backend else ()),
+                *(repack_notice(files, m, plan.overflow.value) for m in lens_wanted),  # a pack's
+            )
+            if n
         ],
         skipped_files=[str(p) for p in skipped],
         backend=None if hit or ids else data.backend,

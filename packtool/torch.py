@@ -60,6 +60,7 @@ __all__ = [
     "collate",
     "flex_block_mask",
     "learned_labels",
+    "real_tokens",
 ]
 
 
@@ -79,7 +80,9 @@ class PackedDataset(Dataset):
     ``cu_seqlens`` (int32, the row's segment boundaries, padding tail included), ``num_tokens``
     (int, real tokens; the padding segment is ``[num_tokens, max_len)``), ``row`` (int, the row's
     number in the whole output) and ``labels`` (int64, ``[max_len]``: :func:`learned_labels`,
-    the row's ``input_ids`` or its stored ``labels`` column, -100 on padding and document starts).
+    the row's ``input_ids`` or its stored ``labels`` column, -100 on padding and document starts);
+    a row of an aligned pack (``--pad-to-multiple-of``) also has ``cu_seqlens_unpadded`` (int32,
+    the real boundaries) and ``labels`` -100 on every alignment pad.
     Batch items with :func:`collate`. ``input_ids``, ``position_ids`` and ``labels`` are enough
     for it, so the rows survive Hugging Face Trainer's default ``remove_unused_columns=True``,
     which drops every key the model's ``forward`` does not name.
@@ -150,13 +153,14 @@ class PackedDataset(Dataset):
         self.micro_batches: int | None = None
         """Rows per rank and step of a balanced layout read as stored (None: plain split)."""
         manifest = reader.manifest
-        balanced_for = manifest.balance_world_size
+        balance = manifest.balance
+        balanced_for = balance.world_size if balance else None
         per_rank = reader.num_rows // world_size
-        if manifest.balance is not None and balanced_for == world_size:
-            self.micro_batches = int(manifest.balance_micro_batches or 1)
+        if balance is not None and balanced_for == world_size:
+            self.micro_batches = int(balance.micro_batches or 1)
             steps, short, _ = balanced_layout(reader.num_rows, world_size, self.micro_batches)
             per_rank = steps * self.micro_batches + short
-        elif manifest.balance is not None and world_size > 1:
+        elif balance is not None and world_size > 1:
             warnings.warn(
                 f"{path} is stored as balanced steps for world_size={balanced_for}"
                 f", not {world_size}: reading the plain split, whose steps are not balanced "
@@ -275,25 +279,56 @@ class PackedDataset(Dataset):
             "num_tokens": int(row.num_tokens),
             "row": int(row.index),
         }
+        unpadded = row.cu_seqlens_unpadded
+        if unpadded is not None:
+            item["cu_seqlens_unpadded"] = torch.from_numpy(unpadded.astype(np.int32))
         source = row.labels if row.labels is not None else row.input_ids
         item["labels"] = torch.from_numpy(
-            learned_labels(source, row.cu_seqlens, int(row.num_tokens))
+            learned_labels(source, row.cu_seqlens, int(row.num_tokens), unpadded)
         )
         return item
 
 
-def learned_labels(source: Any, cu_seqlens: Any, num_tokens: int) -> np.ndarray:
+def learned_labels(
+    source: Any, cu_seqlens: Any, num_tokens: int, cu_seqlens_unpadded: Any = None
+) -> np.ndarray:
     """The labels of one row (int64): ``source`` (``input_ids``, or the stored labels of
     instruction data), with -100 on the padding ``[num_tokens, max_len)`` and on the first token
     of every segment (``cu_seqlens[:-1]``)::
 
         input_ids  a0 a1 a2 b0 b1 b2 P  P          cu_seqlens [0, 3, 6, 8], num_tokens 6
         labels     -  a1 a2 -  b1 b2 -  -
+
+    In an aligned pack (``cu_seqlens_unpadded`` given), every pad is -100: each document's
+    alignment pad and the padding tail (``num_tokens`` then counts the real tokens only)::
+
+        input_ids  a0 a1 a2 P  b0 b1 P  P          cu_seqlens [0, 4, 8], unpadded [0, 3, 5]
+        labels     -  a1 a2 -  -  b1 -  -
     """
     labels = np.array(source, dtype=np.int64)  # a copy: the caller's array is left alone
-    labels[num_tokens:] = IGNORE_INDEX
-    labels[np.asarray(cu_seqlens, dtype=np.int64)[:-1]] = IGNORE_INDEX
+    cu = np.asarray(cu_seqlens, dtype=np.int64)
+    if cu_seqlens_unpadded is None:
+        labels[num_tokens:] = IGNORE_INDEX
+    else:
+        labels[~real_tokens(cu, cu_seqlens_unpadded)] = IGNORE_INDEX
+    labels[cu[:-1]] = IGNORE_INDEX
     return labels
+
+
+def real_tokens(cu_seqlens: Any, cu_seqlens_unpadded: Any) -> np.ndarray:
+    """``[max_len]`` bool: which positions of an aligned row hold a document's token (not its
+    alignment pad, not the padding tail): the first ``diff(cu_seqlens_unpadded)[i]`` of each
+    segment ``i``."""
+    cu = np.asarray(cu_seqlens, dtype=np.int64)
+    real = np.diff(np.asarray(cu_seqlens_unpadded, dtype=np.int64))
+    spans = np.diff(cu)
+    if real.shape != spans.shape or (real < 0).any() or (real > spans).any():
+        raise ValueError(
+            f"cu_seqlens_unpadded {np.asarray(cu_seqlens_unpadded).tolist()} does not fit "
+            f"cu_seqlens {cu.tolist()}"
+        )
+    within = np.arange(int(cu[-1]), dtype=np.int64) - np.repeat(cu[:-1], spans)
+    return within < np.repeat(real, spans)
 
 
 def _as_long(x: Any) -> torch.Tensor:
@@ -307,7 +342,7 @@ def _segment_starts(position_ids: torch.Tensor) -> np.ndarray:
     return np.append(np.flatnonzero(pos == 0), pos.size).astype(np.int64)
 
 
-def collate(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+def collate(rows: Sequence[Mapping[str, Any]], *, cp_size: int = 1) -> dict[str, Any]:
     """Batch packed rows for a causal LM; the keys are the keywords Hugging Face models take,
     so ``model(**collate(rows))`` is right as it stands (also with a default model config).
 
@@ -342,9 +377,21 @@ def collate(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
 
     Deliberately, there is no ``attention_mask`` key: a 2-D mask, even all ones, turns off
     Hugging Face's packed-sequence handling.
+
+    Rows of an aligned pack (``--pad-to-multiple-of``: they carry ``cu_seqlens_unpadded``)
+    learn no alignment pad either, and ``num_learned_tokens`` counts none.
+
+    ``cp_size`` > 1 (context parallelism, as accelerate and Hugging Face Trainer shard a batch
+    along the sequence into ``2 * cp_size`` load-balanced chunks): the row length must be a
+    multiple of ``2 * cp_size``; the batch gains ``shift_labels`` (``labels`` shifted by one,
+    made before sharding, so each shard's loss pairs every token with its true successor)
+    and loses ``cu_seq_lens_*`` and ``max_length_*``, which describe the unsharded rows
+    (docs/context-parallel.md).
     """
     if not rows:
         raise ValueError("collate needs at least one row")
+    if isinstance(cp_size, bool) or not isinstance(cp_size, int) or cp_size < 1:
+        raise OptionError(f"cp_size must be an integer >= 1, got {cp_size!r}")
     missing = [key for key in column_names(False, Per.TOKEN) if key not in rows[0]]
     if missing:
         raise ValueError(
@@ -359,6 +406,12 @@ def collate(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         raise ValueError(
             f"position_ids {tuple(position_ids.shape)} do not match input_ids "
             f"{tuple(input_ids.shape)}"
+        )
+    if max_len % (2 * cp_size) and cp_size > 1:
+        raise OptionError(
+            f"rows of {max_len} tokens cannot be split into 2 x cp_size = {2 * cp_size} equal "
+            f"chunks for context parallelism: pack with a --max-len that is a multiple of "
+            f"{2 * cp_size}"
         )
     labels = torch.empty_like(input_ids)
     cu_parts = [np.zeros(1, dtype=np.int64)]
@@ -386,12 +439,15 @@ def collate(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
                 "TrainingArguments(remove_unused_columns=False)"
             )
         source = _as_long(stored) if stored is not None else input_ids[b]
-        labels[b] = torch.from_numpy(learned_labels(source.numpy(), cu, num_tokens))
+        unpadded = r.get("cu_seqlens_unpadded") if "cu_seqlens" in r else None
+        if unpadded is not None:
+            unpadded = np.asarray(unpadded, dtype=np.int64)
+        labels[b] = torch.from_numpy(learned_labels(source.numpy(), cu, num_tokens, unpadded))
         cu_parts.append(cu[1:] + b * max_len)
     cu_global = np.concatenate(cu_parts)
     cu_tensor = torch.from_numpy(cu_global.astype(np.int32))
     max_length = int(np.diff(cu_global).max())
-    return {
+    batch: dict[str, Any] = {
         "input_ids": input_ids,
         "position_ids": position_ids,
         "labels": labels,
@@ -402,6 +458,13 @@ def collate(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         "num_learned_tokens": int((labels[:, 1:] != IGNORE_INDEX).sum()),
         "use_cache": False,
     }
+    if cp_size > 1:
+        for key in ("cu_seq_lens_q", "cu_seq_lens_k", "max_length_q", "max_length_k"):
+            del batch[key]
+        shift = torch.full_like(labels, IGNORE_INDEX)
+        shift[:, :-1] = labels[:, 1:]
+        batch["shift_labels"] = shift
+    return batch
 
 
 def _rows_cu(cu_seqlens: Any, max_len: int) -> list[np.ndarray]:

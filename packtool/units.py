@@ -390,7 +390,7 @@ def finished_unit(unit: Unit, out_dir: str | os.PathLike[str]) -> Manifest | Non
         manifest = read_manifest(directory)
     except FormatError:
         return None  # an unreadable marker: pack the unit again
-    recorded = manifest.unit_record
+    recorded = manifest.unit
     if recorded is not None and recorded.plan == unit.plan and recorded.index == unit.index:
         return manifest
     raise OutputExistsError(
@@ -480,10 +480,10 @@ def result_from_manifest(
         index=unit.index,
         count=unit.count,
         skipped=skipped,
-        documents=manifest.documents.read,
+        documents=manifest.counts.documents.read,
         segments=manifest.segments or 0,
-        tokens=manifest.tokens.packed,
-        rows=manifest.rows,
+        tokens=manifest.counts.tokens.packed,
+        rows=manifest.rows or 0,
         seconds=round(seconds, 3),
         pid=os.getpid(),
         host=socket.gethostname(),

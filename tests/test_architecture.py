@@ -43,6 +43,7 @@ LAYERS: dict[str, int] = {
     "gather": 4,
     "instruct": 4,
     "inspect": 4,
+    "repack": 4,
     # 5: the prepare stage (inputs, shape, tokenizer, plan decided once)
     "prepare": 5,
     "corpus": 5,

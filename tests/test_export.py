@@ -22,7 +22,7 @@ from typer.testing import CliRunner
 
 import packtool
 from packtool.cli import app
-from packtool.errors import OptionError, OutputExistsError
+from packtool.errors import FormatError, OptionError, OutputExistsError
 from packtool.export import common as export_common
 from packtool.export import export, verify_export
 from packtool.export import registry as export_registry
@@ -126,6 +126,11 @@ def test_verify_finds_a_damaged_export(tmp_path: Path) -> None:
     assert problems[0].endswith("tokens at 0 of .bin differ from the pack")  # byte 10: token 5
     result = CliRunner().invoke(app, ["verify", str(out), "--export", str(dest)])
     assert result.exit_code == 1 and "export (megatron) FAILED" in result.stdout
+    # a malformed export.json: one line naming the file and the key
+    record["files"]["text_document.bin"]["bytes"] = "12"
+    (dest / "export.json").write_text(json.dumps(record))
+    with pytest.raises(FormatError, match=r"export.json: files.text_document.bin.bytes must be an"):
+        verify_export(out, dest)
 
 
 def test_export_cli(tmp_path: Path) -> None:

@@ -19,6 +19,7 @@ from packtool.format import (
     PackedBatch,
     Per,
     ShardWriter,
+    SpecialIds,
     column_names,
     columns,
     hf_features,
@@ -201,7 +202,7 @@ def test_the_segment_length_histogram_is_exact(tmp_path: Path) -> None:
     for lengths in (rng.integers(1, 4097, 5000), rng.integers(1, 1 << 24, 300), np.zeros(0)):
         lengths = lengths.astype(np.int32)
         m = Manifest.for_pack(
-            version="0", tokenizer={}, options={}, inputs=[],
+            tokenizer={}, options={}, inputs=[],
             figures=RunFigures(Counts(), int(lengths.size), 1, 1, 1 << 24, [], 0, False, 0.0,
                                segment_lengths=lengths),
         )  # fmt: skip
@@ -307,55 +308,103 @@ def test_typed_accessors_of_an_instruction_pack(tmp_path: Path) -> None:
     )
     m = open_packed(out).manifest
     raw = json.loads((out / "manifest.json").read_text())
-    special = raw["tokenizer"]["special_tokens"]
-    assert (m.eos_id, m.bos_id, m.pad_id) == (
-        special["eos_id"], special["bos_id"], special["pad_id"]
-    )  # fmt: skip
-    assert m.pad_id_option == raw["options"]["pad_id"]
-    assert m.add_eos == raw["options"]["add_eos"] and m.add_bos == bool(raw["options"]["bos"])
-    assert m.shuffled and m.row_seed == 3
-    assert m.chat_template is not None
-    assert m.chat_template.sha256 == raw["options"]["chat_template"]["sha256"]
-    assert m.chat_template.source == "file"
-    labels = m.label_counts
+    special, options = raw["tokenizer"]["special_tokens"], m.recorded_options
+    assert m.tokenizer.special_tokens == SpecialIds(**special)
+    assert options.pad_id == raw["options"]["pad_id"]
+    assert options.add_eos == raw["options"]["add_eos"] and options.bos == raw["options"]["bos"]
+    assert options.shuffle and m.row_seed == 3
+    assert options.chat_template is not None
+    assert options.chat_template.sha256 == raw["options"]["chat_template"]["sha256"]
+    assert options.chat_template.source == "file"
+    labels = m.labels
     assert labels is not None and labels.loss_on == raw["labels"]["loss_on"] == "assistant"
+    assert m.tokens is not None and m.documents is not None
     assert labels.learned_tokens == raw["labels"]["learned_tokens"] == m.tokens.learned
     assert m.dropped_label_chunks == raw["labels"]["chunks_without_labels_dropped"]
-    assert m.packed_tokens_recorded == raw["tokens"]["packed"]
-    assert m.documents_read_recorded == raw["documents"]["read"]
-    backend = m.backend_record
+    assert m.tokens.packed == raw["tokens"]["packed"]
+    assert m.documents.read == raw["documents"]["read"]
+    backend = m.tokenizer.backend
     assert backend is not None and backend.name == raw["tokenizer"]["backend"]["name"]
     assert backend.version == raw["tokenizer"]["backend"]["version"]
-    assert [i.to_record() for i in m.input_records] == raw["inputs"]
-    assert m.rows_per_shard == raw["options"]["rows_per_shard"]
-    assert m.merged_units is None and m.units_summary() == {}
-    assert m.unit_record is None
-    assert m.unit_plan is None and m.unit_index is None
-    assert m.balance_world_size is None and m.balance_micro_batches is None
+    assert backend.record == raw["tokenizer"]["backend"]
+    assert [i.to_record() for i in m.inputs] == raw["inputs"]
+    assert [s.to_record() for s in m.shards] == raw["shards"]
+    assert options.rows_per_shard == raw["options"]["rows_per_shard"]
+    assert m.units is None and m.unit is None and m.balance is None
+    assert m.load_problems == () and m.problems() == []
 
 
-def test_typed_accessors_read_damaged_values_as_none() -> None:
+def _damaged() -> dict:
+    return {
+        "options": {"seed": "7", "shuffle": True, "pad_id": True, "chat_template": "x"},
+        "tokenizer": {"special_tokens": {"eos_id": 1.5, "bos_id": None}},
+        "labels": {"loss_on": 3, "chunks_without_labels_dropped": "2"},
+        "documents": {"read": -1.0},
+        "units": {"count": "3", "packing_loss": "x", "copied": 1, "plan": "p"},
+        "unit": {"index": False, "plan": 5},
+        "balance": {"world_size": 2.0},
+    }
+
+
+def test_a_lenient_manifest_reads_damaged_values_as_none() -> None:
     from packtool.format import Manifest
 
-    m = Manifest(
-        {
-            "options": {"seed": "7", "shuffle": True, "pad_id": True, "chat_template": "x"},
-            "tokenizer": {"special_tokens": {"eos_id": 1.5, "bos_id": None}},
-            "labels": {"loss_on": 3, "chunks_without_labels_dropped": "2"},
-            "documents": {"read": -1.0},
-            "units": {"count": "3", "packing_loss": "x", "copied": 1, "plan": "p"},
-            "unit": {"index": False, "plan": 5},
-            "balance": {"world_size": 2.0},
-        }
-    )
-    assert m.shuffled and m.row_seed is None and m.pad_id_option is None
-    assert m.chat_template is None and m.eos_id is None and m.bos_id is None
-    assert m.label_counts is not None and m.label_counts.loss_on is None
-    assert m.dropped_label_chunks == 0 and m.documents_read_recorded is None
-    units = m.merged_units
+    m = Manifest.from_record(_damaged(), strict=False)
+    options, special = m.recorded_options, m.tokenizer.special
+    assert options.shuffle and m.row_seed is None and options.pad_id is None
+    assert options.chat_template is None and special.eos_id is None and special.bos_id is None
+    assert m.labels is not None and m.labels.loss_on is None
+    assert m.dropped_label_chunks == 0 and m.documents is None and m.tokens is None
+    units = m.units
     assert units is not None and units.plan == "p"
     assert (units.count, units.packing_loss, units.copied) == (None, None, None)
-    assert m.unit_index is None and m.unit_plan is None and m.balance_world_size is None
+    assert m.unit is not None and m.unit.index is None and m.unit.plan is None
+    assert m.balance is not None and m.balance.world_size is None
+    # each malformed value is named by its key path, once
+    assert 'options.seed must be an integer, got "7"' in m.load_problems
+    assert "tokenizer.special_tokens.eos_id must be an integer, got 1.5" in m.load_problems
+    assert "documents.read must be an integer, got -1.0" in m.load_problems
+    assert "units.copied must be true or false, got 1" in m.load_problems
+    assert len(m.load_problems) == 13, m.load_problems
+    problems = m.problems()
+    assert problems[: len(m.load_problems)] == list(m.load_problems)
+    assert "'documents' does not hold every count (read, packed, split, ...)" in problems
+
+
+def test_a_strict_manifest_refuses_a_damaged_value_in_one_line(tmp_path: Path) -> None:
+    """A pack read to be used names the file and the key path of the first malformed value;
+    verify and stats read the same record leniently and list what is wrong."""
+    from packtool.format import Manifest
+
+    first = r"^manifest.json: tokenizer.special_tokens.eos_id must be an integer, got 1.5$"
+    with pytest.raises(FormatError, match=first):
+        Manifest.from_record(_damaged())
+    out = tmp_path / "out"
+    with ShardWriter(out, max_len=4, num_rows=3, rows_per_shard=4) as w:
+        w.write(_batch(3, 4))
+        record = w.commit({}).to_dict()
+    record["documents"] = {"read": "x"}
+    (out / "manifest.json").write_text(json.dumps(record))
+    with pytest.raises(FormatError) as e:
+        open_packed(out)
+    assert str(e.value) == f'{out / "manifest.json"}: documents.read must be an integer, got "x"'
+    lenient = open_packed(out, strict=False).manifest
+    assert lenient.documents is None
+    assert 'documents.read must be an integer, got "x"' in lenient.problems()
+
+
+def test_records_round_trip_through_the_generic_loader() -> None:
+    """Each record read by the loader and written by to_record gives the same JSON."""
+    from packtool.format.records import PieceRecord, ShardEntry
+
+    shard = {"file": "units/u/data.arrow", "rows": 3, "bytes": 10, "sha256": "ab", "doc_offset": 0}
+    assert ShardEntry.from_record(shard).to_record() == shard
+    plain = {"file": "data.arrow", "rows": 3}
+    assert ShardEntry.from_record(plain).to_record() == plain
+    piece = {"path": "a.jsonl", "kind": "jsonl", "compression": None, "file_size": 9,
+             "split_by": "bytes", "start": 0, "stop": 9}  # fmt: skip
+    loaded = PieceRecord.from_record(piece)
+    assert loaded.to_record() == piece and loaded.record == piece and not loaded.continues
 
 
 @pytest.mark.parametrize("chat", [False, True])

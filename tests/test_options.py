@@ -64,6 +64,7 @@ ROWS_CHANGES: dict[str, tuple[Any, dict[str, Any]]] = {
     "loss_mask_field": ("mask", {"ids_field": "ids"}),
     "vocab_size": (1000, {}),
     "split_on_eos": (2, {}),
+    "pad_to_multiple_of": (64, {}),
     "units": (3, {"units": 2}),
 }
 

@@ -287,7 +287,8 @@ def test_a_merge_on_a_store_reads_no_shard(memory_prefix, tmp_path: Path) -> Non
             )
     report = merge_units(f"memory://{name}/out")
     merged = packtool.open_packed(f"memory://{name}/out").manifest
-    assert merged.units["copied"] is False and report.rows == merged.rows
+    assert merged.units is not None and merged.units.copied is False
+    assert report.rows == merged.rows
     assert all(s.file.startswith("units/") for s in merged.shards)
     assert not [p for p in fs.ls(f"/{name}/out", detail=False) if p.endswith(".arrow")]
     assert merged.global_ffd_rows is not None and merged.global_ffd_rows <= merged.rows

@@ -62,7 +62,7 @@ def tiny_llama(vocab: int) -> Any:
 
 def tokenizer_of(out: Path) -> Any:
     tokenizer = transformers.PreTrainedTokenizerFast(tokenizer_file=str(out / "tokenizer.json"))
-    tokenizer.pad_token_id = packtool.open_packed(out).manifest.special_tokens["pad_id"]
+    tokenizer.pad_token_id = packtool.open_packed(out).manifest.tokenizer.special.pad_id
     return tokenizer
 
 

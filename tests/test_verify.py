@@ -402,6 +402,33 @@ def test_manifest_arithmetic(tmp_path: Path) -> None:
     assert any("but its parts add up to" in p.what for p in report.problems)
 
 
+def test_malformed_manifest_values_are_listed_not_raised(tmp_path: Path) -> None:
+    """A count of the wrong type: the training side refuses the pack in one line naming the
+    key; verify lists it (and skips the arithmetic it would need), and stats still reads."""
+
+    def edit(m: dict) -> None:
+        m["documents"]["split"] = "2"
+        m["tokens"]["learned"] = [1]
+
+    _, out = pack_chars(tmp_path)
+    edit_manifest(out, edit)
+    with pytest.raises(
+        FormatError, match=r'manifest.json: documents.split must be an integer, got "2"$'
+    ):
+        packtool.open_packed(out)
+    report = verify(out)
+    whats = [p.what for p in report.problems if p.check == "manifest"]
+    assert 'manifest.json: documents.split must be an integer, got "2"' in whats
+    assert "manifest.json: tokens.learned must be an integer, got [1]" in whats
+    assert (
+        "manifest.json: 'documents' does not hold every count (read, packed, split, ...)" in whats
+    )
+    assert not any("parts add up" in w for w in whats)
+    result = runner.invoke(app, ["verify", str(out)])
+    assert result.exit_code == 1 and "documents.split must be an integer" in result.stdout
+    assert runner.invoke(app, ["stats", str(out)]).exit_code == 0
+
+
 def test_stray_files_and_metadata(tmp_path: Path) -> None:
     _, out = pack_chars(tmp_path, tokenizer=None, max_len=64)
     shutil.copy(out / "data-00000-of-00001.arrow", out / "data-00005-of-00009.arrow")

@@ -23,6 +23,17 @@ The metadata file is a JSON list with one object, in their units (a sequence of 
 counts ``n - 1``, the length after the shift): ``pack_size``, ``dataset_max_seqlen``,
 ``max_samples_per_bin``, ``min_packed_seqlen``, ``packing_factor`` (sequences per pack) and
 ``packing_efficiency`` (percent).
+
+An aligned pack (``--pad-to-multiple-of N``) is written as their own packing writes sequences
+for ``pad_seq_to_mult`` = N (``packed_sequence.py``'s ``pre_pad_dataset``): each sequence
+padded with EOS to ``ceil(n / N) * N + 1`` tokens, so that its inputs after the shift are the
+row's padded span, a multiple of N; their collate finds the real length by the trailing EOS
+(``cu_seqlens_unpadded``) and the padded one by ``seq_start_id`` (``cu_seqlens``)::
+
+    row          a0 a1 a2 E  P  P  b0 E  P        max_len 9, N 3, cu_seqlens [0, 6, 9]
+    input_ids    a0 a1 a2 E  E  E  E  b0 E  E  E     a: 4 real + 3 EOS; b: 2 real + 2 EOS
+    seq_start_id [0, 7]
+    loss_mask    1  1  1  0  0  0  0  1  0  0  0     (a text pack: every next token)
 """
 
 from __future__ import annotations
@@ -38,6 +49,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from ..errors import FormatError
 from ..format import IGNORE_INDEX, PackedReader, Per, column_names, sha256_file
 from .common import (
     HashingWriter,
@@ -91,10 +103,53 @@ def _learned(batch: pa.RecordBatch, max_len: int, has_labels: bool) -> np.ndarra
     return real & (positions != 0)
 
 
+def _alignment_pad(reader: PackedReader) -> int:
+    """The id an aligned pack's sequences are padded with in the export: EOS, which their
+    collate strips to find the real lengths (and masks out of the loss)."""
+    eos = reader.manifest.tokenizer.special.eos_id
+    if eos is None:
+        raise FormatError(
+            f"{reader.path}: exporting an aligned pack to megatron-bridge pads its sequences "
+            "with EOS (their collate finds the real lengths by it), but the pack records no "
+            "EOS id"
+        )
+    return int(eos)
+
+
 def _list_array(values: np.ndarray, offsets: np.ndarray, kind: pa.DataType) -> pa.Array:
     return pa.ListArray.from_arrays(
         pa.array(offsets.astype(np.int32), pa.int32()), pa.array(values, kind)
     )
+
+
+def _aligned_entries(
+    batch: pa.RecordBatch, reader: PackedReader, index: SegmentIndex, seg: slice, eos: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(ids, loss mask, token offsets per row, seq_start_id) of an aligned pack's rows:
+    each sequence its real tokens, then EOS up to its span plus one."""
+    L = reader.max_len
+    rows = batch.num_rows
+    ids = _fixed(batch, "input_ids", L).reshape(-1)
+    if reader.has_labels:
+        learned = (_fixed(batch, "labels", L) != IGNORE_INDEX).reshape(-1)
+    else:  # read at a document's real tokens only (below), where position 0 is its start
+        learned = (_fixed(batch, "position_ids", L) != 0).reshape(-1)
+    n, span = index.length[seg], index.span[seg]
+    local_row = index.row[seg] - (index.row[seg.start] if n.size else 0)
+    stored = span + 1  # their inputs are the stored tokens but the last: the span
+    piece = np.cumsum(stored) - stored
+    out_ids = np.full(int(stored.sum()), eos, np.int32)
+    out_mask = np.zeros(out_ids.size, np.int8)
+    intra = np.arange(int(n.sum()), dtype=np.int64) - np.repeat(np.cumsum(n) - n, n)
+    src = np.repeat(local_row * L + index.start[seg], n) + intra
+    dst = np.repeat(piece, n) + intra
+    out_ids[dst] = ids[src]
+    inside = intra < np.repeat(n - 1, n)  # mask[t] = learned[t + 1] within the document
+    out_mask[dst[inside]] = learned[src[inside] + 1]
+    per_row = np.bincount(local_row, weights=stored, minlength=rows).astype(np.int64)
+    token_offsets = np.concatenate([[0], np.cumsum(per_row)])
+    starts = piece - token_offsets[local_row]
+    return out_ids, out_mask, token_offsets, starts
 
 
 def bridge_tables(reader: PackedReader, index: SegmentIndex) -> Iterator[pa.Table]:
@@ -102,17 +157,31 @@ def bridge_tables(reader: PackedReader, index: SegmentIndex) -> Iterator[pa.Tabl
     of :data:`BRIDGE_SCHEMA` (read from the memory-mapped shards a batch at a time)."""
     first_seg = np.concatenate([[0], np.cumsum(index.per_row)])
     row0 = 0
+    aligned = reader.aligned
+    eos = _alignment_pad(reader) if aligned else 0
     columns = column_names(reader.has_labels, Per.TOKEN, Per.ROW)  # not the segments'
     for table in reader.iter_tables(columns):
         for batch in table.to_batches(max_chunksize=ROW_GROUP_ROWS):
             rows = batch.num_rows
+            seg = slice(int(first_seg[row0]), int(first_seg[row0 + rows]))
+            seg_offsets = first_seg[row0 : row0 + rows + 1] - first_seg[row0]
+            if aligned:
+                ids, mask, token_offsets, starts = _aligned_entries(batch, reader, index, seg, eos)
+                yield pa.Table.from_arrays(
+                    [
+                        _list_array(ids, token_offsets, pa.int32()),
+                        _list_array(mask, token_offsets, pa.int8()),
+                        _list_array(starts.astype(np.int32), seg_offsets, pa.int32()),
+                    ],
+                    schema=BRIDGE_SCHEMA,
+                )
+                row0 += rows
+                continue
             n = batch.column("num_tokens").to_numpy().astype(np.int64)
             real = np.arange(reader.max_len) < n[:, None]
             token_offsets = np.concatenate([[0], np.cumsum(n)])
             ids = _fixed(batch, "input_ids", reader.max_len)[real]
             mask = bridge_loss_mask(_learned(batch, reader.max_len, reader.has_labels))[real]
-            seg = slice(int(first_seg[row0]), int(first_seg[row0 + rows]))
-            seg_offsets = first_seg[row0 : row0 + rows + 1] - first_seg[row0]
             yield pa.Table.from_arrays(
                 [
                     _list_array(ids, token_offsets, pa.int32()),
@@ -127,12 +196,12 @@ def bridge_tables(reader: PackedReader, index: SegmentIndex) -> Iterator[pa.Tabl
 def bridge_metadata(reader: PackedReader, index: SegmentIndex) -> dict[str, Any]:
     """The packing metadata of the export, in Megatron-Bridge's units (``n - 1`` per
     sequence of ``n`` tokens)."""
-    num_tokens = np.zeros(reader.num_rows, dtype=np.int64)
-    np.add.at(num_tokens, index.row, index.length)
-    packed = num_tokens - index.per_row  # each sequence loses one token to the shift
+    theirs = index.span if reader.aligned else index.length - 1  # after the shift
+    packed = np.zeros(reader.num_rows, dtype=np.int64)
+    np.add.at(packed, index.row, theirs)
     rows = max(reader.num_rows, 1)
     return {
-        "dataset_max_seqlen": int(index.length.max() - 1) if len(index) else 0,
+        "dataset_max_seqlen": int(theirs.max()) if len(index) else 0,
         "max_samples_per_bin": int(index.per_row.max()) if reader.num_rows else 0,
         "packing_factor": round(len(index) / rows, 2),
         "packing_efficiency": round(float(packed.sum()) / rows / reader.max_len * 100, 2),
@@ -200,6 +269,7 @@ def export_bridge(reader: PackedReader, staging: Path, *, npy: bool = False) -> 
             "tokens": int(index.length.sum()),
             "learned_tokens": learned,
             "packed_sequence_size": reader.max_len,
+            **({"pad_seq_to_mult": reader.manifest.pad_to_multiple_of} if reader.aligned else {}),
             "metadata": metadata,
             "files": files,
         },
@@ -230,19 +300,33 @@ def bridge_problems(reader: PackedReader, dest: Path, record: dict[str, Any]) ->
             n = row.num_tokens
             docs = [s for s in row.segments if not s.is_padding]
             labels = np.array(row.labels if row.labels is not None else row.input_ids, np.int64)
-            labels[n:] = IGNORE_INDEX
+            if not reader.aligned:
+                labels[n:] = IGNORE_INDEX
             labels[[s.start for s in row.segments]] = IGNORE_INDEX
-            want_mask = [int(x != IGNORE_INDEX) for x in labels[1:n]] + [0]
+            if reader.aligned:
+                pad = _alignment_pad(reader)
+                want_ids, want_mask, want_starts = [], [], []
+                for s in docs:
+                    want_starts.append(len(want_ids))
+                    want_ids += row.input_ids[s.start : s.end].tolist() + [pad] * (s.pad + 1)
+                    learned = labels[s.start + 1 : s.end] != IGNORE_INDEX
+                    want_mask += learned.astype(int).tolist() + [0] * (s.pad + 2)
+                theirs = [s.length + s.pad for s in docs]
+            else:
+                want_ids = row.input_ids[:n].tolist()
+                want_starts = [s.start for s in docs]
+                want_mask = [int(x != IGNORE_INDEX) for x in labels[1:n]] + [0]
+                theirs = [s.length - 1 for s in docs]
             for key, want in (
-                ("input_ids", row.input_ids[:n].tolist()),
-                ("seq_start_id", [s.start for s in docs]),
+                ("input_ids", want_ids),
+                ("seq_start_id", want_starts),
                 ("loss_mask", want_mask),
             ):
                 if entry[key] != want:
                     problems.append(f"{names['parquet']} row {r}: {key} differs from the pack")
-            lengths += [s.length - 1 for s in docs]
+            lengths += theirs
             per_row.append(len(docs))
-            packed.append(n - len(docs))
+            packed.append(sum(theirs))
             r += 1
             if len(problems) >= 20:
                 return problems

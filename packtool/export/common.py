@@ -18,7 +18,7 @@ import json
 import os
 import shutil
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -26,11 +26,13 @@ import numpy as np
 
 from ..errors import FormatError, OptionError, OutputExistsError
 from ..format import PackedReader, Per, column_names, remove_stale_temporaries, sha256_file
+from ..format.records import Problems, Record, raw
 from ..fs import as_path, is_url
 
 __all__ = [
     "EXPORT_FILE",
     "EXPORT_FORMAT",
+    "ExportRecord",
     "HashingWriter",
     "RowColumn",
     "SegmentIndex",
@@ -51,8 +53,9 @@ class SegmentIndex:
     """Every document segment of a pack, one entry per segment, in stored row order.
 
     ``row[i]`` is the global row of segment ``i``, ``start[i]`` / ``length[i]`` its place in the
-    row, ``doc[i]`` / ``chunk[i]`` its source document and chunk number. ``per_row[r]`` is the
-    number of document segments of row ``r``.
+    row (its real tokens), ``doc[i]`` / ``chunk[i]`` its source document and chunk number.
+    ``per_row[r]`` is the number of document segments of row ``r``. ``span[i]``: the slots it
+    takes with its alignment pad (``--pad-to-multiple-of``; ``length[i]`` otherwise).
     """
 
     row: np.ndarray
@@ -61,6 +64,7 @@ class SegmentIndex:
     doc: np.ndarray
     chunk: np.ndarray
     per_row: np.ndarray
+    span: np.ndarray
 
     def __len__(self) -> int:
         return int(self.row.size)
@@ -71,16 +75,21 @@ class SegmentIndex:
 
 
 def segment_index(reader: PackedReader) -> SegmentIndex:
-    """The :class:`SegmentIndex` of a pack, from its ``cu_seqlens``, ``doc_ids``, ``chunk_ids``
-    (the token columns are not read)."""
+    """The :class:`SegmentIndex` of a pack, from its ``cu_seqlens`` (and
+    ``cu_seqlens_unpadded``), ``doc_ids``, ``chunk_ids`` (the token columns are not read)."""
     parts: dict[str, list[np.ndarray]] = {k: [] for k in SegmentIndex.__dataclass_fields__}
     first_row = 0
-    for table in reader.iter_tables(column_names(False, Per.BOUNDARY, Per.SEGMENT)):
-        for cu, docs, chunks in zip(
-            table.column("cu_seqlens").chunks,
-            table.column("doc_ids").chunks,
-            table.column("chunk_ids").chunks,
-            strict=True,
+    aligned = reader.aligned
+    names = column_names(False, Per.BOUNDARY, Per.SEGMENT, aligned=aligned)
+    for table in reader.iter_tables(names):
+        unpadded = table.column("cu_seqlens_unpadded").chunks if aligned else None
+        for k, (cu, docs, chunks) in enumerate(
+            zip(
+                table.column("cu_seqlens").chunks,
+                table.column("doc_ids").chunks,
+                table.column("chunk_ids").chunks,
+                strict=True,
+            )
         ):
             cu_off = cu.offsets.to_numpy().astype(np.int64)
             cu_val = cu.values.to_numpy()
@@ -95,7 +104,13 @@ def segment_index(reader: PackedReader) -> SegmentIndex:
             start = cu_val[at].astype(np.int64)
             parts["row"].append(seg_row + first_row)
             parts["start"].append(start)
-            parts["length"].append(cu_val[at + 1].astype(np.int64) - start)
+            span = cu_val[at + 1].astype(np.int64) - start
+            parts["span"].append(span)
+            if unpadded is None:
+                parts["length"].append(span)
+            else:
+                real = unpadded[k].values.to_numpy().astype(np.int64)
+                parts["length"].append(real[at + 1] - real[at])
             parts["doc"].append(docs.values.to_numpy()[doc_off[0] : doc_off[-1]].astype(np.int64))
             chunk_off = chunks.offsets.to_numpy().astype(np.int64)
             parts["chunk"].append(
@@ -241,8 +256,35 @@ def write_export_manifest(staging: Path, record: dict[str, Any]) -> dict[str, An
     return record
 
 
-def read_export_manifest(dest: str | os.PathLike[str]) -> dict[str, Any]:
-    """The ``export.json`` of an export directory, checked for its format."""
+@dataclass(frozen=True)
+class ExportSource(Record):
+    """What names the pack an export came from (:func:`pack_fingerprint`)."""
+
+    shards_sha256: str | None = None
+
+
+@dataclass(frozen=True)
+class ExportFile(Record):
+    """One file of an export as ``export.json`` lists it."""
+
+    bytes: int | None = None
+    sha256: str | None = None
+
+
+@dataclass(frozen=True)
+class ExportRecord(Record):
+    """The ``export.json`` of an export, read by the manifest's loader (what ``verify
+    --export`` needs of it, typed; the rest as written in ``record``)."""
+
+    to: str
+    source: ExportSource = field(default_factory=ExportSource)
+    files: dict[str, ExportFile] = field(default_factory=dict)
+    record: dict[str, Any] = raw()
+
+
+def read_export_manifest(dest: str | os.PathLike[str]) -> ExportRecord:
+    """The ``export.json`` of an export directory, checked for its format; a malformed value
+    is a :class:`FormatError` naming its key."""
     path = Path(dest) / EXPORT_FILE
     if not path.exists():
         raise FormatError(
@@ -255,19 +297,19 @@ def read_export_manifest(dest: str | os.PathLike[str]) -> dict[str, Any]:
         raise FormatError(f"{path}: unreadable: {e}") from e
     if not isinstance(record, dict) or record.get("format") != EXPORT_FORMAT:
         raise FormatError(f"{path}: not a packtool export manifest")
-    return record
+    return ExportRecord.from_record(record, Problems(path))
 
 
-def file_problems(dest: Path, record: dict[str, Any]) -> list[str]:
+def file_problems(dest: Path, record: ExportRecord) -> list[str]:
     """Files of ``export.json`` that are missing or whose size or sha256 differ."""
     problems = []
-    for name, info in record.get("files", {}).items():
+    for name, info in record.files.items():
         path = dest / name
         if not path.exists():
             problems.append(f"{name}: missing")
-        elif path.stat().st_size != info.get("bytes"):
+        elif path.stat().st_size != info.bytes:
             size = path.stat().st_size
-            problems.append(f"{name}: {size} bytes, export.json says {info['bytes']}")
-        elif sha256_file(path) != info.get("sha256"):
+            problems.append(f"{name}: {size} bytes, export.json says {info.bytes}")
+        elif sha256_file(path) != info.sha256:
             problems.append(f"{name}: sha256 differs from export.json")
     return problems

@@ -47,7 +47,7 @@ def _litdata(what: str) -> Any:
 
 def export_columns(reader: PackedReader) -> list[str]:
     """The names of an item's fields: the pack's columns, ``seq_lengths`` always."""
-    return [c.name for c in columns(reader.has_labels)]
+    return [c.name for c in columns(reader.has_labels, aligned=reader.aligned)]
 
 
 def _ragged(column: pa.Array) -> tuple[np.ndarray, np.ndarray]:
@@ -58,7 +58,8 @@ def _ragged(column: pa.Array) -> tuple[np.ndarray, np.ndarray]:
 
 def items(reader: PackedReader) -> Iterator[dict[str, Any]]:
     """Every row of the pack as an export item, in stored order."""
-    names = [c for c in columns(reader.has_labels) if c.name != "seq_lengths"]
+    every = columns(reader.has_labels, aligned=reader.aligned)
+    names = [c for c in every if c.name != "seq_lengths"]
     for table in reader.iter_tables([c.name for c in names]):
         for batch in table.to_batches():
             n = batch.num_rows
@@ -74,13 +75,17 @@ def items(reader: PackedReader) -> Iterator[dict[str, Any]]:
                 else:
                     ragged[c.name] = _ragged(data)
             cu_off, cu = ragged["cu_seqlens"]
+            unpadded = ragged.get("cu_seqlens_unpadded")
             span, span_off = seq_lengths(
-                cu[cu_off[0] : cu_off[-1]], cu_off - cu_off[0], fixed["num_tokens"]
+                cu[cu_off[0] : cu_off[-1]],
+                cu_off - cu_off[0],
+                fixed["num_tokens"],
+                None if unpadded is None else unpadded[1][cu_off[0] : cu_off[-1]],
             )
             ragged["seq_lengths"] = (span_off, span)
             for r in range(n):
                 item: dict[str, Any] = {}
-                for c in columns(reader.has_labels):
+                for c in every:
                     dtype = c.value.to_pandas_dtype()
                     if c.per is Per.TOKEN:
                         item[c.name] = np.ascontiguousarray(fixed[c.name][r], dtype=dtype)

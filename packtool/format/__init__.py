@@ -2,15 +2,17 @@
 
 ``pack`` writes through :class:`ShardWriter`; ``stats``, ``inspect``, ``verify``, the exports
 and the training side read through :func:`open_packed`; every other module reads the
-manifest through :class:`Manifest`'s typed accessors. ``docs/format.md`` describes the same
+manifest through :class:`Manifest`'s typed fields. ``docs/format.md`` describes the same
 thing for people. One job per module:
 
 - :mod:`.schema`: the table of the packed columns (``COLUMNS``), and what is derived from it:
   the Arrow schema, the `datasets` features, the bytes of a row, the schema check;
 - :mod:`.counts`: what a run records: its counts (:class:`Counts`), the run's figures;
-- :mod:`.manifest`: :class:`Manifest`, its typed accessors, :func:`read_manifest` and checks;
-- :mod:`.records`: typed views of the manifest's sub-records (inputs, labels, the chat
-  template, a unit's record, a merge's units);
+- :mod:`.manifest`: :class:`Manifest`, the record parsed into typed fields,
+  :func:`read_manifest` and checks;
+- :mod:`.records`: the manifest's sub-records as frozen dataclasses (the tokenizer, the
+  inputs, the shards, labels, a unit's record, a merge's units...) and the one loader that
+  builds them from JSON, strict or lenient;
 - :mod:`.output`: the output directory: its names, the checks before writing, durable writes,
   the commit by rename, the copy onto a store, the temporaries of killed runs;
 - :mod:`.metadata`: the `datasets` metadata beside the shards, and the files' check;
@@ -47,11 +49,15 @@ from .output import (
 from .reader import PackedReader, PackedRow, Segment, open_packed
 from .records import (
     BackendRecord,
+    BalanceRecord,
     ChatTemplateRecord,
     InputRecord,
     LabelCounts,
     MergedUnits,
+    OptionsRecord,
     PieceRecord,
+    SpecialIds,
+    TokenizerRecord,
     UnitRecord,
 )
 from .schema import (
@@ -80,6 +86,7 @@ __all__ = [
     "MERGE_STAGE",
     "TOKENIZER_CONFIG_FILE",
     "BackendRecord",
+    "BalanceRecord",
     "ChatTemplateRecord",
     "Column",
     "Counts",
@@ -89,6 +96,7 @@ __all__ = [
     "LabelFigures",
     "Manifest",
     "MergedUnits",
+    "OptionsRecord",
     "PackedBatch",
     "PackedReader",
     "PackedRow",
@@ -98,7 +106,9 @@ __all__ = [
     "Segment",
     "ShardEntry",
     "ShardWriter",
+    "SpecialIds",
     "TokenCounts",
+    "TokenizerRecord",
     "UnitRecord",
     "check_output_dir",
     "check_store_output",

@@ -134,11 +134,11 @@ def layout_problems(path: AnyPath, manifest: Manifest) -> list[str]:
                 "state.json lists other shards than the manifest: "
                 "datasets.load_from_disk would read other rows"
             )
-    if manifest.tokenizer_copied:
-        tok_path = path / Path(manifest.tokenizer_file).name
+    if manifest.tokenizer.file is not None:  # the output holds a copy of the tokenizer file
+        tok_path = path / Path(manifest.tokenizer.file).name
         if not tok_path.is_file():
             found.append(f"{tok_path.name} (the tokenizer copy) is missing")
-        elif manifest.tokenizer_sha256 != hashlib.sha256(tok_path.read_bytes()).hexdigest():
+        elif manifest.tokenizer.sha256 != hashlib.sha256(tok_path.read_bytes()).hexdigest():
             found.append(
                 f"{tok_path.name} does not match the sha256 recorded in the manifest: "
                 "it is not the tokenizer the data was packed with"

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -25,16 +25,24 @@ __all__ = ["PackedReader", "PackedRow", "Segment", "open_packed"]
 
 @dataclass(frozen=True)
 class Segment:
-    """One segment of a row: a document (or chunk of one), or the padding tail."""
+    """One segment of a row: a document (or chunk of one), or the padding tail.
+
+    ``[start, end)`` are its tokens; in an aligned pack (``--pad-to-multiple-of``) a
+    document's ``pad`` alignment pad tokens follow them, up to ``padded_end``."""
 
     start: int
     length: int
     doc_id: int | None  # None for the padding segment
     chunk_id: int | None
+    pad: int = field(default=0, kw_only=True)  # the alignment pad after the document's tokens
 
     @property
     def end(self) -> int:
         return self.start + self.length
+
+    @property
+    def padded_end(self) -> int:
+        return self.start + self.length + self.pad
 
     @property
     def is_padding(self) -> bool:
@@ -53,14 +61,25 @@ class PackedRow:
     doc_ids: np.ndarray
     chunk_ids: np.ndarray
     labels: np.ndarray | None = None
+    cu_seqlens_unpadded: np.ndarray | None = None  # an aligned pack only
 
     @property
     def seq_lengths(self) -> np.ndarray:
         """The documents' segment lengths, then each pad of the padding tail on its own (the
         ``seq_lengths`` column, derived here also for a pack written before it)."""
         cu = np.asarray(self.cu_seqlens, dtype=np.int64)
-        values, _ = seq_lengths(cu, np.array([0, cu.size]), np.array([self.num_tokens]))
+        values, _ = seq_lengths(
+            cu, np.array([0, cu.size]), np.array([self.num_tokens]), self.cu_seqlens_unpadded
+        )
         return values.astype(np.int32)
+
+    @property
+    def real_lengths(self) -> np.ndarray:
+        """Each segment's real tokens (int64; the padding tail's: 0 in an aligned pack, its
+        length otherwise)."""
+        if self.cu_seqlens_unpadded is None:
+            return np.diff(np.asarray(self.cu_seqlens, dtype=np.int64))
+        return np.diff(np.asarray(self.cu_seqlens_unpadded, dtype=np.int64))
 
     @property
     def segments(self) -> list[Segment]:
@@ -71,12 +90,16 @@ class PackedRow:
                 f"row {self.index}: {len(self.doc_ids)} doc_ids and {len(self.chunk_ids)} "
                 f"chunk_ids for {len(cu) - 1} segments (a damaged shard: run `packtool verify`)"
             )
+        real = self.real_lengths.tolist() if self.cu_seqlens_unpadded is not None else None
         out = []
         for i in range(len(cu) - 1):
             start, end = int(cu[i]), int(cu[i + 1])
             if i < len(self.doc_ids):
+                n = end - start if real is None else int(real[i])
                 out.append(
-                    Segment(start, end - start, int(self.doc_ids[i]), int(self.chunk_ids[i]))
+                    Segment(
+                        start, n, int(self.doc_ids[i]), int(self.chunk_ids[i]), pad=end - start - n
+                    )
                 )
             else:
                 out.append(Segment(start, end - start, None, None))
@@ -117,10 +140,15 @@ class PackedReader:
         return self.manifest.has_seq_lengths
 
     @property
+    def aligned(self) -> bool:
+        """Whether the rows hold ``cu_seqlens_unpadded`` (packed with ``--pad-to-multiple-of``)."""
+        return self.manifest.aligned
+
+    @property
     def vocab_size(self) -> int:
         """The size of the tokenizer's vocabulary (every token id is below it)."""
         try:
-            value = self.manifest.vocab_size
+            value = self.manifest.tokenizer.vocab_size
         except (TypeError, ValueError):
             value = None
         if value is None:
@@ -214,7 +242,7 @@ class PackedReader:
             except (OSError, pa.ArrowException, UnicodeDecodeError) as e:
                 raise FormatError(f"{path}: cannot read shard: {e}") from e
             problem = schema_problem(
-                table.schema, self.max_len, self.has_labels, self.has_seq_lengths
+                table.schema, self.max_len, self.has_labels, self.has_seq_lengths, self.aligned
             )
             if problem:
                 raise FormatError(f"{path}: {problem} (run `packtool verify`)")
@@ -266,7 +294,7 @@ class PackedReader:
         shard, local = self.locate(row)
         rec = self.shard_table(shard).slice(local, 1)
         values: dict[str, Any] = {}
-        for column in columns(self.has_labels):
+        for column in columns(self.has_labels, aligned=self.aligned):
             if column.per is Per.SPAN:
                 continue  # derived from cu_seqlens (PackedRow.seq_lengths)
             data = rec.column(column.name)
@@ -287,15 +315,15 @@ class PackedReader:
         from ..tokenize import SpecialTokens, load_tokenizer
 
         m = self.manifest
-        path = self.path / m.tokenizer_file
+        path = self.path / (m.tokenizer.file or "tokenizer.json")
         if not path.exists():
             raise FormatError(f"{self.path}: the output holds no tokenizer.json to decode with")
         tokenizer = load_tokenizer(path)
-        tokenizer.name = m.tokenizer.get("name", tokenizer.name)
-        special = m.special_tokens
-        if m.pad_from != "tokenizer":  # the padding is not its pad
-            special["pad_id"] = tokenizer.special.pad_id
-        tokenizer.special = SpecialTokens(**special)
+        tokenizer.name = m.tokenizer.name or tokenizer.name
+        special = m.tokenizer.special
+        if m.tokenizer.pad_from != "tokenizer":  # the padding is not its pad
+            special = replace(special, pad_id=tokenizer.special.pad_id)
+        tokenizer.special = SpecialTokens(special.eos_id, special.bos_id, special.pad_id)
         return tokenizer
 
 
@@ -310,7 +338,10 @@ def _offset_doc_ids(table: pa.Table, offset: int) -> pa.Table:
 
 
 def open_packed(
-    path: str | os.PathLike[str] | StorePath, *, cache_dir: str | os.PathLike[str] | None = None
+    path: str | os.PathLike[str] | StorePath,
+    *,
+    cache_dir: str | os.PathLike[str] | None = None,
+    strict: bool = True,
 ) -> PackedReader:
     """Open the packed dataset written by ``packtool pack`` at ``path``.
 
@@ -319,7 +350,9 @@ def open_packed(
     under that hash and memory-mapped, as a local output is: a shuffled epoch then reads
     each shard from the store once, not once per visit. Raises
     :class:`~packtool.errors.FormatError` if the directory is not a complete packtool output
-    or has a format version this packtool does not read.
+    or has a format version this packtool does not read, or (``strict``) if its manifest
+    holds a malformed value; not ``strict`` (``verify``, ``stats``), such a value reads as
+    None and ``manifest.problems()`` names it.
     """
     cache = None if cache_dir is None else Path(cache_dir)
-    return PackedReader(as_path(path), read_manifest(path), cache)
+    return PackedReader(as_path(path), read_manifest(path, strict=strict), cache)

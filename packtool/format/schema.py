@@ -13,6 +13,19 @@ One row, ``max_len`` 24, documents of 5, 9 and 7 tokens, then 3 pad tokens (``P`
 
 The padding tail is a segment of its own (the last one), so the segments cover every position
 and ``position_ids[cu[i]:cu[i+1]] == arange(cu[i+1] - cu[i])`` holds for every segment.
+
+Packed with ``--pad-to-multiple-of 4`` (the same documents, ``max_len`` 32)::
+
+    input_ids           a a a a a P P P  b b b b b b b b b P P P  c c c c c c c P  P P P P
+    position_ids        0 1 2 3 4 5 6 7  0 1 2 3 4 5 6 7 8 9 ...  0 1 2 3 4 5 6 7  0 1 2 3
+    cu_seqlens          [0, 8, 20, 28, 32]    the padded boundaries, all multiples of 4
+    cu_seqlens_unpadded [0, 5, 14, 21, 21]    the running sums of the real lengths
+    num_tokens          21
+    seq_lengths         [5, 1, 1, 1, 9, 1, 1, 1, 7, 1, 1, 1, 1, 1]
+
+A document's alignment pad belongs to its segment (its positions continue), and
+``cu_seqlens_unpadded`` is Megatron's ``cu_seqlens_q`` where ``cu_seqlens`` is its
+``cu_seqlens_q_padded``; the column is there only in an aligned pack.
 """
 
 from __future__ import annotations
@@ -65,6 +78,7 @@ class Column:
     description: str
     labels_only: bool = False  # present only in instruction data (a labelled pack)
     added: bool = False  # added to format 1 later: packs written before it lack it
+    aligned_only: bool = False  # present only in a pack with --pad-to-multiple-of
 
     def arrow_type(self, max_len: int) -> pa.DataType:
         if self.per is Per.TOKEN:
@@ -90,6 +104,15 @@ COLUMNS: tuple[Column, ...] = (
         Per.BOUNDARY,
         pa.int32(),
         "segment boundaries: [0, len1, len1+len2, ..., max_len]",
+    ),
+    Column(
+        "cu_seqlens_unpadded",
+        Per.BOUNDARY,
+        pa.int32(),
+        "the running sums of the segments' real lengths (their alignment pad left out): "
+        "Megatron's cu_seqlens_q beside cu_seqlens as its cu_seqlens_q_padded "
+        "(--pad-to-multiple-of only)",
+        aligned_only=True,
     ),
     Column("num_tokens", Per.ROW, pa.int32(), "real (non-padding) tokens in the row"),
     Column("doc_ids", Per.SEGMENT, pa.int64(), "each document segment's source document"),
@@ -118,32 +141,47 @@ COLUMNS: tuple[Column, ...] = (
 """Every column a packed row can hold, in the order a shard stores them."""
 
 
-def columns(with_labels: bool = False, *per: Per, added: bool = True) -> tuple[Column, ...]:
+def columns(
+    with_labels: bool = False, *per: Per, added: bool = True, aligned: bool = False
+) -> tuple[Column, ...]:
     """The columns of a pack (``with_labels``: instruction data), in stored order; only
     those of the kinds ``per``, if any are given. ``added=False``: a pack written before the
-    columns added to format 1 later (``seq_lengths``), which lacks them."""
+    columns added to format 1 later (``seq_lengths``), which lacks them. ``aligned``: a pack
+    with ``--pad-to-multiple-of`` (``cu_seqlens_unpadded``)."""
     return tuple(
         c
         for c in COLUMNS
         if (with_labels or not c.labels_only)
         and (added or not c.added)
+        and (aligned or not c.aligned_only)
         and (not per or c.per in per)
     )
 
 
-def column_names(with_labels: bool = False, *per: Per, added: bool = True) -> list[str]:
+def column_names(
+    with_labels: bool = False, *per: Per, added: bool = True, aligned: bool = False
+) -> list[str]:
     """The names of :func:`columns`."""
-    return [c.name for c in columns(with_labels, *per, added=added)]
+    return [c.name for c in columns(with_labels, *per, added=added, aligned=aligned)]
 
 
 def seq_lengths(
-    cu_values: np.ndarray, cu_offsets: np.ndarray, num_tokens: np.ndarray
+    cu_values: np.ndarray,
+    cu_offsets: np.ndarray,
+    num_tokens: np.ndarray,
+    unpadded: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """The ``seq_lengths`` (values, offsets) of rows whose ``cu_seqlens`` are ``cu_values``
     split at ``cu_offsets`` and whose real tokens are ``num_tokens``: each row's document
     segments' lengths (``diff(cu_seqlens)``), then its padding tail as segments of one token
     each, so that a trainer that learns no label at a sequence start (TRL's padding-free
-    collator) learns no padding, and each pad attends only to itself."""
+    collator) learns no padding, and each pad attends only to itself.
+
+    ``unpadded``: the rows' ``cu_seqlens_unpadded`` (same offsets) of an aligned pack; each
+    document's real length then comes with its alignment pad as segments of one token each,
+    like the tail's, so that TRL learns no alignment pad either."""
+    if unpadded is not None:
+        return _aligned_seq_lengths(cu_values, cu_offsets, unpadded)
     cu_values = np.asarray(cu_values, dtype=np.int64)
     cu_offsets = np.asarray(cu_offsets, dtype=np.int64)
     num_tokens = np.asarray(num_tokens, dtype=np.int64)
@@ -169,6 +207,28 @@ def seq_lengths(
     return np.repeat(values, reps), np.concatenate([[0], np.cumsum(per_row)])
 
 
+def _aligned_seq_lengths(
+    cu_values: np.ndarray, cu_offsets: np.ndarray, unpadded: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`seq_lengths` of an aligned pack: per segment, its real length (if any), then
+    one 1 per pad (its alignment pad, or the whole padding tail, whose real length is 0)."""
+    cu_values = np.asarray(cu_values, dtype=np.int64)
+    cu_offsets = np.asarray(cu_offsets, dtype=np.int64)
+    unpadded = np.asarray(unpadded, dtype=np.int64)
+    keep = np.ones(cu_values.size, bool)
+    keep[cu_offsets[1:][np.diff(cu_offsets) > 0] - 1] = False  # a row's last boundary
+    padded = np.diff(cu_values)[keep[:-1]] if cu_values.size else cu_values
+    real = np.diff(unpadded)[keep[:-1]] if unpadded.size else unpadded
+    per_segment = (real > 0) + padded - real  # values each segment gives
+    out = np.ones(int(per_segment.sum()), np.int64)
+    starts = np.cumsum(per_segment) - per_segment
+    out[starts[real > 0]] = real[real > 0]
+    segs_per_row = np.maximum(np.diff(cu_offsets) - 1, 0)
+    row_of_segment = np.repeat(np.arange(segs_per_row.size), segs_per_row)
+    per_row = np.bincount(row_of_segment, weights=per_segment, minlength=segs_per_row.size)
+    return out, np.concatenate([[0], np.cumsum(per_row.astype(np.int64))])
+
+
 def row_bytes(max_len: int, with_labels: bool = False) -> int:
     """About the bytes of one row in a shard (its per-token columns of ``max_len``, and a
     little for the others): what ``--shard-size`` is divided by to get the rows per shard."""
@@ -176,20 +236,22 @@ def row_bytes(max_len: int, with_labels: bool = False) -> int:
     return per_token * max_len + _ROW_OVERHEAD_BYTES
 
 
-def packed_schema(max_len: int, with_labels: bool = False, added: bool = True) -> pa.Schema:
+def packed_schema(
+    max_len: int, with_labels: bool = False, added: bool = True, aligned: bool = False
+) -> pa.Schema:
     """The Arrow schema of a packed dataset's rows (``added=False``: of a pack written before
-    the columns added to format 1 later)."""
-    return pa.schema([c.field(max_len) for c in columns(with_labels, added=added)])
+    the columns added to format 1 later; ``aligned``: of a pack with ``--pad-to-multiple-of``)."""
+    return pa.schema([c.field(max_len) for c in columns(with_labels, added=added, aligned=aligned)])
 
 
 def schema_problem(
-    schema: pa.Schema, max_len: int, with_labels: bool, added: bool = True
+    schema: pa.Schema, max_len: int, with_labels: bool, added: bool = True, aligned: bool = False
 ) -> str | None:
     """What is wrong with a shard's ``schema`` (a missing column, a wrong type), or None.
 
     Columns this version does not know are allowed (readers ignore them).
     """
-    for expected in packed_schema(max_len, with_labels, added):
+    for expected in packed_schema(max_len, with_labels, added, aligned):
         index = schema.get_field_index(expected.name)
         if index < 0:
             return f"the shard has no column {expected.name!r}"

@@ -45,7 +45,8 @@ class PackedBatch:
     ``input_ids``, ``position_ids`` (and ``labels``) are ``[rows, max_len]`` int32.
     Ragged per-row lists are flat values plus offsets: row ``r``'s ``cu_seqlens`` is
     ``cu_values[cu_offsets[r]:cu_offsets[r + 1]]``; ``doc_ids`` and ``chunk_ids`` share
-    ``seg_offsets``.
+    ``seg_offsets``. ``cu_unpadded`` (an aligned pack only): the ``cu_seqlens_unpadded``
+    values, split at ``cu_offsets`` too.
     """
 
     input_ids: np.ndarray
@@ -57,10 +58,15 @@ class PackedBatch:
     chunk_ids: np.ndarray
     seg_offsets: np.ndarray
     labels: np.ndarray | None = None
+    cu_unpadded: np.ndarray | None = None
 
     @property
     def num_rows(self) -> int:
         return int(self.input_ids.shape[0])
+
+    @property
+    def aligned(self) -> bool:
+        return self.cu_unpadded is not None
 
     def to_table(self) -> pa.Table:
         """The rows as an Arrow table of :func:`packed_schema` (the arrays as they are, where
@@ -68,7 +74,7 @@ class PackedBatch:
         max_len = self.input_ids.shape[1]
         with_labels = self.labels is not None
         arrays = []
-        for column in columns(with_labels):
+        for column in columns(with_labels, aligned=self.aligned):
             dtype = column.value.to_pandas_dtype()
             if column.per is Per.TOKEN:
                 flat = int_array(getattr(self, column.name).reshape(-1), dtype)
@@ -80,14 +86,18 @@ class PackedBatch:
                 arrays.append(
                     pa.ListArray.from_arrays(int_array(offsets, np.int32), int_array(values, dtype))
                 )
-        return pa.Table.from_arrays(arrays, schema=packed_schema(max_len, with_labels))
+        schema = packed_schema(max_len, with_labels, aligned=self.aligned)
+        return pa.Table.from_arrays(arrays, schema=schema)
 
     def _ragged(self, name: str) -> tuple[np.ndarray, np.ndarray]:
         """The values and offsets of a per-segment (or per-boundary) column."""
         if name == "cu_seqlens":
             return self.cu_values, self.cu_offsets
+        if name == "cu_seqlens_unpadded":
+            assert self.cu_unpadded is not None
+            return self.cu_unpadded, self.cu_offsets
         if name == "seq_lengths":
-            return seq_lengths(self.cu_values, self.cu_offsets, self.num_tokens)
+            return seq_lengths(self.cu_values, self.cu_offsets, self.num_tokens, self.cu_unpadded)
         return getattr(self, name), self.seg_offsets
 
 
@@ -175,6 +185,7 @@ class ShardWriter:
         with_labels: bool = False,
         overwrite: bool = False,
         added: bool = True,
+        aligned: bool = False,
     ) -> None:
         if rows_per_shard < 1:
             raise ValueError(f"rows_per_shard must be >= 1, got {rows_per_shard}")
@@ -182,7 +193,7 @@ class ShardWriter:
         self.max_len = max_len
         self.num_rows = num_rows
         self.rows_per_shard = rows_per_shard
-        self.schema = packed_schema(max_len, with_labels, added)
+        self.schema = packed_schema(max_len, with_labels, added, aligned)
         self.overwrite = overwrite
         self.num_shards = max(1, -(-num_rows // rows_per_shard))
         check_output_dir(self.out_dir, overwrite)
@@ -310,6 +321,7 @@ def commit_in_place(
     shards: Sequence[ShardEntry],
     manifest: Mapping[str, Any],
     added: bool = True,
+    aligned: bool = False,
 ) -> Manifest:
     """Commit a dataset whose shards already lie under ``out_dir``: no row is written.
 
@@ -320,7 +332,7 @@ def commit_in_place(
     metadata that does not match it. Returns the manifest.
     """
     out = Path(out_dir)
-    schema = packed_schema(max_len, with_labels, added)
+    schema = packed_schema(max_len, with_labels, added, aligned)
     for i, entry in enumerate(shards):
         problem = shard_entry_problem(i, entry.to_record())
         if problem:

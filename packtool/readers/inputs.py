@@ -75,6 +75,15 @@ def _companions(path: AnyPath) -> list[AnyPath]:
     return [] if found is None else found[0].companions(path)
 
 
+def _claimed(path: AnyPath) -> Reader | None:
+    """The reader of the directory format that ``path`` is, if one claims it."""
+    for reader in FORMATS.values():
+        claims = getattr(reader, "claims", None)
+        if claims is not None and claims(path):
+            return reader
+    return None
+
+
 def _by_prefix(spec: str) -> AnyPath | None:
     for reader in FORMATS.values():
         entry = reader.by_prefix(spec)
@@ -92,7 +101,9 @@ def resolve_inputs(
 
     ``specs`` is a list of them, or one (a string is one path, never its characters).
 
-    A directory is a `datasets` dataset if it holds ``state.json`` or ``dataset_dict.json``;
+    A directory that a reader of the table claims (a packtool output, once
+    :mod:`packtool.repack` is imported) is one input of its kind. Else a directory is a
+    `datasets` dataset if it holds ``state.json`` or ``dataset_dict.json``;
     otherwise its supported files are taken, recursively, sorted by path (hidden files and
     directories are skipped). Its other files are skipped too, and added to ``skipped`` (to
     say so); a file named itself, or matched by a glob, of an unknown type is an error.
@@ -119,6 +130,10 @@ def resolve_inputs(
                 skipped.extend(others)
             out.extend(_file_input(p) for p in files)
         elif path.is_dir():
+            claimed = _claimed(path)  # a directory format (a packtool output)
+            if claimed is not None:
+                out.append(claimed.input_file(path, None))
+                continue
             if is_saved_dataset(path):
                 out.append(_saved_dataset(path))
                 continue

@@ -38,7 +38,7 @@ def _tokenizer_name(report: Any) -> str | None:
     """The tokenizer a pack (or a corpus's stats) used, as the manifest names it."""
     manifest = getattr(report, "manifest", None)
     if manifest is not None:
-        return manifest.tokenizer_name  # type: ignore[no-any-return]
+        return manifest.tokenizer.name  # type: ignore[no-any-return]
     return getattr(report, "tokenizer", None)
 
 
@@ -82,17 +82,16 @@ def summary_table(report: Any, *, tokenized: bool = True) -> Table:
         "  dropped / empty / bad skipped",
         f"{d.dropped:,} / {d.empty:,} / {d.bad_records_skipped:,}",
     )
-    vocab = report.manifest.vocab_size
-    name = report.manifest.tokenizer_name
+    vocab = report.manifest.tokenizer.vocab_size
+    name = report.manifest.tokenizer.name
     table.add_row("tokenizer", clean(name) + (f" ({vocab:,} ids)" if vocab else ""))
-    eos = report.manifest.eos_appended
-    if eos is not None:
-        token, eos_id = eos
-        table.add_row("EOS appended", f"{clean(token)} (id {eos_id})")
+    eos = report.manifest.tokenizer.eos_appended
+    if eos is not None and eos.id is not None:
+        table.add_row("EOS appended", f"{clean(eos.token)} (id {eos.id})")
     table.add_row("segments", f"{report.segments:,}")
     table.add_row("tokens in rows", f"{report.tokens:,}")
     if report.tokens_learned is not None:
-        labels = report.manifest.label_counts
+        labels = report.manifest.labels
         table.add_row(
             f"  learned ({labels.loss_on if labels else None})",
             f"{report.tokens_learned:,} ({report.learned_share:.1%} of slots)",
@@ -119,7 +118,7 @@ def summary_table(report: Any, *, tokenized: bool = True) -> Table:
     tokenized = tokenized and report.tokens_per_second > 0
     speed = f" ({report.tokens_per_second:,.0f} tokens/s)" if tokenized else ""
     table.add_row("time", f"{report.seconds:.1f} s{speed}")
-    backend = report.manifest.backend_record
+    backend = report.manifest.tokenizer.backend
     if backend and backend.name != "none":  # "none": pre-tokenized, nothing encoded
         fell_back = backend.fallback_batches or 0
         table.add_row(
@@ -157,7 +156,7 @@ def units_table(report: Any) -> Table:
 
 
 def units_line(manifest: Any) -> str:
-    units = manifest.merged_units
+    units = manifest.units
     if units.copied is False:
         how = "; the rows stay in the units' shards (merged without copying)"
     elif units.copy_reason:
@@ -173,7 +172,8 @@ def units_line(manifest: Any) -> str:
 
 def merged_json(report: Any) -> dict[str, Any]:
     m = report.manifest
-    return {"out_dir": str(report.out_dir), **m.summary(), "units": m.units_summary()}
+    units = m.units.summary() if m.units else {}
+    return {"out_dir": str(report.out_dir), **m.summary(), "units": units}
 
 
 TRAINING_NOTE = (

@@ -158,6 +158,15 @@ def render_dataset_stats(s: DatasetStats) -> RenderableType:
                 f"global FFD ({u['global_ffd_rows']:,} rows)",
             )
         )
+    if s.alignment is not None:
+        a = s.alignment
+        pairs.append(
+            (
+                f"alignment pad (--pad-to-multiple-of {a.multiple:,})",
+                f"{a.pad_tokens:,} tokens ({a.share_of_slots:.2%} of slots); "
+                f"{a.rows:,} rows, {a.rows_unaligned:,} without it",
+            )
+        )
     pairs.extend(s.document_lengths.figures())
     parts: list[RenderableType] = [
         head,

@@ -125,7 +125,7 @@ def verify(
         raise OptionError(f"--max-problems must be >= 0, got {max_problems}")
     started = time.perf_counter()
     before = _identity(path)
-    reader = open_packed(path)
+    reader = open_packed(path, strict=False)  # a damaged record: listed as problems
     try:
         report = _verify(reader, path, against, tokenizer, max_problems, progress,
                          parse_special, chat_template, reference, started)  # fmt: skip

@@ -80,12 +80,13 @@ def _resolve_tokenizer(
             raise OptionError(f"{e}: pass the tokenizer it was packed with (--tokenizer)") from None
     if isinstance(tokenizer, (str, os.PathLike)):
         tok = choose_tokenizer(PackOptions(tokenizer=str(tokenizer)), text=False)
-        if manifest.special_tokens:
-            own_pad = manifest.pad_from == "tokenizer"  # else the padding's
+        special = manifest.tokenizer.special_tokens
+        if special is not None:
+            own_pad = manifest.tokenizer.pad_from == "tokenizer"  # else the padding's
             tok.special = SpecialTokens(
-                eos_id=manifest.eos_id,
-                bos_id=manifest.bos_id,
-                pad_id=manifest.pad_id if own_pad else tok.special.pad_id,
+                eos_id=special.eos_id,
+                bos_id=special.bos_id,
+                pad_id=special.pad_id if own_pad else tok.special.pad_id,
             )
         return tok
     return tokenizer
@@ -130,7 +131,9 @@ def _recorded_options(
     values = {k: v for k, v in recorded.items() if k != "chat_template"}  # a record, not a path
     if values.get("input_shape") == "chat":
         values["chat_template"] = chat_template or _recorded_template_file(
-            reader.manifest.chat_template, reader.manifest.tokenizer_name, reader.path
+            reader.manifest.recorded_options.chat_template,
+            reader.manifest.tokenizer.name,
+            reader.path,
         )
     if values.get("loss_on") == "labels":  # pre-tokenized labels: read from a field
         values.pop("loss_on")
@@ -209,7 +212,7 @@ def prepare_against(
     manifest = reader.manifest
     options = _recorded_options(reader, parse_special, chat_template)
     if not inputs:
-        inputs = manifest.input_paths
+        inputs = [i.path for i in manifest.inputs]
         if not inputs:
             raise OptionError("--against: no inputs given and none recorded in the manifest")
     files = resolve_inputs(inputs)
@@ -219,7 +222,7 @@ def prepare_against(
     if reference == "transformers":
         encoder = transformers_encoder(getattr(encoder, "tokenizer", None), encoder)
     assert isinstance(encoder, (DocumentEncoder, IdsEncoder, InputPlan))
-    recorded = manifest.input_sizes
+    recorded = [(i.path, i.size_bytes) for i in manifest.inputs]
     if len(files) != len(recorded):
         problems.add(
             "against", f"{len(files)} inputs given, the data was packed from {len(recorded)}"
@@ -254,9 +257,9 @@ def against_input_plan(
     if (
         options.ids_field is not None
         and tokenizer is None
-        and manifest.tokenizer_name == IdsTokenizer.name
+        and manifest.tokenizer.name == IdsTokenizer.name
     ):
-        eos, bos = manifest.eos_id, manifest.bos_id
+        eos, bos = manifest.tokenizer.special.eos_id, manifest.tokenizer.special.bos_id
         tok = choose_tokenizer(  # the ids' own stand-in, with the recorded EOS/BOS ids
             options.replace(
                 tokenizer=None,
@@ -270,15 +273,15 @@ def against_input_plan(
     try:
         input_plan = prepare(files, options, tokenizer=tok).plan  # as pack built it
     except ChatTemplateError as e:
-        if options.chat_template is not None or manifest.chat_template is None:
+        recorded = manifest.recorded_options.chat_template
+        if options.chat_template is not None or recorded is None:
             raise
         raise ChatTemplateError(
-            f"--against: {reader.path} was packed with the chat template "
-            f"{manifest.chat_template.name}, "
+            f"--against: {reader.path} was packed with the chat template {recorded.name}, "
             "which is not found from here (nor a copy in the output): pass it with "
             "--chat-template FILE (a .jinja, or the tokenizer's tokenizer_config.json)"
         ) from e
-    _check_template(input_plan, manifest.chat_template)
+    _check_template(input_plan, manifest.recorded_options.chat_template)
     return input_plan
 
 
@@ -401,36 +404,38 @@ def _compare_counts(
             None,
         )
     recorded = {
-        "documents": manifest.document_counts_recorded,
+        "documents": manifest.documents,  # None unless recorded whole
         "labels": manifest.labels,
-        "tokens": manifest.tokens_recorded,
+        "tokens": manifest.tokens,
     }
     for section, ours in counts.to_record().items():
         theirs = recorded[section]
-        if section == "documents" and not theirs:
+        if section == "documents" and theirs is None:
             continue  # not recorded: the manifest's own check says so
         for key, value in ours.items():
-            said = theirs.get(key)
+            said = getattr(theirs, key, None)
             if said != value and (section == "documents" or said is not None):
                 what = key.replace("_", " ")
                 problems.add("against", _DIFFER[section].format(value, what, said))
 
 
 def _check_tokenizer(tok: Tokenizer, manifest: Manifest, problems: Problems) -> None:
-    if manifest.tokenizer_sha256 not in (None, tok.sha256):
+    if manifest.tokenizer.sha256 not in (None, tok.sha256):
         problems.add(
             "against",
             f"the tokenizer {tok.name} (sha256 {tok.sha256[:12]}...) is not the one the data "
-            f"was packed with (sha256 {str(manifest.tokenizer_sha256)[:12]}...)",
+            f"was packed with (sha256 {str(manifest.tokenizer.sha256)[:12]}...)",
         )
-    special = manifest.special_tokens
-    if special:
-        for key, value in (("eos_id", tok.special.eos_id), ("bos_id", tok.special.bos_id)):
-            if special.get(key) != value:
+    special = manifest.tokenizer.special_tokens
+    if special is not None:
+        for key, value, recorded in (
+            ("eos_id", tok.special.eos_id, special.eos_id),
+            ("bos_id", tok.special.bos_id, special.bos_id),
+        ):
+            if recorded != value:
                 problems.add(
                     "against",
-                    f"the tokenizer's {key} is {value}, the data was packed with "
-                    f"{special.get(key)}",
+                    f"the tokenizer's {key} is {value}, the data was packed with {recorded}",
                 )
 
 

@@ -71,10 +71,18 @@ def check_manifest(reader: PackedReader, problems: Problems) -> None:
     for problem in manifest.problems():
         problems.add("manifest", f"{MANIFEST_FILE}: {problem}")
     expected_columns = packed_schema(
-        reader.max_len, reader.has_labels, reader.has_seq_lengths
+        reader.max_len, reader.has_labels, reader.has_seq_lengths, reader.aligned
     ).names
     if manifest.columns != expected_columns:
         problems.add("manifest", f"columns are {manifest.columns}, expected {expected_columns}")
+    multiple = manifest.pad_to_multiple_of
+    if reader.aligned != (multiple > 1) or reader.max_len % multiple:
+        problems.add(
+            "manifest",
+            f"options.pad_to_multiple_of is {multiple} for rows "
+            + ("with" if reader.aligned else "without")
+            + f" cu_seqlens_unpadded and max_len {reader.max_len}",
+        )
 
 
 def check_files(
@@ -91,7 +99,7 @@ def check_files(
             "load_dataset('arrow', data_files='out/*.arrow') would read it too: remove it, "
             "and see docs/training.md for recipes that write nothing here"
         )
-    if not manifest.tokenizer_copied and manifest.tokenizer_name != IdsTokenizer.name:
+    if manifest.tokenizer.file is None and manifest.tokenizer.name != IdsTokenizer.name:
         # (pre-tokenized data packed without a tokenizer has none to copy)
         report.notes.append(
             "no tokenizer copy in the output (packed with a tokenizer object): "
@@ -114,27 +122,30 @@ class Rules:
     bos_id: int | None  # set when every document got a BOS (--bos)
     has_labels: bool
     dropped_chunks: int = 0  # chunks with nothing to learn, dropped (labels only)
+    align: int = 1  # --pad-to-multiple-of (1: none)
 
     @classmethod
     def of(cls, reader: PackedReader, report: VerifyReport) -> Rules:
         """The rules of the pack at ``reader``; what the manifest does not record, and so
         cannot be checked, is said in ``report.notes``."""
         manifest = reader.manifest
-        pad_id = manifest.pad_id_option
+        options, special = manifest.recorded_options, manifest.tokenizer.special
+        pad_id = options.pad_id
         if pad_id is None:
             report.notes.append("no options.pad_id in the manifest: padding ids not checked")
-        vocab = manifest.vocab_size
+        vocab = manifest.tokenizer.vocab_size
         if vocab is None:
             report.notes.append("no tokenizer.vocab_size in the manifest: token ids not checked")
         return cls(
             max_len=reader.max_len,
             pad_id=pad_id,
             vocab_size=vocab,
-            documents_read=manifest.documents_read_recorded,
-            eos_id=manifest.eos_id if manifest.add_eos else None,
-            bos_id=manifest.bos_id if manifest.add_bos else None,
+            documents_read=manifest.documents.read if manifest.documents else None,
+            eos_id=special.eos_id if options.add_eos else None,
+            bos_id=special.bos_id if options.bos else None,
             has_labels=reader.has_labels,
             dropped_chunks=manifest.dropped_label_chunks,
+            align=manifest.pad_to_multiple_of if reader.aligned else 1,
         )
 
 
@@ -192,6 +203,7 @@ class _Block:
     nt: np.ndarray  # num_tokens
     span_off: np.ndarray | None = None  # seq_lengths (None: a pack written before it)
     spans: np.ndarray | None = None
+    ucu: np.ndarray | None = None  # cu_seqlens_unpadded (an aligned pack), at cu_off
 
     @property
     def n(self) -> int:
@@ -212,6 +224,31 @@ class _Block:
     @functools.cached_property
     def cu_row(self) -> np.ndarray:
         return np.repeat(np.arange(self.n), self.ncu)
+
+    @functools.cached_property
+    def is_last(self) -> np.ndarray:
+        """Each cu entry: whether it is its row's last (no segment starts there)."""
+        is_last = np.zeros(self.cu.size, bool)
+        if self.cu.size:
+            is_last[self.cu_off[1:][self.ncu > 0] - 1] = True
+        return is_last
+
+    def real(self, ok: np.ndarray) -> np.ndarray:
+        """``[n, max_len]``: the positions of the rows ``ok`` that hold a document's token
+        (not padding; in an aligned pack, not a document's alignment pad either)."""
+        cols = np.arange(self.max_len, dtype=np.int32)[None, :]
+        if self.ucu is None:
+            return (cols < self.nt.astype(np.int32)[:, None]) & ok[:, None]
+        n, L, cu = self.n, self.max_len, self.cu
+        start = ~self.is_last & ok[self.cu_row]
+        real_len = np.zeros(cu.size, np.int64)
+        real_len[:-1] = np.diff(self.ucu)
+        mark = np.full(n * L, -1, np.int64)
+        mark[self.cu_row[start] * L + cu[start]] = np.flatnonzero(start)
+        entry = np.maximum.accumulate(mark.reshape(n, L), axis=1)
+        real = (cols - cu[entry]) < real_len[entry]
+        real[~ok] = False
+        return real
 
 
 @dataclass
@@ -256,6 +293,11 @@ def _decode_block(
         if "seq_lengths" in batch.schema.names
         else (None, None)
     )
+    ucu = None
+    if "cu_seqlens_unpadded" in batch.schema.names:
+        ucu_off, ucu = _ragged(batch.column("cu_seqlens_unpadded"))
+        if not np.array_equal(ucu_off, cu_off):
+            return "cu_seqlens_unpadded and cu_seqlens differ in length: rows not checked"
     return _Block(
         shard=shard,
         row0=row0,
@@ -271,6 +313,7 @@ def _decode_block(
         nt=batch.column("num_tokens").to_numpy(zero_copy_only=False).astype(np.int64),
         span_off=span_off,
         spans=spans,
+        ucu=ucu,
     )
 
 
@@ -286,9 +329,11 @@ def _check_block(batch: pa.RecordBatch, state: _ShardPass, shard: str, row0: int
         problems.rows(check, bad, shard, row0, describe)
 
     shape = _check_shape(b, report)
+    if b.ucu is not None:
+        shape = _check_alignment(b, rules, shape, report)
     _check_positions(b, shape.ok, report)
     _check_seq_lengths(b, shape.ok, report)
-    _check_padding(b, rules, shape.nt_bad, report)
+    _check_padding(b, rules, shape, report)
     seg = _check_segment_ids(b, rules, shape, report)
     _check_ends(b, rules, seg, report)
     segments.doc.append(b.docs[seg.paired])
@@ -338,7 +383,13 @@ def _check_shape(b: _Block, report: _Report) -> _Shape:
             f"rise strictly and end at max_len {L}"
         ),
     )
-    padded = nt < L
+    if b.ucu is None:
+        padded = nt < L
+    else:  # the documents end at cu_seqlens[len(doc_ids)], past their alignment pad
+        reach = ~cu_bad & (ncu - 1 >= ndoc)
+        used = np.full(b.n, L, np.int64)
+        used[reach] = cu[cu_off[:-1][reach] + ndoc[reach]]
+        padded = used < L
     count_bad = ~cu_bad & ~nt_bad & (ncu - 1 != ndoc + padded)
     report(
         "cu_seqlens",
@@ -350,7 +401,7 @@ def _check_shape(b: _Block, report: _Report) -> _Shape:
     )
     shape_ok = ~(cu_bad | count_bad | nt_bad | lists_bad)
     boundary = np.zeros(b.n, np.int64)
-    boundary[shape_ok] = cu[cu_off[:-1][shape_ok] + ndoc[shape_ok]]
+    boundary[shape_ok] = (cu if b.ucu is None else b.ucu)[cu_off[:-1][shape_ok] + ndoc[shape_ok]]
     end_bad = shape_ok & (boundary != nt)
     report(
         "num_tokens",
@@ -363,11 +414,51 @@ def _check_shape(b: _Block, report: _Report) -> _Shape:
     return _Shape(lists_bad, nt_bad, shape_ok & ~end_bad)
 
 
+def _check_alignment(b: _Block, rules: Rules, shape: _Shape, report: _Report) -> _Shape:
+    """An aligned pack's rows: cu_seqlens_unpadded starts at 0 and ends at num_tokens; each
+    document segment holds 1 or more real tokens and takes the least multiple of the
+    alignment that holds them; the padding tail holds none and is a multiple of it too."""
+    assert b.ucu is not None
+    cu, ucu, n_align = b.cu, b.ucu, rules.align
+    ok = shape.ok
+    if cu.size == 0:
+        return shape
+    entry_ok = ok[b.cu_row] & ~b.is_last
+    real = np.zeros(cu.size, np.int64)
+    span = np.zeros(cu.size, np.int64)
+    real[:-1], span[:-1] = np.diff(ucu), np.diff(cu)
+    doc_entry = np.zeros(cu.size, bool)  # the entries where a document segment starts
+    ndoc = b.ndoc
+    local = np.arange(b.docs.size) - np.repeat(b.doc_off[:-1], ndoc)
+    starts = np.repeat(b.cu_off[:-1], ndoc) + local
+    doc_entry[starts[ok[np.repeat(np.arange(b.n), ndoc)]]] = True  # rows of the right shape
+    tail = entry_ok & ~doc_entry
+    want = -(-real // n_align) * n_align
+    wrong = (doc_entry & ((real < 1) | (span != want))) | (
+        tail & ((real != 0) | (span % n_align != 0))
+    )
+    bad = np.zeros(b.n, bool)
+    bad[b.cu_row[wrong]] = True
+    first_bad = ok & (ucu[b.cu_off[:-1].clip(max=cu.size - 1)] != 0)
+    bad |= first_bad
+
+    def describe(i: int) -> str:
+        a, z = b.cu_off[i], b.cu_off[i + 1]
+        return (
+            f"cu_seqlens_unpadded {_show(ucu[a:z])} does not fit cu_seqlens {_show(cu[a:z])} "
+            f"padded to multiples of {n_align} (each document's real length, then its least "
+            "multiple)"
+        )
+
+    report("cu_seqlens_unpadded", bad, describe)
+    return _Shape(shape.lists_bad, shape.nt_bad, ok & ~bad)
+
+
 def _check_seq_lengths(b: _Block, ok: np.ndarray, report: _Report) -> None:
     """seq_lengths is the documents' lengths then one per pad, in every row (well-formed rows)."""
     if b.spans is None or b.span_off is None:
         return
-    expected, expected_off = seq_lengths(b.cu, b.cu_off, b.nt)
+    expected, expected_off = seq_lengths(b.cu, b.cu_off, b.nt, b.ucu)
     spans, span_off = b.spans, b.span_off
     counts_bad = np.diff(span_off) != np.diff(expected_off)
     diff_row = np.repeat(np.arange(b.n), np.diff(expected_off))
@@ -391,10 +482,7 @@ def _check_positions(b: _Block, ok: np.ndarray, report: _Report) -> None:
     """position_ids restart at every boundary and count up (well-formed rows)."""
     n, L, cu = b.n, b.max_len, b.cu
     cu_row = b.cu_row
-    is_last = np.zeros(cu.size, bool)
-    if cu.size:
-        is_last[b.cu_off[1:][b.ncu > 0] - 1] = True
-    start_entry = ~is_last & ok[cu_row]
+    start_entry = ~b.is_last & ok[cu_row]
     mark = np.zeros(n * L, np.int32)  # int32 halves the memory traffic of the big arrays
     mark[cu_row[start_entry] * L + cu[start_entry]] = cu[start_entry]
     seg_start = np.maximum.accumulate(mark.reshape(n, L), axis=1)
@@ -411,11 +499,14 @@ def _check_positions(b: _Block, ok: np.ndarray, report: _Report) -> None:
     report("position_ids", ok & wrong_pos.any(axis=1), describe_pos)
 
 
-def _check_padding(b: _Block, rules: Rules, nt_bad: np.ndarray, report: _Report) -> None:
-    """Padding holds pad_id and no label; every id is in the vocabulary."""
+def _check_padding(b: _Block, rules: Rules, shape: _Shape, report: _Report) -> None:
+    """Padding (and alignment pad) holds pad_id and no label; every id is in the vocabulary."""
     L, ids, nt, labels = b.max_len, b.ids, b.nt, b.labels
-    cols = np.arange(L, dtype=np.int32)
-    in_pad = cols[None, :] >= np.where(nt_bad, L, nt).astype(np.int32)[:, None]
+    if b.ucu is None:
+        cols = np.arange(L, dtype=np.int32)
+        in_pad = cols[None, :] >= np.where(shape.nt_bad, L, nt).astype(np.int32)[:, None]
+    else:
+        in_pad = ~b.real(shape.ok) & shape.ok[:, None]
     if rules.pad_id is not None:
         wrong_pad = in_pad & (ids != rules.pad_id)
 
@@ -478,9 +569,10 @@ def _check_segment_ids(b: _Block, rules: Rules, shape: _Shape, report: _Report) 
     seg_ok = shape.ok[seg_row]
     entry = np.repeat(b.cu_off[:-1], ndoc) + local
     seg_len = np.full(docs.size, -1, np.int64)
-    seg_len[seg_ok] = b.cu[entry[seg_ok] + 1] - b.cu[entry[seg_ok]]
+    bounds = b.cu if b.ucu is None else b.ucu  # an aligned pack: the real lengths
+    seg_len[seg_ok] = bounds[entry[seg_ok] + 1] - bounds[entry[seg_ok]]
     last_tok = np.full(docs.size, -1, np.int64)
-    last_tok[seg_ok] = b.ids[seg_row[seg_ok], b.cu[entry[seg_ok] + 1] - 1]
+    last_tok[seg_ok] = b.ids[seg_row[seg_ok], b.cu[entry[seg_ok]] + seg_len[seg_ok] - 1]
     return _SegmentIds(
         seg_row, paired, seg_chunk, wrong_doc, wrong_chunk, seg_ok, entry, seg_len, last_tok
     )
@@ -525,7 +617,7 @@ def _add_row_digests(b: _Block, ok: np.ndarray, seg: _SegmentIds, digests: Diges
     Each segment start is marked with the segment's index; a running maximum along the row
     gives every token slot its segment (segments of a row are in increasing index order).
     """
-    ids, nt, cu, entry, seg_row, seg_ok = b.ids, b.nt, b.cu, seg.entry, seg.row, seg.ok
+    ids, cu, entry, seg_row, seg_ok = b.ids, b.cu, seg.entry, seg.row, seg.ok
     usable = seg.ok & seg.paired & ~seg.wrong_doc & ~seg.wrong_chunk
     n, L = ids.shape
     marked = np.flatnonzero(seg_ok)
@@ -538,7 +630,7 @@ def _add_row_digests(b: _Block, ok: np.ndarray, seg: _SegmentIds, digests: Diges
     starts[flat] = cu[entry[marked]]
     seg_at = np.maximum.accumulate(mark.reshape(n, L), axis=1) - 1
     offset_in_seg = np.arange(L)[None, :] - np.maximum.accumulate(starts.reshape(n, L), axis=1)
-    real = (np.arange(L)[None, :] < nt[:, None]) & ok[:, None]
+    real = b.real(ok)
     seg_of = seg_at[real]  # the segment of every real token of a well-formed row
     keep = usable[seg_of]
     seg_of = seg_of[keep]
@@ -792,7 +884,7 @@ def _check_lengths(manifest: Manifest, length: np.ndarray, problems: Problems) -
     """The manifest's segment-length histogram (what a merge of units counts the global FFD
     rows from) against the segments in the rows."""
     recorded = manifest.segment_lengths
-    if manifest.has_segment_lengths and recorded is None:
+    if manifest.histogram is not None and recorded is None:
         problems.add("manifest", "segment_lengths does not add up to the segments recorded")
     elif (
         recorded is not None
@@ -820,33 +912,32 @@ def _check_counts(
     def mismatch(what: str) -> None:
         problems.add("counts", what)
 
-    rows = manifest.rows_recorded
+    rows = manifest.rows
     if rows is not None and report.rows_checked != rows:
         mismatch(f"the shards hold {report.rows_checked} rows, the manifest says {rows}")
     if manifest.segments is not None and segments != manifest.segments:
         mismatch(
             f"the rows hold {segments} document segments, the manifest says {manifest.segments}"
         )
-    packed_tokens = manifest.packed_tokens_recorded
+    packed_tokens = manifest.tokens.packed if manifest.tokens else None
     if packed_tokens is not None and report.tokens != packed_tokens:
         mismatch(f"the rows hold {report.tokens} tokens, the manifest says {packed_tokens}")
-    counts = manifest.document_counts_recorded
-    recorded = {k: int_or_none(counts.get(k)) for k in ("packed", "split", "truncated")}
-    if all(v is not None for v in recorded.values()):
-        in_rows = recorded["packed"] + recorded["split"] + recorded["truncated"]
+    recorded = manifest.documents
+    if recorded is not None:
+        in_rows = recorded.packed + recorded.split + recorded.truncated
         if documents != in_rows:
             mismatch(
                 f"the rows hold {documents} documents, the manifest's packed + split + "
                 f"truncated is {in_rows}"
             )
         # A split document whose other chunks had nothing to learn holds one chunk in the rows.
-        if not split <= recorded["split"] <= split + dropped_chunks:
+        if not split <= recorded.split <= split + dropped_chunks:
             mismatch(
                 f"{split} documents are split into several chunks in the rows, the manifest "
-                f"says {recorded['split']} were split"
+                f"says {recorded.split} were split"
             )
-        if recorded["truncated"] > single_full:
+        if recorded.truncated > single_full:
             mismatch(
-                f"the manifest says {recorded['truncated']} documents were truncated, but "
+                f"the manifest says {recorded.truncated} documents were truncated, but "
                 f"only {single_full} documents fill exactly max_len"
             )
