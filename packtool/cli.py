@@ -265,7 +265,8 @@ def pack(
         typer.Argument(
             parser=as_path,
             help="Input files (.jsonl/.json[.gz|.zst], .parquet, .arrow, .csv, .txt), "
-            "directories or globs of them, or a dataset saved with datasets.save_to_disk.",
+            "directories or globs of them, a dataset saved with datasets.save_to_disk, or a "
+            "packtool output (its documents packed again, no tokenizer).",
             show_default=False,
         ),
     ],
@@ -415,7 +416,8 @@ def stats(
 
     On a packed output (a directory with manifest.json): what is in it. On a corpus, with
     --max-len 2048,4096,...: how it would pack at each max-len, without writing rows
-    (tokenized lengths are cached, so a second call is fast).
+    (tokenized lengths are cached, so a second call is fast); a packed output with --max-len
+    is the corpus of its documents.
     """
     from .render.progress import RichProgress
     from .render.stats import show_stats
@@ -425,15 +427,14 @@ def stats(
     cache_dir, cache = corpus.pop("cache_dir"), corpus.pop("cache")
     options = PackOptions(**corpus)  # the corpus-mode flags of options.py
     packed_outputs = [p for p in paths if is_packed_output(p)]
-    if packed_outputs and len(paths) > 1:
+    if packed_outputs and max_len is None and len(paths) > 1:
         raise fail(
             f"{packed_outputs[0]} is a packed output: give one packed output at a time "
             "(or only corpus inputs, with --max-len)",
             2,
         )
-    if packed_outputs:
-        given = ["--max-len"] if max_len is not None else []
-        given += options.changed(*CORPUS_OPTIONS)
+    if packed_outputs and max_len is None:  # with --max-len: its documents, as a corpus
+        given = options.changed(*CORPUS_OPTIONS)
         given += [n for n, on in (("--cache-dir", cache_dir), ("--no-cache", not cache)) if on]
         _refuse_corpus_flags(paths[0], given)
         result: Any = dataset_stats(paths[0], batch_size=batch_size, seed=seed, **balance)
