@@ -37,7 +37,7 @@ import json
 import os
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -61,7 +61,13 @@ from .fs import StorePath, as_path, user_cache_dir
 from .limits import MAX_BATCH_SIZE, MAX_LEN_LIMIT, MAX_SEED, check_int, read_token_count
 from .options import PackOptions
 from .order import attention_costs, balanced_share, rank_share, step_imbalance, step_loads
-from .packing import Overflow, cut_items, first_fit_decreasing, lower_bound_rows
+from .packing import (
+    Overflow,
+    aligned_lengths,
+    cut_items,
+    first_fit_decreasing,
+    lower_bound_rows,
+)
 from .prepare import Prepared, fingerprint_of, prepare
 from .readers import resolve_inputs
 from .repack import repack_notice
@@ -247,6 +253,7 @@ class PackingStats:
     row_fill: Histogram
     comparison: dict[str, Batching]
     outcome: Counts  # what became of the documents read, and their tokens (as pack counts)
+    alignment: AlignmentStats | None = None  # what --pad-to-multiple-of costs (corpus mode)
 
     @property
     def rows_over_lower_bound(self) -> int:
@@ -270,6 +277,7 @@ class PackingStats:
             ("efficiency (tokens / slots)", f"{self.efficiency:.2%}"),
             ("full rows", f"{self.full_rows:,}"),
             ("documents per row", per_row),
+            *([self.alignment.figure()] if self.alignment is not None else []),
         ]
 
     def outcome_figures(self) -> list[tuple[str, str]]:
@@ -317,6 +325,7 @@ class PackingStats:
             "row_fill": self.row_fill.to_dict(),
             "comparison": {k: b.to_dict() for k, b in self.comparison.items()},
             "outcome": self.outcome.to_record(),
+            **({"alignment": self.alignment.to_dict()} if self.alignment is not None else {}),
         }
 
 
@@ -440,6 +449,14 @@ class AlignmentStats:
     @property
     def share_of_slots(self) -> float:
         return self.pad_tokens / self.slots if self.slots else 0.0
+
+    def figure(self) -> tuple[str, str]:
+        """The (label, value) row of the alignment's cost."""
+        return (
+            f"alignment pad (--pad-to-multiple-of {self.multiple})",
+            f"{self.pad_tokens:,} tokens, {self.share_of_slots:.2%} of slots; "
+            f"{self.rows_unaligned:,} rows without it",
+        )
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -1172,15 +1189,24 @@ def _lengths_of(
 
 
 def _stats_at(
-    data: _Tokenized, max_len: int, overflow: Overflow, batch_size: int, seed: int
+    data: _Tokenized, max_len: int, overflow: Overflow, batching: tuple[int, int], multiple: int
 ) -> PackingStats:
-    """How the documents of ``data`` pack at ``max_len`` (the cut and FFD ``pack`` runs)."""
+    """How the documents of ``data`` pack at ``max_len`` (the cut and FFD ``pack`` runs; with
+    ``multiple`` > 1, over the segments padded to it, as ``--pad-to-multiple-of``)."""
     segments, outcome, in_rows = data.cut(max_len, overflow)
-    row_of = first_fit_decreasing(segments, max_len)
+    spans = aligned_lengths(segments, multiple)
+    row_of = first_fit_decreasing(spans.astype(segments.dtype), max_len)
     n_rows = int(row_of.max()) + 1 if row_of.size else 0
     fill = np.bincount(row_of, weights=segments, minlength=n_rows).astype(np.int64)
     per_row = np.bincount(row_of, minlength=n_rows).astype(np.int64)
-    return _packing_stats(segments, (fill, per_row), in_rows, outcome, max_len, (batch_size, seed))
+    stats = _packing_stats(segments, (fill, per_row), in_rows, outcome, max_len, batching)
+    if multiple == 1:
+        return stats
+    plain = first_fit_decreasing(segments, max_len)
+    pad = int((spans - segments).sum())
+    rows_plain = int(plain.max()) + 1 if plain.size else 0
+    alignment = AlignmentStats(multiple, pad, n_rows * max_len, n_rows, rows_plain)
+    return replace(stats, alignment=alignment)
 
 
 def corpus_stats(
@@ -1228,7 +1254,10 @@ def corpus_stats(
     set_tokenizer_threads(o.num_proc)
     directory = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
     data, hit, key = _lengths_of(prepared, directory / "lengths" if use_cache else None, progress)
-    results = [_stats_at(data, max_len, plan.overflow, batch_size, seed) for max_len in lens_wanted]
+    for max_len in lens_wanted:  # each a multiple of --pad-to-multiple-of, as pack checks
+        o.replace(max_len=max_len)
+    batching, multiple = (batch_size, seed), o.alignment
+    results = [_stats_at(data, m, plan.overflow, batching, multiple) for m in lens_wanted]
     documents = results[0].outcome.documents
     if documents.empty + documents.bad_records_skipped == documents.read:
         labels = results[0].outcome.labels

@@ -18,7 +18,7 @@ here; the caller then asks `tokenizers`.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -92,29 +92,41 @@ def _members(text: str, i: int, decoder: json.JSONDecoder) -> Any:
         i = _skip_ws(text, i + 1)
 
 
+def _walk_top(
+    text: str, decoder: json.JSONDecoder, stop: Callable[[str, Mapping[str, Any]], bool]
+) -> tuple[dict[str, tuple[Any, int, int]], int | None]:
+    """The top-level members of a JSON object, each with the span of its value, read in order
+    until ``stop(key, members read so far)`` is true of one: (those members, the index of the
+    stopping member's value, or ``None`` if none stopped). ``ValueError`` (or ``IndexError``)
+    when the text is not a JSON object."""
+    out: dict[str, tuple[Any, int, int]] = {}
+    i = _skip_ws(text, 0)
+    if text[i] != "{":
+        raise ValueError("not a JSON object")
+    top = _members(text, i, decoder)
+    step = next(top, None)
+    while step is not None:
+        key, at = step
+        if stop(key, out):
+            return out, at
+        value, end = decoder.raw_decode(text, at)
+        out[key] = (value, at, end)
+        step = top.send(end)
+    return out, None
+
+
 def head_members(text: str, keys: Sequence[str]) -> dict[str, tuple[Any, int, int]] | None:
     """The values of the top-level ``keys`` of a tokenizer.json, each with the span of its
     text, read from the top and no further than the model (which `tokenizers` writes last, and
     which is most of the file); ``None`` when one of them is not before the model or the text
     is not a JSON object (the caller then parses the whole file)."""
-    decoder, out = json.JSONDecoder(), {}
     try:
-        i = _skip_ws(text, 0)
-        if text[i] != "{":
-            return None
-        top = _members(text, i, decoder)
-        step = next(top, None)
-        while step is not None and len(out) < len(keys):
-            key, at = step
-            if key == "model":
-                return None
-            value, end = decoder.raw_decode(text, at)
-            if key in keys:
-                out[key] = (value, at, end)
-            step = top.send(end)
+        read, _ = _walk_top(
+            text, json.JSONDecoder(), lambda k, got: k == "model" or all(w in got for w in keys)
+        )
     except (ValueError, IndexError, StopIteration):
         return None
-    return out if len(out) == len(keys) else None
+    return {k: read[k] for k in keys} if all(k in read for k in keys) else None
 
 
 def with_members(text: str, values: Mapping[str, Any]) -> str | None:
@@ -139,35 +151,24 @@ def _read_head(text: str) -> dict[str, Any] | None:
     been read, the merges (half of the parsing time of a large BPE) are not read at all.
     """
     decoder = json.JSONDecoder()
-    out: dict[str, Any] = {}
     try:
-        i = _skip_ws(text, 0)
-        if text[i] != "{":
+        read, at = _walk_top(text, decoder, lambda key, _: key == "model")
+        if at is None or text[at] != "{":
             return None
-        top = _members(text, i, decoder)
-        step = next(top, None)
-        while step is not None:
-            key, at = step
-            if key != "model":
-                out[key], end = decoder.raw_decode(text, at)
-                step = top.send(end)
-                continue
-            if text[at] != "{":
-                return None
-            model: dict[str, Any] = {}
-            inner = _members(text, at, decoder)
-            mstep = next(inner, None)
-            while mstep is not None:
-                mkey, mat = mstep
-                if mkey == "merges" and "vocab" in model and all(k in out for k in _TOP_KEYS):
-                    out["model"] = model
-                    return out  # the rest is the merges (and whatever follows, unread)
-                model[mkey], mend = decoder.raw_decode(text, mat)
-                mstep = inner.send(mend)
-            return None  # no merges to stop at: parse the whole file instead
+        out = {k: value for k, (value, _, _) in read.items()}
+        model: dict[str, Any] = {}
+        inner = _members(text, at, decoder)
+        mstep = next(inner, None)
+        while mstep is not None:
+            mkey, mat = mstep
+            if mkey == "merges" and "vocab" in model and all(k in out for k in _TOP_KEYS):
+                out["model"] = model
+                return out  # the rest is the merges (and whatever follows, unread)
+            model[mkey], mend = decoder.raw_decode(text, mat)
+            mstep = inner.send(mend)
     except (ValueError, IndexError, StopIteration):
         return None
-    return None
+    return None  # no merges to stop at: parse the whole file instead
 
 
 class TokenizerFile:

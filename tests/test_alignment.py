@@ -593,3 +593,26 @@ def test_litdata_items_of_an_aligned_pack_collate_as_its_rows(
     assert torch.equal(
         collate([items[i] for i in rows])["labels"], collate([ds[i] for i in rows])["labels"]
     )
+
+
+def test_stats_of_a_corpus_says_what_alignment_would_cost(tmp_path: Path) -> None:
+    """`stats CORPUS --max-len L --pad-to-multiple-of N` gives the figures of the aligned pack
+    (rows, tokens, the alignment pad and the rows without it), without packing; a max-len that
+    is not a multiple is the pack's one-line error."""
+    from packtool.stats import corpus_stats
+
+    src = REPO / "sample_data" / "corpus.jsonl"
+    packtool.pack([src], tmp_path / "o", max_len=256, pad_to_multiple_of=32)
+    packed = dataset_stats(tmp_path / "o")
+    what_if = corpus_stats([src], [256, 512], pad_to_multiple_of=32, use_cache=False)
+    got, want = what_if.results[0], packed.packing
+    assert (got.rows, got.tokens, got.segments) == (want.rows, want.tokens, want.segments)
+    assert got.alignment == packed.alignment and got.alignment.pad_tokens > 0
+    assert got.alignment.rows_unaligned < got.rows
+    assert (
+        "alignment" in got.to_dict()
+        and "alignment" not in corpus_stats([src], [256]).results[0].to_dict()
+    )
+    assert got.figures()[-1][0] == "alignment pad (--pad-to-multiple-of 32)"
+    with pytest.raises(OptionError, match="--max-len 300 is not a multiple of"):
+        corpus_stats([src], [256, 300], pad_to_multiple_of=32, use_cache=False)
