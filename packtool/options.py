@@ -402,6 +402,8 @@ class PackOptions:
         "kernels); --max-len must be a multiple of N. cu_seqlens are then the padded "
         "boundaries, cu_seqlens_unpadded the real ones; no pad is learned (docs/format.md).",
         check=_int_in(1, MAX_LEN_LIMIT), key=_IF_GIVEN, show_default=False,
+        corpus="Pad every segment to a multiple of N as pack would, and report what the "
+        "alignment costs (pad tokens, rows) at each max-len; each must be a multiple of N.",
     )  # fmt: skip  # recorded by pipeline._manifest only when given (older packs lack it)
     num_proc: int | None = opt(
         None, RUN, "Tokenizer threads (default: all cores).", check=_int_in(1, MAX_NUM_PROC),
