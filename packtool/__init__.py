@@ -16,8 +16,6 @@ recomputing anything::
 
 from __future__ import annotations
 
-import sys
-import types
 from typing import TYPE_CHECKING, Any
 
 from ._version import __version__
@@ -25,7 +23,7 @@ from ._version import __version__
 # Public name -> the module that defines it. Nothing is imported until a name is used (PEP 562),
 # so `import packtool` and `packtool --help` load no heavy subsystem.
 _EXPORTS: dict[str, str] = {
-    "AgainstReport": "verify",
+    "AgainstReport": "verification",
     "BadRecordError": "errors",
     "ChatTemplate": "chat",
     "ChatTemplateError": "errors",
@@ -51,7 +49,7 @@ _EXPORTS: dict[str, str] = {
     "PackedRow": "format",
     "PackingStats": "stats",
     "PacktoolError": "errors",
-    "Problem": "verify",
+    "Problem": "verification",
     "RowView": "inspect",
     "Segment": "format",
     "SegmentView": "inspect",
@@ -61,7 +59,7 @@ _EXPORTS: dict[str, str] = {
     "Unit": "units",
     "UnitResult": "units",
     "UnitsReport": "engines",
-    "VerifyReport": "verify",
+    "VerifyReport": "verification",
     "corpus_stats": "stats",
     "dataset_stats": "stats",
     "epoch_order": "order",
@@ -78,7 +76,7 @@ _EXPORTS: dict[str, str] = {
     "rank_share": "order",
     "row_mask_grid": "inspect",
     "stats_page": "stats_html",
-    "verify": "verify",
+    "verify": "verification",
 }
 
 if TYPE_CHECKING:  # for type checkers and IDEs: the same names, imported eagerly
@@ -106,7 +104,7 @@ if TYPE_CHECKING:  # for type checkers and IDEs: the same names, imported eagerl
     from .stats_html import stats_page
     from .tokenize import DocumentEncoder, HFTokenizer, SpecialTokens, Tokenizer, load_tokenizer
     from .units import Unit, UnitResult, plan_units
-    from .verify import AgainstReport, Problem, VerifyReport, verify
+    from .verification import AgainstReport, Problem, VerifyReport, verify
 
 
 __all__ = [
@@ -181,17 +179,3 @@ def __getattr__(name: str) -> Any:
 
 def __dir__() -> list[str]:
     return sorted(__all__)
-
-
-class _Package(types.ModuleType):
-    """``packtool.verify`` is the function, although ``packtool/verify/`` is also a package:
-    importing the submodule must not rebind the package's attribute to the module (the import
-    system sets it once the submodule has loaded)."""
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        if isinstance(value, types.ModuleType) and _EXPORTS.get(name) == name:
-            return  # the submodule stays reachable as sys.modules["packtool.<name>"]
-        super().__setattr__(name, value)
-
-
-sys.modules[__name__].__class__ = _Package

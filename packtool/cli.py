@@ -2,17 +2,25 @@
 
 Each command parses its options, calls the library, and renders the result with rich. The
 library's own exceptions become one-line errors and a non-zero exit code, never a traceback.
+
+The options of a pack are declared once, in :mod:`packtool.options` (flags, help, default,
+what each changes): :func:`with_flags` makes them flags of ``pack`` (every option, in a help
+panel per what it changes), of ``stats`` (those of corpus mode) and of ``merge`` (the layout
+options), which receive them in their ``**`` parameter by the options' field names. A
+command's own flags are declared in its signature.
 """
 
 from __future__ import annotations
 
 import functools
+import inspect
 import re
 import signal
 import sys
 import threading
 import time
 from collections.abc import Callable
+from inspect import Parameter
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
@@ -25,6 +33,7 @@ from .errors import PacktoolError
 from .export.registry import choices_help as export_choices
 from .fs import as_path, is_url
 from .limits import read_token_count
+from .options import CORPUS_OPTIONS, LAYOUT, OPTIONS, ROWS, RUN, Option, PackOptions
 
 app = typer.Typer(
     name="packtool",
@@ -165,80 +174,91 @@ def _main(
     """Offline sequence packing for LLM training data."""
 
 
-# -- options that pack and stats (corpus mode) share, declared once ----------------------
+# -- the options of a pack, as flags: declared once, in options.py -----------------------
 
+_PANELS = {
+    ROWS: "Rows: what the rows hold (a change packs again; --resume and units start over)",
+    LAYOUT: "Layout: the order of the rows and the shards that hold them",
+    RUN: "Run: how the run goes",
+}
 _CORPUS_PANEL = "Corpus mode: with --max-len, INPUTS read and tokenized as pack would"
+_CLI_TYPES: dict[str, type] = {"str": str, "int": int, "float": float, "bool": bool}
 
 
-def _shared(*decls: str, **kwargs: Any) -> tuple[Any, Any]:
-    """A `pack` option, and the same option in `stats`' corpus-mode help panel."""
-    return (
-        typer.Option(*decls, **kwargs),
-        typer.Option(*decls, rich_help_panel=_CORPUS_PANEL, **kwargs),
-    )
+def _flag(name: str, value_type: Any, default: Any, *decls: str, **info: Any) -> Parameter:
+    """A command-line option as a parameter of the command's signature (what typer reads):
+    ``value_type | None`` when its default is ``None``; no default: the option is required."""
+    annotation = value_type | None if default is None else value_type
+    option = typer.Option(*decls, **info)
+    return Parameter(name, Parameter.KEYWORD_ONLY, default=default,
+                     annotation=Annotated[annotation, option])  # fmt: skip
 
 
-_TOKENIZER, _TOKENIZER_CORPUS = _shared(
-    help="tokenizer.json path, local model directory, or hub name "
-    "(default: packtool's bundled byte-level BPE).",
-    show_default=False,
-)
-_TEXT_FIELD, _TEXT_FIELD_CORPUS = _shared(help="Field (column) holding the document text.")
-_BOS, _BOS_CORPUS = _shared(
-    "--bos/--no-bos",
-    help="Force one BOS at each document start, or no post-processor tokens at all "
-    "(default: the tokenizer's post-processor decides).",
-    show_default=False,
-)
-_EOS_TOKEN, _EOS_TOKEN_CORPUS = _shared(
-    help="EOS token: its text, or a number for an id; overrides the tokenizer's."
-)
-_BOS_TOKEN, _BOS_TOKEN_CORPUS = _shared(
-    help="BOS token: its text, or a number for an id; overrides the tokenizer's."
-)
-_SKIP_BAD_RECORDS, _SKIP_BAD_RECORDS_CORPUS = _shared(
-    "--skip-bad-records",
-    help="Skip malformed records (bad JSON, missing or non-string text), counting them, "
-    "instead of stopping at the first.",
-)
-_SPLIT, _SPLIT_CORPUS = _shared(
-    help="Split of a saved DatasetDict (default: train).", show_default=False
-)
-_TXT_UNIT, _TXT_UNIT_CORPUS = _shared(
-    help="A document in .txt inputs: line, paragraph or document."
-)
-_PARSE_SPECIAL, _PARSE_SPECIAL_CORPUS = _shared(
-    "--parse-special",
-    help="Parse special-token strings in the data (<|endoftext|>, <|im_end|>...) as "
-    "control tokens, for data that holds markup on purpose [default: they are text].",
-)
-_IDS_FIELD, _IDS_FIELD_CORPUS = _shared(
-    help="Pre-tokenized records: the field (a list of ints) holding each document's "
-    "token ids, packed as they are (Parquet, Arrow, saved datasets, JSON Lines, JSON, "
-    "CSV); no tokenizer is loaded unless --tokenizer is given.",
-    show_default=False,
-)
-_VOCAB_SIZE, _VOCAB_SIZE_CORPUS = _shared(
-    help="With --ids-field: ids must be below this [default: the tokenizer's vocabulary size].",
-    show_default=False,
-)
-_SPLIT_ON_EOS, _SPLIT_ON_EOS_CORPUS = _shared(
-    help="With --ids-field: cut each record into documents after every occurrence of "
-    "this id (an EOS-separated stream; the EOS stays with the document before it).",
-    show_default=False,
-)
-_NUM_PROC, _NUM_PROC_CORPUS = _shared(
-    help="Tokenizer threads (default: all cores).", show_default=False
-)
-_TOKENIZER_BACKEND, _TOKENIZER_BACKEND_CORPUS = _shared(
-    help="Tokenizer engine: auto (the fast backend suited to the tokenizer, gigatoken or "
-    "fastokens, where it loads the file and passes the parity gate, else Hugging Face "
-    "tokenizers), hf, fastokens or gigatoken (fail if it cannot). The ids are the same.",
+def _declared(option: Option, name: str, default: Any, help: str, **info: Any) -> Parameter:
+    """The flag of an option declared in :mod:`packtool.options`, as ``name``."""
+    kind = option.cli or option.annotation.split("|")[0].strip()
+    info.setdefault("show_default", option.show_default)
+    if kind == "path":
+        value_type, info["parser"] = Path, as_path
+    elif kind == "token_count":  # --max-len 4096, or 4k
+        value_type, info["parser"], info["metavar"] = int, _token_count, "INTEGER"
+    else:
+        value_type = _CLI_TYPES[kind]
+    return _flag(name, value_type, default, *option.flags, help=help, **info)
+
+
+def _pack_flags() -> list[Parameter]:
+    """Every option of a pack, in its panel (what it changes)."""
+    out = []
+    for o in OPTIONS.values():
+        default = Parameter.empty if o.required else o.default
+        out.append(_declared(o, o.name, default, o.help, rich_help_panel=_PANELS[o.changes]))
+    return out
+
+
+def _corpus_flags() -> list[Parameter]:
+    """The options of a pack that `stats` of a corpus takes (its corpus-mode panel)."""
+    out = []
+    for o in OPTIONS.values():
+        if o.corpus:
+            text = o.corpus if isinstance(o.corpus, str) else o.help
+            out.append(_declared(o, o.name, o.default, text, rich_help_panel=_CORPUS_PANEL))
+    return out
+
+
+def _merge_flags() -> list[Parameter]:
+    """The layout options `merge` takes, by its names for them; unset: as given to pack."""
+    return [
+        _declared(o, o.merge_key or o.name, None, o.merge.help, show_default=False)
+        for o in OPTIONS.values()
+        if o.merge is not None
+    ]
+
+
+def with_flags(*flags: Parameter) -> Callable[[F], F]:
+    """Give a command these flags, which it receives in its ``**`` parameter: the command's
+    signature (what typer reads) is its own parameters, then ``flags``, then its own
+    keyword-only ones."""
+
+    def decorate(func: F) -> F:
+        own = inspect.signature(func, eval_str=True).parameters.values()
+        first = [p.replace(kind=Parameter.KEYWORD_ONLY) for p in own
+                 if p.kind is Parameter.POSITIONAL_OR_KEYWORD]  # fmt: skip
+        last = [p for p in own if p.kind is Parameter.KEYWORD_ONLY]
+        func.__signature__ = inspect.Signature([*first, *flags, *last])  # type: ignore[attr-defined]
+        return func
+
+    return decorate
+
+
+_OUT = typer.Argument(
+    parser=as_path, help="The output directory of `packtool pack`.", show_default=False
 )
 
 
 @app.command(cls=PanelCommand)
 @handle_errors
+@with_flags(*_pack_flags())
 def pack(
     inputs: Annotated[
         list[Path],
@@ -248,17 +268,6 @@ def pack(
             "directories or globs of them, a dataset saved with datasets.save_to_disk, or a "
             "packtool output (its documents packed again, no tokenizer).",
             show_default=False,
-        ),
-    ],
-    max_len: Annotated[
-        int,
-        typer.Option(
-            "--max-len",
-            "-L",
-            help="Tokens per packed row (4096, or 4k).",
-            show_default=False,
-            parser=_token_count,
-            metavar="INTEGER",
         ),
     ],
     output: Annotated[
@@ -271,258 +280,28 @@ def pack(
             show_default=False,
         ),
     ] = None,
-    tokenizer: Annotated[str | None, _TOKENIZER] = None,
-    text_field: Annotated[str, _TEXT_FIELD] = "text",
-    input_shape: Annotated[
-        str,
-        typer.Option(
-            help="Records are text, prompt-completion, chat or ids (pre-tokenized, with "
-            "--ids-field); auto decides by the fields of the first record (messages -> chat, "
-            "prompt + completion -> prompt-completion), or ids when --ids-field is given.",
-        ),
-    ] = "auto",
-    prompt_field: Annotated[
-        str, typer.Option(help="Field holding the prompt (prompt-completion records).")
-    ] = "prompt",
-    completion_field: Annotated[
-        str, typer.Option(help="Field holding the completion (prompt-completion records).")
-    ] = "completion",
-    messages_field: Annotated[
-        str,
-        typer.Option(help="Field holding the list of {role, content} messages (chat records)."),
-    ] = "messages",
-    chat_template: Annotated[
-        Path | None,
-        typer.Option(
-            parser=as_path,
-            help="Jinja chat template for chat records (or a tokenizer_config.json holding "
-            "one), rendered in a sandbox [default: the chat_template of the tokenizer's "
-            "tokenizer_config.json].",
-            show_default=False,
-        ),
-    ] = None,
-    loss_on: Annotated[
-        str | None,
-        typer.Option(
-            help="Tokens learned (labels column): completion, assistant or all [default: "
-            "completion for prompt-completion, assistant for chat].",
-            show_default=False,
-        ),
-    ] = None,
-    template_timeout: Annotated[
-        float,
-        typer.Option(
-            help="Seconds the chat template may run on one record; a record it runs longer "
-            "on stops the run, naming the record (or is skipped with --skip-bad-records).",
-        ),
-    ] = 10.0,  # chat.DEFAULT_TEMPLATE_TIMEOUT (tests/test_imports.py checks they agree)
-    chat_turns: Annotated[
-        str,
-        typer.Option(
-            help="Chats: one example per conversation, every assistant turn learned (all), or "
-            "one per assistant turn, its history rendered as the template renders it at that "
-            "turn and only that turn learned (each: for reasoning templates that drop earlier "
-            "reasoning).",
-        ),
-    ] = "all",
-    learn_reasoning: Annotated[
-        bool,
-        typer.Option(
-            "--learn-reasoning/--no-learn-reasoning",
-            help="Chats: learn the reasoning of assistant turns (<think> blocks, gpt-oss "
-            "analysis) with the answer, or keep it as context.",
-        ),
-    ] = True,
-    overflow: Annotated[
-        str | None,
-        typer.Option(
-            help="What to do with documents longer than --max-len: split (into chunks), "
-            "truncate, or drop [default: split for text, drop for prompt-completion and chat].",
-            show_default=False,
-        ),
-    ] = None,
-    add_eos: Annotated[
-        bool | None,
-        typer.Option(
-            "--eos/--no-eos",
-            help="Append EOS to every document [default: on, except for chats, whose template "
-            "closes every turn].",
-            show_default=False,
-        ),
-    ] = None,
-    bos: Annotated[bool | None, _BOS] = None,
-    eos_token: Annotated[str | None, _EOS_TOKEN] = None,
-    bos_token: Annotated[str | None, _BOS_TOKEN] = None,
-    pad_id: Annotated[
-        int | None,
-        typer.Option(
-            help="Padding id (default: the tokenizer's pad token, else EOS).", show_default=False
-        ),
-    ] = None,
-    parse_special: Annotated[bool, _PARSE_SPECIAL] = False,
-    shuffle: Annotated[
-        bool,
-        typer.Option("--shuffle/--no-shuffle", help="Shuffle rows (FFD puts long ones first)."),
-    ] = True,
-    seed: Annotated[int, typer.Option(help="Seed of the row shuffle.")] = 0,
-    world_size: Annotated[
-        int | None,
-        typer.Option(
-            help="Store the rows as balanced steps for W data-parallel ranks: read through "
-            "PackedDataset(rank=r, world_size=W), every rank's rows of a step have nearly the "
-            "same attention cost (docs/balance.md).",
-            show_default=False,
-        ),
-    ] = None,
-    micro_batches: Annotated[
-        int,
-        typer.Option(
-            help="With --world-size: rows a rank reads per step (batch size x gradient "
-            "accumulation); the sum over them is balanced.",
-        ),
-    ] = 1,
-    rows_per_shard: Annotated[
-        int | None,
-        typer.Option(help="Rows per shard (default: from --shard-size).", show_default=False),
-    ] = None,
-    shard_size: Annotated[
-        str, typer.Option(help="Target shard size, e.g. 256MB (ignored with --rows-per-shard).")
-    ] = "256MB",
-    overwrite: Annotated[
-        bool, typer.Option("--overwrite", help="Replace the output directory if it exists.")
-    ] = False,
-    skip_bad_records: Annotated[bool, _SKIP_BAD_RECORDS] = False,
-    split: Annotated[str | None, _SPLIT] = None,
-    txt_unit: Annotated[str, _TXT_UNIT] = "line",
-    ids_field: Annotated[str | None, _IDS_FIELD] = None,
-    labels_field: Annotated[
-        str | None,
-        typer.Option(
-            help="With --ids-field: the field of labels (ints, -100 where not learned), one "
-            "per id, carried into the labels column.",
-            show_default=False,
-        ),
-    ] = None,
-    loss_mask_field: Annotated[
-        str | None,
-        typer.Option(
-            help="With --ids-field: the field of a 0/1 mask per id (1: learned), instead of "
-            "--labels-field.",
-            show_default=False,
-        ),
-    ] = None,
-    vocab_size: Annotated[int | None, _VOCAB_SIZE] = None,
-    split_on_eos: Annotated[int | None, _SPLIT_ON_EOS] = None,
-    pad_to_multiple_of: Annotated[
-        int | None,
-        typer.Option(
-            help="Pad every segment (a document, or a chunk of one) with the pad id to a "
-            "multiple of N (2 x context-parallel size for Megatron THD, 16/32/128 for FP8 "
-            "kernels); --max-len must be a multiple of N. cu_seqlens are then the padded "
-            "boundaries, cu_seqlens_unpadded the real ones; no pad is learned "
-            "(docs/format.md).",
-            show_default=False,
-        ),
-    ] = None,
-    num_proc: Annotated[int | None, _NUM_PROC] = None,
-    tokenizer_backend: Annotated[str, _TOKENIZER_BACKEND] = "auto",
-    check_sample: Annotated[
-        int,
-        typer.Option(
-            help="Re-encode about N documents, spread over the inputs, with Hugging Face "
-            "tokenizers and stop (writing nothing) if the fast backend gave other ids.",
-        ),
-    ] = 0,
-    resume: Annotated[
-        bool,
-        typer.Option(
-            "--resume",
-            help="Continue an interrupted --resume run from its checkpoint, and keep this "
-            "run's work if it is interrupted.",
-        ),
-    ] = False,
-    mix: Annotated[
-        str | None,
-        typer.Option(
-            help="Each input's share of the output's tokens, in input order (e.g. "
-            "0.5,0.3,0.2): a larger source is sampled, a smaller one repeated, by whole "
-            "documents (docs/mixtures.md).",
-            show_default=False,
-        ),
-    ] = None,
-    tokens: Annotated[
-        str | None,
-        typer.Option(
-            help="With --mix: the output's tokens (e.g. 500M, 2G) [default: the most that "
-            "need no document repeated].",
-            show_default=False,
-        ),
-    ] = None,
-    repeat: Annotated[
-        bool,
-        typer.Option(
-            "--repeat/--no-repeat",
-            help="With --mix: a source smaller than its share is repeated by whole documents "
-            "(--no-repeat: an error instead).",
-        ),
-    ] = True,
+    *,
     quiet: Annotated[
         bool, typer.Option("--quiet", "-q", help="No progress bars and no summary.")
     ] = False,
     as_json: Annotated[
         bool, typer.Option("--json", help="Print the summary as JSON (the manifest's figures).")
     ] = False,
-    units: Annotated[
-        int | None,
-        typer.Option(
-            help="Pack as N work units (FFD inside each), then merge them (docs/cluster.md).",
-            show_default=False,
-        ),
-    ] = None,
-    unit: Annotated[
-        int | None,
-        typer.Option(
-            help="Run only unit I (0-based) of --units, here, without merging (Slurm array, "
-            "Kubernetes indexed job); `packtool merge` joins the units.",
-            show_default=False,
-        ),
-    ] = None,
-    engine: Annotated[
-        str, typer.Option(help="Where --units run: local (process pool) or ray.")
-    ] = "local",
-    ray_address: Annotated[
-        str | None,
-        typer.Option(
-            help="Ray cluster to join with --engine ray, or auto (default: start a local Ray "
-            "instance for the run).",
-            show_default=False,
-        ),
-    ] = None,
-    merge_copy: Annotated[
-        bool | None,
-        typer.Option(
-            "--copy/--no-copy",
-            help="With --units: the merge writes the rows again into OUTPUT (--copy), or lists "
-            "the units' shards where they lie (--no-copy) [default: list them, copy only what "
-            "--world-size or a changed order needs].",
-            show_default=False,
-        ),
-    ] = None,
+    **values: Any,
 ) -> None:
     """Tokenize INPUTS and pack them into rows of --max-len tokens, written as Arrow shards.
 
     Each row holds input_ids, position_ids (restarting at 0 at every document) and cu_seqlens
     (document boundaries), ready for FlashAttention varlen or a block-diagonal mask.
     """
-    from .options import PackOptions
     from .pipeline import pack as run_pack
     from .render.pack import show_pack
     from .render.progress import RichProgress
 
+    options = PackOptions(**values)  # every flag of options.py, by its field's name
     if output is None:
         stem = re.sub(r"[^\w-]", "", inputs[0].name.split(".")[0]) or "corpus"
-        output = Path(f"{stem}-packed-{max_len}")  # here, also for inputs on a store
-    options = PackOptions.from_mapping(locals())
+        output = Path(f"{stem}-packed-{options.max_len}")  # here, also for inputs on a store
     if options.units is not None:
         return _pack_units(inputs, output, options, quiet=quiet, as_json=as_json)
     with RichProgress(enabled=not quiet and not as_json) as progress:
@@ -568,121 +347,70 @@ def _not_a_packed_output(first: Path) -> typer.Exit:
     )
 
 
+_STATS_CACHE = (
+    _flag("cache_dir", Path, None, rich_help_panel=_CORPUS_PANEL, show_default=False,
+          help="Where tokenized lengths are cached (default: $PACKTOOL_CACHE_DIR, else "
+          "$XDG_CACHE_HOME/packtool, else ~/.cache/packtool)."),
+    _flag("cache", bool, True, "--cache/--no-cache", rich_help_panel=_CORPUS_PANEL,
+          help="Reuse and keep tokenized lengths."),
+)  # fmt: skip
+
+
+_PATHS = typer.Argument(
+    parser=as_path,
+    help="A packed output directory (OUT_DIR), or, with --max-len, a corpus: input files, "
+    "directories or globs as for `pack`.",
+    show_default=False,
+)
+_MAX_LENS = typer.Option(
+    "--max-len",
+    "-L",
+    rich_help_panel=_CORPUS_PANEL,
+    help="The max-len values to compare, comma-separated (e.g. 2048,4096,8192).",
+    show_default=False,
+)
+_BATCH_SIZE = typer.Option(
+    "--batch-size", "-b", help="Batch size of the padded baselines it compares with."
+)
+_BASELINE_SEED = typer.Option(help="Seed of the random-batches and random-order baselines.")
+_RANKS = typer.Option(
+    help="Packed output: the step imbalance across W data-parallel ranks, stored order against "
+    "a random one [default: the world size the output records].",
+    show_default=False,
+)
+_RANK_ROWS = typer.Option(
+    help="Packed output: rows a rank reads per step, for --world-size [default: the recorded "
+    "one, else 1].",
+    show_default=False,
+)
+_FIGURES_JSON = typer.Option("--json", help="Print the figures as one JSON object.")
+_PAGE = typer.Option(
+    "--html",
+    help="Also write the figures and charts as one self-contained HTML page (no script, "
+    "nothing loaded: it opens offline).",
+    show_default=False,
+)
+_CHARTS = typer.Option(
+    "--svg",
+    help="Also write each chart as DIR/NAME.svg (the directory is made).",
+    show_default=False,
+)
+
+
 @app.command(cls=PanelCommand)
 @handle_errors
+@with_flags(*_corpus_flags(), *_STATS_CACHE)
 def stats(
-    paths: Annotated[
-        list[Path],
-        typer.Argument(
-            parser=as_path,
-            help="A packed output directory (OUT_DIR), or, with --max-len, a corpus: input "
-            "files, directories or globs as for `pack`.",
-            show_default=False,
-        ),
-    ],
-    max_len: Annotated[
-        str | None,
-        typer.Option(
-            "--max-len",
-            "-L",
-            rich_help_panel=_CORPUS_PANEL,
-            help="The max-len values to compare, comma-separated (e.g. 2048,4096,8192).",
-            show_default=False,
-        ),
-    ] = None,
-    batch_size: Annotated[
-        int,
-        typer.Option(
-            "--batch-size", "-b", help="Batch size of the padded baselines it compares with."
-        ),
-    ] = 8,
-    seed: Annotated[
-        int, typer.Option(help="Seed of the random-batches and random-order baselines.")
-    ] = 0,
-    world_size: Annotated[
-        int | None,
-        typer.Option(
-            help="Packed output: the step imbalance across W data-parallel ranks, stored order "
-            "against a random one [default: the world size the output records].",
-            show_default=False,
-        ),
-    ] = None,
-    micro_batches: Annotated[
-        int | None,
-        typer.Option(
-            help="Packed output: rows a rank reads per step, for --world-size [default: the "
-            "recorded one, else 1].",
-            show_default=False,
-        ),
-    ] = None,
-    as_json: Annotated[
-        bool, typer.Option("--json", help="Print the figures as one JSON object.")
-    ] = False,
-    html: Annotated[
-        Path | None,
-        typer.Option(
-            "--html",
-            help="Also write the figures and charts as one self-contained HTML page (no "
-            "script, nothing loaded: it opens offline).",
-            show_default=False,
-        ),
-    ] = None,
-    svg: Annotated[
-        Path | None,
-        typer.Option(
-            "--svg",
-            help="Also write each chart as DIR/NAME.svg (the directory is made).",
-            show_default=False,
-        ),
-    ] = None,
-    tokenizer: Annotated[str | None, _TOKENIZER_CORPUS] = None,
-    text_field: Annotated[str, _TEXT_FIELD_CORPUS] = "text",
-    overflow: Annotated[
-        str | None,
-        typer.Option(
-            rich_help_panel=_CORPUS_PANEL,
-            help="Split, truncate or drop documents over max-len [default: split].",
-            show_default=False,
-        ),
-    ] = None,
-    add_eos: Annotated[
-        bool | None,
-        typer.Option(
-            "--eos/--no-eos",
-            rich_help_panel=_CORPUS_PANEL,
-            help="Append EOS to every document [default: on].",
-            show_default=False,
-        ),
-    ] = None,
-    bos: Annotated[bool | None, _BOS_CORPUS] = None,
-    eos_token: Annotated[str | None, _EOS_TOKEN_CORPUS] = None,
-    bos_token: Annotated[str | None, _BOS_TOKEN_CORPUS] = None,
-    skip_bad_records: Annotated[bool, _SKIP_BAD_RECORDS_CORPUS] = False,
-    split: Annotated[str | None, _SPLIT_CORPUS] = None,
-    txt_unit: Annotated[str, _TXT_UNIT_CORPUS] = "line",
-    parse_special: Annotated[bool, _PARSE_SPECIAL_CORPUS] = False,
-    cache_dir: Annotated[
-        Path | None,
-        typer.Option(
-            rich_help_panel=_CORPUS_PANEL,
-            help="Where tokenized lengths are cached (default: $PACKTOOL_CACHE_DIR, "
-            "else $XDG_CACHE_HOME/packtool, else ~/.cache/packtool).",
-            show_default=False,
-        ),
-    ] = None,
-    cache: Annotated[
-        bool,
-        typer.Option(
-            "--cache/--no-cache",
-            rich_help_panel=_CORPUS_PANEL,
-            help="Reuse and keep tokenized lengths.",
-        ),
-    ] = True,
-    ids_field: Annotated[str | None, _IDS_FIELD_CORPUS] = None,
-    vocab_size: Annotated[int | None, _VOCAB_SIZE_CORPUS] = None,
-    split_on_eos: Annotated[int | None, _SPLIT_ON_EOS_CORPUS] = None,
-    num_proc: Annotated[int | None, _NUM_PROC_CORPUS] = None,
-    tokenizer_backend: Annotated[str, _TOKENIZER_BACKEND_CORPUS] = "auto",
+    paths: Annotated[list[Path], _PATHS],
+    max_len: Annotated[str | None, _MAX_LENS] = None,
+    batch_size: Annotated[int, _BATCH_SIZE] = 8,
+    seed: Annotated[int, _BASELINE_SEED] = 0,
+    world_size: Annotated[int | None, _RANKS] = None,
+    micro_batches: Annotated[int | None, _RANK_ROWS] = None,
+    as_json: Annotated[bool, _FIGURES_JSON] = False,
+    html: Annotated[Path | None, _PAGE] = None,
+    svg: Annotated[Path | None, _CHARTS] = None,
+    **corpus: Any,
 ) -> None:
     """Report packing statistics: rows, efficiency, padding saved against padded batches.
 
@@ -691,14 +419,13 @@ def stats(
     (tokenized lengths are cached, so a second call is fast); a packed output with --max-len
     is the corpus of its documents.
     """
-    from .options import CORPUS_OPTIONS, PackOptions
     from .render.progress import RichProgress
     from .render.stats import show_stats
     from .stats import corpus_stats, dataset_stats, is_packed_output, parse_max_lens
 
     balance = {"world_size": world_size, "micro_batches": micro_batches}
-    corpus = {k: v for k, v in locals().items() if k not in ("seed", "max_len", *balance)}
-    options = PackOptions.from_mapping(corpus)  # max_len and seed mean other things here
+    cache_dir, cache = corpus.pop("cache_dir"), corpus.pop("cache")
+    options = PackOptions(**corpus)  # the corpus-mode flags of options.py
     packed_outputs = [p for p in paths if is_packed_output(p)]
     if packed_outputs and max_len is None and len(paths) > 1:
         raise fail(
@@ -841,15 +568,26 @@ def inspect_command(
 # -- verify -------------------------------------------------------------------------------
 
 
+_AGAINST = (  # what verify --against re-tokenizes with (verify's keyword arguments)
+    _flag("tokenizer", str, None, show_default=False, help="With --against: the tokenizer to "
+          "re-tokenize with [default: the copy of tokenizer.json in the output]."),
+    _flag("parse_special", bool, None, "--parse-special/--no-parse-special", show_default=False,
+          help="With --against: re-tokenize with special-token strings in the inputs parsed "
+          "as control tokens, or as text [default: as the manifest records]."),
+    _flag("chat_template", str, None, show_default=False, help="With --against, chat records: "
+          "the Jinja template they were packed with [default: the file the manifest names, "
+          "else the tokenizer's]."),
+    _flag("reference", str, "file", help="With --against, text documents: re-tokenize with the "
+          "tokenizer.json (file, as pack does) or with transformers' AutoTokenizer for its "
+          "directory (transformers: the ids your transformers code gets)."),
+)  # fmt: skip
+
+
 @app.command(cls=PanelCommand)
 @handle_errors
+@with_flags(*_AGAINST)
 def verify(
-    out_dir: Annotated[
-        Path,
-        typer.Argument(
-            parser=as_path, help="The output directory of `packtool pack`.", show_default=False
-        ),
-    ],
+    out_dir: Annotated[Path, _OUT],
     inputs: Annotated[
         list[Path] | None,
         typer.Argument(
@@ -867,39 +605,7 @@ def verify(
             "that every document's tokens are in the rows exactly once, in order.",
         ),
     ] = False,
-    tokenizer: Annotated[
-        str | None,
-        typer.Option(
-            help="With --against: the tokenizer to re-tokenize with [default: the copy of "
-            "tokenizer.json in the output].",
-            show_default=False,
-        ),
-    ] = None,
-    parse_special: Annotated[
-        bool | None,
-        typer.Option(
-            "--parse-special/--no-parse-special",
-            help="With --against: re-tokenize with special-token strings in the inputs parsed "
-            "as control tokens, or as text [default: as the manifest records].",
-            show_default=False,
-        ),
-    ] = None,
-    chat_template: Annotated[
-        str | None,
-        typer.Option(
-            help="With --against, chat records: the Jinja template they were packed with "
-            "[default: the file the manifest names, else the tokenizer's].",
-            show_default=False,
-        ),
-    ] = None,
-    reference: Annotated[
-        str,
-        typer.Option(
-            help="With --against, text documents: re-tokenize with the tokenizer.json (file, "
-            "as pack does) or with transformers' AutoTokenizer for its directory "
-            "(transformers: the ids your transformers code gets).",
-        ),
-    ] = "file",
+    *,
     max_problems: Annotated[int, typer.Option(help="Problems to list (all are counted).")] = 20,
     export_dir: Annotated[
         Path | None,
@@ -915,6 +621,7 @@ def verify(
         bool, typer.Option("--quiet", "-q", help="No progress and no summary; only the exit code.")
     ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
+    **retokenize: Any,
 ) -> None:
     """Check that OUT_DIR is whole and right: every row of every shard, the manifest's counts,
     the shards' sha256, (with --against INPUTS...) every document's tokens, and (with
@@ -925,7 +632,7 @@ def verify(
     """
     from .render.progress import VerifyProgress
     from .render.verify import show_verify
-    from .verify import verify as run_verify
+    from .verification import verify as run_verify
 
     if inputs and not against:
         raise fail(
@@ -940,12 +647,9 @@ def verify(
         report = run_verify(
             out_dir,
             against=[str(p) for p in inputs or []] if against else None,
-            tokenizer=tokenizer,
             max_problems=max_problems,
             progress=progress,
-            parse_special=parse_special,
-            chat_template=chat_template,
-            reference=reference,
+            **retokenize,
         )
     export_check = None
     if export_dir is not None:
@@ -963,12 +667,7 @@ def verify(
 @app.command(cls=PanelCommand)
 @handle_errors
 def export(
-    out_dir: Annotated[
-        Path,
-        typer.Argument(
-            parser=as_path, help="The output directory of `packtool pack`.", show_default=False
-        ),
-    ],
+    out_dir: Annotated[Path, _OUT],
     to: Annotated[
         str,
         typer.Option(
@@ -1015,12 +714,7 @@ def export(
 @app.command("check-model", cls=PanelCommand)
 @handle_errors
 def check_model_command(
-    out_dir: Annotated[
-        Path,
-        typer.Argument(
-            parser=as_path, help="The output directory of `packtool pack`.", show_default=False
-        ),
-    ],
+    out_dir: Annotated[Path, _OUT],
     model: Annotated[
         Path,
         typer.Option(
@@ -1074,7 +768,7 @@ def check_model_command(
 
 
 def _pack_units(
-    inputs: list[Path], output: Path, options: Any, *, quiet: bool, as_json: bool
+    inputs: list[Path], output: Path, options: PackOptions, *, quiet: bool, as_json: bool
 ) -> None:
     """`pack --units N [--unit I] [--engine local|ray]`."""
     from .engines import pack_units
@@ -1088,6 +782,7 @@ def _pack_units(
 
 @app.command(cls=PanelCommand)
 @handle_errors
+@with_flags(*_merge_flags())
 def merge(
     out_dir: Annotated[
         Path,
@@ -1097,60 +792,12 @@ def merge(
             show_default=False,
         ),
     ],
-    shuffle: Annotated[
-        bool | None,
-        typer.Option(
-            "--shuffle/--no-shuffle",
-            help="Shuffle the rows (default: as given to pack).",
-            show_default=False,
-        ),
-    ] = None,
-    seed: Annotated[
-        int | None,
-        typer.Option(
-            help="Seed of the row shuffle (default: as given to pack).", show_default=False
-        ),
-    ] = None,
-    rows_per_shard: Annotated[
-        int | None,
-        typer.Option(help="Rows per shard (default: as given to pack).", show_default=False),
-    ] = None,
-    shard_size: Annotated[
-        str | None,
-        typer.Option(
-            help="Target shard size, e.g. 256MB (ignored with --rows-per-shard).",
-            show_default=False,
-        ),
-    ] = None,
-    world_size: Annotated[
-        int | None,
-        typer.Option(
-            help="Store the rows as balanced steps for W data-parallel ranks, as `pack "
-            "--world-size` (default: as given to pack).",
-            show_default=False,
-        ),
-    ] = None,
-    micro_batches: Annotated[
-        int | None,
-        typer.Option(
-            help="With --world-size: rows a rank reads per step (default: as given to pack).",
-            show_default=False,
-        ),
-    ] = None,
-    copy: Annotated[
-        bool | None,
-        typer.Option(
-            "--copy/--no-copy",
-            help="Write the rows again into OUT_DIR (--copy), or list the units' shards where "
-            "they lie, writing no row (--no-copy) [default: as given to pack, else list them "
-            "and copy only what --world-size or another order than the units' needs].",
-            show_default=False,
-        ),
-    ] = None,
+    *,
     quiet: Annotated[
         bool, typer.Option("--quiet", "-q", help="No progress and no summary.")
     ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
+    **layout: Any,
 ) -> None:
     """Join the work units in OUT_DIR/units into one dataset in OUT_DIR, with one manifest.
 
@@ -1166,17 +813,7 @@ def merge(
     from .render.progress import RichProgress
 
     with RichProgress(enabled=not quiet and not as_json) as progress:
-        report = merge_units(
-            out_dir,
-            shuffle=shuffle,
-            seed=seed,
-            rows_per_shard=rows_per_shard,
-            shard_size=shard_size,
-            world_size=world_size,
-            micro_batches=micro_batches,
-            copy=copy,
-            progress=progress,
-        )
+        report = merge_units(out_dir, progress=progress, **layout)
     show_merge(report, quiet=quiet, as_json=as_json)
 
 

@@ -8,16 +8,16 @@ it for the merge. The rows a shard holds are computed by :meth:`Layout.shard_row
     Layout(shard_size="256MB").shard_rows(row_bytes=98_432)   # 2,727 rows a shard
     Layout(rows_per_shard=500).shard_rows(row_bytes=98_432)   # 500, whatever their size
 
->>> Layout(seed=3, world_size=8).describe()
-{'shuffle': True, 'seed': 3, 'world_size': 8, 'micro_batches': 1, 'rows_per_shard': None}
+The manifest records the layout as options of the pack (``PackOptions.describe``).
+
+>>> Layout(seed=3, world_size=8).shard_rows(row_bytes=1 << 20)
+256
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
-from ._fields import attributes
 from .errors import OptionError
 from .limits import MAX_ROWS_PER_SHARD, MAX_SEED, check_int
 
@@ -95,7 +95,3 @@ class Layout:
         (:func:`packtool.format.row_bytes`): ``rows_per_shard`` if given, else as many as
         ``shard_size`` holds, at least one."""
         return self.rows_per_shard or max(1, self.shard_bytes // row_bytes)
-
-    def describe(self) -> dict[str, Any]:
-        """The manifest's record of the layout (part of its ``options``)."""
-        return attributes(self, "shuffle seed world_size micro_batches rows_per_shard")

@@ -85,6 +85,8 @@ RUN = "run"
 CHANGES = (ROWS, LAYOUT, RUN)
 
 _SPELLED = object()  # rows_key: the option as it is spelled
+_IF_GIVEN = object()  # rows_key: the option as it is spelled, left out when None (an option
+# added after packs were keyed: their keys, and the units' plans, stay as they were)
 
 
 # -- how an option is declared -------------------------------------------------------------
@@ -108,7 +110,8 @@ class Option:
     command line reads it when the field's type does not say (``"str"``, ``"path"``, or
     ``"token_count"``: 4096 or 4k); ``required``: the command line must give it. ``key``:
     its value in :meth:`PackOptions.rows_key` (``None``: not there, because the caller keys
-    it by what it loaded, e.g. the tokenizer's sha256).
+    it by what it loaded, e.g. the tokenizer's sha256; ``_IF_GIVEN``: there only when not
+    ``None``, for an option added after packs were keyed).
     """
 
     changes: str
@@ -412,7 +415,9 @@ class PackOptions:
         "multiple of N (2 x context-parallel size for Megatron THD, 16/32/128 for FP8 "
         "kernels); --max-len must be a multiple of N. cu_seqlens are then the padded "
         "boundaries, cu_seqlens_unpadded the real ones; no pad is learned (docs/format.md).",
-        check=_int_in(1, MAX_LEN_LIMIT), show_default=False,
+        check=_int_in(1, MAX_LEN_LIMIT), key=_IF_GIVEN, show_default=False,
+        corpus="Pad every segment to a multiple of N as pack would, and report what the "
+        "alignment costs (pad tokens, rows) at each max-len; each must be a multiple of N.",
     )  # fmt: skip  # recorded by pipeline._manifest only when given (older packs lack it)
     num_proc: int | None = opt(
         None, RUN, "Tokenizer threads (default: all cores).", check=_int_in(1, MAX_NUM_PROC),
@@ -571,6 +576,14 @@ class PackOptions:
         )
 
     @property
+    def row_len(self) -> int:
+        """``max_len``, which every pack needs (``stats`` of a corpus takes its lengths apart,
+        so the field may be ``None``): the tokens per row, or the one line naming --max-len."""
+        if self.max_len is None:
+            raise OptionError("--max-len is required: the tokens per row, e.g. --max-len 4096")
+        return self.max_len
+
+    @property
     def shard_bytes(self) -> int:
         return self.layout.shard_bytes
 
@@ -581,7 +594,9 @@ class PackOptions:
         out = {}
         for name in _KEYED:
             key, value = OPTIONS[name].key, getattr(self, name)
-            out[name] = value if key is _SPELLED or value is None else key(value)
+            if key is _IF_GIVEN and value is None:
+                continue
+            out[name] = value if key in (_SPELLED, _IF_GIVEN) or value is None else key(value)
         return out
 
     def describe(self) -> dict[str, Any]:

@@ -188,7 +188,7 @@ class _StoreSink:
 
     def __init__(self, run: _Run, store: TokenStore) -> None:
         self.store, self.fingerprint = store, run.fingerprint
-        self.max_len, self.overflow = run.options.max_len, run.plan.overflow
+        self.max_len, self.overflow = run.options.row_len, run.plan.overflow
         self.last_checkpoint = time.monotonic()
         self.warming_up = False
 
@@ -365,8 +365,7 @@ class _Run:
 
     @property
     def row_bytes(self) -> int:
-        assert self.options.max_len is not None
-        return row_bytes(self.options.max_len, self.plan.labelled)
+        return row_bytes(self.options.row_len, self.plan.labelled)
 
 
 def _prepare(
@@ -376,8 +375,7 @@ def _prepare(
     files: Sequence[InputFile] | None,
 ) -> _Run:
     """Check the options against the inputs and the tokenizer, before any work is done."""
-    if options.max_len is None:
-        raise OptionError("--max-len is required: the tokens per row, e.g. --max-len 4096")
+    options.row_len  # noqa: B018  (a missing --max-len: one line, before any work)
     check_output_dir(out, options.overwrite)
     remove_stale_temporaries(out)
     skipped: list[Path] = []
@@ -395,7 +393,7 @@ def _prepare(
     prepared = prepare(files, options)
     options, tok, plan = prepared.options, prepared.tokenizer, prepared.plan
     pad_id, pad_from = _pad_id(options.pad_id, tok)
-    one_row = row_bytes(options.max_len, plan.labelled)
+    one_row = row_bytes(options.row_len, plan.labelled)
     rows_per_shard = options.layout.shard_rows(one_row)
     notice = None
     if options.rows_per_shard is None and options.shard_bytes < one_row:
@@ -587,7 +585,7 @@ def _plan_stage(
     if progress:
         progress("pack", 0, int(item_len.size))
     spans = aligned_lengths(item_len, o.alignment)  # FFD packs the padded lengths
-    row_of_item = first_fit_decreasing(spans, o.max_len)
+    row_of_item = first_fit_decreasing(spans, o.row_len)
     order, row_starts = plan_rows(row_of_item, spans)
     n_rows = int(row_starts.size - 1)
     if progress:
@@ -617,7 +615,7 @@ def _write_stage(
     """Gather the rows from the store and write them in shards of the options' layout, then
     the manifest (last)."""
     o = run.options
-    assert o.max_len is not None and o.pad_id is not None
+    assert o.pad_id is not None
     rows_per_shard = o.layout.shard_rows(run.row_bytes)
     n_rows = placement.n_rows
     # Rows are gathered, and written as Arrow record batches, _GATHER_BYTES at a time: a
@@ -631,12 +629,12 @@ def _write_stage(
             for start in range(0, n_rows, block):
                 plan_block = placement.output_order[start : start + block]
                 yield gather_rows(
-                    source, placement.plan, plan_block, o.max_len, o.pad_id, align=o.alignment
+                    source, placement.plan, plan_block, o.row_len, o.pad_id, align=o.alignment
                 )
 
     writer = ShardWriter(
         run.out,
-        max_len=o.max_len,
+        max_len=o.row_len,
         num_rows=n_rows,
         rows_per_shard=rows_per_shard,
         with_labels=run.plan.labelled,
@@ -681,7 +679,6 @@ def _manifest(
     extra: Mapping[str, Any] | None,
 ) -> Manifest:
     o = run.options
-    assert o.max_len is not None
     counts = state.counts
     if run.plan.labelled:  # counted even where no batch was (an empty unit)
         counts = Counts(labels=LabelFigures(), tokens=TokenCounts(learned=0)) + counts
@@ -710,8 +707,8 @@ def _manifest(
             counts=counts,
             segments=int(placement.plan.length.size),
             rows=placement.n_rows,
-            lower_bound_rows=lower_bound_rows(counts.tokens.packed, o.max_len),
-            max_len=o.max_len,
+            lower_bound_rows=lower_bound_rows(counts.tokens.packed, o.row_len),
+            max_len=o.row_len,
             bad_records=state.bad_records,
             special_strings=state.special_strings,
             parse_special=o.parse_special,

@@ -454,9 +454,9 @@ class AlignmentStats:
     def figure(self) -> tuple[str, str]:
         """The (label, value) row of the alignment's cost."""
         return (
-            f"alignment pad (--pad-to-multiple-of {self.multiple})",
-            f"{self.pad_tokens:,} tokens, {self.share_of_slots:.2%} of slots; "
-            f"{self.rows_unaligned:,} rows without it",
+            f"alignment pad (--pad-to-multiple-of {self.multiple:,})",
+            f"{self.pad_tokens:,} tokens ({self.share_of_slots:.2%} of slots); "
+            f"{self.rows:,} rows, {self.rows_unaligned:,} without it",
         )
 
     def to_dict(self) -> dict[str, Any]:

@@ -616,3 +616,21 @@ def test_stats_of_a_corpus_says_what_alignment_would_cost(tmp_path: Path) -> Non
     assert got.figures()[-1][0] == "alignment pad (--pad-to-multiple-of 32)"
     with pytest.raises(OptionError, match="--max-len 300 is not a multiple of"):
         corpus_stats([src], [256, 300], pad_to_multiple_of=32, use_cache=False)
+
+
+def test_stats_command_of_a_corpus_and_of_a_pack_with_alignment(tmp_path: Path) -> None:
+    """The flag in corpus-mode `stats`: the cost under the table and in --json, for a corpus
+    and for a pack re-cut at other max-lens; a max-len not a multiple is one line, exit 2."""
+    from test_cli import assert_one_line_error, run
+
+    src = REPO / "sample_data" / "corpus.jsonl"
+    result = run("stats", src, "-L", "256,512", "--pad-to-multiple-of", "32", "--no-cache")
+    assert result.exit_code == 0, result.output
+    assert "alignment pad (--pad-to-multiple-of 32):" in result.output
+    packtool.pack([src], tmp_path / "o", max_len=128)
+    flags = ("-L", "256", "--pad-to-multiple-of", "32", "--no-cache", "--json")
+    again = json.loads(run("stats", tmp_path / "o", *flags).stdout)
+    fresh = json.loads(run("stats", src, *flags).stdout)
+    assert again["max_lens"][0]["alignment"] == fresh["max_lens"][0]["alignment"]
+    bad = run("stats", src, "-L", "300", "--pad-to-multiple-of", "32", "--no-cache")
+    assert_one_line_error(bad, "--max-len 300 is not a multiple of --pad-to-multiple-of 32", 2)

@@ -52,7 +52,7 @@ LAYERS: dict[str, int] = {
     # 6: the stages composed; reports over outputs and corpora
     "pipeline": 6,
     "stats": 6,
-    "verify": 6,
+    "verification": 6,
     "export": 6,
     # 7: the stats page (figures drawn as SVG in one HTML page)
     "stats_html": 7,
@@ -73,7 +73,7 @@ LAYERS: dict[str, int] = {
 # Inside a package split into modules: the order its modules may import each other in (a
 # module imports only lower ones), with no private names across them.
 PACKAGE_LAYERS: dict[str, dict[str, int]] = {
-    "verify": {"report": 0, "digest": 0, "rows": 1, "against": 2, "__init__": 3},
+    "verification": {"report": 0, "digest": 0, "rows": 1, "against": 2, "__init__": 3},
     "tokenize": {
         "backend": 0,
         "hf": 1,
@@ -213,10 +213,10 @@ def test_verify_cuts_documents_with_the_pipelines_cut() -> None:
     ``packing.cut_items`` (the overflow policy, the labelled cut), none with its own."""
     cut = {"cut_items"}
     own = {"segment_items", "segment_labelled_items"}
-    for path in (PACKAGE / "pipeline.py", PACKAGE / "verify" / "against.py"):
+    for path in (PACKAGE / "pipeline.py", PACKAGE / "verification" / "against.py"):
         names = {n for _, top, sub, names in _imports(path) if sub == "packing" for n in names}
         assert cut <= names and not names & own, (path, names)
-    for path in (PACKAGE / "verify").glob("*.py"):
+    for path in (PACKAGE / "verification").glob("*.py"):
         called = {
             node.func.id
             for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
@@ -598,7 +598,7 @@ def _function_sizes() -> list[str]:
     return bad
 
 
-@pytest.mark.xfail(strict=True, reason="cli.py commands: issue 34, h34a")
+@pytest.mark.xfail(strict=True, reason="gather.gather_rows 101 lines, torch.collate 123 lines")
 def test_no_function_has_too_many_parameters_or_lines() -> None:
     """No function of packtool/ takes more than 10 parameters or runs over 100 lines: a
     longer one is split by what it does, a wider one takes a record."""

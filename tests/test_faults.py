@@ -34,7 +34,7 @@ import packtool.store
 from packtool.cli import app
 from packtool.errors import FormatError, PacktoolError
 from packtool.format import open_packed
-from packtool.verify import verify
+from packtool.verification import verify
 
 runner = CliRunner()
 PACK = [sys.executable, "-m", "packtool.cli", "pack"]

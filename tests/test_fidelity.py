@@ -431,7 +431,7 @@ def test_the_output_keeps_the_tokenizer_autotokenizer_loads(family_dirs, tmp_pat
     renders the chats with that copy once the tokenizer's own directory is gone."""
     import shutil
 
-    from packtool.verify import verify
+    from packtool.verification import verify
 
     source = tmp_path / "tok"
     shutil.copytree(family_dirs[family, False], source)

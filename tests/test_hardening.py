@@ -834,7 +834,7 @@ def test_an_export_removes_what_a_killed_export_left(tmp_path: Path) -> None:
 def test_verify_says_the_output_changed_under_it_instead_of_false_corruptions(
     tmp_path: Path,
 ) -> None:
-    from packtool.verify import verify
+    from packtool.verification import verify
 
     src, other = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
     src.write_text(

@@ -64,23 +64,30 @@ def test_every_public_name_resolves() -> None:
     assert sorted(dir(packtool)) == sorted(packtool.__all__)
 
 
-def test_the_verify_function_is_not_shadowed_by_its_module() -> None:
-    import packtool.verify  # the submodule import must not rebind the name
+def test_verify_is_the_function_and_its_package_has_another_name() -> None:
+    """``packtool.verify`` is the function; its package is ``packtool.verification``, so
+    importing the package's modules never rebinds the name."""
+    import packtool.verification.rows
 
     assert callable(packtool.verify) and packtool.verify.__name__ == "verify"
-    assert sys.modules["packtool.verify"].verify is packtool.verify
+    assert sys.modules["packtool.verification"].verify is packtool.verify
+    assert packtool.verification is sys.modules["packtool.verification"]
 
 
-def test_the_cli_template_timeout_default_is_the_library_default() -> None:
-    """The CLI spells the default (importing chat.py would cost --help its time)."""
+def test_the_cli_flags_are_the_declared_options() -> None:
+    """`pack`'s flags are the options declared in options.py, with their defaults (the
+    template timeout's is chat.py's), under the field names PackOptions takes."""
     import inspect as pyinspect
 
     from packtool.chat import DEFAULT_TEMPLATE_TIMEOUT
     from packtool.cli import pack
+    from packtool.options import OPTIONS
 
-    assert pyinspect.signature(pack).parameters["template_timeout"].default == (
-        DEFAULT_TEMPLATE_TIMEOUT
-    )
+    parameters = pyinspect.signature(pack).parameters
+    assert parameters["template_timeout"].default == DEFAULT_TEMPLATE_TIMEOUT
+    for name, option in OPTIONS.items():
+        default = pyinspect.Parameter.empty if option.required else option.default
+        assert parameters[name].default == default, name
 
 
 def test_the_format_loads_only_arrow_and_numpy() -> None:

@@ -61,7 +61,8 @@ def test_pack_options_carry_the_layout_and_record_it_as_before() -> None:
         "world_size", "micro_batches", "rows_per_shard", "skip_bad_records", "split",
         "txt_unit",
     ]  # fmt: skip
-    assert {k: described[k] for k in o.layout.describe()} == {
+    layout = ("shuffle", "seed", "world_size", "micro_batches", "rows_per_shard")
+    assert {k: described[k] for k in layout} == {
         "shuffle": True,
         "seed": 9,
         "world_size": 4,

@@ -121,8 +121,10 @@ def test_the_manifest_record_keeps_its_keys_and_order() -> None:
         ("split", None),
         ("txt_unit", "line"),
     ]
-    # the layout's record is the same values as the layout options'
-    assert {k: o.describe()[k] for k in o.layout.describe()} == o.layout.describe()
+    # the layout's values are those of the layout options
+    layout = [k for k in o.describe() if OPTIONS[k].changes == LAYOUT]
+    assert layout == ["shuffle", "seed", "world_size", "micro_batches", "rows_per_shard"]
+    assert all(o.describe()[k] == getattr(o.layout, k) for k in layout)
     assert set(RECORDED_ROWS) <= set(o.describe())
 
 
@@ -257,3 +259,45 @@ def test_each_check_names_its_flag() -> None:
     for name, value in bad.items():
         with pytest.raises(OptionError, match=OPTIONS[name].flag):
             PackOptions(**{name: value})
+
+
+def test_a_pack_needs_max_len_said_in_one_line(tmp_path: Path) -> None:
+    """``max_len`` may be left out of the options (``stats`` of a corpus takes its lengths
+    apart), but a pack, and packing by units, say at once that it is missing."""
+    assert PackOptions(max_len=512).row_len == 512
+    for run in (packtool.pack, packtool.pack_units):
+        kwargs = {"units": 2} if run is packtool.pack_units else {}
+        with pytest.raises(OptionError, match=r"^--max-len is required"):
+            run([SAMPLE], tmp_path / "out", **kwargs)
+        assert not (tmp_path / "out").exists()
+
+
+def _click_params(command: str) -> dict[str, Any]:
+    import click
+    import typer.main
+
+    from packtool.cli import app
+
+    group = typer.main.get_command(app)
+    cmd = group.get_command(click.Context(group), command)
+    return {p.name: p for p in cmd.params}
+
+
+def test_the_flags_of_pack_merge_and_stats_are_the_declarations() -> None:
+    """A flag goes from its spelling to its declaration: every option is a flag of `pack`
+    with its declared spelling, default and help; corpus-mode `stats` and `merge` take those
+    declared for them (merge's unset: what the units recorded)."""
+    pack, stats, merge = _click_params("pack"), _click_params("stats"), _click_params("merge")
+    for name, o in OPTIONS.items():
+        flag = pack[name]
+        spelled = [*flag.opts, *flag.secondary_opts]
+        assert spelled == [s for f in o.flags for s in f.split("/")], name
+        assert flag.help.startswith(o.help), name
+        assert flag.required == o.required and (o.required or flag.default == o.default), name
+        if name not in ("max_len", "seed", "world_size", "micro_batches"):  # stats' own
+            assert (name in stats) == bool(o.corpus), name
+        key = o.merge_key or o.name
+        assert (key in merge) == (o.merge is not None), name
+        if o.merge is not None:
+            assert merge[key].default is None and merge[key].opts == flag.opts, name
+    assert set(pack) - set(OPTIONS) == {"inputs", "output", "quiet", "as_json"}

@@ -324,7 +324,7 @@ def test_verify_against_recovers_every_id_and_label(
 ) -> None:
     """Packed with labels (or a loss mask), through splits and EOS cuts: verify --against
     re-reads the inputs and finds every document's ids and labels in the rows."""
-    from packtool.verify import verify
+    from packtool.verification import verify
 
     tmp = tmp_path_factory.mktemp("against")
     docs = [[t for t, _ in d] for d in data]

@@ -14,7 +14,7 @@ from tokenizer_families import build_chat_family, build_family
 import packtool
 from packtool.errors import OptionError
 from packtool.reference import PROBE_STRINGS, start_probe
-from packtool.verify import verify
+from packtool.verification import verify
 
 TEXTS = [{"text": t} for t in ["  hello world", "Hello world.", "a\n\nb  c", "don't 12345"]]
 

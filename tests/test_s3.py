@@ -272,7 +272,7 @@ def test_a_merge_on_a_store_reads_no_shard(memory_prefix, tmp_path: Path) -> Non
     of the same size, it still merges (a read would fail), and `verify` then finds them."""
     from packtool.engines import pack_units
     from packtool.merge import merge_units
-    from packtool.verify import verify
+    from packtool.verification import verify
 
     fs, name = memory_prefix
     local = tmp_path / "units-out"
@@ -370,7 +370,7 @@ def test_verify_of_a_store_output_downloads_each_shard_once(memory_prefix) -> No
     """verify hashes a store shard as it downloads it and reads its rows from that copy (it
     downloaded every shard twice); an altered shard is still reported by its sha256 and its
     rows still checked."""
-    from packtool.verify import verify
+    from packtool.verification import verify
 
     fs, name = memory_prefix
     url = f"memory://{name}/out"

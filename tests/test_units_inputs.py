@@ -26,7 +26,7 @@ from packtool.engines import pack_units
 from packtool.merge import merge_units
 from packtool.readers import resolve_inputs
 from packtool.units import plan_units
-from packtool.verify import verify
+from packtool.verification import verify
 
 CHAT = REPO / "sample_data" / "chat.jsonl"
 TEMPLATE = REPO / "sample_data" / "chatml.jinja"

@@ -20,7 +20,7 @@ from typer.testing import CliRunner
 import packtool
 from packtool.cli import app
 from packtool.errors import FormatError
-from packtool.verify import VerifyReport, verify
+from packtool.verification import VerifyReport, verify
 
 runner = CliRunner()
 
@@ -627,8 +627,8 @@ def test_rows_checked_in_small_blocks(tmp_path: Path, monkeypatch: pytest.Monkey
     """Blocks are slices of record batches: offsets of sliced lists must be handled."""
     import importlib
 
-    # packtool.verify is the function (exported); its row checks are packtool.verify.rows
-    verify_module = importlib.import_module("packtool.verify.rows")
+    # packtool.verify is the function (exported); its row checks are packtool.verification.rows
+    verify_module = importlib.import_module("packtool.verification.rows")
 
     src, out = pack_chars(tmp_path, shuffle=True)
     monkeypatch.setattr(verify_module, "BLOCK_TOKENS", 3 * 16)  # 3 rows per block

@@ -185,7 +185,7 @@ def pack_units(
     """
     started = time.perf_counter()
     options = _check((options or PackOptions()).replace(**option_values))
-    assert options.units is not None and options.max_len is not None
+    assert options.units is not None
     out = as_path(out_dir)
     if isinstance(out, StorePath):  # a missing bucket or a denied write: now, in one line
         check_writable(out)
@@ -198,7 +198,7 @@ def pack_units(
         for f in resolved
     ]
     options, shape_auto = corpus_options(files, options)  # the shape: over all the inputs
-    rows_per_shard = options.layout.shard_rows(row_bytes(options.max_len, has_labels(options)))
+    rows_per_shard = options.layout.shard_rows(row_bytes(options.row_len, has_labels(options)))
     merge_options = {
         "shuffle": options.shuffle,
         "seed": options.seed,
@@ -276,8 +276,7 @@ def _check(options: PackOptions) -> PackOptions:
     """What units need of the options, checked before any work."""
     if options.units is None:
         raise OptionError("--unit, --engine and --ray-address work on units: give --units N")
-    if options.max_len is None:
-        raise OptionError("--max-len is required: the tokens per row, e.g. --max-len 4096")
+    options.row_len  # noqa: B018  (a missing --max-len: one line, before any work)
     return options
 
 

@@ -159,14 +159,7 @@ def render_dataset_stats(s: DatasetStats) -> RenderableType:
             )
         )
     if s.alignment is not None:
-        a = s.alignment
-        pairs.append(
-            (
-                f"alignment pad (--pad-to-multiple-of {a.multiple:,})",
-                f"{a.pad_tokens:,} tokens ({a.share_of_slots:.2%} of slots); "
-                f"{a.rows:,} rows, {a.rows_unaligned:,} without it",
-            )
-        )
+        pairs.append(s.alignment.figure())
     pairs.extend(s.document_lengths.figures())
     parts: list[RenderableType] = [
         head,
@@ -289,6 +282,17 @@ def render_corpus_stats(s: CorpusStats) -> RenderableType:
             f"{o.truncated:,}",
             f"{o.dropped:,}",
         )
+    aligned = [p for p in s.results if p.alignment is not None]
+    if aligned:  # what --pad-to-multiple-of costs, under the table
+        multiple = aligned[0].alignment.multiple if aligned[0].alignment else 0
+        summary.caption = f"alignment pad (--pad-to-multiple-of {multiple}):\n" + "\n".join(
+            f"  {p.max_len:,}: {p.alignment.pad_tokens:,} tokens "
+            f"({p.alignment.share_of_slots:.2%} of slots); {p.alignment.rows_unaligned:,} rows "
+            "without it"
+            for p in aligned
+            if p.alignment is not None
+        )
+        summary.caption_justify = "left"
     top = max(p.max_len for p in s.results)
     parts: list[RenderableType] = [
         head,

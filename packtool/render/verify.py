@@ -43,7 +43,7 @@ def verify_table(report: Any) -> Table:
 
 
 def show_verify(report: Any, export_check: Any, *, quiet: bool, as_json: bool) -> None:
-    """What ``verify`` shows of its :class:`~packtool.verify.VerifyReport` and of the check
+    """What ``verify`` shows of its :class:`~packtool.verification.VerifyReport` and of the check
     of an export (``export_check``, or ``None``)."""
     if as_json:
         summary = report.to_dict()
