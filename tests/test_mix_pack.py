@@ -23,7 +23,7 @@ from test_cli import assert_one_line_error, run
 import packtool
 from packtool.stats import dataset_stats
 from packtool.torch import PackedDataset, collate
-from packtool.verify import verify
+from packtool.verification import verify
 
 
 @pytest.fixture(scope="module")
