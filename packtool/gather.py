@@ -204,14 +204,7 @@ def gather_rows(
 
     if align > 1:
         _fill_alignment_pad(lens, spans, dest_start, pad_id, input_ids, position_ids)
-    padded = used < max_len
-    if padded.any():
-        # Positions count up in the padding segment too: it is a segment of its own.
-        positions = np.arange(max_len, dtype=np.int32)
-        for r in np.flatnonzero(padded).tolist():
-            start = int(used[r])
-            input_ids[r * max_len + start : (r + 1) * max_len] = pad_id
-            position_ids[r * max_len + start : (r + 1) * max_len] = positions[: max_len - start]
+    padded = _fill_tails(input_ids, position_ids, used, max_len, pad_id)
     cu_counts = 1 + counts + padded
     cu_offsets = np.concatenate([[0], np.cumsum(cu_counts)]).astype(np.int64)
     cu_values = np.zeros(int(cu_offsets[-1]), np.int32)
@@ -238,6 +231,21 @@ def gather_rows(
         source_ids=plan.source_id[items] if plan.source_id is not None else None,
         cu_unpadded=cu_unpadded,
     )
+
+
+def _fill_tails(
+    input_ids: np.ndarray, position_ids: np.ndarray, used: np.ndarray, max_len: int, pad_id: int
+) -> np.ndarray:
+    """Pad every row after its last item (``used`` slots), positions counting up: the padding
+    is a segment of its own. Which rows have padding."""
+    padded = used < max_len
+    if padded.any():
+        positions = np.arange(max_len, dtype=np.int32)
+        for r in np.flatnonzero(padded).tolist():
+            start = int(used[r])
+            input_ids[r * max_len + start : (r + 1) * max_len] = pad_id
+            position_ids[r * max_len + start : (r + 1) * max_len] = positions[: max_len - start]
+    return padded
 
 
 def _fill_alignment_pad(

@@ -431,62 +431,16 @@ def collate(rows: Sequence[Mapping[str, Any]], *, cp_size: int = 1) -> dict[str,
     and loses ``cu_seq_lens_*`` and ``max_length_*``, which describe the unsharded rows
     (docs/context-parallel.md).
     """
-    if not rows:
-        raise ValueError("collate needs at least one row")
-    if isinstance(cp_size, bool) or not isinstance(cp_size, int) or cp_size < 1:
-        raise OptionError(f"cp_size must be an integer >= 1, got {cp_size!r}")
-    missing = [key for key in column_names(False, Per.TOKEN) if key not in rows[0]]
-    if missing:
-        raise ValueError(
-            f"rows have no {' and no '.join(missing)} (keys: {sorted(rows[0])}): something "
-            "dropped them before collate; with TRL's SFTTrainer, which keeps only input_ids, "
-            "labels and seq_lengths, pass SFTConfig(remove_unused_columns=False)"
-        )
-    input_ids = torch.stack([_as_long(r["input_ids"]) for r in rows])
-    position_ids = torch.stack([_as_long(r["position_ids"]) for r in rows])
+    input_ids, position_ids = _stacked(rows, cp_size)
     max_len = input_ids.shape[1]
-    if position_ids.shape != input_ids.shape:
-        raise ValueError(
-            f"position_ids {tuple(position_ids.shape)} do not match input_ids "
-            f"{tuple(input_ids.shape)}"
-        )
-    if max_len % (2 * cp_size) and cp_size > 1:
-        raise OptionError(
-            f"rows of {max_len} tokens cannot be split into 2 x cp_size = {2 * cp_size} equal "
-            f"chunks for context parallelism: pack with a --max-len that is a multiple of "
-            f"{2 * cp_size}"
-        )
     labels = torch.empty_like(input_ids)
     with_sources = "source_ids" in rows[0]  # a mixture: per token, -1 on padding
     source_ids = torch.empty_like(input_ids) if with_sources else None
     cu_parts = [np.zeros(1, dtype=np.int64)]
     for b, r in enumerate(rows):
-        if "cu_seqlens" in r:
-            cu = np.asarray(r["cu_seqlens"], dtype=np.int64)
-            what = "cu_seqlens"
-        else:
-            cu = _segment_starts(position_ids[b])
-            what = "the segments where position_ids restart at 0"
-        if cu.ndim != 1 or cu.size < 2 or cu[0] != 0 or cu[-1] != max_len:
-            raise ValueError(
-                f"row {b}: {what} must run from 0 to the row length {max_len}, got {cu.tolist()}"
-            )
+        cu, num_tokens, unpadded = _row_bounds(b, r, position_ids[b], max_len)
         stored = r.get("labels")
-        if "num_tokens" in r:
-            num_tokens = int(r["num_tokens"])
-        elif stored is not None:
-            num_tokens = max_len  # labels already hold -100 on the padding
-        else:
-            raise ValueError(
-                f"row {b} has neither num_tokens nor labels, so its padding cannot be told "
-                "from its tokens: pass rows of packtool.torch.PackedDataset (they carry labels), "
-                "or, with Hugging Face Trainer and rows of datasets.load_from_disk, "
-                "TrainingArguments(remove_unused_columns=False)"
-            )
         source = _as_long(stored) if stored is not None else input_ids[b]
-        unpadded = r.get("cu_seqlens_unpadded") if "cu_seqlens" in r else None
-        if unpadded is not None:
-            unpadded = np.asarray(unpadded, dtype=np.int64)
         labels[b] = torch.from_numpy(learned_labels(source.numpy(), cu, num_tokens, unpadded))
         if with_sources:
             source_ids[b] = torch.from_numpy(
@@ -516,6 +470,67 @@ def collate(rows: Sequence[Mapping[str, Any]], *, cp_size: int = 1) -> dict[str,
         shift[:, :-1] = labels[:, 1:]
         batch["shift_labels"] = shift
     return batch
+
+
+def _stacked(rows: Sequence[Mapping[str, Any]], cp_size: int) -> tuple[Any, Any]:
+    """The rows' input_ids and position_ids as [B, L] int64 tensors, checked (with
+    ``cp_size``, that L splits into ``2 * cp_size`` chunks)."""
+    if not rows:
+        raise ValueError("collate needs at least one row")
+    if isinstance(cp_size, bool) or not isinstance(cp_size, int) or cp_size < 1:
+        raise OptionError(f"cp_size must be an integer >= 1, got {cp_size!r}")
+    missing = [key for key in column_names(False, Per.TOKEN) if key not in rows[0]]
+    if missing:
+        raise ValueError(
+            f"rows have no {' and no '.join(missing)} (keys: {sorted(rows[0])}): something "
+            "dropped them before collate; with TRL's SFTTrainer, which keeps only input_ids, "
+            "labels and seq_lengths, pass SFTConfig(remove_unused_columns=False)"
+        )
+    input_ids = torch.stack([_as_long(r["input_ids"]) for r in rows])
+    position_ids = torch.stack([_as_long(r["position_ids"]) for r in rows])
+    max_len = input_ids.shape[1]
+    if position_ids.shape != input_ids.shape:
+        raise ValueError(
+            f"position_ids {tuple(position_ids.shape)} do not match input_ids "
+            f"{tuple(input_ids.shape)}"
+        )
+    if max_len % (2 * cp_size) and cp_size > 1:
+        raise OptionError(
+            f"rows of {max_len} tokens cannot be split into 2 x cp_size = {2 * cp_size} equal "
+            f"chunks for context parallelism: pack with a --max-len that is a multiple of "
+            f"{2 * cp_size}"
+        )
+    return input_ids, position_ids
+
+
+def _row_bounds(
+    b: int, r: Mapping[str, Any], positions: Any, max_len: int
+) -> tuple[np.ndarray, int, np.ndarray | None]:
+    """Row ``b``'s boundaries (stored, or where its positions restart at 0), its real tokens
+    (``max_len`` when only its labels tell the padding), and its real boundaries if aligned."""
+    if "cu_seqlens" in r:
+        cu = np.asarray(r["cu_seqlens"], dtype=np.int64)
+        what = "cu_seqlens"
+    else:
+        cu = _segment_starts(positions)
+        what = "the segments where position_ids restart at 0"
+    if cu.ndim != 1 or cu.size < 2 or cu[0] != 0 or cu[-1] != max_len:
+        raise ValueError(
+            f"row {b}: {what} must run from 0 to the row length {max_len}, got {cu.tolist()}"
+        )
+    if "num_tokens" in r:
+        num_tokens = int(r["num_tokens"])
+    elif r.get("labels") is not None:
+        num_tokens = max_len  # labels already hold -100 on the padding
+    else:
+        raise ValueError(
+            f"row {b} has neither num_tokens nor labels, so its padding cannot be told "
+            "from its tokens: pass rows of packtool.torch.PackedDataset (they carry labels), "
+            "or, with Hugging Face Trainer and rows of datasets.load_from_disk, "
+            "TrainingArguments(remove_unused_columns=False)"
+        )
+    unpadded = r.get("cu_seqlens_unpadded") if "cu_seqlens" in r else None
+    return cu, num_tokens, None if unpadded is None else np.asarray(unpadded, dtype=np.int64)
 
 
 def _rows_cu(cu_seqlens: Any, max_len: int) -> list[np.ndarray]:

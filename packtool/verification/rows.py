@@ -946,6 +946,22 @@ def check_coverage(
             ),
         )
 
+    _check_totals(segments, manifest, rules, problems, report, (order, doc, length, new_doc))
+
+
+def _check_totals(
+    segments: Segments,
+    manifest: Manifest,
+    rules: Rules,
+    problems: Problems,
+    report: VerifyReport,
+    sorted_by_doc: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray],
+) -> None:
+    """The documents' lengths, the mixture's sources and the counts, against the manifest;
+    ``sorted_by_doc``: the segments' order by (doc, chunk), and their doc ids, lengths and
+    whether each starts a document, in that order."""
+    order, doc, length, new_doc = sorted_by_doc
+    L = rules.max_len
     n_docs = int(np.count_nonzero(new_doc))
     report.documents = n_docs
     chunks_per_doc = np.diff(np.append(np.flatnonzero(new_doc), doc.size))
