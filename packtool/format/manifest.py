@@ -61,12 +61,9 @@ FORMAT_VERSION = 1
 MANIFEST_FILE = "manifest.json"
 
 
-_LABEL_COUNTS = (
-    "learned_tokens",
-    "documents_without_labels",
-    "chunks_without_labels_dropped",
-    "tokens_in_chunks_without_labels",
-)
+def _holds(column: str, what: str) -> Any:
+    """A property: whether the rows hold ``column``."""
+    return property(lambda self: column in self.columns, doc=f"Whether the rows hold {what}.")
 
 
 @dataclass(frozen=True, eq=False)  # equal as mappings (of the JSON record)
@@ -208,7 +205,8 @@ class Manifest(Mapping[str, Any]):
         records = [m.labels or LabelCounts() for m in manifests]
         if not records or manifests[0].labels is None:
             return None
-        sums = {k: sum(getattr(r, k) or 0 for r in records) for k in _LABEL_COUNTS}
+        counts = [f.name for f in fields(LabelCounts) if f.type == "int | None"]  # the figures
+        sums = {k: sum(getattr(r, k) or 0 for r in records) for k in counts}
         return to_record(replace(records[0], **sums))  # type: ignore[no-any-return]
 
     def summary(self) -> dict[str, Any]:
@@ -306,24 +304,10 @@ class Manifest(Mapping[str, Any]):
         return "not in any input the manifest lists"
 
     # -- derived from the fields
-    @property
-    def has_labels(self) -> bool:
-        return "labels" in self.columns
-
-    @property
-    def has_sources(self) -> bool:
-        """Whether the rows hold ``source_ids`` (a mixture: ``pack --mix``)."""
-        return "source_ids" in self.columns
-
-    @property
-    def has_seq_lengths(self) -> bool:
-        """Whether the rows hold ``seq_lengths`` (packs written before it was added do not)."""
-        return "seq_lengths" in self.columns
-
-    @property
-    def aligned(self) -> bool:
-        """Whether the rows hold ``cu_seqlens_unpadded`` (a pack with ``--pad-to-multiple-of``)."""
-        return "cu_seqlens_unpadded" in self.columns
+    has_labels = _holds("labels", "the labels of instruction data")
+    has_sources = _holds("source_ids", "the sources of a mixture (``pack --mix``)")
+    has_seq_lengths = _holds("seq_lengths", "seq_lengths (packs before it was added do not)")
+    aligned = _holds("cu_seqlens_unpadded", "the real boundaries (``--pad-to-multiple-of``)")
 
     @property
     def pad_to_multiple_of(self) -> int:
