@@ -381,7 +381,9 @@ def _segment_starts(position_ids: torch.Tensor) -> np.ndarray:
     return np.append(np.flatnonzero(pos == 0), pos.size).astype(np.int64)
 
 
-def collate(rows: Sequence[Mapping[str, Any]], *, cp_size: int = 1) -> dict[str, Any]:
+def collate(
+    rows: Sequence[Mapping[str, Any]], *, cp_size: int = 1, cross_document_attention: bool = False
+) -> dict[str, Any]:
     """Batch packed rows for a causal LM; the keys are the keywords Hugging Face models take,
     so ``model(**collate(rows))`` is right as it stands (also with a default model config).
 
@@ -429,7 +431,10 @@ def collate(rows: Sequence[Mapping[str, Any]], *, cp_size: int = 1) -> dict[str,
     multiple of ``2 * cp_size``; the batch gains ``shift_labels`` (``labels`` shifted by one,
     made before sharding, so each shard's loss pairs every token with its true successor)
     and loses ``cu_seq_lens_*`` and ``max_length_*``, which describe the unsharded rows
-    (docs/context-parallel.md).
+    (docs/context-parallel.md). That backend attends causally over the whole row, so the
+    documents of a row would see each other: rows holding more than one document are refused
+    unless ``cross_document_attention=True`` says that is accepted (positions and labels stay
+    per document).
     """
     input_ids, position_ids = _stacked(rows, cp_size)
     max_len = input_ids.shape[1]
@@ -439,6 +444,8 @@ def collate(rows: Sequence[Mapping[str, Any]], *, cp_size: int = 1) -> dict[str,
     cu_parts = [np.zeros(1, dtype=np.int64)]
     for b, r in enumerate(rows):
         cu, num_tokens, unpadded = _row_bounds(b, r, position_ids[b], max_len)
+        if cp_size > 1 and not cross_document_attention:
+            _one_document(b, cu, num_tokens, unpadded)
         stored = r.get("labels")
         source = _as_long(stored) if stored is not None else input_ids[b]
         labels[b] = torch.from_numpy(learned_labels(source.numpy(), cu, num_tokens, unpadded))
@@ -470,6 +477,21 @@ def collate(rows: Sequence[Mapping[str, Any]], *, cp_size: int = 1) -> dict[str,
         shift[:, :-1] = labels[:, 1:]
         batch["shift_labels"] = shift
     return batch
+
+
+def _one_document(b: int, cu: np.ndarray, num_tokens: int, unpadded: np.ndarray | None) -> None:
+    """Under context parallelism (causal attention over the whole row): row ``b`` must hold
+    one document, else one line saying why and what to do."""
+    real = np.diff(unpadded) > 0 if unpadded is not None else cu[:-1] < num_tokens
+    documents = int(np.count_nonzero(real))
+    if documents > 1:
+        raise OptionError(
+            f"row {b} holds {documents} documents: under context parallelism (accelerate's "
+            "torch backend) attention is causal over the whole row, so they would attend to "
+            "each other; export --to megatron-bridge for per-document attention with CP "
+            "(docs/context-parallel.md), or pass cross_document_attention=True to accept it "
+            "(positions and labels stay per document)"
+        )
 
 
 def _stacked(rows: Sequence[Mapping[str, Any]], cp_size: int) -> tuple[Any, Any]:

@@ -533,7 +533,9 @@ def test_collate_for_context_parallel_shards(packs: dict[str, Path], cp: int) ->
     out = packs["text-aligned"]
     ds = PackedDataset(out)
     rows = [ds[i] for i in _several(out)]
-    batch = collate(rows, cp_size=cp)
+    with pytest.raises(OptionError, match=r"row \d+ holds \d+ documents: under context"):
+        collate(rows, cp_size=cp)  # causal attention over the whole row: refused by default
+    batch = collate(rows, cp_size=cp, cross_document_attention=True)
     assert "cu_seq_lens_q" not in batch and "max_length_q" not in batch
     L = ds.max_len
     labels = batch["labels"]
@@ -560,6 +562,20 @@ def test_collate_for_context_parallel_shards(packs: dict[str, Path], cp: int) ->
             assert torch.equal(shards["shift_labels"][rank][b], want)
     with pytest.raises(OptionError, match="multiple of 1024"):
         collate(rows, cp_size=512)
+
+
+def test_collate_for_context_parallel_takes_rows_of_one_document() -> None:
+    """A row of one document (and its padding) is exact under causal attention over the
+    whole row: no flag needed; the shifted labels are the row's."""
+    L = 16
+    ids = torch.arange(100, 100 + L)
+    one = {"input_ids": ids, "position_ids": torch.arange(L), "cu_seqlens": [0, 12, L]}
+    batch = collate([{**one, "num_tokens": 12}], cp_size=2)
+    assert torch.equal(batch["shift_labels"][0, :10], ids[1:11])
+    assert (batch["shift_labels"][0, 11:] == IGNORE_INDEX).all()
+    two = {**one, "position_ids": torch.cat([torch.arange(6), torch.arange(10)])}
+    with pytest.raises(OptionError, match="row 0 holds 2 documents"):
+        collate([{**two, "cu_seqlens": [0, 6, L], "num_tokens": L}], cp_size=2)
 
 
 def test_megatron_export_holds_no_alignment_pad(packs: dict[str, Path], tmp_path: Path) -> None:
