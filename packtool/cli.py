@@ -252,7 +252,10 @@ def with_flags(*flags: Parameter) -> Callable[[F], F]:
 
 
 _OUT = typer.Argument(
-    parser=as_path, help="The output directory of `packtool pack`.", show_default=False
+    metavar="OUT_DIR",
+    parser=as_path,
+    help="The output directory of `packtool pack`.",
+    show_default=False,
 )
 
 
@@ -263,6 +266,7 @@ def pack(
     inputs: Annotated[
         list[Path],
         typer.Argument(
+            metavar="INPUTS",
             parser=as_path,
             help="Input files (.jsonl/.json[.gz|.zst], .parquet, .arrow, .csv, .txt), "
             "directories or globs of them, a dataset saved with datasets.save_to_disk, or a "
@@ -357,6 +361,7 @@ _STATS_CACHE = (
 
 
 _PATHS = typer.Argument(
+    metavar="PATHS",
     parser=as_path,
     help="A packed output directory (OUT_DIR), or, with --max-len, a corpus: input files, "
     "directories or globs as for `pack`.",
@@ -478,7 +483,10 @@ def inspect_command(
     out_dir: Annotated[
         Path,
         typer.Argument(
-            parser=as_path, help="A directory written by `packtool pack`.", show_default=False
+            metavar="OUT_DIR",
+            parser=as_path,
+            help="A directory written by `packtool pack`.",
+            show_default=False,
         ),
     ],
     row: Annotated[
@@ -591,6 +599,7 @@ def verify(
     inputs: Annotated[
         list[Path] | None,
         typer.Argument(
+            metavar="INPUTS",
             parser=as_path,
             help="With --against: the inputs given to pack [default: the paths recorded in "
             "the manifest].",
@@ -787,6 +796,7 @@ def merge(
     out_dir: Annotated[
         Path,
         typer.Argument(
+            metavar="OUT_DIR",
             parser=as_path,
             help="Output directory of `pack --units N`, holding units/unit-I-of-N/.",
             show_default=False,
