@@ -1029,12 +1029,15 @@ def text_encoder(
     tokenizer backend), with EOS as decided (``add_eos``) and a document checked against
     `tokenizers` every ``check_every`` characters (0: none)."""
     o = options
+    # The backend asked for, unless the prepare stage chose another for this corpus (auto's
+    # small-corpus rule: the tokenizer then says why).
+    chosen = getattr(tokenizer, "backend_reason", None) is not None
     return DocumentEncoder(
         tokenizer,
         add_eos=add_eos,
         bos=o.bos,
         parse_special=o.parse_special,
-        backend=o.tokenizer_backend,
+        backend=getattr(tokenizer, "backend_choice", None) if chosen else o.tokenizer_backend,
         check_every=check_every,
     )
 

@@ -34,7 +34,7 @@ from .options import PackOptions
 from .pretokenized import IdsTokenizer
 from .readers import InputFile
 from .repack import packed_options, repack_notice
-from .tokenize import Tokenizer, load_tokenizer
+from .tokenize import Tokenizer, for_corpus, load_tokenizer
 
 __all__ = [
     "Prepared",
@@ -63,13 +63,20 @@ def resolve_options(files: Sequence[InputFile], options: PackOptions) -> PackOpt
     return options
 
 
-def choose_tokenizer(options: PackOptions, *, text: bool = True, preload: bool = True) -> Tokenizer:
+def choose_tokenizer(
+    options: PackOptions,
+    *,
+    text: bool = True,
+    preload: bool = True,
+    corpus_bytes: int | None = None,
+) -> Tokenizer:
     """The tokenizer of a run.
 
     ``text``: the documents are text, so the fast backend may encode them (``auto`` or
     ``fastokens`` start loading it now); otherwise only Hugging Face `tokenizers` is used.
     ``preload=False``: no engine is loaded until a document is encoded (work units, and
-    ``stats`` whose lengths may be cached)."""
+    ``stats`` whose lengths may be cached). ``corpus_bytes``: the inputs' uncompressed size,
+    if known (``auto`` takes `tokenizers` for a small corpus: ``tokenize.for_corpus``)."""
     spec = options.tokenizer
     if spec is None and options.ids_field is not None:  # pre-tokenized: no tokenizer needed
         return IdsTokenizer(  # type: ignore[return-value]
@@ -78,13 +85,16 @@ def choose_tokenizer(options: PackOptions, *, text: bool = True, preload: bool =
             vocab_size=options.vocab_size,
         )
     if spec is None or isinstance(spec, (str, os.PathLike)):
-        return load_tokenizer(
+        backend, why = for_corpus(options.tokenizer_backend if text else "hf", corpus_bytes)
+        tok = load_tokenizer(
             spec,
             eos_token=options.eos_token,
             bos_token=options.bos_token,
-            backend=options.tokenizer_backend if text else "hf",
+            backend=backend,
             preload=preload,
         )
+        tok.backend_reason = why
+        return tok
     return spec  # type: ignore[no-any-return]
 
 
@@ -117,13 +127,22 @@ def prepare(
     else:
         shape, auto = input_shape(files, options)
     if tokenizer is None:
-        tokenizer = choose_tokenizer(options, text=shape is InputShape.TEXT, preload=preload)
+        tokenizer = choose_tokenizer(
+            options, text=shape is InputShape.TEXT, preload=preload, corpus_bytes=_size(files)
+        )
     plan = plan_input(files, tokenizer, options, shape=(shape, auto))
     if options.max_len is not None:  # what a repack cannot give back, said once
         lost = repack_notice(files, options.max_len, plan.overflow.value)
         if lost:
             plan = dataclasses.replace(plan, notice="; ".join(filter(None, [plan.notice, lost])))
     return Prepared(files, options, shape, auto, tokenizer, plan)
+
+
+def _size(files: Sequence[InputFile]) -> int | None:
+    """The inputs' bytes when none is compressed (their text's size); else not known."""
+    if any(f.compression for f in files):
+        return None
+    return sum(f.size_bytes for f in files)
 
 
 def _input_fingerprint(inp: InputFile) -> list[Any]:

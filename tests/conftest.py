@@ -10,6 +10,10 @@ os.environ["HF_DATASETS_OFFLINE"] = "1"
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "true")
 # The parity gate's verdicts are cached per tokenizer file: in a folder of this run's own.
 os.environ["PACKTOOL_CACHE_DIR"] = tempfile.mkdtemp(prefix="packtool-test-cache-")
+# The suite's corpora are small: `auto` would take `tokenizers` for them (its small-corpus
+# rule), and the tests of the fast backends' exactness would test it instead. Off here;
+# tests/test_backends.py tests the rule itself.
+os.environ["PACKTOOL_SMALL_CORPUS_BYTES"] = "0"
 
 import json
 from collections.abc import Sequence

@@ -11,6 +11,7 @@ from __future__ import annotations
 import itertools
 import json
 import tempfile
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -552,3 +553,24 @@ def test_no_whitespace_cuts_after_letters_only(piece_dirs, family) -> None:
         i for a, b in itertools.pairwise(cuts) for i in tok.encode_batch([text[a:b]], False)[0]
     ]
     assert pieces == whole
+
+
+def test_auto_takes_tokenizers_for_a_small_corpus(tmp_path: Path, monkeypatch) -> None:
+    """A corpus under SMALL_CORPUS_BYTES (uncompressed) is encoded with `tokenizers` by
+    `auto`, the reason recorded; at or over it, or compressed (its text's size not known),
+    the fast backend; an explicit backend is kept whatever the size. The ids are the same."""
+    from packtool.tokenize.registry import SMALL_CORPUS_BYTES, for_corpus
+
+    monkeypatch.delenv("PACKTOOL_SMALL_CORPUS_BYTES")
+    assert for_corpus("auto", SMALL_CORPUS_BYTES)[0] == "auto"
+    assert for_corpus("gigatoken", 10)[0] == "gigatoken" and for_corpus("auto", None)[1] is None
+    src = tmp_path / "small.jsonl"
+    write_jsonl(src, [{"text": f"document {i} " * 20} for i in range(50)])
+    small = packtool.pack([src], tmp_path / "a", max_len=64)
+    assert small.backend["name"] == "hf"
+    assert small.backend["reason"].startswith("auto: a small corpus (0.0")
+    monkeypatch.setenv("PACKTOOL_SMALL_CORPUS_BYTES", "100")
+    fast = packtool.pack([src], tmp_path / "b", max_len=64)
+    assert fast.backend["name"] == "gigatoken"
+    shards = [sorted((tmp_path / d).glob("*.arrow")) for d in ("a", "b")]
+    assert [p.read_bytes() for p in shards[0]] == [p.read_bytes() for p in shards[1]]

@@ -55,7 +55,7 @@ from ..tokenizer_file import SpecialTokens, TokenizerFile, resolve_special_token
 from .backend import ANCHOR, Backend, BackendSpec, Engine, Flat, first_line, made_once
 from .gate import GATE_CACHED, GATE_PASSED, gate_key, parity_gate, reference_backend, save_verdict
 from .hf import add_anchor, disable_truncation_and_padding, load_hf
-from .registry import AUTO, REFERENCE, candidates, choices, spec_of
+from .registry import AUTO, REFERENCE, candidates, choices, for_corpus, spec_of
 
 __all__ = [
     "ANCHOR",
@@ -73,6 +73,7 @@ __all__ = [
     "SpecialStringFinder",
     "SpecialTokens",
     "Tokenizer",
+    "for_corpus",
     "load_tokenizer",
     "set_tokenizer_threads",
 ]
@@ -167,6 +168,7 @@ class HFTokenizer:
         for backend in start:
             self._start(spec_of(backend))
         self.backend_choice = REFERENCE  # what load_tokenizer was asked for (prepare's choice)
+        self.backend_reason: str | None = None  # why prepare chose it, when not asked for
 
     def _start(self, backend: BackendSpec) -> concurrent.futures.Future[tuple[Engine | None, str]]:
         """Start loading ``backend``'s copy of this tokenizer in a thread (its Rust loader
@@ -833,7 +835,9 @@ class DocumentEncoder:
         self._gated = backend == REFERENCE or not isinstance(tokenizer, HFTokenizer)
         if isinstance(tokenizer, HFTokenizer):
             self.backend = reference_backend(
-                "--tokenizer-backend hf" if backend == REFERENCE else "no document to encode"
+                (getattr(tokenizer, "backend_reason", None) or "--tokenizer-backend hf")
+                if backend == REFERENCE
+                else "no document to encode"
             )
         elif backend not in (AUTO, REFERENCE):
             raise TokenizerError(
