@@ -129,12 +129,11 @@ def head_members(text: str, keys: Sequence[str]) -> dict[str, tuple[Any, int, in
     return {k: read[k] for k in keys} if all(k in read for k in keys) else None
 
 
-def with_members(text: str, values: Mapping[str, Any]) -> str | None:
-    """``text`` (a tokenizer.json) with the top-level members named in ``values`` given those
-    values, every other byte as it was; ``None`` when :func:`head_members` cannot find them."""
-    found = head_members(text, list(values))
-    if found is None:
-        return None
+def with_members(
+    text: str, found: Mapping[str, tuple[Any, int, int]], values: Mapping[str, Any]
+) -> str:
+    """``text`` (a tokenizer.json) with the top-level members ``found`` by
+    :func:`head_members` given ``values``, every other byte as it was."""
     out, last = [], 0
     for key, (_, start, end) in sorted(found.items(), key=lambda kv: kv[1][1]):
         out += [text[last:start], json.dumps(values[key], ensure_ascii=False)]

@@ -89,14 +89,18 @@ def post_processor_affixes(pp: Any) -> tuple[list[int], list[int]] | None:
     return None
 
 
+_EDITED = ("added_tokens", "truncation", "padding")
+
+
 def edited_json(json_bytes: bytes, anchor_id: int, parse_special: bool) -> str:
     """The tokenizer.json gigatoken loads: special added tokens kept only when they are
     parsed, packtool's anchor added, truncation and padding off. Those members are replaced
     in the text, which is not parsed past them (a 151k BPE file is 11 MB: parsing it whole and
-    writing it again held the GIL for longer than gigatoken's own load)."""
+    writing it again held the GIL for longer than gigatoken's own load); a file laid out
+    otherwise is parsed and written whole."""
     text = json_bytes.decode("utf-8")
-    head = head_members(text, ("added_tokens",))
-    spec = json.loads(text) if head is None else {"added_tokens": head["added_tokens"][0]}
+    head = head_members(text, _EDITED)
+    spec = json.loads(text) if head is None else {k: v for k, (v, _, _) in head.items()}
     added = [a for a in spec.get("added_tokens") or () if parse_special or not a.get("special")]
     added.append(
         {
@@ -110,12 +114,9 @@ def edited_json(json_bytes: bytes, anchor_id: int, parse_special: bool) -> str:
         }
     )
     changes = {"added_tokens": added, "truncation": None, "padding": None}
-    edited = with_members(text, changes) if head is not None else None
-    if edited is None:  # another layout: the whole file, parsed and written again
-        spec = json.loads(text) if head is not None else spec
-        spec.update(changes)
-        edited = json.dumps(spec, ensure_ascii=False)
-    return edited
+    if head is not None:
+        return with_members(text, head, changes)
+    return json.dumps({**spec, **changes}, ensure_ascii=False)
 
 
 class GigatokenEngine:
