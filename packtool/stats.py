@@ -1281,7 +1281,7 @@ def _stats_at(
     ``multiple`` > 1, over the segments padded to it, as ``--pad-to-multiple-of``)."""
     segments, outcome, in_rows = data.cut(max_len, overflow)
     spans = aligned_lengths(segments, multiple)
-    row_of = first_fit_decreasing(spans.astype(segments.dtype), max_len)
+    row_of = first_fit_decreasing(spans, max_len)
     n_rows = int(row_of.max()) + 1 if row_of.size else 0
     fill = np.bincount(row_of, weights=segments, minlength=n_rows).astype(np.int64)
     per_row = np.bincount(row_of, minlength=n_rows).astype(np.int64)

@@ -7,6 +7,7 @@ import itertools
 import json
 from collections import defaultdict
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -62,3 +63,24 @@ def documents_from_rows(rows: list[dict]) -> dict[int, list[int]]:
 
 def as_np(x: list[int]) -> np.ndarray:
     return np.asarray(x, dtype=np.int64)
+
+
+def tiny_llama(vocab: int, attn: str = "sdpa") -> Any:
+    """A 2-layer Llama from config (seeded random weights, float32) for the trainer and
+    alignment tests; ``attn``: its attention implementation."""
+    import torch
+    import transformers
+
+    config = transformers.LlamaConfig(
+        vocab_size=vocab,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=1024,
+    )
+    torch.manual_seed(0)
+    return transformers.LlamaForCausalLM._from_config(
+        config, attn_implementation=attn, dtype=torch.float32
+    )

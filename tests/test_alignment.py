@@ -19,6 +19,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 from conftest import REPO, CharTokenizer, write_jsonl
+from helpers import tiny_llama
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -283,22 +284,6 @@ def test_verify_finds_a_broken_aligned_row(tmp_path: Path, damage: str) -> None:
 
 
 # -- the training side -----------------------------------------------------------------------
-
-
-def tiny_llama(vocab: int, attn: str = "sdpa") -> Any:
-    config = transformers.LlamaConfig(
-        vocab_size=vocab,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=1024,
-    )
-    torch.manual_seed(0)
-    return transformers.LlamaForCausalLM._from_config(
-        config, attn_implementation=attn, dtype=torch.float32
-    )
 
 
 def _several(out: Path, k: int = 3) -> list[int]:

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 import pytest
 from conftest import REPO
+from helpers import tiny_llama
 
 import packtool
 
@@ -42,22 +43,6 @@ def _pack(tmp: Path, kind: str) -> Path:
 @pytest.fixture(scope="module", params=["chat", "text"])
 def pack(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
     return _pack(tmp_path_factory.mktemp(request.param), request.param)
-
-
-def tiny_llama(vocab: int) -> Any:
-    config = transformers.LlamaConfig(
-        vocab_size=vocab,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=1024,
-    )
-    torch.manual_seed(0)
-    return transformers.LlamaForCausalLM._from_config(
-        config, attn_implementation="sdpa", dtype=torch.float32
-    )
 
 
 def tokenizer_of(out: Path) -> Any:
