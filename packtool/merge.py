@@ -452,7 +452,18 @@ def _reference(
         manifest=record,
         added=first.has_seq_lengths,
         aligned=first.aligned,
+        repack_files=_repack_files(units, first_docs),
     )
+
+
+def _repack_files(units: list[tuple[Path, Manifest]], first_docs: list[int]) -> list[ShardEntry]:
+    """The units' repack records (:mod:`packtool.format.chunks`), listed where they lie with
+    the ``doc_offset`` that numbers their documents over the corpus, as their shards are."""
+    return [
+        replace(entry, file=f"{UNITS_DIR}/{path.name}/{entry.file}", doc_offset=first_doc)
+        for (path, m), first_doc in zip(units, first_docs, strict=True)
+        for entry in m.repack_files
+    ]
 
 
 def _tokenizer_copy(units: list[tuple[Path, Manifest]]) -> dict[str, Path] | None:
@@ -557,6 +568,7 @@ def _write(
         added=first.has_seq_lengths,
         aligned=first.aligned,
     )
+    writer.refer_repack_records(_repack_files(units, src.first_docs))
     block = max(1, min(rows_per_shard, (64 << 20) // size))
     manifest = write_dataset(
         writer,

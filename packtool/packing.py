@@ -51,6 +51,7 @@ __all__ = [
     "plan_rows",
     "segment_items",
     "segment_labelled_items",
+    "split_losses",
 ]
 
 Backend = Literal["numba", "python"]
@@ -614,6 +615,46 @@ def segment_labelled_items(
     )
     counts = Counts(counts.documents, tokens, unlearned)
     return doc[keep], chunk[keep], item_len[keep], counts, labels
+
+
+def split_losses(
+    lengths: np.ndarray,
+    labels: np.ndarray,
+    max_len: int,
+    doc: np.ndarray,
+    chunk: np.ndarray,
+    *,
+    ignore: int,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """What the rows of a labelled ``split`` pack cannot give back of its documents longer
+    than ``max_len``: the label of each chunk's first token (``labels``: as read, before
+    :func:`segment_labelled_items` set them to ``ignore``) and the chunks it did not keep
+    (``doc``, ``chunk``: the items it kept). Returns, for each chunk that lost a learned
+    first label or is not kept, of a document that anything of is kept or learned: (document
+    index in the batch, chunk, start of its tokens in the flat batch, its length if not kept
+    else 0, its first label). A document none of whose chunks is kept and that learns
+    nothing at a chunk start learns nothing at any ``max_len``: it gives no record."""
+    n = np.where(lengths > max_len, -(-lengths // max_len), 0).astype(np.int64)
+    offsets = (np.cumsum(lengths) - lengths).astype(np.int64)
+    c_doc = np.repeat(np.arange(lengths.size, dtype=np.int64), n)
+    c_chunk = np.arange(c_doc.size, dtype=np.int64) - np.repeat(np.cumsum(n) - n, n)
+    start = offsets[c_doc] + c_chunk * max_len
+    length = np.minimum(lengths[c_doc] - c_chunk * max_len, max_len)
+    label = np.where(c_chunk > 0, labels[start] if start.size else start, ignore)
+    width = int(n.max()) + 1 if n.size else 1
+    kept = np.isin(c_doc * width + c_chunk, doc.astype(np.int64) * width + chunk)
+    learned = label != ignore
+    matters = np.zeros(lengths.size, bool)
+    matters[c_doc[kept | learned]] = True
+    out = matters[c_doc] & (~kept | learned)
+    lost_len = np.where(kept, 0, length)
+    return (
+        c_doc[out],
+        c_chunk[out].astype(np.int32),
+        start[out],
+        lost_len[out].astype(np.int32),
+        label[out].astype(np.int32),
+    )
 
 
 def cut_items(

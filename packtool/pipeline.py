@@ -30,6 +30,7 @@ from .format import (
     CHAT_TEMPLATE_FILE,
     IGNORE_INDEX,
     TOKENIZER_CONFIG_FILE,
+    LostChunks,
     Manifest,
     RunFigures,
     ShardWriter,
@@ -47,18 +48,20 @@ from .mixture import parse_mix, plan_mixture
 from .options import PackOptions
 from .order import attention_costs, row_sums, stored_order
 from .packing import (
+    Overflow,
     RowPlan,
     aligned_lengths,
     cut_items,
     first_fit_decreasing,
     lower_bound_rows,
     plan_rows,
+    split_losses,
 )
 from .prepare import fingerprint_of, prepare
 from .pretokenized import IdsTokenizer
 from .readers import InputFile, resolve_inputs
 from .reference import eos_appended, eos_note, probe_note, start_probe
-from .store import TokenStore, lock_output
+from .store import LOST_DTYPE, TokenStore, lock_output
 from .tokenize import (
     EncodedBatch,
     HFTokenizer,
@@ -204,6 +207,14 @@ class _StoreSink:
             doc_ids[doc],
             chunk,
         )
+        if labels is not None and self.overflow is Overflow.SPLIT:  # what repack needs back
+            l_doc, l_chunk, l_start, l_len, l_label = split_losses(
+                encoded.lengths, encoded.labels, self.max_len, doc, chunk, ignore=IGNORE_INDEX
+            )
+            lost = np.empty(l_doc.size, LOST_DTYPE)
+            lost["offset"], lost["length"], lost["label"] = base + l_start, l_len, l_label
+            lost["doc_id"], lost["chunk_id"] = doc_ids[l_doc], l_chunk
+            self.store.add_lost(lost)
         if not self.warming_up and self.store.num_items >= _WARM_UP_ITEMS:
             _warm_up_kernels()  # a large run: the compiled kernels will pay off
             self.warming_up = True
@@ -650,7 +661,26 @@ def _write_stage(
         lambda: _manifest(run, state, placement, time.perf_counter() - started, extra_manifest),
         tokenizer=_tokenizer_files(run.tok, run.plan),
         progress=(lambda done: progress("write", done, n_rows)) if progress else None,
+        repack=lambda: _lost_chunks(run, state, store),
     )
+
+
+def _lost_chunks(run: _Run, state: ReadState, store: TokenStore) -> LostChunks | None:
+    """The repack record of a labelled pack that split a document (:mod:`packtool.format.chunks`:
+    the chunks' first labels and the chunks with nothing to learn, that its rows do not
+    hold); None for every other pack."""
+    if not run.plan.labelled or run.plan.overflow is not Overflow.SPLIT:
+        return None
+    lost = store.lost()
+    if not lost.size and not state.counts.documents.split:
+        return None
+    with store.reader() as source:
+        tokens, _, at = source.read_ranges(lost["offset"], lost["length"])
+    lengths = lost["length"].astype(np.int64)
+    flat = np.repeat(at - (np.cumsum(lengths) - lengths), lengths)
+    tokens = tokens[flat + np.arange(int(lengths.sum()), dtype=np.int64)]
+    offsets = np.concatenate([[0], np.cumsum(lengths)])
+    return LostChunks(lost["doc_id"], lost["chunk_id"], lost["label"], offsets, tokens).sorted()
 
 
 def _tokenizer_files(tok: Tokenizer, plan: InputPlan) -> dict[str, bytes] | None:

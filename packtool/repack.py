@@ -37,7 +37,15 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from .errors import FormatError, InputError, OptionError
-from .format import MANIFEST_FILE, Manifest, PackedReader, open_packed
+from .format import (
+    IGNORE_INDEX,
+    MANIFEST_FILE,
+    LostChunks,
+    Manifest,
+    PackedReader,
+    open_packed,
+    read_lost_chunks,
+)
 from .fs import AnyPath, StorePath, user_cache_dir
 from .options import PackOptions
 from .readers import FieldReader, InputFile, Records, Request, Want, register
@@ -91,6 +99,8 @@ class PackedDocuments:
     split_docs: int  # documents stored in more than one chunk (kept ones)
     inner_cuts: np.ndarray  # each kept split document's chunk starts after the first (offsets)
     gapped: int
+    first_label: np.ndarray | None = None  # each segment's first label, from the repack record
+    exact: bool = False  # the pack's repack record gave back what its rows do not hold
 
     @property
     def manifest(self) -> Manifest:
@@ -138,14 +148,17 @@ class PackedDocuments:
             columns = [pa.LargeListArray.from_arrays(offsets, self._gather(self.blocks, seg))]
             if labelled:
                 assert self.label_blocks is not None
-                labels = self._gather(self.label_blocks, seg)
+                labels = self._gather(self.label_blocks, seg, self.first_label)
                 columns.append(pa.LargeListArray.from_arrays(offsets, labels))
             batch = pa.RecordBatch.from_arrays(columns, names=list(fields[:2]))
             yield Records(where, size_bytes * stop_record // total, batch, row0=record)
             k, record = stop_k, stop_record
 
-    def _gather(self, blocks: list[np.ndarray], seg: slice) -> pa.Array:
-        """The tokens of segments ``seg`` (consecutive in the sorted order), joined."""
+    def _gather(
+        self, blocks: list[np.ndarray], seg: slice, first: np.ndarray | None = None
+    ) -> pa.Array:
+        """The tokens of segments ``seg`` (consecutive in the sorted order), joined; with
+        ``first``, each segment's first value is ``first``'s (a chunk's first label)."""
         block, pos, length = self.block[seg], self.pos[seg], self.length[seg]
         dest = np.concatenate([[0], np.cumsum(length)])
         out = np.empty(int(dest[-1]), np.int32)
@@ -158,6 +171,9 @@ class PackedDocuments:
             at = np.repeat(dest[group] - np.cumsum(n) + n, n) + np.arange(int(n.sum()))
             shift = np.repeat(pos[group] - dest[group], n)
             out[at] = blocks[int(block[group[0]])][at + shift]
+        if first is not None:
+            set_first = np.flatnonzero((first[seg] != IGNORE_INDEX) & (length > 0))
+            out[dest[set_first]] = first[seg][set_first]
         return pa.array(out)
 
 
@@ -205,11 +221,30 @@ def _segments(reader: PackedReader) -> PackedDocuments:
             blocks.append(_flat(batch.column("input_ids")))
             if label_blocks is not None:
                 label_blocks.append(_flat(batch.column("labels")))
+    lost = _lost_chunks(reader, parts)
+    if lost is not None and lost.size:  # the chunks the rows do not hold: one block more
+        missing = lost.lengths > 0
+        n = int(missing.sum())
+        pos = lost.offsets[:-1][missing]
+        parts.append((lost.doc_id[missing], lost.chunk_id[missing], pos,
+                      lost.lengths[missing], np.full(n, len(blocks), np.int32)))  # fmt: skip
+        blocks.append(lost.tokens)
+        if label_blocks is not None:
+            label_blocks.append(np.full(lost.tokens.size, IGNORE_INDEX, np.int32))
     doc, chunk, pos, length, block = (
         np.concatenate([p[i] for p in parts]) if parts else np.zeros(0, np.int64) for i in range(5)
     )
     order = np.lexsort((chunk, doc))
     doc, chunk, pos, length, block = (a[order] for a in (doc, chunk, pos, length, block))
+    first_label = None
+    if lost is not None and lost.size and label_blocks is not None:
+        width = int(max(chunk.max(initial=0), lost.chunk_id.max(initial=0))) + 1
+        key = doc.astype(np.int64) * width + chunk
+        at = np.searchsorted(key, lost.doc_id * width + lost.chunk_id)
+        found = at < key.size
+        found[found] = key[at[found]] == (lost.doc_id * width + lost.chunk_id)[found]
+        first_label = np.full(doc.size, IGNORE_INDEX, np.int32)
+        first_label[at[found]] = lost.label[found]
     same = (np.diff(doc) == 0) & (np.diff(chunk) == 0)
     if same.any():
         i = int(np.flatnonzero(same)[0])
@@ -227,6 +262,7 @@ def _segments(reader: PackedReader) -> PackedDocuments:
         doc, chunk, pos, length, block = (a[keep_seg] for a in (doc, chunk, pos, length, block))
         first = first[keep_seg]
         starts = np.flatnonzero(first)
+        first_label = first_label[keep_seg] if first_label is not None else None
     n_chunks = np.diff(np.append(starts, doc.size))
     inner = chunk > 0
     doc_start = np.cumsum(length) - length
@@ -243,7 +279,40 @@ def _segments(reader: PackedReader) -> PackedDocuments:
         split_docs=int(np.count_nonzero(n_chunks > 1)),
         inner_cuts=inner_cuts,
         gapped=int((~whole).sum()),
+        first_label=first_label,
+        exact=lost is not None,
     )
+
+
+def _lost_chunks(reader: PackedReader, parts: list[tuple[np.ndarray, ...]]) -> LostChunks | None:
+    """The pack's repack record (None: it has none), as the rows number documents: in a
+    mixture, a document's records go with each copy of it the rows hold (doc ids ``d + c *
+    stride``), and those of a document the mixture did not take are not read."""
+    m = reader.manifest
+    if not m.repack_files:
+        return None
+    lost = read_lost_chunks(reader.path, m.repack_files)
+    if m.mixture is None or not lost.size:
+        return lost
+    stride = m.mixture.doc_id_stride
+    in_rows = np.unique(np.concatenate([p[0] for p in parts])) if parts else np.zeros(0, np.int64)
+    read_doc = in_rows % stride
+    order = np.argsort(read_doc, kind="stable")
+    read_doc, in_rows = read_doc[order], in_rows[order]
+    lo = np.searchsorted(read_doc, lost.doc_id, "left")
+    n = np.searchsorted(read_doc, lost.doc_id, "right") - lo  # copies of each record's doc
+    row = np.repeat(np.arange(lost.size), n)
+    copy = np.repeat(lo - (np.cumsum(n) - n), n) + np.arange(int(n.sum()))
+    lengths = lost.lengths[row].astype(np.int64)
+    starts = lost.offsets[:-1][row]
+    at = np.repeat(starts - (np.cumsum(lengths) - lengths), lengths)
+    return LostChunks(
+        in_rows[copy],
+        lost.chunk_id[row],
+        lost.label[row],
+        np.concatenate([[0], np.cumsum(lengths)]),
+        lost.tokens[at + np.arange(int(lengths.sum()), dtype=np.int64)],
+    ).sorted()
 
 
 @functools.lru_cache(maxsize=4)
@@ -263,7 +332,8 @@ def packed_documents(path: AnyPath) -> PackedDocuments:
     """The documents of the packed output at ``path`` (indexed once per process and
     manifest: the options, the notice and the read share it)."""
     manifest = _open(str(path)).manifest
-    return _documents(str(path), tuple(s.sha256 or s.file for s in manifest.shards))
+    files = [*manifest.shards, *manifest.repack_files]
+    return _documents(str(path), tuple(s.sha256 or s.file for s in files))
 
 
 class PackedInput(FieldReader):
@@ -366,7 +436,7 @@ def _label_notes(path: AnyPath, docs: PackedDocuments, max_len: int, overflow: s
     """What a labelled pack lost of its labels that a repack at ``max_len`` would learn."""
     m = docs.manifest
     counts = m.labels
-    if docs.label_blocks is None or counts is None:
+    if docs.label_blocks is None or counts is None or docs.exact:
         return []
     old, without = m.max_len, counts.documents_without_labels or 0
     said = []
@@ -427,7 +497,9 @@ def repack_notice(files: Sequence[InputFile], max_len: int, overflow: str) -> st
                 f"when it was packed (--overflow drop): they are not in it, so the repack "
                 "cannot pack them"
             )
-        if m.dropped_label_chunks and (docs.gapped or old % max_len):
+        if docs.exact:  # its repack record gives back what its rows do not hold
+            pass
+        elif m.dropped_label_chunks and (docs.gapped or old % max_len):
             # (at a divisor of the old max_len, the fresh pack drops those chunks too)
             gapped = (
                 f"the {docs.gapped:,} missing one before their last are left out, the others "

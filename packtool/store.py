@@ -26,12 +26,19 @@ import numpy as np
 from .errors import OutputExistsError, PacktoolError
 from .format import write_error
 
-__all__ = ["ITEM_DTYPE", "TokenStore", "has_checkpoint", "work_dir_for"]
+__all__ = ["ITEM_DTYPE", "LOST_DTYPE", "TokenStore", "has_checkpoint", "work_dir_for"]
 
 ITEM_DTYPE = np.dtype(
     [("offset", "<i8"), ("length", "<i4"), ("doc_id", "<i8"), ("chunk_id", "<i4")]
 )
 """One item: where its tokens start in the token file, how many, and where they come from."""
+
+LOST_DTYPE = np.dtype(
+    [("offset", "<i8"), ("length", "<i4"), ("doc_id", "<i8"), ("chunk_id", "<i4"), ("label", "<i4")]
+)
+"""One chunk of a labelled split document that the rows cannot give back whole
+(:func:`packtool.packing.split_losses`): its first token's label, and where its tokens lie
+in the token file (``length`` 0: the rows hold them)."""
 
 _CHECKPOINT = "checkpoint.json"
 
@@ -230,13 +237,16 @@ class TokenStore:
         self.path = self.directory / "tokens.i32"
         self.labels_path = self.directory / "labels.i32"
         self.items_path = self.directory / "items.bin"
+        self.lost_path = self.directory / "lost.bin"
         self.with_labels = with_labels
         self.keep_on_error = keep_on_error
         self._file: Any = None
         self._labels_file: Any = None
         self._items: Any = None
+        self._lost: Any = None
         self.num_tokens = 0
         self.num_items = 0
+        self.num_lost = 0
         self.stale_checkpoint = False  # resume() found a checkpoint of another run, discarded
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -258,6 +268,7 @@ class TokenStore:
         self._items = open(self.items_path, "wb")  # noqa: SIM115
         if self.with_labels:
             self._labels_file = open(self.labels_path, "wb")  # noqa: SIM115
+            self._lost = open(self.lost_path, "wb")  # noqa: SIM115
 
     def resume(self, fingerprint: str) -> dict[str, Any] | None:
         """Reopen a checkpointed store made with the same ``fingerprint``.
@@ -276,11 +287,13 @@ class TokenStore:
             return None
         self.num_tokens = int(saved["num_tokens"])
         self.num_items = int(saved["num_items"])
+        self.num_lost = int(saved.get("num_lost", 0))
         # Drop whatever was appended after the checkpoint.
         files = [(self.path, self.num_tokens * 4)]
         files.append((self.items_path, self.num_items * ITEM_DTYPE.itemsize))
         if self.with_labels:
             files.append((self.labels_path, self.num_tokens * 4))
+            files.append((self.lost_path, self.num_lost * LOST_DTYPE.itemsize))
         for path, size in files:
             if not path.exists():
                 self.start()
@@ -293,6 +306,7 @@ class TokenStore:
         self._items = open(self.items_path, "ab")  # noqa: SIM115
         if self.with_labels:
             self._labels_file = open(self.labels_path, "ab")  # noqa: SIM115
+            self._lost = open(self.lost_path, "ab")  # noqa: SIM115
         return dict(saved["state"])
 
     # -- writing ---------------------------------------------------------------------------
@@ -321,10 +335,16 @@ class TokenStore:
         self._write(self._items, self.items_path, records)
         self.num_items += len(records)
 
+    def add_lost(self, records: np.ndarray) -> None:
+        """Append records of :data:`LOST_DTYPE` (a store made ``with_labels``)."""
+        if records.size:
+            self._write(self._lost, self.lost_path, records)
+            self.num_lost += int(records.size)
+
     @staticmethod
     def _write(file: Any, path: Path, data: np.ndarray) -> None:
         # file.write, not ndarray.tofile: tofile's error on a full disk has no errno
-        if data.dtype != ITEM_DTYPE:
+        if data.dtype not in (ITEM_DTYPE, LOST_DTYPE):
             data = np.ascontiguousarray(data, dtype=np.int32)
         try:
             file.write(memoryview(np.ascontiguousarray(data)).cast("B"))
@@ -333,7 +353,7 @@ class TokenStore:
 
     def checkpoint(self, fingerprint: str, state: dict[str, Any]) -> None:
         """Record that everything appended so far, and ``state``, can be resumed from."""
-        for f in (self._file, self._items, self._labels_file):
+        for f in (self._file, self._items, self._labels_file, self._lost):
             if f is not None:
                 f.flush()
         tmp = self.directory / (_CHECKPOINT + ".tmp")
@@ -343,6 +363,7 @@ class TokenStore:
                     "fingerprint": fingerprint,
                     "num_tokens": self.num_tokens,
                     "num_items": self.num_items,
+                    **({"num_lost": self.num_lost} if self.num_lost else {}),
                     "state": state,
                 }
             ),
@@ -362,6 +383,13 @@ class TokenStore:
             return np.zeros(0, ITEM_DTYPE)
         return np.fromfile(self.items_path, dtype=ITEM_DTYPE, count=self.num_items)
 
+    def lost(self) -> np.ndarray:
+        """All records of :meth:`add_lost`, as a structured array of :data:`LOST_DTYPE`."""
+        self.finish()
+        if self.num_lost == 0:
+            return np.zeros(0, LOST_DTYPE)
+        return np.fromfile(self.lost_path, dtype=LOST_DTYPE, count=self.num_lost)
+
     def reader(self) -> StoreReader:
         """A :class:`StoreReader` of the tokens (and labels) appended so far."""
         self.finish()
@@ -371,7 +399,7 @@ class TokenStore:
 
     def _close_files(self) -> None:
         error: OSError | None = None
-        for name in ("_file", "_items", "_labels_file"):
+        for name in ("_file", "_items", "_labels_file", "_lost"):
             f = getattr(self, name)
             if f is not None:
                 setattr(self, name, None)

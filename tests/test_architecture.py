@@ -91,6 +91,8 @@ FORMAT_LAYERS: dict[str, int] = {
     "records": 0,
     # the manifest
     "manifest": 1,
+    # the repack record of a labelled split pack (its rows' lost labels and chunks)
+    "chunks": 1,
     # the output directory; the store shard cache
     "output": 2,
     "cache": 2,

@@ -125,7 +125,8 @@ def _chat_corpus(tmp_path: Path, n: int = 80) -> Path:
         ("drop", 512, 1024, False),  # larger: the documents dropped at 512 are missing
         ("split", 256, 128, True),  # the old chunk starts are new chunk starts
         ("split", 256, 256, True),
-        ("split", 128, 300, False),  # old chunk starts inside segments: their labels lost
+        ("split", 128, 300, True),  # old chunk starts inside segments: the record's labels
+        ("split", 128, 77, True),
         ("truncate", 256, 128, True),
     ],
 )
@@ -147,11 +148,8 @@ def test_a_repacked_chat_pack_keeps_its_labels(tmp_path: Path, overflow, old, ne
         assert (at.rows, at.segments) == (fresh_manifest["rows"], fresh_manifest["segments"])
         return
     (notice,) = report.notices
-    if overflow == "drop":
-        dropped = json.loads((first / "manifest.json").read_text())["documents"]["dropped"]
-        assert dropped and f"dropped {dropped} documents longer than --max-len {old}" in notice
-    else:
-        assert "a chunk's first token keeps no label" in notice
+    dropped = json.loads((first / "manifest.json").read_text())["documents"]["dropped"]
+    assert dropped and f"dropped {dropped} documents longer than --max-len {old}" in notice
     # What the repack holds is still the fresh pack's documents, with at most those labels off.
     _, fresh_rows = read_rows(fresh)
     assert sum(r["num_tokens"] for r in rows) <= sum(r["num_tokens"] for r in fresh_rows)
@@ -281,8 +279,9 @@ def test_repack_is_a_fresh_pack_or_says_why(
         assert fresh is None or _notice_of(first, new, overflow)
         return
     if report.notices:
-        # ids without labels come back whole, but for what truncate and drop left out
-        assert labelled or (overflow != "split" and new > old)
+        # ids come back whole (with their labels, by the repack record of a labelled split
+        # pack), but for what truncate and drop left out
+        assert overflow != "split" and (labelled or new > old)
         return  # said: what cannot come back
     assert fresh is not None
     _same_pack(repacked, fresh)
@@ -295,9 +294,129 @@ def _notice_of(first: Path, new: int, overflow: str) -> str | None:
     return repack_notice(resolve_inputs([first]), new, overflow)
 
 
+def _without_repack_record(pack: Path) -> None:
+    """``pack`` as packtool wrote it before the repack record (``repack.arrows``)."""
+    manifest = json.loads((pack / "manifest.json").read_text())
+    for entry in manifest.pop("repack_files"):
+        (pack / entry["file"]).unlink()
+    (pack / "manifest.json").write_text(json.dumps(manifest))
+
+
+def test_an_old_labelled_split_pack_repacks_with_its_notice(tmp_path: Path) -> None:
+    """A labelled split pack without the repack record (made before it) repacks as before:
+    the chunk starts' labels it cannot give back are said in one line."""
+    corpus = _chat_corpus(tmp_path)
+    first = tmp_path / "first"
+    packtool.pack([corpus], first, max_len=128, chat_template=CHATML, overflow="split")
+    _without_repack_record(first)
+    report = packtool.pack([first], tmp_path / "re", max_len=300, seed=5)
+    (notice,) = report.notices
+    assert "a chunk's first token keeps no label" in notice
+    fresh = tmp_path / "fresh"
+    packtool.pack([corpus], fresh, max_len=300, seed=5, chat_template=CHATML, overflow="split")
+    _, rows = read_rows(tmp_path / "re")
+    _, fresh_rows = read_rows(fresh)
+    learned = sum(sum(t != -100 for t in r["labels"]) for r in rows)
+    assert learned < sum(sum(t != -100 for t in r["labels"]) for r in fresh_rows)
+
+
+def _long_prompts(tmp_path: Path, n: int = 40) -> Path:
+    """Prompt/completion records, every third with a prompt of several chunks of 64 tokens:
+    chunks with nothing to learn."""
+    lines = (REPO / "sample_data" / "prompt_completion.jsonl").read_text().splitlines()[:n]
+    records = [json.loads(line) for line in lines]
+    for i, r in enumerate(records):
+        if i % 3 == 0:
+            r["prompt"] = r["prompt"] * (3 + i % 5)
+    return write_jsonl(tmp_path / "pc.jsonl", records)
+
+
+def test_a_labelled_split_pack_repacks_exactly(tmp_path: Path) -> None:
+    """Prompt/completion data split at 64 tokens, with whole chunks of prompt that learn
+    nothing (left out of the rows, kept by the repack record): its repack at any max-len, and
+    with another overflow, is the fresh pack; and a repack of that repack too."""
+    corpus = _long_prompts(tmp_path)
+    first = tmp_path / "first"
+    packtool.pack([corpus], first, max_len=64, overflow="split")
+    manifest = json.loads((first / "manifest.json").read_text())
+    assert manifest["labels"]["chunks_without_labels_dropped"] > 0
+    (entry,) = manifest["repack_files"]
+    assert entry["file"] == "repack.arrows" and (first / "repack.arrows").is_file()
+    assert packtool.verify(first).ok
+    for new, more in [(48, {}), (100, {"seed": 3}), (256, {"world_size": 2}), (4096, {})]:
+        fresh, repacked = tmp_path / f"fresh{new}", tmp_path / f"re{new}"
+        packtool.pack([corpus], fresh, max_len=new, overflow="split", **more)
+        report = packtool.pack([first], repacked, max_len=new, **more)
+        _same_pack(repacked, fresh)
+        assert not report.notices
+    again = tmp_path / "again"
+    packtool.pack([tmp_path / "re100"], again, max_len=64)
+    _same_pack(again, first)
+    for overflow in ("drop", "truncate"):  # another overflow: the documents are whole
+        fresh, repacked = tmp_path / f"fresh-{overflow}", tmp_path / f"re-{overflow}"
+        packtool.pack([corpus], fresh, max_len=200, overflow=overflow)
+        packtool.pack([first], repacked, max_len=200, overflow=overflow)
+        _same_pack(repacked, fresh)
+
+
+def test_the_repack_record_is_written_where_a_labelled_pack_splits(tmp_path: Path) -> None:
+    """Only a labelled pack that split a document writes it (every other keeps its bytes);
+    verify checks its bytes and sha256."""
+    corpus = _long_prompts(tmp_path, n=20)
+    text = _text_corpus(tmp_path, n=20)
+    cases = [
+        ("text", [text], {"tokenizer": CharTokenizer(), "max_len": 64}, False),
+        ("drop", [corpus], {"max_len": 64}, False),  # instruction data drops by default
+        ("short", [corpus], {"max_len": 8192, "overflow": "split"}, False),  # none split
+        ("split", [corpus], {"max_len": 64, "overflow": "split"}, True),
+    ]
+    for name, inputs, options, written in cases:
+        packtool.pack(inputs, tmp_path / name, **options)
+        manifest = json.loads((tmp_path / name / "manifest.json").read_text())
+        assert ("repack_files" in manifest) is written, name
+        assert (tmp_path / name / "repack.arrows").exists() is written, name
+    record = tmp_path / "split" / "repack.arrows"
+    data = bytearray(record.read_bytes())
+    data[-12] ^= 1
+    record.write_bytes(bytes(data))
+    report = packtool.verify(tmp_path / "split")
+    assert [(p.shard, p.check) for p in report.problems] == [("repack.arrows", "sha256")]
+    record.unlink()
+    report = packtool.verify(tmp_path / "split")
+    assert [(p.shard, p.check) for p in report.problems] == [("repack.arrows", "files")]
+
+
+def test_a_document_learning_only_at_old_chunk_starts_comes_back(tmp_path: Path) -> None:
+    """A document whose only learned tokens were chunk starts learned nothing in the first
+    pack (not in its rows); the repack record keeps it, so a repack at a max-len where those
+    tokens are inside a segment packs it, as a fresh pack does."""
+    import pyarrow.parquet as pq
+
+    ids = [list(range(3, 33)), list(range(3, 13))]
+    labels = [
+        [-100] * 10 + [13] + [-100] * 9 + [23] + [-100] * 9,  # learned at 10 and 20 only
+        list(range(3, 13)),
+    ]
+    corpus = tmp_path / "c.parquet"
+    pq.write_table(pa.table({"ids": ids, "y": labels}), corpus)
+    options = {"ids_field": "ids", "labels_field": "y", "pad_id": 0, "overflow": "split"}
+    first = tmp_path / "first"
+    packtool.pack([corpus], first, max_len=10, **options)
+    _, rows = read_rows(first)
+    assert [d for r in rows for d in r["doc_ids"]] == [1]
+    fresh, repacked = tmp_path / "fresh", tmp_path / "re"
+    packtool.pack([corpus], fresh, max_len=16, **options)
+    report = packtool.pack([first], repacked, max_len=16)
+    _same_pack(repacked, fresh)
+    assert not report.notices
+    _, rows = read_rows(repacked)
+    assert sorted(d for r in rows for d in r["doc_ids"]) == [0, 0, 1]
+
+
 def test_a_document_missing_a_chunk_is_left_out_and_said(tmp_path: Path) -> None:
-    """A labelled split pack stores no chunk with nothing to learn: a document missing one
-    before its last cannot be joined back; it is left out, in one line."""
+    """A labelled split pack stores no chunk with nothing to learn: without its repack record
+    (an old pack), a document missing one before its last cannot be joined back; it is left
+    out, in one line. With the record, it is whole."""
     import pyarrow.parquet as pq
 
     ids = [list(range(3, 33)), list(range(3, 13)), list(range(3, 23))]
@@ -311,6 +430,12 @@ def test_a_document_missing_a_chunk_is_left_out_and_said(tmp_path: Path) -> None
     options = {"ids_field": "ids", "labels_field": "y", "pad_id": 0}
     first = tmp_path / "first"
     packtool.pack([corpus], first, max_len=10, **options)
+    fresh = tmp_path / "fresh"
+    packtool.pack([corpus], fresh, max_len=16, **options)
+    report = packtool.pack([first], tmp_path / "whole", max_len=16)
+    _same_pack(tmp_path / "whole", fresh)
+    assert not report.notices
+    _without_repack_record(first)
     from packtool.repack import packed_documents
 
     docs = packed_documents(first)
@@ -329,7 +454,8 @@ def test_a_pack_merged_from_units_repacks(tmp_path: Path) -> None:
     a = write_jsonl(tmp_path / "a.jsonl", [{"text": "x" * k} for k in range(1, 90, 3)])
     b = write_jsonl(tmp_path / "b.jsonl", [{"text": "y" * k} for k in range(90, 1, -4)])
     units = tmp_path / "units"
-    packtool.pack([a, b], units, max_len=40, units=2, num_proc=1)
+    packtool.pack_units([a, b], units, max_len=40, units=2, num_proc=1)
+    assert json.loads((units / "manifest.json").read_text())["units"]["count"] == 2
     fresh = tmp_path / "fresh"
     packtool.pack([a, b], fresh, max_len=64)
     repacked = tmp_path / "repacked"
@@ -350,3 +476,81 @@ def test_an_aligned_pack_repacks_at_its_real_lengths(tmp_path: Path, again) -> N
     report = packtool.pack([first], repacked, max_len=128, pad_to_multiple_of=again)
     _same_pack(repacked, fresh)
     assert not report.notices
+
+
+@settings(
+    max_examples=30,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(
+    st.lists(
+        st.tuples(st.integers(0, 70), st.sampled_from([0.0, 0.05, 0.3, 0.8])),
+        min_size=1,
+        max_size=30,
+    ),
+    st.integers(2, 24),
+    st.integers(2, 40),
+    st.integers(0, 2**16),
+)
+def test_a_labelled_split_pack_repacks_as_the_fresh_pack(
+    tmp_path_factory: pytest.TempPathFactory, docs, old, new, seed
+) -> None:
+    """Any labelled documents (some learning nothing, some learning little: whole chunks with
+    nothing to learn, learned tokens at chunk starts), split at any max-len: the repack at
+    any other is the fresh pack, with nothing to say."""
+    import pyarrow.parquet as pq
+
+    tmp = tmp_path_factory.mktemp("labelled")
+    rng = np.random.default_rng(seed)
+    ids = [rng.integers(3, 50, k).tolist() for k, _ in docs]
+    shares = [p for _, p in docs]
+    labels = [
+        [t if rng.random() < p else -100 for t in d] for d, p in zip(ids, shares, strict=True)
+    ]
+    corpus = tmp / "c.parquet"
+    pq.write_table(pa.table({"ids": ids, "y": labels}), corpus)
+    options = {"ids_field": "ids", "labels_field": "y", "pad_id": 0, "overflow": "split"}
+    first, fresh, repacked = tmp / "first", tmp / "fresh", tmp / "re"
+    try:
+        packtool.pack([corpus], first, max_len=old, **options)
+    except packtool.errors.NothingToPackError:
+        first = None
+    try:
+        packtool.pack([corpus], fresh, max_len=new, **options)
+    except packtool.errors.NothingToPackError:
+        fresh = None
+    if first is None:  # nothing learned at any chunk start but the first: nothing anywhere
+        assert fresh is None
+        return
+    try:
+        report = packtool.pack([first], repacked, max_len=new)
+    except packtool.errors.NothingToPackError:
+        assert fresh is None
+        return
+    assert fresh is not None
+    _same_pack(repacked, fresh)
+    assert not report.notices
+
+
+def test_a_labelled_split_pack_of_units_repacks_exactly(tmp_path: Path) -> None:
+    """Units each write their repack record; the merge lists them with their doc_offset
+    (referencing or copying), and the merged pack repacks as the fresh pack."""
+    corpus = _long_prompts(tmp_path)
+    units = tmp_path / "units"
+    packtool.pack_units([corpus], units, max_len=64, overflow="split", units=2, num_proc=1)
+    manifest = json.loads((units / "manifest.json").read_text())
+    files = [e["file"] for e in manifest["repack_files"]]
+    assert len(files) == 2 and all(f.startswith("units/") for f in files)
+    assert packtool.verify(units).ok
+    fresh = tmp_path / "fresh"
+    packtool.pack([corpus], fresh, max_len=150, overflow="split")
+    repacked = tmp_path / "repacked"
+    assert not packtool.pack([units], repacked, max_len=150).notices
+    _same_pack(repacked, fresh)
+    from packtool.merge import merge_units
+
+    merge_units(units, copy=True, seed=4)
+    assert packtool.verify(units).ok
+    packtool.pack([units], tmp_path / "again", max_len=150, overwrite=True)
+    _same_pack(tmp_path / "again", fresh)

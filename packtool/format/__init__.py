@@ -18,12 +18,15 @@ thing for people. One job per module:
 - :mod:`.metadata`: the `datasets` metadata beside the shards, and the files' check;
 - :mod:`.writer`: :class:`PackedBatch`, :class:`ShardWriter`, :func:`write_dataset`,
   :func:`commit_in_place`;
+- :mod:`.chunks`: the repack record of a labelled pack with split documents (what its rows
+  cannot hold: the chunks' first labels, the chunks with nothing to learn);
 - :mod:`.cache`: the local cache of shards of an output on a store;
 - :mod:`.reader`: :class:`PackedReader`, :func:`open_packed`.
 """
 
 from __future__ import annotations
 
+from .chunks import REPACK_FILE, LostChunks, read_lost_chunks
 from .counts import Counts, DocumentCounts, LabelFigures, RunFigures, TokenCounts
 from .manifest import (
     FORMAT_NAME,
@@ -86,6 +89,7 @@ __all__ = [
     "IGNORE_INDEX",
     "MANIFEST_FILE",
     "MERGE_STAGE",
+    "REPACK_FILE",
     "TOKENIZER_CONFIG_FILE",
     "BackendRecord",
     "BalanceRecord",
@@ -96,6 +100,7 @@ __all__ = [
     "InputRecord",
     "LabelCounts",
     "LabelFigures",
+    "LostChunks",
     "Manifest",
     "MergedUnits",
     "MixtureRecord",
@@ -125,6 +130,7 @@ __all__ = [
     "open_packed",
     "packed_schema",
     "publish",
+    "read_lost_chunks",
     "read_manifest",
     "remove_stale_temporaries",
     "row_bytes",

@@ -106,6 +106,8 @@ class Manifest(Mapping[str, Any]):
     unit: UnitRecord | None = None  # a work unit's output only
     units: MergedUnits | None = None  # a dataset merged from work units only
     mixture: MixtureRecord | None = None  # a mixture (pack --mix) only
+    # a labelled pack that split documents: what its rows cannot give back (format.chunks)
+    repack_files: list[ShardEntry] = field(default_factory=list)
     record: dict[str, Any] = raw()
     path: Path | None = local()
     load_problems: tuple[str, ...] = local(())
@@ -229,9 +231,12 @@ class Manifest(Mapping[str, Any]):
         columns: Sequence[str],
         shards: Sequence[ShardEntry],
         path: Path | None = None,
+        repack_files: Sequence[ShardEntry] = (),
     ) -> Manifest:
         """The manifest of a finished dataset: ``body`` (:meth:`for_pack`) and the layout,
-        the shards in row order (what :meth:`ShardWriter.commit` writes last)."""
+        the shards in row order (what :meth:`ShardWriter.commit` writes last), and the
+        repack records (:mod:`.chunks`) if any."""
+        repack = {"repack_files": [e.to_record() for e in repack_files]} if repack_files else {}
         return cls.from_record(
             {
                 "format": FORMAT_NAME,
@@ -241,6 +246,7 @@ class Manifest(Mapping[str, Any]):
                 "columns": list(columns),
                 "num_rows": sum(int(s.rows) for s in shards),
                 "shards": [s.to_record() for s in shards],
+                **repack,
             },
             path,
         )
@@ -394,4 +400,11 @@ def _manifest_problem(manifest: dict[str, Any]) -> str | None:
         problem = shard_entry_problem(i, shard)
         if problem:
             return problem
+    repack = manifest.get("repack_files", [])
+    if not isinstance(repack, list):
+        return "'repack_files' is not a list"
+    for i, entry in enumerate(repack):
+        problem = shard_entry_problem(i, entry)
+        if problem:
+            return f"repack_files: {problem}"
     return None

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from .chunks import REPACK_FILE, LostChunks
 from .manifest import MANIFEST_FILE, Manifest, ShardEntry, shard_entry_problem
 from .metadata import write_metadata
 from .output import (
@@ -208,6 +209,7 @@ class ShardWriter:
         self._rows_in_shard = 0
         self._rows_written = 0
         self._committed = False
+        self._repack: list[ShardEntry] = []
 
     # -- context manager -------------------------------------------------------------------
     def __enter__(self) -> ShardWriter:
@@ -292,6 +294,23 @@ class ShardWriter:
             if self._rows_in_shard == self.rows_per_shard:
                 self._close_shard()
 
+    def write_repack_record(self, lost: LostChunks) -> None:
+        """Write the repack record (:mod:`.chunks`) beside the shards; the manifest lists it."""
+        data = lost.to_bytes()
+        path = self.staging / REPACK_FILE
+        try:
+            with open(path, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+        except OSError as e:
+            raise write_error(e, path, "cannot write the repack record") from e
+        self._repack = [lost.entry(data)]
+
+    def refer_repack_records(self, entries: Sequence[ShardEntry]) -> None:
+        """List repack records that lie elsewhere under ``out_dir`` (a merge's units')."""
+        self._repack = list(entries)
+
     def commit(self, manifest: Mapping[str, Any]) -> Manifest:
         """Finish: metadata, the manifest last, then move into place. Returns the manifest."""
         if self._rows_written != self.num_rows:
@@ -308,6 +327,7 @@ class ShardWriter:
             columns=self.schema.names,
             shards=self._shards,
             path=self.out_dir / MANIFEST_FILE,
+            repack_files=self._repack,
         )
         write_json(self.staging / MANIFEST_FILE, record.to_dict())
         move_into_place(self.staging, self.out_dir, self.overwrite)
@@ -324,6 +344,7 @@ def commit_in_place(
     manifest: Mapping[str, Any],
     added: bool = True,
     aligned: bool = False,
+    repack_files: Sequence[ShardEntry] = (),
 ) -> Manifest:
     """Commit a dataset whose shards already lie under ``out_dir``: no row is written.
 
@@ -342,7 +363,12 @@ def commit_in_place(
     (out / MANIFEST_FILE).unlink(missing_ok=True)
     write_metadata(out, schema, shards)
     record = Manifest.committed(
-        manifest, max_len=max_len, columns=schema.names, shards=shards, path=out / MANIFEST_FILE
+        manifest,
+        max_len=max_len,
+        columns=schema.names,
+        shards=shards,
+        path=out / MANIFEST_FILE,
+        repack_files=repack_files,
     )
     aside = out / f".{MANIFEST_FILE}.packtool-tmp-{os.getpid()}"
     try:
@@ -361,12 +387,14 @@ def write_dataset(
     *,
     tokenizer: Mapping[str, bytes | Path] | None = None,
     progress: Callable[[int], None] | None = None,
+    repack: Callable[[], LostChunks | None] | None = None,
 ) -> Manifest:
     """The write tail of ``pack`` and of a copying merge: the rows of ``blocks`` through
     ``writer`` (entered here), the tokenizer's files (``tokenizer.json``, and its
     ``tokenizer_config.json`` if any: their bytes, or files to copy), then the manifest, made
     once the rows are written (so its ``seconds`` count the writing), and the commit.
-    ``progress`` gets the rows written so far after each block (0 when none)."""
+    ``progress`` gets the rows written so far after each block (0 when none); ``repack``
+    gives the repack record to write beside the shards, if any (:mod:`.chunks`)."""
     with writer:
         done = 0
         for block in blocks:
@@ -385,4 +413,7 @@ def write_dataset(
                     shutil.copyfile(content, copy)
             except OSError as e:
                 raise write_error(e, copy, "cannot write the tokenizer copy") from e
+        lost = repack() if repack is not None else None
+        if lost is not None:
+            writer.write_repack_record(lost)
         return writer.commit(manifest())

@@ -24,8 +24,10 @@ from ..format import (
     MANIFEST_FILE,
     Manifest,
     PackedReader,
+    ShardEntry,
     layout_problems,
     packed_schema,
+    read_lost_chunks,
     seq_lengths,
     trainer_cache_files,
 )
@@ -103,12 +105,45 @@ def check_files(
             "load_dataset('arrow', data_files='out/*.arrow') would read it too: remove it, "
             "and see docs/training.md for recipes that write nothing here"
         )
+    for entry in manifest.repack_files:
+        _check_repack_file(path, entry, manifest, problems)
     if manifest.tokenizer.file is None and manifest.tokenizer.name != IdsTokenizer.name:
         # (pre-tokenized data packed without a tokenizer has none to copy)
         report.notes.append(
             "no tokenizer copy in the output (packed with a tokenizer object): "
             "--against needs the tokenizer given explicitly"
         )
+
+
+def _check_repack_file(
+    path: AnyPath, entry: ShardEntry, manifest: Manifest, problems: Problems
+) -> None:
+    """A repack record the manifest lists (``repack_files``): there, of its bytes and sha256,
+    readable, and about documents and chunks the pack can hold."""
+    name, file = entry.file, path / entry.file
+    if not file.is_file():
+        problems.add("files", "the repack record the manifest lists is missing", name)
+        return
+    size = file.stat().st_size
+    if size != entry.bytes:
+        problems.add("bytes", f"{size} bytes, the manifest records {entry.bytes}", name)
+        return
+    if sha256_of(file) != entry.sha256:
+        problems.add("sha256", "sha256 differs from the manifest's: the record was altered", name)
+        return
+    try:
+        lost = read_lost_chunks(path, [entry])
+    except FormatError as e:
+        problems.add("repack", f"cannot be read: {_message(e, file)}", name)
+        return
+    read = manifest.counts.documents.read
+    stride = manifest.mixture.doc_id_stride if manifest.mixture else None
+    if lost.size != entry.rows:
+        problems.add("repack", f"{lost.size} rows, the manifest records {entry.rows}", name)
+    elif lost.size and (lost.doc_id.min() < 0 or int(lost.doc_id.max()) >= (stride or read)):
+        problems.add("repack", "a doc_id outside the documents the pack read", name)
+    elif lost.size and (lost.chunk_id < 0).any():
+        problems.add("repack", "a negative chunk_id", name)
 
 
 # -- rows -----------------------------------------------------------------------------------
