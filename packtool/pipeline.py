@@ -25,13 +25,14 @@ import numpy as np
 
 from .corpus import ReadState, background, encoder_backend, read_corpus
 from .counts import Counts, DocumentCounts, LabelFigures, TokenCounts
-from .errors import InputError, OptionError
+from .errors import FormatError, InputError, OptionError
 from .format import (
     CHAT_TEMPLATE_FILE,
     IGNORE_INDEX,
     TOKENIZER_CONFIG_FILE,
     LostChunks,
     Manifest,
+    MixtureRecord,
     RunFigures,
     ShardWriter,
     check_output_dir,
@@ -61,6 +62,7 @@ from .prepare import fingerprint_of, prepare
 from .pretokenized import IdsTokenizer
 from .readers import InputFile, resolve_inputs
 from .reference import eos_appended, eos_note, probe_note, start_probe
+from .repack import packed_mixture
 from .store import LOST_DTYPE, TokenStore, lock_output
 from .tokenize import (
     EncodedBatch,
@@ -305,6 +307,9 @@ def pack(
             if run.sources is not None:
                 items, source_of_item, mixture = _mix_stage(run, state, items, store)
                 extra_manifest = {**(extra_manifest or {}), "mixture": mixture}
+            elif run.mixture is not None:  # a mixture repacked: its sources carried over
+                items, source_of_item, mixture = _remix_stage(run, items, store)
+                extra_manifest = {**(extra_manifest or {}), "mixture": mixture}
             placement = _plan_stage(items, run.options, progress, source_of_item)
             manifest = _write_stage(run, store, state, placement, started, progress, extra_manifest)
         stale = _STALE_CHECKPOINT.format(store.directory) if store.stale_checkpoint else None
@@ -373,6 +378,7 @@ class _Run:
     notice: str | None = None  # an option that does less than it says (--shard-size)
     probe: Any = None  # transformers' view of the tokenizer, being probed (reference.py)
     sources: tuple[_Source, ...] | None = None  # --mix: the sources, in input order
+    mixture: MixtureRecord | None = None  # the mixture of a mixed pack being repacked
 
     @property
     def row_bytes(self) -> int:
@@ -425,6 +431,7 @@ def _prepare(
     return _Run(
         out, resolved, tok, plan, files, fingerprint, pad_from, skipped_names, notice, probe,
         tuple(sources) if sources is not None else None,
+        packed_mixture(files) if sources is None else None,
     )  # fmt: skip
 
 
@@ -572,6 +579,54 @@ def _mix_stage(
     return out, np.concatenate(source).astype(np.int32), record
 
 
+def _remix_stage(
+    run: _Run, items: np.ndarray, store: TokenStore
+) -> tuple[np.ndarray, np.ndarray, dict[str, Any]]:
+    """A mixed pack repacked: its documents (each copy under its own doc id ``d + c *
+    stride``, as the rows held it) in the order :func:`_mix_stage` gives them (by document
+    read, then copy, then chunk), each item with the source its doc id falls in, and the
+    pack's ``mixture`` record, what was taken counted again from these items (the same, unless
+    the new overflow policy dropped or cut some)."""
+    mixture = run.mixture
+    assert mixture is not None
+    stride = max(1, mixture.doc_id_stride)
+    doc = items["doc_id"].astype(np.int64)
+    order = np.lexsort((doc // stride, doc % stride))  # stable: a document's chunks in order
+    out = items[order]
+    read_doc = out["doc_id"].astype(np.int64) % stride
+    first = np.array([s.first_doc for s in mixture.sources], np.int64)
+    source = np.searchsorted(first, read_doc, side="right") - 1
+    inside = source >= 0
+    inside[inside] = (
+        read_doc[inside] - first[source[inside]]
+        < np.array([s.documents_read for s in mixture.sources], np.int64)[source[inside]]
+    )
+    if not inside.all():
+        bad = int(out["doc_id"][np.flatnonzero(~inside)[0]])
+        raise FormatError(
+            f"{run.files[0].path}: doc id {bad} is in none of its mixture's sources "
+            "(run `packtool verify`)"
+        )
+    length = out["length"].astype(np.int64)
+    sources = []
+    for i, src in enumerate(mixture.sources):
+        mine = source == i
+        taken = int(length[mine].sum())
+        sources.append(
+            dataclasses.replace(
+                src,
+                documents_taken=int(np.unique(out["doc_id"][mine]).size),
+                tokens_taken=taken,
+                epochs=round(taken / src.tokens_read, 6) if src.tokens_read else 0.0,
+            )
+        )
+    learned = _learned_of(store, out, np.arange(out.size)) if run.plan.labelled else None
+    record = dataclasses.replace(
+        mixture, tokens=int(length.sum()), learned_tokens=learned, sources=tuple(sources)
+    )
+    return out, source.astype(np.int32), record.to_record()
+
+
 def _learned_of(store: TokenStore, items: np.ndarray, taken: np.ndarray) -> int:
     """The learned tokens (labels) of the items ``taken`` (indices, repeats counted)."""
     unique, times = np.unique(taken, return_counts=True)
@@ -651,7 +706,7 @@ def _write_stage(
         with_labels=run.plan.labelled,
         overwrite=o.overwrite,
         aligned=o.alignment > 1,
-        sources=run.sources is not None,
+        sources=run.sources is not None or run.mixture is not None,
     )
     return write_dataset(
         writer,
@@ -666,14 +721,13 @@ def _write_stage(
 
 
 def _lost_chunks(run: _Run, state: ReadState, store: TokenStore) -> LostChunks | None:
-    """The repack record of a labelled pack that split a document (:mod:`packtool.format.chunks`:
-    the chunks' first labels and the chunks with nothing to learn, that its rows do not
-    hold); None for every other pack."""
+    """The repack record of a labelled pack cut with ``--overflow split``
+    (:mod:`packtool.format.chunks`: the chunks' first labels and the chunks with nothing to
+    learn, that its rows do not hold; no rows if nothing was split, which a repack then knows
+    from a pack made before the record); None for every other pack."""
     if not run.plan.labelled or run.plan.overflow is not Overflow.SPLIT:
         return None
     lost = store.lost()
-    if not lost.size and not state.counts.documents.split:
-        return None
     with store.reader() as source:
         tokens, _, at = source.read_ranges(lost["offset"], lost["length"])
     lengths = lost["length"].astype(np.int64)

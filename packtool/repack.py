@@ -42,6 +42,7 @@ from .format import (
     MANIFEST_FILE,
     LostChunks,
     Manifest,
+    MixtureRecord,
     PackedReader,
     open_packed,
     read_lost_chunks,
@@ -56,6 +57,7 @@ __all__ = [
     "PackedDocuments",
     "is_packed_output",
     "packed_documents",
+    "packed_mixture",
     "packed_options",
     "repack_notice",
 ]
@@ -380,6 +382,21 @@ def _packs(files: Sequence[InputFile]) -> list[InputFile]:
             "outputs alone (their documents are token ids, numbered as they were packed)"
         )
     return packs
+
+
+def packed_mixture(files: Sequence[InputFile]) -> MixtureRecord | None:
+    """The mixture of a mixed pack (``pack --mix``) being repacked, carried to the repack
+    (its ``source_ids`` and ``mixture`` record), or None. A mixture repacks alone: its doc
+    ids (copies ``d + c * stride``) and source ids number its own documents."""
+    packs = _packs(files)
+    mixtures = [_open(str(f.path)).manifest.mixture for f in packs]
+    mixed = [f for f, m in zip(packs, mixtures, strict=True) if m is not None]
+    if mixed and len(packs) > 1:
+        raise OptionError(
+            f"{mixed[0].path} is a mixture (pack --mix): repack it alone (its doc ids and "
+            "source ids number its own documents)"
+        )
+    return mixtures[0] if mixed else None
 
 
 def packed_options(files: Sequence[InputFile], options: PackOptions) -> PackOptions:

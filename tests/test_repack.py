@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pytest
-from conftest import REPO, CharTokenizer, write_jsonl
+from conftest import REPO, SAMPLE, CharTokenizer, write_jsonl
 from helpers import read_rows
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -360,14 +360,15 @@ def test_a_labelled_split_pack_repacks_exactly(tmp_path: Path) -> None:
 
 
 def test_the_repack_record_is_written_where_a_labelled_pack_splits(tmp_path: Path) -> None:
-    """Only a labelled pack that split a document writes it (every other keeps its bytes);
-    verify checks its bytes and sha256."""
+    """Only a labelled pack cut with --overflow split writes it (every other keeps its
+    bytes; one that split nothing writes it with no rows, so that a repack knows it from a
+    pack made before the record); verify checks its bytes and sha256."""
     corpus = _long_prompts(tmp_path, n=20)
     text = _text_corpus(tmp_path, n=20)
     cases = [
         ("text", [text], {"tokenizer": CharTokenizer(), "max_len": 64}, False),
         ("drop", [corpus], {"max_len": 64}, False),  # instruction data drops by default
-        ("short", [corpus], {"max_len": 8192, "overflow": "split"}, False),  # none split
+        ("short", [corpus], {"max_len": 8192, "overflow": "split"}, True),  # none split
         ("split", [corpus], {"max_len": 64, "overflow": "split"}, True),
     ]
     for name, inputs, options, written in cases:
@@ -375,6 +376,8 @@ def test_the_repack_record_is_written_where_a_labelled_pack_splits(tmp_path: Pat
         manifest = json.loads((tmp_path / name / "manifest.json").read_text())
         assert ("repack_files" in manifest) is written, name
         assert (tmp_path / name / "repack.arrows").exists() is written, name
+    short = json.loads((tmp_path / "short" / "manifest.json").read_text())
+    assert short["repack_files"][0]["rows"] == 0 and packtool.verify(tmp_path / "short").ok
     record = tmp_path / "split" / "repack.arrows"
     data = bytearray(record.read_bytes())
     data[-12] ^= 1
@@ -515,14 +518,11 @@ def test_a_labelled_split_pack_repacks_as_the_fresh_pack(
     try:
         packtool.pack([corpus], first, max_len=old, **options)
     except packtool.errors.NothingToPackError:
-        first = None
+        return  # (learned only at its chunk starts: no pack to repack)
     try:
         packtool.pack([corpus], fresh, max_len=new, **options)
     except packtool.errors.NothingToPackError:
         fresh = None
-    if first is None:  # nothing learned at any chunk start but the first: nothing anywhere
-        assert fresh is None
-        return
     try:
         report = packtool.pack([first], repacked, max_len=new)
     except packtool.errors.NothingToPackError:
@@ -554,3 +554,122 @@ def test_a_labelled_split_pack_of_units_repacks_exactly(tmp_path: Path) -> None:
     assert packtool.verify(units).ok
     packtool.pack([units], tmp_path / "again", max_len=150, overwrite=True)
     _same_pack(tmp_path / "again", fresh)
+
+
+def _mix_sources(tmp_path: Path) -> list[Path]:
+    """Two sources cut from the sample corpus (300 and 60 documents): a mixture samples the
+    first and repeats the second."""
+    lines = SAMPLE.read_text("utf-8").splitlines(keepends=True)
+    web, code = tmp_path / "web.jsonl", tmp_path / "code.jsonl"
+    web.write_text("".join(lines[:300]), "utf-8")
+    code.write_text("".join(lines[300:360]), "utf-8")
+    return [web, code]
+
+
+def test_a_repacked_mixture_is_the_fresh_mixture(tmp_path: Path) -> None:
+    """A mixture repacked at another max-len keeps its source ids and its mixture record:
+    rows, doc ids (copies included) and source ids are those of ``pack --mix`` of the
+    sources at that max-len, and so are the per-source figures of ``stats OUT``. (Text split
+    at any max-len puts the same tokens into rows, so the mixture samples the same
+    documents.)"""
+    from packtool.stats import dataset_stats
+
+    sources = _mix_sources(tmp_path)
+    mix = {"mix": "0.4,0.6", "tokens": "60k"}
+    first = tmp_path / "first"
+    packtool.pack(sources, first, max_len=256, **mix)
+    recorded = json.loads((first / "manifest.json").read_text())["mixture"]
+    assert recorded["copies"] > 1  # the second source is repeated: copies under their own ids
+    for new, layout in [(100, {}), (512, {"world_size": 2}), (1000, {"shuffle": False})]:
+        fresh, repacked = tmp_path / f"fresh{new}", tmp_path / f"re{new}"
+        packtool.pack(sources, fresh, max_len=new, **mix, **layout)
+        report = packtool.pack([first], repacked, max_len=new, **layout)
+        assert not report.notices
+        _same_pack(repacked, fresh)
+        _, rows = read_rows(repacked)
+        assert any(s == 1 for r in rows for s in r["source_ids"])
+        manifests = [json.loads((p / "manifest.json").read_text()) for p in (repacked, fresh)]
+        assert manifests[0]["mixture"] == manifests[1]["mixture"]
+        assert manifests[0]["tokens"]["packed"] == manifests[1]["tokens"]["packed"]
+        assert dataset_stats(repacked).sources == dataset_stats(fresh).sources
+        on_cli = [run("stats", p, "--json") for p in (repacked, fresh)]
+        assert [json.loads(r.stdout)["sources"] for r in on_cli] == [
+            json.loads(on_cli[1].stdout)["sources"]
+        ] * 2
+        assert packtool.verify(repacked).ok
+
+
+def test_a_repacked_mixture_keeps_what_it_took_when_the_plan_depends_on_max_len(
+    tmp_path: Path,
+) -> None:
+    """Instruction data drops a document longer than --max-len, so what a mixture can take,
+    and so its sample, depends on the max-len: a repack keeps the documents the mixture
+    took (each copy under its doc id, with its source id) and packs those that fit; the
+    record counts what its rows hold."""
+    lines = (REPO / "sample_data" / "prompt_completion.jsonl").read_text().splitlines()
+    a, b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    a.write_text("\n".join(lines[:100]) + "\n")
+    b.write_text("\n".join(lines[100:160]) + "\n")
+    first = tmp_path / "first"
+    packtool.pack([a, b], first, max_len=1024, mix="0.3,0.7", tokens="40k")
+    _, old_rows = read_rows(first)
+    repacked = tmp_path / "re"
+    packtool.pack([first], repacked, max_len=256)
+    manifest, rows = read_rows(repacked)
+    length: dict[int, int] = {}
+    source: dict[int, int] = {}
+    for r in old_rows:
+        cu = r["cu_seqlens"]
+        for k, (d, s) in enumerate(zip(r["doc_ids"], r["source_ids"], strict=True)):
+            length[d], source[d] = cu[k + 1] - cu[k], s
+    kept = {d for d, n in length.items() if n <= 256}
+    assert 0 < len(kept) < len(length)  # some dropped at 256
+    got = {d: s for r in rows for d, s in zip(r["doc_ids"], r["source_ids"], strict=True)}
+    assert got == {d: source[d] for d in kept}
+    record = manifest["mixture"]
+    for i, src in enumerate(record["sources"]):
+        assert src["tokens_taken"] == sum(length[d] for d in kept if source[d] == i)
+        assert src["documents_taken"] == sum(1 for d in kept if source[d] == i)
+    assert record["tokens"] == manifest["tokens"]["packed"]
+    assert packtool.verify(repacked).ok
+
+
+def test_a_labelled_split_mixture_repacks_its_documents_whole(tmp_path: Path) -> None:
+    """A mixture of chats split into chunks: each copy of a document gets its chunks'
+    first labels and its left-out chunks back from the repack record of the document it
+    copies, so the repacked documents (ids and labels) are the mixture's, whole."""
+    from packtool.repack import packed_documents
+
+    lines = (REPO / "sample_data" / "chat.jsonl").read_text().splitlines()
+    a, b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    a.write_text("\n".join(lines[:60]) + "\n")
+    b.write_text("\n".join(lines[60:80]) + "\n")
+    options = {"chat_template": CHATML, "overflow": "split"}
+    first = tmp_path / "first"
+    packtool.pack([a, b], first, max_len=128, mix="0.3,0.7", tokens="30k", **options)
+    assert json.loads((first / "manifest.json").read_text())["mixture"]["copies"] > 1
+    repacked, again = tmp_path / "re", tmp_path / "again"
+    packtool.pack([first], repacked, max_len=300)
+    packtool.pack([repacked], again, max_len=77)
+
+    def documents(path: Path) -> dict[int, dict]:
+        """Each document the pack holds (ids and labels), by doc id."""
+        batches = packed_documents(path).batches(["input_ids", "labels"], str(path), 0)
+        out = {}
+        for b in batches:
+            assert b.table is not None
+            for k, r in enumerate(b.table.to_pylist()):
+                if r["input_ids"]:
+                    out[b.row0 + k] = r
+        return out
+
+    whole = documents(repacked)
+    assert whole == documents(again)
+    fresh = tmp_path / "fresh"  # the same chats, split at 300 in one plain pack
+    packtool.pack([a, b], fresh, max_len=300, **options)
+    by_doc = documents(fresh)
+    mixture = json.loads((first / "manifest.json").read_text())["mixture"]
+    assert any(d >= mixture["doc_id_stride"] for d in whole)  # copies
+    for d, r in whole.items():
+        assert r == by_doc[d % mixture["doc_id_stride"]]
+    assert len(whole) == sum(s["documents_taken"] for s in mixture["sources"])
