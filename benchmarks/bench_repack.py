@@ -14,7 +14,10 @@ runs, each as its own process, ``rounds`` times in turn:
 
 and reports the wall and CPU seconds (user + system) of each, from process start to
 manifest, with its peak resident memory, and checks that the three outputs' shards are the
-same bytes. With ``--labels``, the same with a labels column (Megatron holds ids only).
+same bytes. With ``--labels``, the same with a labels column (Megatron holds ids only);
+``--overflow split`` packs both ways with it (a labelled split pack: its repack record gives
+the chunk starts' labels back). ``--code DIR`` runs the packtool checkout in ``DIR`` (e.g.
+another branch, for a before/after figure).
 """
 
 from __future__ import annotations
@@ -51,13 +54,13 @@ def write_megatron(parquet: Path, prefix: Path) -> None:
         f.write(np.arange(lengths.size + 1, dtype=np.int64).tobytes())
 
 
-def run(args: list[str]) -> dict:
+def run(args: list[str], code: Path = ROOT) -> dict:
     done = subprocess.run(
         [sys.executable, "-c", RUN, *args],
         capture_output=True,
         text=True,
-        cwd=ROOT,
-        env={**__import__("os").environ, "PYTHONPATH": str(ROOT)},
+        cwd=code,
+        env={**__import__("os").environ, "PYTHONPATH": str(code)},
         check=False,
     )
     if done.returncode:
@@ -78,16 +81,27 @@ def main() -> None:
     parser.add_argument("--from-len", type=int, default=2048)
     parser.add_argument("--to-len", type=int, default=4096)
     parser.add_argument("--labels", action="store_true", help="with a labels column")
+    parser.add_argument("--overflow", choices=["split", "truncate", "drop"], default=None)
+    parser.add_argument("--code", type=Path, default=ROOT, help="the packtool checkout to run")
     a = parser.parse_args()
     tokens = 5_000_000 if a.quick else a.tokens
     with tempfile.TemporaryDirectory(prefix="bench-repack-") as tmp:
         t = Path(tmp)
         n = write_ids(t / "ids.parquet", tokens, labels=a.labels)
+        if n > tokens * 1.05:  # (written 8192 documents at a time): the first ``tokens``
+            table = pq.read_table(t / "ids.parquet")
+            lengths = np.asarray(table.column("input_ids").combine_chunks().value_lengths())
+            keep = int(np.searchsorted(np.cumsum(lengths), tokens)) + 1
+            pq.write_table(table.slice(0, keep), t / "ids.parquet")
+            n = int(lengths[:keep].sum())
         fields = ["--ids-field", "input_ids", "--pad-id", "0", "--vocab-size", "50257"]
         if a.labels:
             fields += ["--labels-field", "labels"]
+        if a.overflow:
+            fields += ["--overflow", a.overflow]
         first = ["-L", str(a.from_len), "-o", str(t / "first")]
-        run(["pack", str(t / "ids.parquet"), *fields, *first])
+        run(["pack", str(t / "ids.parquet"), *fields, *first], a.code)
+        size = sum(p.stat().st_size for p in (t / "first").iterdir()) / 1e6
         runs = {
             "parquet": ["pack", str(t / "ids.parquet"), *fields],
             "repack": ["pack", str(t / "first")],
@@ -100,11 +114,12 @@ def main() -> None:
             for name, args in runs.items():
                 out = t / name
                 args = [*args, "-L", str(a.to_len), "-o", str(out), "--overwrite", "--json"]
-                figures[name].append(run(args))
+                figures[name].append(run(args, a.code))
         same = {name: shard_bytes(t / name) == shard_bytes(t / "parquet") for name in runs}
         print(
             f"{n:,} tokens of ids{' with labels' if a.labels else ''}, pack at "
-            f"{a.from_len} repacked at {a.to_len}; {a.rounds} rounds, best and median"
+            f"{a.from_len} ({size:.1f} MB) repacked at {a.to_len}; {a.rounds} rounds, best and "
+            f"median; code {a.code}"
         )
         for name, rows in figures.items():
             wall = sorted(r["seconds"] for r in rows)

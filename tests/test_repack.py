@@ -673,3 +673,28 @@ def test_a_labelled_split_mixture_repacks_its_documents_whole(tmp_path: Path) ->
     for d, r in whole.items():
         assert r == by_doc[d % mixture["doc_id_stride"]]
     assert len(whole) == sum(s["documents_taken"] for s in mixture["sources"])
+
+
+def test_a_resumed_labelled_split_pack_keeps_its_repack_record(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The records of the chunks are checkpointed with the tokens: a run interrupted and
+    resumed writes the repack record the uninterrupted run writes, byte for byte."""
+    from test_resume import Stop, _interrupt_after
+
+    from packtool import pipeline
+
+    monkeypatch.setattr(pipeline, "_CHECKPOINT_SECONDS", 0.0)
+    lines = (REPO / "sample_data" / "chat.jsonl").read_text().splitlines()
+    src = tmp_path / "chat.jsonl"
+    src.write_text("\n".join(lines * 5) + "\n")
+    opts = {"max_len": 128, "chat_template": CHATML, "overflow": "split"}
+    packtool.pack([src], tmp_path / "full", **opts)
+    with pytest.raises(Stop):
+        packtool.pack([src], tmp_path / "out", resume=True, progress=_interrupt_after(2), **opts)
+    assert packtool.pack([src], tmp_path / "out", resume=True, **opts).resumed
+    full, resumed = (
+        json.loads((tmp_path / p / "manifest.json").read_text()) for p in ("full", "out")
+    )
+    assert full["repack_files"][0]["rows"] > 0
+    assert resumed["repack_files"] == full["repack_files"]
