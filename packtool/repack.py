@@ -16,10 +16,16 @@ are read as pre-tokenized ids (``input_ids``, and ``labels`` for a labelled pack
 pad, EOS and BOS ids, the vocabulary and the overflow policy the manifest records
 (:func:`packed_options`); nothing is appended again.
 
+A labelled split pack stores the first token of every chunk after the first with no label (a
+pack learns none at a segment start) and leaves out the chunks with nothing to learn; its
+repack record (:mod:`packtool.format.chunks`) holds both, and they are joined back: the left-out
+chunks as segments of one more block, the labels set on their chunks' first tokens. A mixture
+(``pack --mix``) repacks with its sources (:func:`packed_mixture`); each copy of a document
+(doc id ``d + c * stride``) gets the record's rows of ``d``.
+
 What a pack never stored cannot come back (:func:`repack_notice` says it): tokens cut by
-``--overflow truncate``, documents dropped by ``--overflow drop``, the chunks with nothing to
-learn that a labelled split pack leaves out, and the label of the first token of every chunk
-after the first (a pack learns no label at a segment start).
+``--overflow truncate``, documents dropped by ``--overflow drop``, and, in a labelled split pack
+made before the repack record, the chunks with nothing to learn and the chunks' first labels.
 
 The reader registers itself in the table of formats (``readers.register``) when this module
 is imported (by :mod:`packtool.prepare`, where every command that reads inputs starts): it
