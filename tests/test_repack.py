@@ -698,3 +698,15 @@ def test_a_resumed_labelled_split_pack_keeps_its_repack_record(
     )
     assert full["repack_files"][0]["rows"] > 0
     assert resumed["repack_files"] == full["repack_files"]
+
+
+def test_a_labelled_split_pack_on_a_store_repacks_exactly(tmp_path: Path) -> None:
+    """The repack record is published with the shards and read from the store."""
+    corpus = _long_prompts(tmp_path, n=20)
+    store = "memory://h33c-repack/labelled"
+    packtool.pack([corpus], store, max_len=64, overflow="split")
+    fresh, repacked = tmp_path / "fresh", tmp_path / "repacked"
+    packtool.pack([corpus], fresh, max_len=150, overflow="split")
+    assert not packtool.pack([store], repacked, max_len=150).notices
+    _same_pack(repacked, fresh)
+    assert packtool.verify(store).ok
