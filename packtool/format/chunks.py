@@ -7,17 +7,18 @@ learn. To rebuild such a document whole, as it was read (the repack of
 IPC stream of one row per chunk of a split document that lost a learned first label, or that
 the rows do not hold::
 
-    doc_id     int64         the document, numbered as the rows number it
-    chunk_id   int32         the chunk (0, 1, ...)
-    label      int32         its first token's label as read (-100: none)
-    input_ids  list<int32>   its tokens if the rows do not hold it (labels: -100 but the
-                             first, ``label``), else empty
+    doc_id     int64               the document, numbered as the rows number it
+    chunk_id   int32               the chunk (0, 1, ...)
+    label      int32               its first token's label as read (-100: none)
+    input_ids  large_list<int32>   its tokens if the rows do not hold it (labels: -100 but
+                                   the first, ``label``), else empty
 
 sorted by (``doc_id``, ``chunk_id``). The manifest lists it under ``repack_files`` like a
 shard (``file``, ``rows``, ``bytes``, ``sha256``; a merge lists each unit's with the
-``doc_offset`` added to its ``doc_id``), and ``verify`` checks its bytes. It is written only
-by a labelled pack that split a document; a pack without it (every other pack, and the ones
-made before it) keeps its bytes.
+``doc_offset`` added to its ``doc_id``), and ``verify`` checks its bytes. Every labelled pack
+cut with ``--overflow split`` writes it (with no rows if it split nothing, so that a repack
+tells it from a pack made before the record); every other pack writes none and keeps its
+bytes.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ REPACK_SCHEMA = pa.schema(
         ("doc_id", pa.int64()),
         ("chunk_id", pa.int32()),
         ("label", pa.int32()),
-        ("input_ids", pa.list_(pa.int32())),
+        ("input_ids", pa.large_list(pa.int32())),
     ]
 )
 
@@ -92,8 +93,8 @@ class LostChunks:
 
     def to_bytes(self) -> bytes:
         """The record file's bytes (an Arrow IPC stream of :data:`REPACK_SCHEMA`)."""
-        ids = pa.ListArray.from_arrays(
-            pa.array(self.offsets.astype(np.int32)), pa.array(self.tokens.astype(np.int32))
+        ids = pa.LargeListArray.from_arrays(
+            pa.array(self.offsets.astype(np.int64)), pa.array(self.tokens.astype(np.int32))
         )
         table = pa.table(
             [
@@ -135,7 +136,7 @@ def _read_one(path: AnyPath, entry: ShardEntry) -> LostChunks:
         raise FormatError(f"{path}: not a repack record (columns {table.schema.names})")
     table = table.combine_chunks()
     column = table.column("input_ids")
-    ids = column.chunk(0) if column.num_chunks else pa.array([], pa.list_(pa.int32()))
+    ids = column.chunk(0) if column.num_chunks else pa.array([], pa.large_list(pa.int32()))
     offsets = np.asarray(ids.offsets.to_numpy(), np.int64)
     tokens = np.asarray(ids.values.to_numpy(zero_copy_only=False), np.int32)
     return LostChunks(
