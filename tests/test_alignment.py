@@ -654,8 +654,9 @@ def test_inspect_shows_each_segments_alignment_pad(packs: dict[str, Path]) -> No
     assert lines[at].split()[:7] == ["seg", "doc", "chunk", "start", "length", "pad", "positions"]
     for k, seg in enumerate(docs):
         cells = lines[at + 1 + k].split()  # the colour swatch, then the cells
-        assert cells[1:7] == [str(k), str(seg.doc_id), str(seg.chunk_id), f"{seg.start:,}",
-                              f"{seg.length:,}", f"{seg.pad:,}" if seg.pad else cells[6]]  # fmt: skip
+        expected = [str(k), str(seg.doc_id), str(seg.chunk_id), f"{seg.start:,}"]
+        expected += [f"{seg.length:,}", f"{seg.pad:,}" if seg.pad else cells[6]]
+        assert cells[1:7] == expected
         assert (seg.pad == 0) == (cells[6] == f"0..{seg.length - 1}")  # no pad: positions
     plain = run("inspect", str(packs["text"]), "--row", "0", "--width", "120").output
     header = next(line for line in plain.splitlines() if "positions" in line)
