@@ -721,13 +721,14 @@ def _write_stage(
 
 
 def _lost_chunks(run: _Run, state: ReadState, store: TokenStore) -> LostChunks | None:
-    """The repack record of a labelled pack cut with ``--overflow split``
-    (:mod:`packtool.format.chunks`: the chunks' first labels and the chunks with nothing to
-    learn, that its rows do not hold; no rows if nothing was split, which a repack then knows
-    from a pack made before the record); None for every other pack."""
+    """The repack record of a labelled pack that split a document (:mod:`packtool.format.chunks`:
+    the chunks' first labels and the chunks with nothing to learn, that its rows do not
+    hold); None for every other pack, which keeps its bytes."""
     if not run.plan.labelled or run.plan.overflow is not Overflow.SPLIT:
         return None
     lost = store.lost()
+    if not lost.size and not state.counts.documents.split:
+        return None
     with store.reader() as source:
         tokens, _, at = source.read_ranges(lost["offset"], lost["length"])
     lengths = lost["length"].astype(np.int64)

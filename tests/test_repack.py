@@ -363,15 +363,14 @@ def test_a_labelled_split_pack_repacks_exactly(tmp_path: Path) -> None:
 
 
 def test_the_repack_record_is_written_where_a_labelled_pack_splits(tmp_path: Path) -> None:
-    """Only a labelled pack cut with --overflow split writes it (every other keeps its
-    bytes; one that split nothing writes it with no rows, so that a repack knows it from a
-    pack made before the record); verify checks its bytes and sha256."""
+    """Only a labelled pack that split a document writes it (every other keeps its bytes);
+    verify checks its bytes and sha256."""
     corpus = _long_prompts(tmp_path, n=20)
     text = _text_corpus(tmp_path, n=20)
     cases = [
         ("text", [text], {"tokenizer": CharTokenizer(), "max_len": 64}, False),
         ("drop", [corpus], {"max_len": 64}, False),  # instruction data drops by default
-        ("short", [corpus], {"max_len": 8192, "overflow": "split"}, True),  # none split
+        ("short", [corpus], {"max_len": 8192, "overflow": "split"}, False),  # none split
         ("split", [corpus], {"max_len": 64, "overflow": "split"}, True),
     ]
     for name, inputs, options, written in cases:
@@ -379,8 +378,6 @@ def test_the_repack_record_is_written_where_a_labelled_pack_splits(tmp_path: Pat
         manifest = json.loads((tmp_path / name / "manifest.json").read_text())
         assert ("repack_files" in manifest) is written, name
         assert (tmp_path / name / "repack.arrows").exists() is written, name
-    short = json.loads((tmp_path / "short" / "manifest.json").read_text())
-    assert short["repack_files"][0]["rows"] == 0 and packtool.verify(tmp_path / "short").ok
     record = tmp_path / "split" / "repack.arrows"
     data = bytearray(record.read_bytes())
     data[-12] ^= 1
@@ -533,7 +530,10 @@ def test_a_labelled_split_pack_repacks_as_the_fresh_pack(
         return
     assert fresh is not None
     _same_pack(repacked, fresh)
-    assert not report.notices
+    if "repack_files" in json.loads((first / "manifest.json").read_text()):
+        assert not report.notices
+    else:  # nothing split: exact, but a pack without the record (as an older one) may warn
+        assert all("a chunk's first token keeps no label" in n for n in report.notices)
 
 
 def test_a_labelled_split_pack_of_units_repacks_exactly(tmp_path: Path) -> None:

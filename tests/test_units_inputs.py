@@ -23,6 +23,7 @@ from test_cli import assert_one_line_error, run
 
 import packtool
 from packtool.engines import pack_units
+from packtool.format import Manifest, read_lost_chunks
 from packtool.merge import merge_units
 from packtool.readers import resolve_inputs
 from packtool.units import plan_units
@@ -51,6 +52,7 @@ def segments(rows: list[dict]) -> dict[int, list[tuple[list[int], list[int] | No
 # Figures of a run, not of its options: they differ between units and one pack.
 _RUN_KEYS = {"shards", "units", "seconds", "created_unix", "rows", "rows_over_lower_bound"}
 _RUN_KEYS |= {"efficiency", "global_ffd_rows", "num_rows", "inputs"}
+_RUN_KEYS |= {"repack_files"}  # the files: one per unit (their records compared below)
 
 
 def check_units_against_one_pack(
@@ -78,6 +80,14 @@ def check_units_against_one_pack(
                 merged = {k: v for k, v in merged.items() if k != "copy"}
             assert merged == one_value, key
     assert manifest["global_ffd_rows"] == one.rows <= manifest["rows"]
+    # A labelled split pack's repack record: the units' records, numbered over the corpus,
+    # are the one pack's.
+    records = [
+        read_lost_chunks(p, Manifest.load(p).repack_files) for p in (tmp / "pool", tmp / "one")
+    ]
+    assert ("repack_files" in manifest) is ("repack_files" in one_manifest)
+    for name in ("doc_id", "chunk_id", "label", "offsets", "tokens"):
+        assert np.array_equal(getattr(records[0], name), getattr(records[1], name)), name
     assert pool.merged is not None and pool.merged.tokens_learned == one.tokens_learned
     report = verify(tmp / "pool")
     assert report.ok, report.problems
