@@ -619,6 +619,7 @@ def segment_labelled_items(
 
 def split_losses(
     lengths: np.ndarray,
+    empty: np.ndarray,
     labels: np.ndarray,
     max_len: int,
     doc: np.ndarray,
@@ -633,8 +634,9 @@ def split_losses(
     first label or is not kept, of a document that anything of is kept or learned: (document
     index in the batch, chunk, start of its tokens in the flat batch, its length if not kept
     else 0, its first label). A document none of whose chunks is kept and that learns
-    nothing at a chunk start learns nothing at any ``max_len``: it gives no record."""
-    n = np.where(lengths > max_len, -(-lengths // max_len), 0).astype(np.int64)
+    nothing at a chunk start learns nothing at any ``max_len``: it gives no record; nor does
+    an ``empty`` one (no content tokens: empty at any ``max_len``)."""
+    n = np.where((lengths > max_len) & ~empty, -(-lengths // max_len), 0).astype(np.int64)
     offsets = (np.cumsum(lengths) - lengths).astype(np.int64)
     c_doc = np.repeat(np.arange(lengths.size, dtype=np.int64), n)
     c_chunk = np.arange(c_doc.size, dtype=np.int64) - np.repeat(np.cumsum(n) - n, n)

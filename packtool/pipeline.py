@@ -211,8 +211,9 @@ class _StoreSink:
         )
         if labels is not None and self.overflow is Overflow.SPLIT:  # what repack needs back
             l_doc, l_chunk, l_start, l_len, l_label = split_losses(
-                encoded.lengths, encoded.labels, self.max_len, doc, chunk, ignore=IGNORE_INDEX
-            )
+                encoded.lengths, encoded.empty, encoded.labels, self.max_len, doc, chunk,
+                ignore=IGNORE_INDEX,
+            )  # fmt: skip
             lost = np.empty(l_doc.size, LOST_DTYPE)
             lost["offset"], lost["length"], lost["label"] = base + l_start, l_len, l_label
             lost["doc_id"], lost["chunk_id"] = doc_ids[l_doc], l_chunk
