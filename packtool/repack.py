@@ -521,9 +521,8 @@ def repack_notice(files: Sequence[InputFile], max_len: int, overflow: str) -> st
                 f"when it was packed (--overflow drop): they are not in it, so the repack "
                 "cannot pack them"
             )
-        if docs.exact:  # its repack record gives back what its rows do not hold
-            pass
-        elif m.dropped_label_chunks and (docs.gapped or old % max_len):
+        # (a pack with a repack record gives back what its rows do not hold: nothing to say)
+        if not docs.exact and m.dropped_label_chunks and (docs.gapped or old % max_len):
             # (at a divisor of the old max_len, the fresh pack drops those chunks too)
             gapped = (
                 f"the {docs.gapped:,} missing one before their last are left out, the others "
