@@ -30,6 +30,7 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -52,6 +53,22 @@ def write_megatron(parquet: Path, prefix: Path) -> None:
         f.write(np.uint64(lengths.size).tobytes() + np.uint64(lengths.size + 1).tobytes())
         f.write(lengths.tobytes() + pointers.astype(np.int64).tobytes())
         f.write(np.arange(lengths.size + 1, dtype=np.int64).tobytes())
+
+
+def write_prompts(parquet: Path, share: float) -> None:
+    """The labels of ``parquet`` made a prompt and a completion: -100 on the first ``share``
+    of each document, its ids after (whole chunks of a long prompt learn nothing)."""
+    table = pq.read_table(parquet)
+    column = table.column("input_ids").combine_chunks()
+    offsets = np.asarray(column.offsets, np.int64)
+    ids = np.asarray(column.values, np.int32)
+    lengths = np.diff(offsets)
+    position = np.arange(ids.size) - np.repeat(offsets[:-1], lengths)
+    prompt = position < np.repeat((lengths * share).astype(np.int64), lengths)
+    labels = np.where(prompt, -100, ids).astype(np.int32)
+    labelled = pa.LargeListArray.from_arrays(pa.array(offsets), pa.array(labels))
+    table = table.set_column(table.schema.get_field_index("labels"), "labels", labelled)
+    pq.write_table(table, parquet)
 
 
 def run(args: list[str], code: Path = ROOT) -> dict:
@@ -83,6 +100,12 @@ def main() -> None:
     parser.add_argument("--labels", action="store_true", help="with a labels column")
     parser.add_argument("--overflow", choices=["split", "truncate", "drop"], default=None)
     parser.add_argument("--code", type=Path, default=ROOT, help="the packtool checkout to run")
+    parser.add_argument(
+        "--prompt-share",
+        type=float,
+        default=None,
+        help="with --labels: -100 on this share of each document, learned after (a prompt)",
+    )
     a = parser.parse_args()
     tokens = 5_000_000 if a.quick else a.tokens
     with tempfile.TemporaryDirectory(prefix="bench-repack-") as tmp:
@@ -94,6 +117,8 @@ def main() -> None:
             keep = int(np.searchsorted(np.cumsum(lengths), tokens)) + 1
             pq.write_table(table.slice(0, keep), t / "ids.parquet")
             n = int(lengths[:keep].sum())
+        if a.labels and a.prompt_share is not None:  # prompt, then completion
+            write_prompts(t / "ids.parquet", a.prompt_share)
         fields = ["--ids-field", "input_ids", "--pad-id", "0", "--vocab-size", "50257"]
         if a.labels:
             fields += ["--labels-field", "labels"]
@@ -102,6 +127,8 @@ def main() -> None:
         first = ["-L", str(a.from_len), "-o", str(t / "first")]
         run(["pack", str(t / "ids.parquet"), *fields, *first], a.code)
         size = sum(p.stat().st_size for p in (t / "first").iterdir()) / 1e6
+        record = t / "first" / "repack.arrows"  # a labelled split pack's repack record
+        record_kb = record.stat().st_size / 1e3 if record.exists() else 0.0
         runs = {
             "parquet": ["pack", str(t / "ids.parquet"), *fields],
             "repack": ["pack", str(t / "first")],
@@ -118,8 +145,8 @@ def main() -> None:
         same = {name: shard_bytes(t / name) == shard_bytes(t / "parquet") for name in runs}
         print(
             f"{n:,} tokens of ids{' with labels' if a.labels else ''}, pack at "
-            f"{a.from_len} ({size:.1f} MB) repacked at {a.to_len}; {a.rounds} rounds, best and "
-            f"median; code {a.code}"
+            f"{a.from_len} ({size:.1f} MB, repack record {record_kb:.1f} kB) repacked at "
+            f"{a.to_len}; {a.rounds} rounds, best and median; code {a.code}"
         )
         for name, rows in figures.items():
             wall = sorted(r["seconds"] for r in rows)
