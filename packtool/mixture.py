@@ -36,6 +36,7 @@ __all__ = [
     "pick_items",
     "plan_mixture",
     "source_documents",
+    "take_source",
 ]
 
 _SUFFIXES = {"k": 10**3, "m": 10**6, "g": 10**9, "b": 10**9, "t": 10**12}
@@ -132,10 +133,20 @@ def plan_mixture(
                 f"{names[i]}: its share of --tokens {tokens:,} is {target:,} tokens, but it "
                 f"holds {total:,}: lower --tokens, or allow repeating documents (drop --no-repeat)"
             )
-        indices = _take(x, total, target, np.random.SeedSequence([seed, i, 0x4D1C]))
+        indices = take_source(x, target, seed=seed, index=i)
         taken = int(x[indices].sum())
         out.append(SourceTake(indices, target, total, taken, int(x.size)))
     return out
+
+
+def take_source(lengths: np.ndarray, target: int, *, seed: int, index: int) -> np.ndarray:
+    """The documents (indices into ``lengths``, sorted, repeats kept) that source ``index`` of
+    a mixture seeded ``seed`` gives for ``target`` tokens: what :func:`plan_mixture` takes
+    of it (``verify --against`` plans a source again from its re-read documents)."""
+    x = np.asarray(lengths, dtype=np.int64)
+    if int(x.sum()) == 0:  # nothing to take (plan_mixture refuses such a source)
+        return np.zeros(0, np.int64)
+    return _take(x, int(x.sum()), target, np.random.SeedSequence([seed, index, 0x4D1C]))
 
 
 def _take(lengths: np.ndarray, total: int, target: int, seq: np.random.SeedSequence) -> np.ndarray:

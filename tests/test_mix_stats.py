@@ -1,21 +1,28 @@
 """``stats CORPUS --mix``: the "what if" of ``pack --mix`` before packing. The same plan on the
 same lengths, so its figures (tokens, documents, shares, rows, efficiency, each source's part)
-are those ``stats OUT`` gives of the pack; bad --mix / --tokens input is pack's one line."""
+are those ``stats OUT`` gives of the pack; bad --mix / --tokens input is pack's one line.
+
+``verify --against`` of a mixture: every document (copy) in the rows against its source's
+document re-read, the sample against the plan of the re-read tokens; sources out of order or
+missing refused in one line."""
 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import hypothesis.strategies as st
 import pytest
 from conftest import SAMPLE
+from helpers import documents_from_rows, read_rows
 from hypothesis import HealthCheck, given, settings
 from test_cli import assert_one_line_error, run
 
 import packtool
 from packtool.errors import PacktoolError
 from packtool.stats import corpus_stats, dataset_stats
+from packtool.verification import verify
 
 
 @pytest.fixture(scope="module")
@@ -166,6 +173,7 @@ def test_instruction_data_counts_the_learned_tokens_of_the_rows(tmp_path: Path) 
     after = dataset_stats(tmp_path / "out")
     (before,) = corpus_stats([first, second], [512], use_cache=False, **options).results
     assert before.outcome.tokens.learned == after.learned_tokens
+    assert verify(tmp_path / "out", against=[first, second]).ok  # the labels compared too
     assert before.outcome == after.packing.outcome
     assert [s.to_dict() for s in before.sources or ()] == [s.to_dict() for s in after.sources or ()]
 
@@ -203,3 +211,103 @@ def test_a_packed_output_refuses_mix(tmp_path: Path, example) -> None:
     assert_one_line_error(
         run("stats", out, "--mix", "1,1,1"), r"is a packed output: --mix applies to a corpus"
     )
+
+
+# -- verify --against a mixture -------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def mixed(tmp_path_factory: pytest.TempPathFactory, example) -> Path:
+    """The worked example with --tokens 1M: web sampled, code repeated (copies), wiki whole
+    and a little more."""
+    out = tmp_path_factory.mktemp("mixed") / "out"
+    args = ("--mix", "0.5,0.3,0.2", "--tokens", "1M", "-L", "2048", "-o", out, "-q")
+    assert run("pack", *example, *args).exit_code == 0
+    return out
+
+
+def test_a_mixture_verifies_against_its_sources(mixed: Path, example) -> None:
+    manifest = json.loads((mixed / "manifest.json").read_text())
+    assert manifest["mixture"]["copies"] > 1  # copies are compared too
+    for inputs in (example, []):  # none given: the sources as packed
+        report = verify(mixed, against=inputs)
+        assert report.ok, report.problems
+        assert report.against is not None
+        taken = sum(s["documents_taken"] for s in manifest["mixture"]["sources"])
+        assert report.against.documents_compared == taken
+    result = run("verify", mixed, "--against", *example)
+    assert result.exit_code == 0, result.output
+
+
+def _changed_copy(example: list[Path], root: Path, which: int, record: int, edit) -> list[Path]:
+    """The sources copied to ``root``, record ``record`` of source ``which`` edited."""
+    root.mkdir()
+    out = []
+    for i, path in enumerate(example):
+        lines = path.read_text("utf-8").splitlines()
+        if i == which:
+            doc = json.loads(lines[record])
+            doc["text"] = edit(doc["text"])
+            lines[record] = json.dumps(doc)
+        (root / path.name).write_text("\n".join(lines) + "\n", "utf-8")
+        out.append(root / path.name)
+    return out
+
+
+def test_a_changed_document_is_named_with_its_source_and_row(
+    tmp_path: Path, mixed: Path, example
+) -> None:
+    """A document of code (taken twice, or more) changed, its length kept: each copy in the
+    rows is named, with its source, its record and its row; nothing else is said."""
+    manifest = json.loads((mixed / "manifest.json").read_text())
+    code = manifest["mixture"]["sources"][1]
+    sources = _changed_copy(example, tmp_path / "changed", 1, 5, lambda t: t.replace("e", "q", 3))
+    report = verify(mixed, against=sources)
+    doc = code["first_doc"] + 5
+    lines = [str(p) for p in report.problems]
+    assert lines and all(f"source 1 ({example[1]}): document {doc} (code.jsonl record 5" in x
+                         for x in lines), lines  # fmt: skip
+    stride = manifest["mixture"]["doc_id_stride"]
+    copies = sum(1 for d in documents_from_rows(read_rows(mixed)[1]) if d % stride == doc)
+    assert copies >= 2 and len(lines) == copies and all(re.search(r"row \d+", x) for x in lines)
+    assert any(f"copy 1, doc id {doc + manifest['mixture']['doc_id_stride']}" in x for x in lines)
+    result = run("verify", mixed, "--against", *sources)
+    assert result.exit_code != 0 and f"document {doc} (code.jsonl record 5" in result.stdout
+
+
+def test_a_source_that_gives_other_documents_is_sampled_otherwise(
+    tmp_path: Path, mixed: Path, example
+) -> None:
+    """A document added at the end of wiki (every document taken once, then a seeded sample):
+    the documents in the rows still match, but the plan on the re-read tokens samples others
+    than the rows hold: said of wiki, by the plan's seed and target."""
+    root = tmp_path / "added"
+    root.mkdir()
+    sources = [root / p.name for p in example]
+    for path, copy in zip(example, sources, strict=True):
+        copy.write_text(path.read_text("utf-8"), "utf-8")
+    with sources[2].open("a", encoding="utf-8") as f:
+        f.write(json.dumps({"text": "an article added since " * 50}) + "\n")
+    report = verify(mixed, against=sources)
+    said = [str(p) for p in report.problems if p.check == "against"]
+    wiki = json.loads((mixed / "manifest.json").read_text())["mixture"]["sources"][2]
+    assert any(f"source 2 ({example[2]}): its documents in the rows are not those its plan "
+               f"takes from the re-read inputs (seed 0, {wiki['target_tokens']:,} tokens)" in x
+               for x in said), said  # fmt: skip
+    assert not any("source 0" in x or "source 1" in x for x in said), said
+
+
+@pytest.mark.parametrize(
+    ("order", "message"),
+    [
+        ((1, 0, 2), r"--against: .*code.jsonl is source 1 of the mixture \(.*code.jsonl\), given "
+                    r"in the place of source 0 \(.*web.jsonl\): give the sources in the order"),
+        ((0, 2), r"--against: 2 inputs given for a mixture of 3 sources: give each source"),
+        ((0, 0, 2), r"web.jsonl is source 0 of the mixture .* in the place of source 1"),
+    ],
+)  # fmt: skip
+def test_sources_out_of_order_or_missing_are_refused_in_one_line(
+    mixed: Path, example, order, message
+) -> None:
+    result = run("verify", mixed, "--against", *[example[i] for i in order])
+    assert_one_line_error(result, message)
