@@ -14,7 +14,7 @@ from pathlib import Path
 
 import hypothesis.strategies as st
 import pytest
-from conftest import SAMPLE
+from conftest import REPO, SAMPLE
 from helpers import documents_from_rows, read_rows
 from hypothesis import HealthCheck, given, settings
 from test_cli import assert_one_line_error, run
@@ -311,3 +311,39 @@ def test_sources_out_of_order_or_missing_are_refused_in_one_line(
 ) -> None:
     result = run("verify", mixed, "--against", *[example[i] for i in order])
     assert_one_line_error(result, message)
+
+
+def test_the_what_if_of_docs_mixtures_shows_what_it_prints(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """docs/mixtures.md: the sources tables of its `stats ... --mix` command are the figures
+    that command gives (on the sources its worked example builds)."""
+    doc = (REPO / "docs" / "mixtures.md").read_text("utf-8")
+    script = re.search(r"python - <<'EOF'\n(.*?)\nEOF\n", doc.split("## A worked example")[1],
+                       flags=re.S)  # fmt: skip
+    section = doc.split("## Before packing: `stats CORPUS --mix`", 1)[1].split("\n## ", 1)[0]
+    command = re.search(r"^packtool (stats mix/.*)$", section, flags=re.M)
+    shown = re.search(r"```\n(Sources at max_len .*?)```", section, flags=re.S)
+    assert script is not None and command is not None and shown is not None
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "sample_data").symlink_to(REPO / "sample_data")
+    exec(compile(script.group(1), "docs/mixtures.md", "exec"), {})
+    result = run(*command.group(1).split(), "--cache-dir", tmp_path / "cache")
+    assert result.exit_code == 0, result.output
+    args = command.group(1).split()
+    inputs = [a for a in args[1:] if a.startswith("mix/")]
+    figures = corpus_stats(inputs, args[args.index("-L") + 1], mix=args[args.index("--mix") + 1],
+                           cache_dir=tmp_path / "cache")  # fmt: skip
+    tables = [t.strip().splitlines() for t in shown.group(1).split("\n\n")]
+    assert len(tables) == len(figures.results)
+    for table, p in zip(tables, figures.results, strict=True):
+        assert table[0] == f"Sources at max_len {p.max_len:,} (as pack --mix would take them)"
+        assert table[0] in result.stdout
+        rows = [line.split() for line in table[2:]]
+        assert rows == [
+            [str(x.index), x.path, f"{x.tokens:,}", f"{x.share:.1%}", f"{x.target_share:.1%}",
+             f"{x.documents:,}", f"{x.segments:,}", f"{x.padding:,.0f}", f"{x.epochs:.2f}"]
+            for x in p.sources or ()
+        ]  # fmt: skip
+    assert f"{figures.results[0].rows:,} rows at 2,048, efficiency " in section.replace("\n", " ")
+    assert f"{figures.results[0].efficiency:.2%})" in section
