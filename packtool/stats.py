@@ -1111,12 +1111,12 @@ class _LengthsSink:
     def tokenized(self, state: ReadState, labelled: bool) -> _Tokenized:
         """What was kept, with what the loop counted (``state``)."""
         runs = np.concatenate(self.runs, axis=1) if self.runs else np.zeros((3, 0), np.int64)
+        # the documents each input gave, bad records apart (batches are in reading order)
         first = np.array([b[0] for b in self.batches], np.int64)
-        count = np.array([b[1] for b in self.batches], np.int64)
-        per_file = []
-        for record in state.input_records:  # the documents each input gave, bad ones apart
-            lo, hi = record["first_doc"], record["first_doc"] + record["documents"]
-            per_file.append(int(count[(first >= lo) & (first < hi)].sum()))
+        done = np.concatenate([[0], np.cumsum([b[1] for b in self.batches], dtype=np.int64)])
+        starts = np.array([r["first_doc"] for r in state.input_records], np.int64)
+        ends = starts + np.array([r["documents"] for r in state.input_records], np.int64)
+        per_file = done[np.searchsorted(first, ends)] - done[np.searchsorted(first, starts)]
         return _Tokenized(
             np.concatenate(self.lengths) if self.lengths else np.zeros(0, np.int64),
             runs if labelled else None,
@@ -1124,7 +1124,7 @@ class _LengthsSink:
             state.bad_records,
             state.special_strings,
             state.backend,
-            tuple(per_file),
+            tuple(int(n) for n in per_file),
         )
 
 

@@ -347,3 +347,29 @@ def test_the_what_if_of_docs_mixtures_shows_what_it_prints(
         ]  # fmt: skip
     assert f"{figures.results[0].rows:,} rows at 2,048, efficiency " in section.replace("\n", " ")
     assert f"{figures.results[0].efficiency:.2%})" in section
+
+
+def test_bad_records_skipped_keep_each_source_its_documents(tmp_path: Path, example) -> None:
+    """Bad records take a document number but give no length: each source's documents are
+    still its own, in the what-if (tokenized, then from the cache) as in the pack, and the
+    pack verifies against its sources."""
+    lines = [p.read_text("utf-8").splitlines(keepends=True) for p in example]
+    parts = [lines[0][:300], [*lines[1][:50], "{bad json\n", '{"text": 5}\n', *lines[1][50:200]],
+             ["nope\n", *lines[2][:80]]]  # fmt: skip
+    sources = []
+    for path, part in zip(example, parts, strict=True):
+        sources.append(tmp_path / path.name)
+        sources[-1].write_text("".join(part), "utf-8")
+    options = {"mix": "1,2,1", "tokens": "300k", "skip_bad_records": True}
+    packtool.pack(sources, tmp_path / "out", max_len=1024, **options)
+    after = dataset_stats(tmp_path / "out")
+    assert after.packing.outcome.documents.bad_records_skipped == 3
+    for hit in (False, True):
+        what_if = corpus_stats(sources, [1024], cache_dir=tmp_path / "cache", **options)
+        assert what_if.cache_hit is hit
+        (before,) = what_if.results
+        assert [s.to_dict() for s in before.sources or ()] == [
+            s.to_dict() for s in after.sources or ()
+        ]
+        assert {**before.to_dict(), "sources": None} == {**after.packing.to_dict(), "sources": None}
+    assert verify(tmp_path / "out", against=sources).ok
