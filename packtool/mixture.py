@@ -139,31 +139,6 @@ def plan_mixture(
     return out
 
 
-def take_source(lengths: np.ndarray, target: int, *, seed: int, index: int) -> np.ndarray:
-    """The documents (indices into ``lengths``, sorted, repeats kept) that source ``index`` of
-    a mixture seeded ``seed`` gives for ``target`` tokens: what :func:`plan_mixture` takes
-    of it (``verify --against`` plans a source again from its re-read documents)."""
-    x = np.asarray(lengths, dtype=np.int64)
-    if int(x.sum()) == 0:  # nothing to take (plan_mixture refuses such a source)
-        return np.zeros(0, np.int64)
-    return _take(x, int(x.sum()), target, np.random.SeedSequence([seed, index, 0x4D1C]))
-
-
-def _take(lengths: np.ndarray, total: int, target: int, seq: np.random.SeedSequence) -> np.ndarray:
-    """Whole epochs of every document, then a seeded sample whose tokens land nearest the
-    rest of ``target``; the indices sorted (reading order), repeats kept."""
-    epochs, rest = divmod(target, total)
-    full = np.tile(np.arange(lengths.size, dtype=np.int64), epochs)
-    rng = np.random.Generator(np.random.PCG64(seq.spawn(epochs + 1)[-1]))
-    order = rng.permutation(lengths.size)
-    prefix = np.concatenate([[0], np.cumsum(lengths[order])])
-    k = int(np.searchsorted(prefix, rest, side="left"))  # the first prefix reaching the rest
-    if k > 0 and rest - prefix[k - 1] <= prefix[k] - rest:
-        k -= 1  # stopping before the document that crosses the rest lands as near, or nearer
-    sample = order[:k]
-    return np.sort(np.concatenate([full, sample.astype(np.int64)]), kind="stable")
-
-
 def source_documents(
     doc_id: np.ndarray, length: np.ndarray, ranges: Sequence[tuple[int, int]]
 ) -> tuple[list[np.ndarray], list[np.ndarray]]:
@@ -207,3 +182,28 @@ def pick_items(
         np.concatenate(copies).astype(np.int64),
         np.concatenate(source),
     )
+
+
+def take_source(lengths: np.ndarray, target: int, *, seed: int, index: int) -> np.ndarray:
+    """The documents (indices into ``lengths``, sorted, repeats kept) that source ``index`` of
+    a mixture seeded ``seed`` gives for ``target`` tokens: what :func:`plan_mixture` takes
+    of it (``verify --against`` plans a source again from its re-read documents)."""
+    x = np.asarray(lengths, dtype=np.int64)
+    if int(x.sum()) == 0:  # nothing to take (plan_mixture refuses such a source)
+        return np.zeros(0, np.int64)
+    return _take(x, int(x.sum()), target, np.random.SeedSequence([seed, index, 0x4D1C]))
+
+
+def _take(lengths: np.ndarray, total: int, target: int, seq: np.random.SeedSequence) -> np.ndarray:
+    """Whole epochs of every document, then a seeded sample whose tokens land nearest the
+    rest of ``target``; the indices sorted (reading order), repeats kept."""
+    epochs, rest = divmod(target, total)
+    full = np.tile(np.arange(lengths.size, dtype=np.int64), epochs)
+    rng = np.random.Generator(np.random.PCG64(seq.spawn(epochs + 1)[-1]))
+    order = rng.permutation(lengths.size)
+    prefix = np.concatenate([[0], np.cumsum(lengths[order])])
+    k = int(np.searchsorted(prefix, rest, side="left"))  # the first prefix reaching the rest
+    if k > 0 and rest - prefix[k - 1] <= prefix[k] - rest:
+        k -= 1  # stopping before the document that crosses the rest lands as near, or nearer
+    sample = order[:k]
+    return np.sort(np.concatenate([full, sample.astype(np.int64)]), kind="stable")

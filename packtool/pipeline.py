@@ -43,7 +43,7 @@ from .format import (
 from .fs import AnyPath, StorePath, as_path
 from .gather import gather_rows, warm_up_gather
 from .instruct import InputPlan
-from .mixture import parse_mix, pick_items, plan_mixture, source_documents
+from .mixture import parse_mix, plan_mixture
 from .options import PackOptions
 from .order import attention_costs, row_sums, stored_order
 from .packing import (
@@ -502,18 +502,34 @@ def _mix_stage(
     doc_id = items["doc_id"].astype(np.int64)
     records = state.input_records
     stride = max(1, int(state.counts.documents.read))
-    read = []
+    lengths, docs, read = [], [], []
     for src in run.sources:
         first = records[src.first_file]["first_doc"] if src.first_file < len(records) else 0
         end = sum(r["documents"] for r in records[src.first_file : src.end_file]) + first
+        lo, hi = np.searchsorted(doc_id, [first, end], side="left")
+        ids, starts = np.unique(doc_id[lo:hi], return_index=True)
+        length = items["length"][lo:hi].astype(np.int64)
+        per_doc = np.add.reduceat(length, starts) if ids.size else ids
+        lengths.append(per_doc)
+        docs.append(ids)
         read.append((first, end))
-    docs, lengths = source_documents(doc_id, items["length"], read)
     plan = plan_mixture(
         lengths, [s.weight for s in run.sources], o.tokens, seed=o.seed, repeat=o.repeat,
         names=[s.path for s in run.sources],
     )  # fmt: skip
     taken = [ids[take.indices] for ids, take in zip(docs, plan, strict=True)]
-    at, copy_of_item, source = pick_items(doc_id, taken)
+    picked, copies, source = [], [], []
+    for index, t in enumerate(taken):
+        t = np.sort(t, kind="stable")
+        copy = np.arange(t.size) - np.searchsorted(t, t, side="left")
+        lo = np.searchsorted(doc_id, t, side="left")
+        hi = np.searchsorted(doc_id, t, side="right")
+        n = hi - lo
+        at = np.repeat(lo - np.concatenate([[0], np.cumsum(n)[:-1]]), n) + np.arange(n.sum())
+        picked.append(at)
+        copies.append(np.repeat(copy, n))
+        source.append(np.full(at.size, index, np.int64))
+    at, copy_of_item = np.concatenate(picked), np.concatenate(copies)
     learned = _learned_of(store, items, at) if run.plan.labelled else None
     out = items[at].copy()
     out["doc_id"] = out["doc_id"] + copy_of_item * stride
@@ -542,7 +558,7 @@ def _mix_stage(
             for i, (src, take) in enumerate(zip(run.sources, plan, strict=True))
         ],
     }
-    return out, source.astype(np.int32), record
+    return out, np.concatenate(source).astype(np.int32), record
 
 
 def _learned_of(store: TokenStore, items: np.ndarray, taken: np.ndarray) -> int:
