@@ -67,7 +67,7 @@ def test_the_what_if_gives_the_figures_of_the_pack(tmp_path: Path, example, args
     assert result.exit_code == 0, result.output
     what_if = json.loads(result.stdout)
     (before,) = what_if["max_lens"]
-    assert _packed_figures(before) == _packed_figures({**packed, "sources": packed["sources"]})
+    assert _packed_figures(before) == _packed_figures(packed)
     assert before.get("alignment") == packed["alignment"]
     manifest = json.loads((out / "manifest.json").read_text())
     assert [s["tokens"] for s in before["sources"]] == [
