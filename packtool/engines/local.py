@@ -28,19 +28,19 @@ __all__ = ["run_local"]
 
 def run_local(job: Job) -> list[UnitResult]:
     """Run the units of ``job`` and return their results in unit order."""
-    units, out_dir, options, merge_options, progress, already = job
+    units, out_dir, options, merge_options, progress, already, mixture = job
+    parts = mixture or {}
     if not units:
         return []
     total = already + len(units)
     cores = options.num_proc or os.cpu_count() or 1
     workers = max(1, min(cores, len(units)))
     threads = max(1, cores // workers)
+    common = (str(out_dir), options, merge_options, False, threads)
     results: list[UnitResult] = []
     if workers == 1:
         for unit in units:
-            results.append(
-                unwrap(call_unit(unit, str(out_dir), options, merge_options, False, threads))
-            )
+            results.append(unwrap(call_unit(unit, *common, parts.get(unit.index))))
             if progress:
                 progress("units", already + len(results), total)
         return results
@@ -49,8 +49,7 @@ def run_local(job: Job) -> list[UnitResult]:
         max_workers=workers, mp_context=context, initializer=_worker_init
     ) as pool:
         futures = [
-            pool.submit(_worker_unit, unit, str(out_dir), options, merge_options, False, threads)
-            for unit in units
+            pool.submit(_worker_unit, unit, *common, parts.get(unit.index)) for unit in units
         ]
         try:
             pending = set(futures)

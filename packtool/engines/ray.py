@@ -25,6 +25,7 @@ from typing import Any
 
 from .._version import __version__
 from ..errors import OptionError
+from ..mixture import UnitMixture
 from ..options import PackOptions
 from ..units import Unit, UnitResult
 from . import Job, UnitFailedError, call_unit, unwrap
@@ -89,9 +90,10 @@ def _task(
     options: PackOptions,
     merge_options: dict[str, Any],
     threads: int,
+    mixture: UnitMixture | None = None,
 ) -> tuple[str, Any]:
     """Runs in a Ray worker."""
-    return call_unit(unit, out_dir, options, merge_options, False, threads)
+    return call_unit(unit, out_dir, options, merge_options, False, threads, mixture)
 
 
 def run_ray(job: Job) -> list[UnitResult]:
@@ -101,7 +103,8 @@ def run_ray(job: Job) -> list[UnitResult]:
     Uses the Ray instance already initialised in this process if there is one, else joins
     ``--ray-address``, else starts a local instance (and stops it at the end).
     """
-    units, out_dir, options, merge_options, progress, already = job
+    units, out_dir, options, merge_options, progress, already, mixture = job
+    parts = mixture or {}
     address = options.ray_address
     ray = import_ray()
     cpus = options.num_proc or 1
@@ -127,7 +130,9 @@ def run_ray(job: Job) -> list[UnitResult]:
         # output appears only when complete).
         task = ray.remote(num_cpus=cpus)(_task)
         refs = [
-            task.remote(unit, str(out_dir.resolve()), options, merge_options, cpus)
+            task.remote(
+                unit, str(out_dir.resolve()), options, merge_options, cpus, parts.get(unit.index)
+            )
             for unit in units
         ]
         names = {ref: unit.name for ref, unit in zip(refs, units, strict=True)}

@@ -324,6 +324,7 @@ def commit_in_place(
     manifest: Mapping[str, Any],
     added: bool = True,
     aligned: bool = False,
+    sources: bool = False,
 ) -> Manifest:
     """Commit a dataset whose shards already lie under ``out_dir``: no row is written.
 
@@ -334,7 +335,7 @@ def commit_in_place(
     metadata that does not match it. Returns the manifest.
     """
     out = Path(out_dir)
-    schema = packed_schema(max_len, with_labels, added, aligned)
+    schema = packed_schema(max_len, with_labels, added, aligned, sources)
     for i, entry in enumerate(shards):
         problem = shard_entry_problem(i, entry.to_record())
         if problem:
