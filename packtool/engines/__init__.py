@@ -86,6 +86,8 @@ class UnitsReport:
     driver_pid: int = field(default_factory=os.getpid)
     driver_host: str = field(default_factory=socket.gethostname)
     skipped_files: list[str] = field(default_factory=list)  # directory members not read
+    # --mix: where each unit was measured (index, pid, host), before the mixture was planned
+    measured: list[tuple[int, int, str]] = field(default_factory=list)
 
     @property
     def packed(self) -> int:
@@ -256,7 +258,8 @@ def pack_units(
     if merged_before is not None:
         return UnitsReport(out, options.engine, [], merged_before, skipped_files=skipped_files)
     try:
-        results = _run_pending(plan, out, options, merge_options, progress, mixtures)
+        measured: list[tuple[int, int, str]] = []
+        results = _run_pending(plan, out, options, merge_options, progress, mixtures, measured)
     except PacktoolError:  # a unit failed (a bad record...): no half-made output left behind
         if created and isinstance(out, Path) and not _any_unit_finished(out):
             remove_tree(out)
@@ -269,7 +272,9 @@ def pack_units(
         raise
     merged.seconds = time.perf_counter() - started  # the whole run (the manifest: the merge)
     ran = [results[i] for i in range(options.units)]
-    return UnitsReport(out, options.engine, ran, merged, skipped_files=skipped_files)
+    return UnitsReport(
+        out, options.engine, ran, merged, skipped_files=skipped_files, measured=measured
+    )
 
 
 def _check_a_sibling(plan: list[Unit], out: AnyPath, index: int) -> None:
@@ -313,13 +318,15 @@ def _run_pending(
     merge_options: dict[str, Any],
     progress: Callable[[str, int, int | None], None] | None,
     mixtures: list[UnitMixture] | None = None,
+    measured: list[tuple[int, int, str]] | None = None,
 ) -> dict[int, UnitResult]:
     """Run the units of ``plan`` that are not finished yet on the engine; every unit's result.
 
     A mixture (``mixtures``: each unit's sources) runs in two rounds when a unit is pending:
     every unit is measured (tokenized, its documents' tokens counted; the tokens kept), the
     mixture is planned once over all of them (the plan one ``pack`` makes), then the pending
-    units pack their part of it from the tokens kept."""
+    units pack their part of it from the tokens kept (``measured``: where each unit was
+    measured, filled in)."""
     results: dict[int, UnitResult] = {}
     pending: list[Unit] = []
     for u in plan:
@@ -339,7 +346,8 @@ def _run_pending(
         from .local import run_local as run_engine
     parts = None
     if mixtures is not None:
-        parts = _plan_mixture(plan, out, options, merge_options, mixtures, set(results), run_engine)
+        job = Job(plan, out, options, merge_options, None, 0, dict(enumerate(mixtures)))
+        parts = _plan_mixture(job, set(results), run_engine, measured)
     ran = run_engine(Job(pending, out, options, merge_options, progress, len(results), parts))
     results.update({r.index: r for r in ran})
     return results
@@ -355,26 +363,28 @@ def _merged(out: Path, plan: str, merge_options: dict[str, Any]) -> PackReport |
 
 
 def _plan_mixture(
-    plan: list[Unit],
-    out: Path,
-    options: PackOptions,
-    merge_options: dict[str, Any],
-    mixtures: list[UnitMixture],
+    job: Job,
     finished: set[int],
     run_engine: Callable[[Job], list[Any]],
+    measured_at: list[tuple[int, int, str]] | None,
 ) -> dict[int, UnitMixture]:
-    """A mixture's first round: every unit measured on the engine (the pending ones keep
-    their tokens for the second round), then the plan over all of them; each unit's part."""
+    """A mixture's first round: every unit of ``job`` (``job.mixture``: their sources)
+    measured on the engine (the pending ones keep their tokens for the second round), then
+    the plan over all of them; each unit's part."""
+    assert job.mixture is not None
+    mixtures = [job.mixture[u.index] for u in job.units]
     measuring = {u: replace(m, keep_tokens=u not in finished) for u, m in enumerate(mixtures)}
-    measured = run_engine(Job(plan, out, options, merge_options, None, 0, measuring))
+    measured = sorted(run_engine(job._replace(mixture=measuring)), key=lambda m: m.index)
+    if measured_at is not None:
+        measured_at.extend((m.index, m.pid, m.host) for m in measured)
+    o = job.options
     try:
         planned = plan_unit_mixtures(
-            sorted(measured, key=lambda m: m.index), mixtures, tokens=options.tokens,
-            seed=options.seed, repeat=options.repeat,
-        )  # fmt: skip
+            measured, mixtures, tokens=o.tokens, seed=o.seed, repeat=o.repeat
+        )
     except PacktoolError:  # e.g. --no-repeat and a source too small: the tokens kept go
-        for u in plan:
-            _drop_work_store(u.directory(out))
+        for u in job.units:
+            _drop_work_store(u.directory(job.out_dir))
         raise
     return dict(enumerate(planned))
 
