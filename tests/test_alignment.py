@@ -635,3 +635,29 @@ def test_stats_command_of_a_corpus_and_of_a_pack_with_alignment(tmp_path: Path) 
     assert again["max_lens"][0]["alignment"] == fresh["max_lens"][0]["alignment"]
     bad = run("stats", src, "-L", "300", "--pad-to-multiple-of", "32", "--no-cache")
     assert_one_line_error(bad, "--max-len 300 is not a multiple of --pad-to-multiple-of 32", 2)
+
+
+def test_inspect_shows_each_segments_alignment_pad(packs: dict[str, Path]) -> None:
+    """``inspect`` of an aligned pack has a ``pad`` column: each document segment's alignment
+    pad, the gap between its real end and the next boundary; a plain pack has no such
+    column."""
+    from test_cli import run
+
+    reader = packtool.open_packed(packs["text-aligned"])
+    index = next(r for r in range(reader.num_rows) if any(s.pad for s in reader.row(r).segments))
+    docs = [s for s in reader.row(index).segments if not s.is_padding]
+    assert all(s.padded_end % ALIGN == 0 for s in docs)
+    result = run("inspect", str(packs["text-aligned"]), "--row", str(index), "--width", "120")
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    at = next(i for i, line in enumerate(lines) if "positions" in line)
+    assert lines[at].split()[:7] == ["seg", "doc", "chunk", "start", "length", "pad", "positions"]
+    for k, seg in enumerate(docs):
+        cells = lines[at + 1 + k].split()  # the colour swatch, then the cells
+        expected = [str(k), str(seg.doc_id), str(seg.chunk_id), f"{seg.start:,}"]
+        expected += [f"{seg.length:,}", f"{seg.pad:,}" if seg.pad else cells[6]]
+        assert cells[1:7] == expected
+        assert (seg.pad == 0) == (cells[6] == f"0..{seg.length - 1}")  # no pad: positions
+    plain = run("inspect", str(packs["text"]), "--row", "0", "--width", "120").output
+    header = next(line for line in plain.splitlines() if "positions" in line)
+    assert header.split()[:6] == ["seg", "doc", "chunk", "start", "length", "positions"]

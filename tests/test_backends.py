@@ -574,3 +574,25 @@ def test_auto_takes_tokenizers_for_a_small_corpus(tmp_path: Path, monkeypatch) -
     assert fast.backend["name"] == "gigatoken"
     shards = [sorted((tmp_path / d).glob("*.arrow")) for d in ("a", "b")]
     assert [p.read_bytes() for p in shards[0]] == [p.read_bytes() for p in shards[1]]
+
+
+def test_backend_versions_are_the_ones_importlib_metadata_reads(tmp_path, monkeypatch) -> None:
+    """The versions a manifest and the gate's key record are read from the names of the
+    ``.dist-info`` directories on ``sys.path`` (importing ``importlib.metadata`` costs a run
+    ~17 ms before its first batch): for every distribution installed here, the version
+    ``importlib.metadata`` gives; an ``.egg-info`` first, or a zip on the path, is left to it."""
+    from importlib.metadata import distributions, version
+
+    from packtool.tokenize.backend import package_version
+
+    names = sorted({d.metadata["Name"] for d in distributions()})
+    assert len(names) > 50 and {"tokenizers", "gigatoken", "fastokens"} <= set(names)
+    for name in names:
+        assert package_version.__wrapped__(name) == version(name), name
+    assert package_version.__wrapped__("no-such-package-here") == "unknown"
+    # An egg-info of the same name earlier on the path: importlib.metadata's answer.
+    egg = tmp_path / "tokenizers-0.0.1.egg-info"
+    egg.mkdir()
+    (egg / "PKG-INFO").write_text("Metadata-Version: 2.1\nName: tokenizers\nVersion: 0.0.1\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert package_version.__wrapped__("tokenizers") == "0.0.1" == version("tokenizers")

@@ -265,6 +265,34 @@ def _edited_whole(data: bytes, anchor_id: int, parse_special: bool) -> dict:
     return {**spec, "added_tokens": added, "truncation": None, "padding": None}
 
 
+@pytest.mark.parametrize(
+    "before",
+    [
+        '"added_tokens": [{"id": 3, "content": "model", "special": true}], ',  # a token "model"
+        '"normalizer": {"type": "x", "model": {"a": "\u00e9"}}, ',  # a nested "model" key
+        r'"pre_tokenizer": "\"model\": {", ',  # inside a string
+        "",
+    ],
+)
+def test_the_head_of_a_file_is_read_without_decoding_the_model(before):
+    """``file_head`` decodes the bytes up to the first ``"model":`` only; a first match that
+    is not the top-level key (in a string, a nested object) still gives the members the whole
+    file gives, and ``edited`` equals the file parsed whole and edited."""
+    from packtool.tokenizer_file import file_head, head_members
+
+    model = '"model": {"type": "BPE", "vocab": {"\u00e9": 0, "a": 1}, "merges": []}'
+    data = ("{" + '"version": "1.0", ' + before + '"truncation": null, ' + model + "}").encode()
+    keys = ("truncation", *(["added_tokens"] if "added_tokens" in before else []))
+    head = file_head(data, keys)
+    assert head is not None
+    assert head.members == head_members(data.decode(), keys)
+    edited = head.edited({"truncation": {"max_length": 5}, **{k: [] for k in keys[1:]}})
+    expected = {**json.loads(data), "truncation": {"max_length": 5}, **{k: [] for k in keys[1:]}}
+    assert json.loads(edited) == expected
+    assert edited.endswith(data[data.rindex(b'"model"') :])
+    assert file_head(data, ("no_such_key",)) is None
+
+
 @pytest.mark.parametrize(("family", "trap"), CASES)
 @pytest.mark.parametrize("parse_special", [False, True])
 def test_gigatokens_copy_is_the_file_edited_in_place(family_dirs, family, trap, parse_special):
@@ -279,8 +307,7 @@ def test_gigatokens_copy_is_the_file_edited_in_place(family_dirs, family, trap, 
     assert json.loads(text) == _edited_whole(data, 123_456, parse_special)
     found = head_members(data.decode(), ("added_tokens", "truncation", "padding"))
     assert found is not None  # laid out as tokenizers saves it: edited in place
-    model_at = data.decode().index('"model"')
-    assert text.endswith(data.decode()[model_at:])
+    assert text.endswith(data[data.index(b'"model"') :])  # the model: the file's own bytes
     spec = json.loads(data)
     reordered = json.dumps({"model": spec.pop("model"), **spec}, ensure_ascii=False).encode()
     assert head_members(reordered.decode(), ("added_tokens",)) is None

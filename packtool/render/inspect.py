@@ -196,12 +196,15 @@ def _text_cell(seg: SegmentView, room: int, decoded: bool) -> Text:
 
 
 def render_segments(view: RowView, console_width: int, decoded: bool) -> Table:
-    """One line per segment: colour, number, source (doc, chunk), start, length, position ids,
-    (learned tokens), and the beginning … end of its decoded text."""
+    """One line per segment: colour, number, source (doc, chunk), start, length, (its
+    alignment pad, in a pack made with ``--pad-to-multiple-of``), position ids, (learned
+    tokens), and the beginning … end of its decoded text."""
     has_labels = any(s.learned is not None for s in view.segments)
+    aligned = any(s.pad for s in view.segments)  # --pad-to-multiple-of: each one's pad
     table = Table(box=None, pad_edge=False, show_edge=False, header_style="bold")
     table.add_column("", no_wrap=True)
-    for name in ("seg", "doc", "chunk", "start", "length", "positions"):
+    names = ("seg", "doc", "chunk", "start", "length", *(["pad"] if aligned else []), "positions")
+    for name in names:
         table.add_column(name, justify="right", no_wrap=True)
     if has_labels:
         table.add_column("learned", justify="right", no_wrap=True)
@@ -215,6 +218,7 @@ def render_segments(view: RowView, console_width: int, decoded: bool) -> Table:
         5,
         max(5, len(f"{view.max_len:,}")),
         max(6, len(f"{view.max_len:,}")),
+        *([max(3, *(len(f"{s.pad:,}") for s in view.segments))] if aligned else []),
         max(9, len(f"0..{view.max_len - 1}")),
     ]
     if has_labels:
@@ -232,6 +236,7 @@ def render_segments(view: RowView, console_width: int, decoded: bool) -> Table:
             "" if seg.is_padding else str(seg.chunk_id),
             f"{seg.start:,}",
             f"{seg.length:,}",
+            *([f"{seg.pad:,}" if seg.pad else ""] if aligned else []),
             positions,
         ]
         if has_labels:

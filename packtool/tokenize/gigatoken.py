@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from ..tokenizer_file import TokenizerFile, head_members, with_members
+from ..tokenizer_file import TokenizerFile, file_head
 from .backend import ANCHOR, BackendSpec, Flat, made_once
 
 __all__ = ["BACKEND", "CACHE_BUDGET", "CHECK_EVERY", "GigatokenEngine", "post_processor_affixes"]
@@ -92,15 +92,15 @@ def post_processor_affixes(pp: Any) -> tuple[list[int], list[int]] | None:
 _EDITED = ("added_tokens", "truncation", "padding")
 
 
-def edited_json(json_bytes: bytes, anchor_id: int, parse_special: bool) -> str:
+def edited_json(json_bytes: bytes, anchor_id: int, parse_special: bool) -> bytes:
     """The tokenizer.json gigatoken loads: special added tokens kept only when they are
     parsed, packtool's anchor added, truncation and padding off. Those members are replaced
-    in the text, which is not parsed past them (a 151k BPE file is 11 MB: parsing it whole and
-    writing it again held the GIL for longer than gigatoken's own load); a file laid out
-    otherwise is parsed and written whole."""
-    text = json_bytes.decode("utf-8")
-    head = head_members(text, _EDITED)
-    spec = json.loads(text) if head is None else {k: v for k, (v, _, _) in head.items()}
+    in the head of the file, and the rest (the model: most of the file) is copied as bytes,
+    never decoded nor parsed (a 151k BPE file is 11 MB: parsing it whole and writing it again
+    held the GIL for longer than gigatoken's own load); a file laid out otherwise is parsed
+    and written whole."""
+    head = file_head(json_bytes, _EDITED)
+    spec = json.loads(json_bytes) if head is None else {k: head.value(k) for k in _EDITED}
     added = [a for a in spec.get("added_tokens") or () if parse_special or not a.get("special")]
     added.append(
         {
@@ -115,8 +115,8 @@ def edited_json(json_bytes: bytes, anchor_id: int, parse_special: bool) -> str:
     )
     changes = {"added_tokens": added, "truncation": None, "padding": None}
     if head is not None:
-        return with_members(text, head, changes)
-    return json.dumps({**spec, **changes}, ensure_ascii=False)
+        return head.edited(changes)
+    return json.dumps({**spec, **changes}, ensure_ascii=False).encode("utf-8")
 
 
 class GigatokenEngine:
@@ -131,11 +131,11 @@ class GigatokenEngine:
         self._encoded = 0  # characters encoded since the last look at the memory
         self._base: int | None = None  # resident bytes when the copies were (re)loaded
         self.reloads = 0
-        head = head_members(json_bytes.decode("utf-8"), ("post_processor",))
+        head = file_head(json_bytes, ("post_processor",))
         pp = (
             TokenizerFile.parse(json_bytes).post_processor
             if head is None
-            else head["post_processor"][0]
+            else head.value("post_processor")
         )
         self._affixes = post_processor_affixes(pp)
         self._copy(False)
