@@ -12,7 +12,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from helpers import read_rows
+from helpers import documents_with_sources, read_rows
 from test_cli import assert_one_line_error, run
 from test_mix_pack import sources  # noqa: F401  (the module's fixture: three sources)
 
@@ -26,23 +26,9 @@ MIX = {"max_len": 256, "mix": "1,1,1", "tokens": "300k"}  # the third source rep
 
 def segments(out: Path) -> tuple[dict, Counter]:
     """The manifest, and the multiset of the rows' documents: ``(doc_id, source_id,
-    tokens)``, a document's chunks joined (read with pyarrow alone)."""
+    tokens)`` (read with pyarrow alone)."""
     manifest, rows = read_rows(out)
-    chunks: dict[int, dict[int, tuple[int, ...]]] = {}
-    source: dict[int, int] = {}
-    for row in rows:
-        cu = row["cu_seqlens"]
-        for k, (doc, chunk, src) in enumerate(
-            zip(row["doc_ids"], row["chunk_ids"], row["source_ids"], strict=True)
-        ):
-            assert chunk not in chunks.setdefault(doc, {}), (doc, chunk)
-            chunks[doc][chunk] = tuple(row["input_ids"][cu[k] : cu[k + 1]])
-            assert source.setdefault(doc, src) == src, doc
-    docs = Counter()
-    for doc, parts in chunks.items():
-        assert sorted(parts) == list(range(len(parts))), doc
-        docs[(doc, source[doc], sum((parts[c] for c in range(len(parts))), ()))] += 1
-    return manifest, docs
+    return manifest, documents_with_sources(rows)
 
 
 @pytest.fixture(scope="module")
