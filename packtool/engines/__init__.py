@@ -205,16 +205,7 @@ def pack_units(
     # Absolute paths: every launcher (and every node) then plans and reads the same files
     # (URLs are absolute already).
     skipped: list[AnyPath] = []
-    sources: list[Source] = []
-    if options.mix is not None:  # each input a source: resolved one by one
-        weights = parse_mix(options.mix, len(inputs))
-        resolved = []
-        for spec, weight in zip(inputs, weights, strict=True):
-            found = resolve_inputs([spec], skipped=skipped)
-            sources.append(Source(str(spec), weight, len(resolved), len(resolved) + len(found)))
-            resolved.extend(found)
-    else:
-        resolved = resolve_inputs(inputs, skipped=skipped)
+    resolved, sources = _sources(inputs, options, skipped)
     files = [
         f if isinstance(f.path, StorePath) else replace(f, path=Path(os.path.abspath(f.path)))
         for f in resolved
@@ -275,6 +266,23 @@ def pack_units(
     return UnitsReport(
         out, options.engine, ran, merged, skipped_files=skipped_files, measured=measured
     )
+
+
+def _sources(
+    inputs: Sequence[str | os.PathLike[str]], options: PackOptions, skipped: list[AnyPath]
+) -> tuple[list[Any], list[Source]]:
+    """The inputs resolved, and with ``--mix`` each input argument as a source (resolved one
+    by one: the files of each, in order)."""
+    if options.mix is None:
+        return list(resolve_inputs(inputs, skipped=skipped)), []
+    weights = parse_mix(options.mix, len(inputs))
+    resolved: list[Any] = []
+    sources = []
+    for spec, weight in zip(inputs, weights, strict=True):
+        found = resolve_inputs([spec], skipped=skipped)
+        sources.append(Source(str(spec), weight, len(resolved), len(resolved) + len(found)))
+        resolved.extend(found)
+    return resolved, sources
 
 
 def _check_a_sibling(plan: list[Unit], out: AnyPath, index: int) -> None:
