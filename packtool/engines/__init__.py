@@ -70,6 +70,9 @@ class Job(NamedTuple):
     progress: Callable[[str, int, int | None], None] | None = None
     already: int = 0
     mixture: dict[int, UnitMixture] | None = None  # --mix: each unit's part (see call_unit)
+    # the job to run next on the same engine (its pool, its Ray instance), made from this
+    # one's results, or None; the engine returns the results of the last job it ran
+    then: Callable[[list[Any]], Job | None] | None = None
 
 
 @dataclass
@@ -333,8 +336,8 @@ def _run_pending(
     A mixture (``mixtures``: each unit's sources) runs in two rounds when a unit is pending:
     every unit is measured (tokenized, its documents' tokens counted; the tokens kept), the
     mixture is planned once over all of them (the plan one ``pack`` makes), then the pending
-    units pack their part of it from the tokens kept (``measured``: where each unit was
-    measured, filled in)."""
+    units pack their part of it from the tokens kept, in the same engine session (one pool of
+    processes, one Ray instance; ``measured``: where each unit was measured, filled in)."""
     results: dict[int, UnitResult] = {}
     pending: list[Unit] = []
     for u in plan:
@@ -352,11 +355,18 @@ def _run_pending(
         from .ray import run_ray as run_engine
     else:
         from .local import run_local as run_engine
-    parts = None
-    if mixtures is not None:
-        job = Job(plan, out, options, merge_options, None, 0, dict(enumerate(mixtures)))
-        parts = _plan_mixture(job, set(results), run_engine, measured)
-    ran = run_engine(Job(pending, out, options, merge_options, progress, len(results), parts))
+    packing = Job(pending, out, options, merge_options, progress, len(results))
+    job = packing
+    if mixtures is not None:  # measured first, all units; then the packing, on the same engine
+        finished = set(results)
+        measuring = {u: replace(m, keep_tokens=u not in finished) for u, m in enumerate(mixtures)}
+
+        def pack_parts(found: list[Any]) -> Job:
+            parts = _plan_mixture(plan, out, options, mixtures, found, measured)
+            return packing._replace(mixture=parts)
+
+        job = Job(plan, out, options, merge_options, None, 0, measuring, pack_parts)
+    ran = run_engine(job)
     results.update({r.index: r for r in ran})
     return results
 
@@ -371,28 +381,27 @@ def _merged(out: Path, plan: str, merge_options: dict[str, Any]) -> PackReport |
 
 
 def _plan_mixture(
-    job: Job,
-    finished: set[int],
-    run_engine: Callable[[Job], list[Any]],
+    plan: list[Unit],
+    out: Path,
+    options: PackOptions,
+    mixtures: list[UnitMixture],
+    found: list[Any],
     measured_at: list[tuple[int, int, str]] | None,
 ) -> dict[int, UnitMixture]:
-    """A mixture's first round: every unit of ``job`` (``job.mixture``: their sources)
-    measured on the engine (the pending ones keep their tokens for the second round), then
-    the plan over all of them; each unit's part."""
-    assert job.mixture is not None
-    mixtures = [job.mixture[u.index] for u in job.units]
-    measuring = {u: replace(m, keep_tokens=u not in finished) for u, m in enumerate(mixtures)}
-    measured = sorted(run_engine(job._replace(mixture=measuring)), key=lambda m: m.index)
+    """The plan over every unit of ``plan`` (``mixtures``: their sources), from their
+    measures (``found``); each unit's part. A refused plan (e.g. --no-repeat and a source
+    too small) removes the tokens the measures kept."""
+    measured = sorted(found, key=lambda m: m.index)
     if measured_at is not None:
         measured_at.extend((m.index, m.pid, m.host) for m in measured)
-    o = job.options
+    o = options
     try:
         planned = plan_unit_mixtures(
             measured, mixtures, tokens=o.tokens, seed=o.seed, repeat=o.repeat
         )
-    except PacktoolError:  # e.g. --no-repeat and a source too small: the tokens kept go
-        for u in job.units:
-            _drop_work_store(u.directory(job.out_dir))
+    except PacktoolError:
+        for u in plan:
+            _drop_work_store(u.directory(out))
         raise
     return dict(enumerate(planned))
 
