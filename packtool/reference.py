@@ -181,12 +181,13 @@ def _probe_key(directory: Any, tokenizer_class: str) -> str | None:
     """The key of a probe's verdict: the directory's tokenizer files (their bytes), the class,
     and the version of transformers that would load them (``None``: no version to key by)."""
     import hashlib
-    from importlib.metadata import PackageNotFoundError, version
 
-    try:
-        h = hashlib.sha256(f"{_PROBE_FORMAT}|{tokenizer_class}|{version('transformers')}".encode())
-    except PackageNotFoundError:
+    from .tokenize.backend import package_version
+
+    version = package_version("transformers")  # read without importing importlib.metadata
+    if version == "unknown":
         return None
+    h = hashlib.sha256(f"{_PROBE_FORMAT}|{tokenizer_class}|{version}".encode())
     for path in sorted(directory.iterdir()):
         if path.is_file() and (
             path.name.startswith("tokenizer")

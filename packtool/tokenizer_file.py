@@ -45,6 +45,30 @@ PAD_NAMES = ("<pad>", "<|pad|>", "[PAD]", "<|padding|>", "<|finetune_right_pad_i
 _TOP_KEYS = ("truncation", "padding", "added_tokens", "normalizer", "pre_tokenizer")
 _TOP_KEYS += ("post_processor",)
 
+FACTS_VERSION = 1
+"""Of :meth:`TokenizerFile.facts`: bumped when what they hold, or what it is read from,
+changes (facts of another version are not read)."""
+
+
+def _facts_shape_ok(facts: Any) -> bool:
+    """Whether ``facts`` (read from a cache) have the shape :meth:`TokenizerFile.facts`
+    writes, at this :data:`FACTS_VERSION`."""
+    try:
+        model, known, added = facts["model"], facts["known"], facts["added"]
+        return (
+            facts["version"] == FACTS_VERSION
+            and isinstance(model["type"], str)
+            and all(type(facts[k]) is int for k in ("model_size", "top_id", "vocab_size"))
+            and isinstance(known, dict)
+            and all(v is None or type(v) is int for v in known.values())
+            and all(
+                len(a) == 3 and type(a[0]) is int and isinstance(a[1], str) and type(a[2]) is bool
+                for a in added
+            )
+        )
+    except (KeyError, TypeError, IndexError):
+        return False
+
 
 @dataclass(frozen=True)
 class SpecialTokens:
@@ -244,22 +268,76 @@ class TokenizerFile:
         self.model_type: str = str(model.get("type") or _infer_model_type(model))
         self.dropout = model.get("dropout")
         vocab = model.get("vocab")
-        self.vocab: dict[str, int]
+        self._vocab: dict[str, int] | None
         if isinstance(vocab, Mapping):  # token -> id (a file whose ids are not integers
-            self.vocab = dict(vocab)  # loads in neither engine: the run fails there)
+            self._vocab = dict(vocab)  # loads in neither engine: the run fails there)
         elif isinstance(vocab, list):  # Unigram: [piece, score] pairs, ids in order
-            self.vocab = {}
+            self._vocab = {}
             for i, entry in enumerate(vocab):  # a piece listed twice: its last id
-                self.vocab[str(entry[0])] = i
+                self._vocab[str(entry[0])] = i
         else:
             raise ValueError("no vocabulary")
+        self._data: bytes | None = None
+        self._facts: Mapping[str, Any] | None = None
         self.added = self._assign_ids(spec.get("added_tokens") or ())
         self._added_ids = {t.content: t.id for t in self.added}
+        self._read_members(spec)
+
+    def _read_members(self, spec: Mapping[str, Any]) -> None:
         self.normalizer: Any = spec.get("normalizer")
         self.pre_tokenizer: Any = spec.get("pre_tokenizer")
         self.post_processor: Any = spec.get("post_processor")
         self.truncation: Mapping[str, Any] | None = spec.get("truncation") or None
         self.padding: Mapping[str, Any] | None = spec.get("padding") or None
+
+    @property
+    def vocab(self) -> dict[str, int]:
+        """The model's vocabulary, token -> id (read from the file when first asked for, for
+        a file read with its facts: :meth:`with_facts`)."""
+        if self._vocab is None:
+            assert self._data is not None
+            self._vocab = TokenizerFile.parse(self._data)._vocab
+        assert self._vocab is not None
+        return self._vocab
+
+    def facts(self, names: Sequence[str] = ()) -> dict[str, Any]:
+        """What this file's vocabulary says that a run needs, without the vocabulary (the
+        bulk of the file: 40-90 ms to parse for a 128-200k BPE): the model's members but its
+        vocabulary and merges, its size and highest id, the added tokens with their ids, and
+        the id of each of ``names`` and of the usual special-token names (``None``: not in
+        it). :meth:`with_facts` reads the file again with them."""
+        vocab = self.vocab
+        model = {"type": self.model_type, "dropout": self.dropout}
+        looked = {*names, *EOS_NAMES, *BOS_NAMES, *PAD_NAMES}
+        return {
+            "version": FACTS_VERSION,
+            "model": model,
+            "model_size": len(vocab),
+            "top_id": max(vocab.values(), default=-1),
+            "vocab_size": self.vocab_size,
+            "added": [[t.id, t.content, t.special] for t in self.added],
+            "known": {name: vocab.get(name) for name in sorted(looked)},
+        }
+
+    @classmethod
+    def with_facts(cls, data: bytes, facts: Mapping[str, Any]) -> TokenizerFile | None:
+        """The file of ``data`` read from its head (the members before the model) and the
+        :meth:`facts` of an earlier read of the same bytes; its vocabulary is parsed only if
+        asked for (:attr:`vocab`: a token not among the facts' names). ``None`` when the
+        facts are of another shape or the head lacks a member (read it whole then)."""
+        if not _facts_shape_ok(facts):
+            return None
+        head = file_head(data, _TOP_KEYS)
+        if head is None:
+            return None
+        made = cls.__new__(cls)
+        made.model_type = str(facts["model"]["type"])
+        made.dropout = facts["model"]["dropout"]
+        made._vocab, made._data, made._facts = None, data, facts
+        made.added = tuple(AddedToken(int(i), str(c), bool(sp)) for i, c, sp in facts["added"])
+        made._added_ids = {t.content: t.id for t in made.added}
+        made._read_members({k: head.value(k) for k in _TOP_KEYS})
+        return made
 
     def _assign_ids(self, entries: Sequence[Mapping[str, Any]]) -> tuple[AddedToken, ...]:
         """The added tokens with the ids `tokenizers` gives them as it loads the file (the
@@ -293,19 +371,31 @@ class TokenizerFile:
     def token_to_id(self, token: str) -> int | None:
         """The id of ``token``: an added token's first, else the model's (as `tokenizers`)."""
         tid = self._added_ids.get(token)
-        return tid if tid is not None else self.vocab.get(token)
+        if tid is not None:
+            return tid
+        if self._vocab is None and self._facts is not None and token in self._facts["known"]:
+            known = self._facts["known"][token]
+            return None if known is None else int(known)
+        return self.vocab.get(token)
+
+    def _fact(self, name: str) -> int | None:
+        """A figure of the vocabulary from the facts, while it is not parsed."""
+        return int(self._facts[name]) if self._vocab is None and self._facts else None
 
     @property
     def vocab_size(self) -> int:
         """The number of tokens with the added ones (`tokenizers`' ``get_vocab_size(True)``)."""
-        return len(self.vocab.keys() | self._added_ids.keys())
+        fact = self._fact("vocab_size")
+        return fact if fact is not None else len(self.vocab.keys() | self._added_ids.keys())
 
     @property
     def next_id(self) -> int:
         """The id `tokenizers` gives the next token added: one above the highest id of the
         vocabulary and the added tokens. It is :attr:`vocab_size` unless the ids have gaps
         (GPT-4o's o200k: 200,000 tokens, the last at id 200,018), and every id is below it."""
-        top = max(self.vocab.values(), default=-1)
+        top = self._fact("top_id")
+        if top is None:
+            top = max(self.vocab.values(), default=-1)
         return max(top, *(t.id for t in self.added)) + 1 if self.added else top + 1
 
     @property
@@ -314,7 +404,9 @@ class TokenizerFile:
         gives the file's own): the model's count of tokens, or one above the highest added
         token if that is at or above it. It is :attr:`next_id` unless the model's ids have gaps
         in the middle (then it is an id below the highest, perhaps one already taken)."""
-        model_size = len(self.vocab)
+        model_size = self._fact("model_size")
+        if model_size is None:
+            model_size = len(self.vocab)
         top = max((t.id for t in self.added), default=None)
         return model_size if top is None or (top < model_size and model_size) else top + 1
 

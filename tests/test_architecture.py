@@ -75,6 +75,7 @@ PACKAGE_LAYERS: dict[str, dict[str, int]] = {
     "verification": {"report": 0, "digest": 0, "rows": 1, "against": 2, "__init__": 3},
     "tokenize": {
         "backend": 0,
+        "facts": 0,
         "hf": 1,
         "fastokens": 1,
         "gigatoken": 1,

@@ -374,7 +374,7 @@ def test_jsonl_fast_path_reads_in_bounded_pieces(
     pieces: list[int] = []
     real = jsonl._line_chunks
 
-    def small_pieces(stream, size=0):
+    def small_pieces(stream, size=0, **_):
         for piece in real(stream, 97):
             assert bytes(piece).endswith(b"\n") or not trailing_newline
             pieces.append(len(piece))
@@ -386,6 +386,23 @@ def test_jsonl_fast_path_reads_in_bounded_pieces(
     assert len(pieces) > 20 and sum(pieces) == len(body.encode())
 
 
+def test_jsonl_first_piece_is_small(tmp_path: Path) -> None:
+    """The first piece of a JSON Lines input is about ``first`` bytes (the tokenizer waits for
+    it), the others about ``size``; every piece holds whole lines, and together the file."""
+    import pyarrow as pa
+
+    from packtool.readers import jsonl
+
+    body = b"".join(b'{"t":%03d}\n' % i for i in range(500))  # 10-byte lines
+    path = tmp_path / "p.jsonl"
+    path.write_bytes(body)
+    with pa.OSFile(str(path)) as stream:
+        pieces = [bytes(p) for p in jsonl._line_chunks(stream, 1000, first=105)]
+    assert [len(p) for p in pieces[:3]] == [100, 1000, 1000]
+    assert b"".join(pieces) == body and all(p.endswith(b"\n") for p in pieces)
+    assert jsonl._FIRST_CHUNK < jsonl._JSONL_CHUNK
+
+
 def test_jsonl_null_line_in_a_later_piece(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A line holding a bare null far into the file (where pyarrow would crash) is named."""
     from packtool.readers import jsonl
@@ -395,7 +412,7 @@ def test_jsonl_null_line_in_a_later_piece(tmp_path: Path, monkeypatch: pytest.Mo
     path = tmp_path / "n.jsonl"
     path.write_text("\n".join(lines) + "\n")
     real = jsonl._line_chunks
-    monkeypatch.setattr(jsonl, "_line_chunks", lambda stream, size=0: real(stream, 256))
+    monkeypatch.setattr(jsonl, "_line_chunks", lambda stream, size=0, **_: real(stream, 256))
     with pytest.raises(BadRecordError, match=r"n\.jsonl:151: expected a JSON object, found null"):
         list(read_texts(resolve_inputs([path])[0]))
 

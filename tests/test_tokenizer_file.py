@@ -108,6 +108,76 @@ def test_the_json_says_what_tokenizers_says(family_dirs, family, trap) -> None:
     assert not loaded.hf_loaded  # all of it from the JSON
 
 
+@pytest.mark.parametrize(("family", "trap"), CASES)
+def test_a_file_read_with_its_facts_says_what_the_whole_file_says(family_dirs, family, trap):
+    """The facts of a file (cached by its sha256: tokenize/facts.py) stand for its vocabulary:
+    read from its head and them, every figure, id and special token a run asks for is the
+    whole file's, without parsing the vocabulary; a token the facts do not name parses it."""
+    directory = family_dirs[family, trap]
+    data = (directory / "tokenizer.json").read_bytes()
+    config = json.loads((directory / "tokenizer_config.json").read_text(encoding="utf-8"))
+    whole = TokenizerFile.parse(data)
+    named = [config[k] for k in ("eos_token", "bos_token", "pad_token") if config.get(k)]
+    named = [n["content"] if isinstance(n, dict) else n for n in named]
+    facts = json.loads(json.dumps(whole.facts(named)))  # as the cache keeps them
+    file = TokenizerFile.with_facts(data, facts)
+    assert file is not None and file._vocab is None
+    for attr in ("model_type", "dropout", "added", "normalizer", "pre_tokenizer"):
+        assert getattr(file, attr) == getattr(whole, attr), attr
+    for attr in ("post_processor", "truncation", "padding", "vocab_size", "next_id"):
+        assert getattr(file, attr) == getattr(whole, attr), attr
+    for attr in ("added_next_id", "special_ids", "special_strings", "added_strings"):
+        assert getattr(file, attr) == getattr(whole, attr), attr
+    assert file.num_special_tokens_to_add() == whole.num_special_tokens_to_add()
+    assert file.turned_off() == whole.turned_off()
+    asked = [*EOS_NAMES, *BOS_NAMES, *PAD_NAMES, *named, *(t.content for t in whole.added)]
+    assert [file.token_to_id(s) for s in asked] == [whole.token_to_id(s) for s in asked]
+    for conf in (config, {}):
+        got = resolve_special_tokens(file, conf, overrides={}, vocab_size=9**9, name=family)
+        assert got == resolve_special_tokens(
+            whole, conf, overrides={}, vocab_size=9**9, name=family
+        )
+    assert file._vocab is None  # none of that needed the vocabulary
+    some = [*sorted(whole.vocab)[::37], "\ufdd0not a token"]
+    assert [file.token_to_id(s) for s in some] == [whole.token_to_id(s) for s in some]
+    assert file._vocab is not None and file.vocab == whole.vocab  # parsed when asked
+
+
+def test_facts_are_cached_by_the_files_bytes_and_checked(family_dirs, tmp_path, monkeypatch):
+    """The first read of a file parses it and caches its facts by its sha256; the next read
+    uses them (the vocabulary unparsed), ids and ``id_to_token`` as `tokenizers` gives them; a
+    cache entry of another version, of another shape or not JSON is not used."""
+    import hashlib
+
+    from packtool.tokenize.facts import read_tokenizer_file
+    from packtool.tokenizer_file import FACTS_VERSION
+
+    monkeypatch.setenv("PACKTOOL_CACHE_DIR", str(tmp_path))
+    directory = family_dirs["llama3", False]
+    data = (directory / "tokenizer.json").read_bytes()
+    sha = hashlib.sha256(data).hexdigest()
+    parsed = load_tokenizer(directory, backend="hf")  # caches the facts (with the names its
+    first = parsed.file  # config looks up)
+    assert first._vocab is not None  # parsed whole
+    cached = tmp_path / "tokenizer-facts" / f"{sha}-{FACTS_VERSION}.json"
+    assert json.loads(cached.read_text())["top_id"] == max(first.vocab.values())
+    tok = load_tokenizer(directory, backend="hf")
+    assert tok.file._vocab is None and tok.special == parsed.special
+    assert tok.vocab_size == first.next_id and tok.sha256 == sha
+    ref = Tokenizer.from_str(data.decode())
+    ids = range(0, tok.vocab_size, 7)
+    assert [tok.id_to_token(i) for i in ids] == [ref.id_to_token(i) for i in ids]
+    for broken in (
+        "{not json",
+        json.dumps({**json.loads(cached.read_text()), "version": FACTS_VERSION + 1}),
+        json.dumps({**json.loads(cached.read_text()), "top_id": "9"}),
+        json.dumps({**json.loads(cached.read_text()), "added": [[1, "x"]]}),
+    ):
+        cached.write_text(broken)
+        assert read_tokenizer_file(data, sha)._vocab is not None  # parsed whole again
+        assert json.loads(cached.read_text())["version"] == FACTS_VERSION  # and cached anew
+
+
 def test_a_file_in_another_key_order_reads_the_same(family_dirs, tmp_path) -> None:
     """The reader stops before the merges when the file is laid out as tokenizers saves it;
     a file in another order (model first, merges before the vocabulary) is read whole."""

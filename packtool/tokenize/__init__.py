@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
+import functools
 import hashlib
 import itertools
 import json
@@ -53,6 +54,7 @@ from ..errors import TokenizerError
 from ..fs import AnyPath, as_path, is_url
 from ..tokenizer_file import SpecialTokens, TokenizerFile, resolve_special_tokens
 from .backend import ANCHOR, Backend, BackendSpec, Engine, Flat, first_line, made_once
+from .facts import read_tokenizer_file
 from .gate import GATE_CACHED, GATE_PASSED, gate_key, parity_gate, reference_backend, save_verdict
 from .hf import add_anchor, disable_truncation_and_padding, load_hf
 from .registry import AUTO, REFERENCE, candidates, choices, for_corpus, spec_of
@@ -135,7 +137,6 @@ class HFTokenizer:
         self.name = name
         self.directory = directory  # where tokenizer.json was found (chat_template.jinja)
         self.json_bytes = json_bytes
-        self.sha256 = hashlib.sha256(json_bytes).hexdigest()
         self.config = config or {}
         known = self.file.token_to_id(ANCHOR)  # a file saved from one of packtool's copies
         # The bound of the ids (every id is below it), and the id packtool's anchor gets.
@@ -169,6 +170,12 @@ class HFTokenizer:
             self._start(spec_of(backend))
         self.backend_choice = REFERENCE  # what load_tokenizer was asked for (prepare's choice)
         self.backend_reason: str | None = None  # why prepare chose it, when not asked for
+
+    @functools.cached_property
+    def sha256(self) -> str:
+        """The sha256 of the tokenizer.json (hex): computed once, when first asked for, or
+        given by the loader that has it already."""
+        return hashlib.sha256(self.json_bytes).hexdigest()
 
     def _start(self, backend: BackendSpec) -> concurrent.futures.Future[tuple[Engine | None, str]]:
         """Start loading ``backend``'s copy of this tokenizer in a thread (its Rust loader
@@ -273,10 +280,11 @@ class HFTokenizer:
     def id_to_token(self, tid: int) -> str | None:
         if not 0 <= tid < self.vocab_size:
             return None
-        if self._id_to_token is None:
-            table = {i: t for t, i in self.file.vocab.items()}
-            table.update((a.id, a.content) for a in self.file.added)
-            self._id_to_token = table
+        for added in reversed(self.file.added):  # an added token's first (as `tokenizers`)
+            if added.id == tid:
+                return added.content
+        if self._id_to_token is None:  # the vocabulary, parsed now if it was not
+            self._id_to_token = {i: t for t, i in self.file.vocab.items()}
         return self._id_to_token.get(int(tid))
 
     def describe(self) -> dict[str, Any]:
@@ -438,8 +446,9 @@ def _from_file(
     except Exception as e:  # a local OSError, or a store's own error types
         raise TokenizerError(f"{path}: cannot read: {getattr(e, 'strerror', None) or e}") from e
     tok = load_hf(data, str(path), as_is=True) if preload and backend == REFERENCE else None
+    sha256 = hashlib.sha256(data).hexdigest()
     try:
-        file = TokenizerFile.parse(data)
+        file = read_tokenizer_file(data, sha256, _names_of(config, overrides))
     except (ValueError, KeyError, TypeError, IndexError):
         # Not JSON that packtool reads: `tokenizers` says why (or reads it, and its own
         # serialization is then read instead).
@@ -456,8 +465,21 @@ def _from_file(
         file=file,
         **overrides,
     )
+    made.sha256 = sha256
     made.backend_choice = backend
     return made
+
+
+def _names_of(config: dict[str, Any], overrides: dict[str, str | None]) -> list[str]:
+    """The token strings a run may look up in the vocabulary, besides the usual names: those
+    ``tokenizer_config.json`` and the options name, and packtool's anchor."""
+    names = [ANCHOR, *(v for v in overrides.values() if v)]
+    for kind in ("eos", "bos", "pad", "unk"):
+        named = config.get(f"{kind}_token")
+        named = named.get("content") if isinstance(named, dict) else named
+        if isinstance(named, str):
+            names.append(named)
+    return names
 
 
 def _offline() -> bool:
