@@ -6,6 +6,7 @@ before: no source column, no notice."""
 
 from __future__ import annotations
 
+import io
 import json
 from pathlib import Path
 
@@ -134,5 +135,20 @@ def test_a_plain_bridge_export_is_unchanged(tmp_path: Path, plain: Path) -> None
     export(plain, tmp_path / "mb", to="megatron-bridge", npy=True)
     schema = pq.read_schema(tmp_path / "mb" / f"training_{L}.idx.parquet")
     assert schema.names == ["input_ids", "loss_mask", "seq_start_id"]
-    entries = np.load(tmp_path / "mb" / f"training_{L}.npy", allow_pickle=True)
+    npy = tmp_path / "mb" / f"training_{L}.npy"
+    entries = np.load(npy, allow_pickle=True)
     assert list(entries[0]) == ["input_ids", "loss_mask", "seq_start_id"]
+    # byte for byte the pickle of the entries as written before mixtures had source ids
+    rows = pq.read_table(tmp_path / "mb" / f"training_{L}.idx.parquet").to_pylist()
+    before = np.empty(len(rows), dtype=object)
+    before[:] = [
+        {
+            "input_ids": r["input_ids"],
+            "loss_mask": r["loss_mask"],
+            "seq_start_id": r["seq_start_id"],
+        }
+        for r in rows
+    ]
+    buffer = io.BytesIO()
+    np.save(buffer, before, allow_pickle=True)
+    assert npy.read_bytes() == buffer.getvalue()

@@ -224,11 +224,16 @@ def bridge_metadata(reader: PackedReader, index: SegmentIndex) -> dict[str, Any]
     }
 
 
+_NPY_KEYS = ("input_ids", "loss_mask", "seq_start_id", "source_ids")  # the last: a mixture's
+
+
 def _write_npy(path: Path, tables: list[pa.Table]) -> None:
     """The older format: a NumPy object array of dicts (a pickle), loaded whole by its
     readers (numpy.load with pickles allowed), so it is built whole here too."""
-    entries = [  # the keys in the columns' order (a mixture's: source_ids last)
-        {key: r[key] for key in table.column_names} for table in tables for r in table.to_pylist()
+    entries = [  # the keys as literals, so the pickle (its memo of them) is as before
+        {key: r[key] for key in _NPY_KEYS if key in r}
+        for table in tables
+        for r in table.to_pylist()
     ]
     array = np.empty(len(entries), dtype=object)
     array[:] = entries
