@@ -73,6 +73,7 @@ class Job(NamedTuple):
     # the job to run next on the same engine (its pool, its Ray instance), made from this
     # one's results, or None; the engine returns the results of the last job it ran
     then: Callable[[list[Any]], Job | None] | None = None
+    stage: str = "units"  # the progress stage its units are counted in (a mixture's measure)
 
 
 @dataclass
@@ -365,7 +366,7 @@ def _run_pending(
             parts = _plan_mixture(plan, out, options, mixtures, found, measured)
             return packing._replace(mixture=parts)
 
-        job = Job(plan, out, options, merge_options, None, 0, measuring, pack_parts)
+        job = Job(plan, out, options, merge_options, progress, 0, measuring, pack_parts, "measure")
     ran = run_engine(job)
     results.update({r.index: r for r in ran})
     return results

@@ -60,7 +60,7 @@ def _one(job: Job, unit: Unit, threads: int, done: int) -> Any:
                   (job.mixture or {}).get(unit.index))
     )  # fmt: skip
     if job.progress:
-        job.progress("units", job.already + done, job.already + len(job.units))
+        job.progress(job.stage, job.already + done, job.already + len(job.units))
     return result
 
 
@@ -79,7 +79,7 @@ def _in_pool(pool: ProcessPoolExecutor, job: Job, threads: int) -> list[Any]:
             for future in done:
                 results.append(unwrap(future.result()))
             if done and progress:
-                progress("units", already + len(results), total)
+                progress(job.stage, already + len(results), total)
     except BrokenProcessPool:
         raise UnitFailedError(
             "a worker process died while packing units (out of memory? try a smaller "

@@ -177,7 +177,7 @@ def _tasks(ray: Any, task: Any, job: Job, cpus: int, refs: list[Any]) -> list[An
                 )
             results.append(result)
         if done and progress:
-            progress("units", already + len(results), already + len(units))
+            progress(job.stage, already + len(results), already + len(units))
     return sorted(results, key=lambda r: r.index)
 
 
