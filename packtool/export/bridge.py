@@ -224,13 +224,14 @@ def bridge_metadata(reader: PackedReader, index: SegmentIndex) -> dict[str, Any]
     }
 
 
-_NPY_KEYS = ("input_ids", "loss_mask", "seq_start_id", "source_ids")  # the last: a mixture's
+_NPY_KEYS = tuple(bridge_schema(sources=True).names)  # the last: a mixture's; made once, so
+# every entry has the same key objects, and the pickle memoizes them as it always did
 
 
 def _write_npy(path: Path, tables: list[pa.Table]) -> None:
     """The older format: a NumPy object array of dicts (a pickle), loaded whole by its
     readers (numpy.load with pickles allowed), so it is built whole here too."""
-    entries = [  # the keys as literals, so the pickle (its memo of them) is as before
+    entries = [  # the keys in the columns' order; the same objects in every entry
         {key: r[key] for key in _NPY_KEYS if key in r}
         for table in tables
         for r in table.to_pylist()
