@@ -59,6 +59,20 @@ def test_units_give_the_documents_and_mixture_of_one_run(
     assert verify(out).ok, verify(out).problems
     # the measured tokens were packed, then their work stores removed
     assert not list((out / "units").glob(".*packtool-work*"))
+    # both rounds ran in one engine session: the units packed in the measures' processes
+    assert [i for i, _, _ in report.measured] == list(range(units))
+    assert {u.pid for u in report.units} <= {pid for _, pid, _ in report.measured}
+
+
+def test_the_command_line_packs_a_mixture_in_units(tmp_path: Path, sources, one_run) -> None:  # noqa: F811
+    out = tmp_path / "out"
+    args = ("--mix", "1,1,1", "--tokens", "300k", "-L", "256", "--units", "2", "-q")
+    result = run("pack", *[str(s) for s in sources], *args, "-o", out)
+    assert result.exit_code == 0, result.output
+    manifest, docs = segments(out)
+    assert docs == one_run[1]
+    paths = [s["path"] for s in manifest["mixture"]["sources"]]
+    assert paths == [str(s) for s in sources]
 
 
 def test_the_units_pack_the_tokens_they_measured(tmp_path: Path, sources, monkeypatch) -> None:  # noqa: F811
