@@ -377,7 +377,10 @@ _MAX_LENS = typer.Option(
 _BATCH_SIZE = typer.Option(
     "--batch-size", "-b", help="Batch size of the padded baselines it compares with."
 )
-_BASELINE_SEED = typer.Option(help="Seed of the random-batches and random-order baselines.")
+_BASELINE_SEED = typer.Option(
+    help="Seed of the random-batches and random-order baselines; with --mix, also of the "
+    "mixture's sample (as pack --seed)."
+)
 _RANKS = typer.Option(
     help="Packed output: the step imbalance across W data-parallel ranks, stored order against "
     "a random one [default: the world size the output records].",

@@ -37,8 +37,11 @@ __all__ = [
     "join_mixture",
     "parse_mix",
     "parse_token_total",
+    "pick_items",
     "plan_mixture",
     "plan_unit_mixtures",
+    "source_documents",
+    "take_source",
 ]
 
 _SUFFIXES = {"k": 10**3, "m": 10**6, "g": 10**9, "b": 10**9, "t": 10**12}
@@ -135,10 +138,65 @@ def plan_mixture(
                 f"{names[i]}: its share of --tokens {tokens:,} is {target:,} tokens, but it "
                 f"holds {total:,}: lower --tokens, or allow repeating documents (drop --no-repeat)"
             )
-        indices = _take(x, total, target, np.random.SeedSequence([seed, i, 0x4D1C]))
+        indices = take_source(x, target, seed=seed, index=i)
         taken = int(x[indices].sum())
         out.append(SourceTake(indices, target, total, taken, int(x.size)))
     return out
+
+
+def source_documents(
+    doc_id: np.ndarray, length: np.ndarray, ranges: Sequence[tuple[int, int]]
+) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """Each source's documents with items and the tokens each puts into rows: ``doc_id`` and
+    ``length`` are the items' (sorted by document, a document's items together), ``ranges``
+    each source's document numbers ``[first, end)``. Returns (ids, tokens) per source: what
+    :func:`plan_mixture` plans on, and what its indices index."""
+    ids_of, lengths_of = [], []
+    for first, end in ranges:
+        lo, hi = np.searchsorted(doc_id, [first, end], side="left")
+        ids, starts = np.unique(doc_id[lo:hi], return_index=True)
+        per_doc = np.add.reduceat(length[lo:hi].astype(np.int64), starts) if ids.size else ids
+        ids_of.append(ids)
+        lengths_of.append(np.asarray(per_doc, dtype=np.int64))
+    return ids_of, lengths_of
+
+
+def pick_items(
+    doc_id: np.ndarray, taken: Sequence[np.ndarray]
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The items of the documents each source gives (``taken``: per source, the document
+    numbers taken, repeats kept), in the order a mixture packs them: source by source,
+    document by document (its copies together), item by item. Returns (the index of each
+    item in ``doc_id``, sorted by document; its copy number: 0 for the first; its source)."""
+    picked, copies, source = [], [], []
+    for index, t in enumerate(taken):
+        t = np.sort(t, kind="stable")
+        copy = np.arange(t.size) - np.searchsorted(t, t, side="left")
+        lo = np.searchsorted(doc_id, t, side="left")
+        hi = np.searchsorted(doc_id, t, side="right")
+        n = hi - lo
+        at = np.repeat(lo - np.concatenate([[0], np.cumsum(n)[:-1]]), n) + np.arange(n.sum())
+        picked.append(at)
+        copies.append(np.repeat(copy, n))
+        source.append(np.full(at.size, index, np.int64))
+    if not picked:
+        empty = np.zeros(0, np.int64)
+        return empty, empty, empty
+    return (
+        np.concatenate(picked).astype(np.int64),
+        np.concatenate(copies).astype(np.int64),
+        np.concatenate(source),
+    )
+
+
+def take_source(lengths: np.ndarray, target: int, *, seed: int, index: int) -> np.ndarray:
+    """The documents (indices into ``lengths``, sorted, repeats kept) that source ``index`` of
+    a mixture seeded ``seed`` gives for ``target`` tokens: what :func:`plan_mixture` takes
+    of it (``verify --against`` plans a source again from its re-read documents)."""
+    x = np.asarray(lengths, dtype=np.int64)
+    if int(x.sum()) == 0:  # nothing to take (plan_mixture refuses such a source)
+        return np.zeros(0, np.int64)
+    return _take(x, int(x.sum()), target, np.random.SeedSequence([seed, index, 0x4D1C]))
 
 
 def _take(lengths: np.ndarray, total: int, target: int, seq: np.random.SeedSequence) -> np.ndarray:

@@ -336,14 +336,16 @@ class PackOptions:
         None, ROWS, "Each input's share of the output's tokens, in input order (e.g. "
         "0.5,0.3,0.2): a larger source is sampled, a smaller one repeated, by whole documents "
         "(docs/mixtures.md).", cli="str", show_default=False,
+        corpus="The rows pack --mix would make (same weights, --tokens, --no-repeat, --seed), "
+        "with each source's part (docs/mixtures.md).",
     )  # fmt: skip
     tokens: str | int | None = opt(
         None, ROWS, "With --mix: the output's tokens (e.g. 500M, 2G) [default: the most that "
-        "need no document repeated].", cli="str", show_default=False,
+        "need no document repeated].", cli="str", show_default=False, corpus=True,
     )  # fmt: skip
     repeat: bool = opt(
         True, ROWS, "With --mix: a source smaller than its share is repeated by whole documents "
-        "(--no-repeat: an error instead).", flags=("--repeat/--no-repeat",),
+        "(--no-repeat: an error instead).", flags=("--repeat/--no-repeat",), corpus=True,
     )  # fmt: skip
     # How rows are laid out (the fields of ``layout``, checked by that record)
     shuffle: bool = opt(

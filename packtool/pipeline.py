@@ -43,7 +43,16 @@ from .format import (
 from .fs import AnyPath, StorePath, as_path
 from .gather import gather_rows, warm_up_gather
 from .instruct import InputPlan
-from .mixture import MixtureMeasure, Source, SourceTake, UnitMixture, parse_mix, plan_mixture
+from .mixture import (
+    MixtureMeasure,
+    Source,
+    SourceTake,
+    UnitMixture,
+    parse_mix,
+    pick_items,
+    plan_mixture,
+    source_documents,
+)
 from .options import PackOptions
 from .order import attention_costs, row_sums, stored_order
 from .packing import (
@@ -535,17 +544,12 @@ def _source_documents(
     assert run.sources is not None
     doc_id = items["doc_id"].astype(np.int64)
     records = state.input_records
-    lengths, docs, read = [], [], []
+    read = []
     for src in run.sources:
         first = records[src.first_file]["first_doc"] if src.first_file < len(records) else 0
         end = sum(r["documents"] for r in records[src.first_file : src.end_file]) + first
-        lo, hi = np.searchsorted(doc_id, [first, end], side="left")
-        ids, starts = np.unique(doc_id[lo:hi], return_index=True)
-        length = items["length"][lo:hi].astype(np.int64)
-        per_doc = np.add.reduceat(length, starts) if ids.size else ids
-        lengths.append(per_doc)
-        docs.append(ids)
-        read.append((first, end))
+        read.append((int(first), int(end)))
+    docs, lengths = source_documents(doc_id, items["length"], read)
     return doc_id, lengths, docs, read
 
 
@@ -586,18 +590,7 @@ def _mix_stage(
             at = np.searchsorted(ids, t).astype(np.int64)
             plan.append(SourceTake(at, target, int(x.sum()), int(x[at].sum()), int(x.size)))
     taken = [ids[take.indices] for ids, take in zip(docs, plan, strict=True)]
-    picked, copies, source = [], [], []
-    for index, t in enumerate(taken):
-        t = np.sort(t, kind="stable")
-        copy = np.arange(t.size) - np.searchsorted(t, t, side="left")
-        lo = np.searchsorted(doc_id, t, side="left")
-        hi = np.searchsorted(doc_id, t, side="right")
-        n = hi - lo
-        at = np.repeat(lo - np.concatenate([[0], np.cumsum(n)[:-1]]), n) + np.arange(n.sum())
-        picked.append(at)
-        copies.append(np.repeat(copy, n))
-        source.append(np.full(at.size, index, np.int64))
-    at, copy_of_item = np.concatenate(picked), np.concatenate(copies)
+    at, copy_of_item, source = pick_items(doc_id, taken)
     learned = _learned_of(store, items, at) if run.plan.labelled else None
     out = items[at].copy()
     out["doc_id"] = out["doc_id"] + copy_of_item * stride
@@ -626,7 +619,7 @@ def _mix_stage(
             for i, (src, take) in enumerate(zip(run.sources, plan, strict=True))
         ],
     }
-    return out, np.concatenate(source).astype(np.int32), record
+    return out, source.astype(np.int32), record
 
 
 def _learned_of(store: TokenStore, items: np.ndarray, taken: np.ndarray) -> int:

@@ -33,6 +33,8 @@ This module computes; it never prints. The CLI renders the dataclasses with rich
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import itertools
 import json
 import os
 import time
@@ -55,11 +57,13 @@ from .format import (
     Manifest,
     MixtureRecord,
     Per,
+    SourceRecord,
     column_names,
     open_packed,
 )
 from .fs import StorePath, as_path, user_cache_dir
 from .limits import MAX_BATCH_SIZE, MAX_LEN_LIMIT, MAX_SEED, check_int, read_token_count
+from .mixture import parse_mix, pick_items, plan_mixture, source_documents
 from .options import PackOptions
 from .order import attention_costs, balanced_share, rank_share, step_imbalance, step_loads
 from .packing import (
@@ -255,6 +259,7 @@ class PackingStats:
     comparison: dict[str, Batching]
     outcome: Counts  # what became of the documents read, and their tokens (as pack counts)
     alignment: AlignmentStats | None = None  # what --pad-to-multiple-of costs (corpus mode)
+    sources: list[SourceStats] | None = None  # corpus mode with --mix: each source's part
 
     @property
     def rows_over_lower_bound(self) -> int:
@@ -327,6 +332,7 @@ class PackingStats:
             "comparison": {k: b.to_dict() for k, b in self.comparison.items()},
             "outcome": self.outcome.to_record(),
             **({"alignment": self.alignment.to_dict()} if self.alignment is not None else {}),
+            **({"sources": [s.to_dict() for s in self.sources]} if self.sources else {}),
         }
 
 
@@ -1084,6 +1090,7 @@ class _LengthsSink:
         self.lengths: list[np.ndarray] = []
         self.runs: list[np.ndarray] = []
         self.documents = 0
+        self.batches: list[tuple[int, int]] = []  # (first doc id, documents) of each batch
 
     def add(self, encoded: EncodedBatch, doc_ids: np.ndarray) -> Counts:
         lengths = np.where(encoded.empty, 0, encoded.lengths).astype(np.int64)
@@ -1091,6 +1098,8 @@ class _LengthsSink:
             self.runs.append(_learned_runs(encoded, self.documents))
         self.lengths.append(lengths)
         self.documents += lengths.size
+        if doc_ids is not None and doc_ids.size:  # a batch is of one input: counted by input
+            self.batches.append((int(doc_ids[0]), int(lengths.size)))
         return Counts(DocumentCounts(read=int(lengths.size)))
 
     def checkpoint_due(self) -> bool:
@@ -1102,6 +1111,12 @@ class _LengthsSink:
     def tokenized(self, state: ReadState, labelled: bool) -> _Tokenized:
         """What was kept, with what the loop counted (``state``)."""
         runs = np.concatenate(self.runs, axis=1) if self.runs else np.zeros((3, 0), np.int64)
+        # the documents each input gave, bad records apart (batches are in reading order)
+        first = np.array([b[0] for b in self.batches], np.int64)
+        done = np.concatenate([[0], np.cumsum([b[1] for b in self.batches], dtype=np.int64)])
+        starts = np.array([r["first_doc"] for r in state.input_records], np.int64)
+        ends = starts + np.array([r["documents"] for r in state.input_records], np.int64)
+        per_file = done[np.searchsorted(first, ends)] - done[np.searchsorted(first, starts)]
         return _Tokenized(
             np.concatenate(self.lengths) if self.lengths else np.zeros(0, np.int64),
             runs if labelled else None,
@@ -1109,6 +1124,7 @@ class _LengthsSink:
             state.bad_records,
             state.special_strings,
             state.backend,
+            tuple(int(n) for n in per_file),
         )
 
 
@@ -1145,22 +1161,48 @@ class _Tokenized:
     bad_records: list[str]
     special_strings: int = 0  # documents whose data held special-token strings
     backend: dict[str, Any] | None = None  # the engine that encoded them (not cached)
+    # The documents (entries of ``lengths``) of each input file, in order; None: not known
+    # (a cache entry written before they were kept), which a mixture needs.
+    file_documents: tuple[int, ...] | None = None
 
     def cut(self, max_len: int, overflow: Overflow) -> tuple[np.ndarray, Counts, int]:
         """The segments (in input order) ``pack`` cuts at ``max_len`` (the pipeline's own
         cut), their counts, and the documents with a segment in the rows."""
+        items = self.items(max_len, overflow)
+        return items.length, items.counts, items.in_rows
+
+    def items(self, max_len: int, overflow: Overflow, *, learned: bool = False) -> _Items:
+        """The items ``pack`` stores at ``max_len`` (the pipeline's own cut), in input order:
+        each one's document (its index in ``lengths``) and tokens; with ``learned``, its
+        learned tokens too (documents with labels)."""
+        docs: list[np.ndarray] = []
         items: list[np.ndarray] = []
+        learned_of: list[np.ndarray] = []
         counts = Counts().add_documents(self.bad_records_skipped, self.bad_records_skipped)
         in_rows = 0
         for lo, hi in self._blocks():
             lengths = self.lengths[lo:hi]
-            doc, _, item_len, c, _ = cut_items(
+            doc, chunk, item_len, c, labels = cut_items(
                 lengths, lengths == 0, self._labels(lo, hi), max_len, overflow, ignore=IGNORE_INDEX
             )
+            docs.append(doc.astype(np.int64) + lo)
             items.append(item_len.astype(np.int64))
+            if learned and labels is not None:  # the learned tokens of each item's span
+                ends = np.concatenate([[0], np.cumsum(labels != IGNORE_INDEX)])
+                start = (np.cumsum(lengths) - lengths)[doc] + chunk.astype(np.int64) * max_len
+                learned_of.append(ends[start + item_len] - ends[start])
             counts += c
             in_rows += int(np.unique(doc).size)
-        return (np.concatenate(items) if items else np.zeros(0, np.int64)), counts, in_rows
+        empty = np.zeros(0, np.int64)
+        return _Items(
+            np.concatenate(docs) if docs else empty,
+            np.concatenate(items) if items else empty,
+            counts,
+            in_rows,
+            (np.concatenate(learned_of) if learned_of else empty)
+            if self.runs is not None and learned
+            else None,
+        )
 
     def _blocks(self) -> list[tuple[int, int]]:
         """Documents in blocks of about ``_LABELS_BLOCK`` tokens (one block without labels:
@@ -1192,6 +1234,17 @@ class _Tokenized:
 _LABELS_BLOCK = 1 << 24  # tokens whose labels are made at a time, to cut documents with labels
 
 
+@dataclass(frozen=True)
+class _Items:
+    """The items of a corpus cut at one ``max_len`` (:meth:`_Tokenized.items`)."""
+
+    doc: np.ndarray  # each item's document (index in the corpus' lengths), ascending
+    length: np.ndarray  # its tokens
+    counts: Counts  # what became of the documents read
+    in_rows: int  # documents with an item
+    learned: np.ndarray | None = None  # its learned tokens (documents with labels, if asked)
+
+
 def _load_cached(directory: Path, key: str) -> _Tokenized | None:
     try:
         meta = json.loads((directory / f"{key}.json").read_text(encoding="utf-8"))
@@ -1206,12 +1259,16 @@ def _load_cached(directory: Path, key: str) -> _Tokenized | None:
         or (runs is not None and (runs.ndim != 2 or runs.shape[0] != 3))
     ):
         return None
+    per_file = meta.get("file_documents")
+    if not isinstance(per_file, list) or sum(per_file) != int(lengths.size):
+        per_file = None  # written before the inputs' documents were kept
     return _Tokenized(
         lengths.astype(np.int64, copy=False),
         None if runs is None else runs.astype(np.int64, copy=False),
         int(meta.get("bad_records_skipped", 0)),
         list(meta.get("bad_records", [])),
         int(meta.get("special_strings", 0)),
+        file_documents=None if per_file is None else tuple(int(n) for n in per_file),
     )
 
 
@@ -1236,6 +1293,7 @@ def _store_cached(directory: Path, key: str, data: _Tokenized, describe: dict[st
         "bad_records_skipped": data.bad_records_skipped,
         "bad_records": data.bad_records,
         "special_strings": data.special_strings,
+        **({"file_documents": list(data.file_documents)} if data.file_documents else {}),
         **describe,
     }
     meta_tmp = directory / f"{key}.json{tmp}"
@@ -1244,17 +1302,25 @@ def _store_cached(directory: Path, key: str, data: _Tokenized, describe: dict[st
 
 
 def _lengths_of(
-    prepared: Prepared, directory: Path | None, progress: ProgressCallback | None
+    prepared: Prepared,
+    directory: Path | None,
+    progress: ProgressCallback | None,
+    per_file: bool = False,
 ) -> tuple[_Tokenized, bool, str]:
     """What the corpus loop keeps of a corpus: from the cache in ``directory`` (``None``: no
     cache) when it holds these inputs read and encoded this way, else read and encoded by
     the pipeline's own loop (:func:`packtool.corpus.read_corpus`, with a lengths-only sink)
     and cached. Returns them, whether they came from the cache, and the cache key (the
-    prepare stage's fingerprint, as ``pack --resume``'s)."""
+    prepare stage's fingerprint, as ``pack --resume``'s). ``per_file``: the documents of
+    each input are needed (a mixture), so a cache entry that lacks them is read again."""
     files, o, plan, tok = prepared.files, prepared.options, prepared.plan, prepared.tokenizer
-    reading = {k: v for k, v in o.rows_key().items() if k not in ("max_len", "overflow", "pad_id")}
+    plain = o.replace(mix=None, tokens=None, repeat=True)  # a mixture reads as a plain run
+    skip = ("max_len", "overflow", "pad_id")
+    reading = {k: v for k, v in plain.rows_key().items() if k not in skip}
     key = fingerprint_of(files, tok, _CACHE_FORMAT, __version__, reading, plan.describe())[:32]
     data = _load_cached(directory, key) if directory is not None else None
+    if data is not None and per_file and data.file_documents is None:
+        data = None
     if data is not None:
         if progress:
             total = sum(f.size_bytes for f in files)
@@ -1295,6 +1361,90 @@ def _stats_at(
     return replace(stats, alignment=alignment)
 
 
+@dataclass(frozen=True)
+class _Mixture:
+    """``stats CORPUS --mix``: the sources (one per input argument) and how ``pack --mix``
+    would plan them."""
+
+    names: list[str]  # the input arguments, as given
+    weights: tuple[float, ...]
+    files: list[int]  # the files each resolves to
+    tokens: int | None  # --tokens
+    repeat: bool
+    seed: int
+    paths: list[Any]  # the files, for "nothing to pack"
+
+    def ranges(self, per_file: Sequence[int]) -> list[tuple[int, int]]:
+        """Each source's documents (entries of the corpus' lengths): ``[first, end)``."""
+        ends = np.cumsum([0, *per_file])
+        bounds = np.cumsum([0, *self.files])
+        return [(int(ends[a]), int(ends[b])) for a, b in itertools.pairwise(bounds)]
+
+
+def _mixture_at(
+    data: _Tokenized,
+    max_len: int,
+    overflow: Overflow,
+    batching: tuple[int, int],
+    multiple: int,
+    mix: _Mixture,
+) -> PackingStats:
+    """:func:`_stats_at` of the rows ``pack --mix`` makes: the same plan
+    (:func:`~packtool.mixture.plan_mixture` over the same documents' tokens, same seed), its
+    items in the order ``pack`` packs them, the same first-fit-decreasing; with each source's
+    part (:class:`SourceStats`, as ``stats OUT`` reports it)."""
+    assert data.file_documents is not None
+    cut = data.items(max_len, overflow, learned=data.runs is not None)
+    if cut.length.size == 0:  # where pack stops, before any plan
+        labels = cut.counts.labels
+        without = labels.documents_without_labels if labels else 0
+        raise cut.counts.documents.nothing_to_pack(mix.paths, without, data.bad_records)
+    ids, lengths = source_documents(cut.doc, cut.length, mix.ranges(data.file_documents))
+    plan = plan_mixture(
+        lengths, mix.weights, mix.tokens, seed=mix.seed, repeat=mix.repeat, names=mix.names
+    )
+    at, copy, source = pick_items(cut.doc, [i[t.indices] for i, t in zip(ids, plan, strict=True)])
+    segments = cut.length[at]
+    spans = aligned_lengths(segments, multiple)
+    row_of = first_fit_decreasing(spans, max_len)
+    n_rows = int(row_of.max()) + 1 if row_of.size else 0
+    fill = np.bincount(row_of, weights=segments, minlength=n_rows).astype(np.int64)
+    per_row = np.bincount(row_of, minlength=n_rows).astype(np.int64)
+    # each copy a document of its own, numbered as pack numbers them (d + copy * stride)
+    doc = cut.doc[at] + copy * max(1, int(data.lengths.size))
+    tokens = dataclasses.replace(
+        cut.counts.tokens,
+        packed=int(segments.sum()),
+        learned=None if cut.learned is None else int(cut.learned[at].sum()),
+    )
+    outcome = dataclasses.replace(cut.counts, tokens=tokens)
+    documents = int(sum(t.documents_taken for t in plan))
+    in_order = np.argsort(doc, kind="stable")  # by document (copies after), then chunk
+    stats = _packing_stats(
+        segments[in_order], (fill, per_row), documents, outcome, max_len, batching
+    )
+    total = sum(mix.weights)
+    record = MixtureRecord(
+        sources=tuple(
+            SourceRecord(
+                index=i, path=name, weight=w, share=round(w / total, 6), epochs=take.epochs
+            )
+            for i, (name, w, take) in enumerate(zip(mix.names, mix.weights, plan, strict=True))
+        )
+    )
+    by_row = np.argsort(row_of, kind="stable")
+    sources = _source_stats(
+        record, source[by_row], doc[by_row], segments[by_row], fill, per_row, max_len
+    )
+    alignment = None
+    if multiple > 1:
+        plain = first_fit_decreasing(segments, max_len)
+        rows_plain = int(plain.max()) + 1 if plain.size else 0
+        pad = int((spans - segments).sum())
+        alignment = AlignmentStats(multiple, pad, n_rows * max_len, n_rows, rows_plain)
+    return replace(stats, alignment=alignment, sources=sources)
+
+
 def corpus_stats(
     inputs: Sequence[str | os.PathLike[str]],
     max_lens: Sequence[int] | str,
@@ -1332,24 +1482,40 @@ def corpus_stats(
     lens_wanted = parse_max_lens(max_lens)
     _check_batching(batch_size, seed)
     skipped: list[Path] = []
-    files = resolve_inputs(inputs, skipped=skipped)
+    mix = None
+    if o.mix is not None:  # each input argument a source, resolved as pack resolves it
+        weights = parse_mix(o.mix, len(inputs))
+        found = [resolve_inputs([spec], skipped=skipped) for spec in inputs]
+        files = [f for group in found for f in group]
+        repeat, tokens = o.repeat, o.tokens
+        mix = _Mixture([str(i) for i in inputs], weights, [len(g) for g in found],
+                       tokens if isinstance(tokens, int) else None, repeat, seed,
+                       [f.path for f in files])  # fmt: skip
+    else:
+        files = resolve_inputs(inputs, skipped=skipped)
     # The prepare stage's choices (shape, tokenizer, plan), as pack makes them; nothing is
     # loaded until a document is encoded: cached lengths need no engine.
     prepared = prepare(files, o, preload=False)
     o, tok, plan = prepared.options, prepared.tokenizer, prepared.plan
     set_tokenizer_threads(o.num_proc)
     directory = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
-    data, hit, key = _lengths_of(prepared, directory / "lengths" if use_cache else None, progress)
+    cache = directory / "lengths" if use_cache else None
+    data, hit, key = _lengths_of(prepared, cache, progress, per_file=mix is not None)
     for max_len in lens_wanted:  # each a multiple of --pad-to-multiple-of, as pack checks
         o.replace(max_len=max_len)
     batching, multiple = (batch_size, seed), o.alignment
-    results = [_stats_at(data, m, plan.overflow, batching, multiple) for m in lens_wanted]
-    documents = results[0].outcome.documents
-    if documents.empty + documents.bad_records_skipped == documents.read:
-        labels = results[0].outcome.labels
-        raise documents.nothing_to_pack(
-            [f.path for f in files], labels.documents_without_labels if labels else 0
-        )
+    if mix is None:
+        results = [_stats_at(data, m, plan.overflow, batching, multiple) for m in lens_wanted]
+        documents = results[0].outcome.documents
+        if documents.empty + documents.bad_records_skipped == documents.read:
+            labels = results[0].outcome.labels
+            raise documents.nothing_to_pack(
+                [f.path for f in files], labels.documents_without_labels if labels else 0
+            )
+    else:  # the rows pack --mix would make at each max-len (its errors, pack's)
+        results = [_mixture_at(data, m, plan.overflow, batching, multiple, mix)
+                   for m in lens_wanted]  # fmt: skip
+        documents = results[0].outcome.documents
     lengths = data.lengths
     ids = plan.read_ids is not None  # pre-tokenized: no engine encodes them
     backend = None if ids else encoder_backend(plan)

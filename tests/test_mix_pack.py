@@ -278,14 +278,6 @@ def test_the_training_example_logs_the_loss_of_each_source(
     assert all(abs(float(x) - math.log(8192)) < 1.5 for _, x in losses)
 
 
-def test_verify_against_refuses_a_mixture_in_one_line(tmp_path: Path, sources) -> None:
-    out = tmp_path / "against"
-    assert run("pack", *sources, "--mix", "1,1,1", "-L", "256", "-o", out, "-q").exit_code == 0
-    assert_one_line_error(
-        run("verify", out, "--against", *sources), r"--against does not check a mixture"
-    )
-
-
 def test_the_worked_example_of_docs_mixtures_prints_what_it_shows(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -186,10 +186,10 @@ def render_dataset_stats(s: DatasetStats) -> RenderableType:
     return Group(*parts)
 
 
-def sources_table(sources: list[Any]) -> Table:
+def sources_table(sources: list[Any], title: str = "Sources (pack --mix)") -> Table:
     """A mixture's sources in the rows: tokens, share (and the weight's), documents (copies
     counted), segments, padding (each row's, shared by its tokens), epochs."""
-    table = Table(title="Sources (pack --mix)", title_justify="left", box=None, padding=(0, 1))
+    table = Table(title=title, title_justify="left", box=None, padding=(0, 1))
     table.add_column("#", justify="right")
     table.add_column("source", justify="left", overflow="fold")
     for name in ("tokens", "share", "target", "documents", "segments", "padding", "epochs"):
@@ -252,8 +252,9 @@ def render_corpus_stats(s: CorpusStats) -> RenderableType:
         (clean(inputs), "bold"),
         f"  tokenizer {clean(s.tokenizer)} · {s.documents_read:,} documents read ({source})",
     )
+    mixed = any(p.sources is not None for p in s.results)
     summary = Table(
-        title="Packing at each max_len",
+        title="Packing at each max_len" + (" (the rows pack --mix would make)" if mixed else ""),
         title_justify="left",
         box=box.SIMPLE_HEAD,
         pad_edge=False,
@@ -315,6 +316,10 @@ def render_corpus_stats(s: CorpusStats) -> RenderableType:
         Text(""),
         comparison_table(s.results, _title(s.results[0])),
     ]
+    for p in s.results:  # --mix: the rows pack --mix would make, by source
+        if p.sources is not None:
+            title = f"Sources at max_len {p.max_len:,} (as pack --mix would take them)"
+            parts += [Text(""), sources_table(p.sources, title)]
     return Group(*parts)
 
 

@@ -6,6 +6,7 @@ manifest's."""
 
 from __future__ import annotations
 
+import itertools
 import os
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -23,10 +24,12 @@ from ..format import (
     ChatTemplateRecord,
     Counts,
     Manifest,
+    MixtureRecord,
     PackedReader,
 )
 from ..fs import AnyPath, is_url
 from ..instruct import InputPlan, InstructEncoder
+from ..mixture import take_source
 from ..options import RECORDED_ROWS, PackOptions
 from ..packing import Overflow, cut_items
 from ..prepare import choose_tokenizer, prepare
@@ -210,17 +213,15 @@ def prepare_against(
     if reference not in REFERENCES:
         raise OptionError(f"--reference must be one of {', '.join(REFERENCES)}; got {reference!r}")
     manifest = reader.manifest
-    if manifest.mixture is not None:
-        raise OptionError(
-            "--against does not check a mixture (pack --mix) yet: verify without it checks "
-            "each source's documents, tokens and source ids against the manifest"
-        )
     options = _recorded_options(reader, parse_special, chat_template)
-    if not inputs:
-        inputs = [i.path for i in manifest.inputs]
+    if manifest.mixture is not None:
+        files = _mixture_files(manifest, manifest.mixture, inputs)
+    else:
         if not inputs:
-            raise OptionError("--against: no inputs given and none recorded in the manifest")
-    files = resolve_inputs(inputs)
+            inputs = [i.path for i in manifest.inputs]
+            if not inputs:
+                raise OptionError("--against: no inputs given and none recorded in the manifest")
+        files = resolve_inputs(inputs)
     input_plan = against_input_plan(reader, files, options, tokenizer, problems)
     instruct = isinstance(input_plan.encoder, InstructEncoder)
     encoder = input_plan if instruct else input_plan.encoder
@@ -243,6 +244,51 @@ def prepare_against(
     labelled = labelled and reader.has_labels
     overflow = Overflow(options.overflow)
     return AgainstPlan(files, options, overflow, encoder, input_plan.read, labelled)
+
+
+def _mixture_files(
+    manifest: Manifest, mixture: MixtureRecord, inputs: Sequence[str | os.PathLike[str]]
+) -> list[InputFile]:
+    """The files of a mixture's sources, from ``inputs``: one per source, in the order of
+    the sources (none given: the sources as packed). Each input's files are checked, by name
+    and size, against those its source was packed from, before any document is read: a
+    source given in another's place, or left out, is refused in one line (its documents
+    would be numbered as another source's)."""
+    sources = mixture.sources
+    order = " ".join(s.path for s in sources)
+    if not inputs:
+        inputs = [s.path for s in sources]
+    if len(inputs) != len(sources):
+        raise OptionError(
+            f"--against: {len(inputs)} input{'s' if len(inputs) != 1 else ''} given for a "
+            f"mixture of {len(sources)} sources: give each source, in the order they were "
+            f"packed: {order}"
+        )
+    recorded = list(manifest.inputs)
+    bounds = np.cumsum([0, *(s.files for s in sources)]).tolist()
+    packed = [
+        [(Path(str(r.path)).name, r.size_bytes) for r in recorded[a:b]]
+        for a, b in itertools.pairwise(bounds)
+    ]
+    found = [resolve_inputs([spec]) for spec in inputs]
+    for i, (spec, group) in enumerate(zip(inputs, found, strict=True)):
+        given = [(Path(str(f.path)).name, f.size_bytes) for f in group]
+        if given == packed[i]:
+            continue
+        other = next((j for j, p in enumerate(packed) if p == given and j != i), None)
+        if other is not None:
+            raise OptionError(
+                f"--against: {spec} is source {other} of the mixture ({sources[other].path}), "
+                f"given in the place of source {i} ({sources[i].path}): give the sources in "
+                f"the order they were packed: {order}"
+            )
+        if len(group) != sources[i].files:
+            raise OptionError(
+                f"--against: {spec} gives {len(group)} file{'s' if len(group) != 1 else ''}, "
+                f"source {i} ({sources[i].path}) was packed from {sources[i].files}: give "
+                f"the sources in the order they were packed: {order}"
+            )
+    return [f for group in found for f in group]
 
 
 def against_input_plan(
@@ -309,6 +355,8 @@ def check_against(
     compared = 0
     total_bytes = sum(f.size_bytes for f in files)
     bytes_before = 0
+    mixture, seed = reader.manifest.mixture, reader.manifest.recorded_options.seed or 0
+    mix = None if mixture is None else _MixtureCheck(mixture, seed)
     for inp in files:
         for batch in plan.read(
             inp,
@@ -319,11 +367,18 @@ def check_against(
             first = counts.documents.read
             expected, c = _expect_batch(batch, first, plan, reader.max_len, labelled)
             counts += c
-            compared += _compare_batch(reader, plan, digests, expected, len(batch.records),
-                                       where, problems)  # fmt: skip
+            n = len(batch.records)
+            if mix is None:
+                compared += _compare_batch(reader, plan, digests, expected, n, where, problems)
+            else:
+                compared += mix.compare(reader, plan, digests, expected, n, where, problems)
             if progress:
                 progress("against", bytes_before + batch.bytes_done, total_bytes)
         bytes_before += inp.size_bytes
+        if mix is not None:
+            mix.file_ends.append(counts.documents.read)
+    if mix is not None:
+        mix.check_plan(digests, problems)
     _compare_counts(reader.manifest, digests, counts, problems)
     record = counts.to_record()
     return AgainstReport(
@@ -385,6 +440,125 @@ def _compare_batch(
     return int(np.count_nonzero((expected.length[:w] > 0) | (digests.length[lo:hi] > 0)))
 
 
+class _MixtureCheck:
+    """``--against`` of a mixture: every document the rows hold (each copy under its doc id
+    ``d + c * doc_id_stride``) against the tokens document ``d`` of its source gives now;
+    then, for each source whose documents all matched, the documents it took against those
+    its plan takes from the re-read documents' tokens (:func:`~packtool.mixture.take_source`,
+    the recorded seed and target): the sample is the seeded one."""
+
+    def __init__(self, mixture: MixtureRecord, seed: int) -> None:
+        self.mixture = mixture
+        self.seed = seed
+        self.stride = max(1, mixture.doc_id_stride)
+        self.lengths: list[np.ndarray] = []  # each re-read document's tokens, batch by batch
+        self.file_ends: list[int] = []  # the documents re-read at the end of each input
+        self.differ: set[int] = set()  # the sources with a document that differs
+
+    def source_of(self, doc: int) -> Any:
+        return next((s for s in self.mixture.sources if s.first_doc <= doc < s.first_doc
+                     + s.documents_read), None)  # fmt: skip
+
+    def compare(
+        self,
+        reader: PackedReader,
+        plan: AgainstPlan,
+        digests: Digests,
+        expected: Any,
+        n_records: int,
+        where: _DocumentRows,
+        problems: Problems,
+    ) -> int:
+        """Compare the copies of one batch's documents in the rows with the re-read ones;
+        returns how many were compared (the copies in the rows)."""
+        self.lengths.append(expected.length[:n_records])
+        lo, hi = expected.first, min(expected.first + n_records, self.stride)
+        if hi <= lo:
+            return 0
+        compared = 0
+        for copy in range(max(1, self.mixture.copies)):
+            a = lo + copy * self.stride
+            b = min(hi + copy * self.stride, digests.length.size)
+            if b <= a:
+                break
+            w = b - a
+            present = digests.length[a:b] > 0  # copies not taken are not in the rows
+            wrong = (
+                (digests.length[a:b] != expected.length[:w])
+                | (digests.lane0[a:b] != expected.lane0[:w])
+                | (digests.lane1[a:b] != expected.lane1[:w])
+            )
+            if digests.label0 is not None and expected.label0 is not None:
+                wrong |= digests.label0[a:b] != expected.label0[:w]
+                wrong |= digests.label1[a:b] != expected.label1[:w]  # type: ignore[index]
+            bad = np.flatnonzero(present & wrong)
+            problems.count("against", int(bad.size))
+            for i in bad.tolist():
+                src = self.source_of(lo + i)
+                self.differ.add(-1 if src is None else src.index)
+            for i in bad[: problems.room()].tolist():
+                doc_id = a + i
+                rows_of = where.of(doc_id)
+                src = self.source_of(lo + i)
+                name = "no source" if src is None else f"source {src.index} ({src.path})"
+                copy_of = f"; copy {copy}, doc id {doc_id}" if copy else ""
+                problems.keep(
+                    "against",
+                    f"{name}: "
+                    + _describe_mismatch(reader, lo + i, rows_of, expected.tokens(i),
+                                         plan.overflow, doc_id=doc_id, copy=copy_of),
+                    None,
+                    int(rows_of.min()) if rows_of.size else None,
+                )  # fmt: skip
+            compared += int(np.count_nonzero(present))
+        return compared
+
+    def check_plan(self, digests: Digests, problems: Problems) -> None:
+        """Each source's documents in the rows (copies counted) against those its plan takes
+        from the re-read documents (for the sources whose documents all matched)."""
+        in_rows = np.flatnonzero(digests.length > 0)
+        packed = np.concatenate(self.lengths) if self.lengths else np.zeros(0, np.int64)
+        ends = [0, *self.file_ends]
+        bounds = np.cumsum([0, *(s.files for s in self.mixture.sources)]).tolist()
+        for src, (first_file, end_file) in zip(
+            self.mixture.sources, itertools.pairwise(bounds), strict=True
+        ):
+            if src.index in self.differ or -1 in self.differ or end_file >= len(ends):
+                continue
+            start, end = ends[first_file], ends[end_file]  # its documents, re-read
+            ids = np.flatnonzero(packed[start:end] > 0) + start
+            take = take_source(packed[ids], src.target_tokens, seed=self.seed,
+                               index=src.index)  # fmt: skip
+            lo, hi = src.first_doc, src.first_doc + src.documents_read
+            want = ids[take]
+            copy = np.arange(want.size) - np.searchsorted(want, want, side="left")
+            want = np.sort(want + copy * self.stride)
+            read_doc = in_rows % self.stride
+            have = in_rows[(read_doc >= lo) & (read_doc < hi)]
+            if np.array_equal(want, have):
+                continue
+            extra = np.setdiff1d(have, want)
+            missing = np.setdiff1d(want, have)
+            said = []
+            if extra.size:
+                said.append(f"{extra.size} in the rows that it does not take (the first: "
+                            f"{_doc_name(int(extra[0]), self.stride)})")  # fmt: skip
+            if missing.size:
+                said.append(f"{missing.size} it takes missing from the rows (the first: "
+                            f"{_doc_name(int(missing[0]), self.stride)})")  # fmt: skip
+            problems.add(
+                "against",
+                f"source {src.index} ({src.path}): its documents in the rows are not those "
+                f"its plan takes from the re-read inputs (seed {self.seed}, "
+                f"{src.target_tokens:,} tokens): " + "; ".join(said),
+            )
+
+
+def _doc_name(doc_id: int, stride: int) -> str:
+    copy = doc_id // stride
+    return f"document {doc_id % stride}" + (f" copy {copy} (doc id {doc_id})" if copy else "")
+
+
 _DIFFER = {
     "documents": "the inputs give {} documents {}, the manifest says {}",
     "labels": "the inputs give {} {}, the manifest says {}",
@@ -398,12 +572,19 @@ def _compare_counts(
     """The inputs' counts (documents, tokens, labels) against the manifest's, each section
     by its names; documents in the rows beyond the end of the inputs."""
     read = counts.documents.read
-    beyond = np.flatnonzero(digests.length[read:] > 0) + read
+    mixture = manifest.mixture
+    stride = max(1, mixture.doc_id_stride) if mixture is not None else None
+    if stride is None:
+        beyond = np.flatnonzero(digests.length[read:] > 0) + read
+    else:  # a mixture's copies are numbered past the documents read
+        in_rows = np.flatnonzero(digests.length > 0)
+        beyond = in_rows[in_rows % stride >= read]
     problems.count("against", int(beyond.size))
     for d in beyond[: problems.room()]:
+        doc = int(d) if stride is None else int(d) % stride
         problems.keep(
             "against",
-            f"document {d} ({manifest.locate_document(int(d))}) is in the rows, but "
+            f"document {doc} ({manifest.locate_document(doc)}) is in the rows, but "
             f"the inputs end after {read} documents",
             None,
             None,
@@ -417,6 +598,10 @@ def _compare_counts(
         theirs = recorded[section]
         if section == "documents" and theirs is None:
             continue  # not recorded: the manifest's own check says so
+        if section == "tokens" and mixture is not None:
+            # a mixture's rows hold the documents taken, each compared above: their tokens
+            # are not those of every document read
+            ours = {k: v for k, v in ours.items() if k not in ("packed", "learned")}
         for key, value in ours.items():
             said = getattr(theirs, key, None)
             if said != value and (section == "documents" or said is not None):
@@ -533,8 +718,14 @@ def _describe_mismatch(
     rows_of: np.ndarray,
     wanted: tuple[np.ndarray, np.ndarray | None],
     overflow: Overflow,
+    *,
+    doc_id: int | None = None,
+    copy: str = "",
 ) -> str:
-    where = f"document {doc} ({reader.manifest.locate_document(doc)})"
+    """What differs between document ``doc`` in the rows (under ``doc_id``: a mixture's copy,
+    named by ``copy``) and its re-read tokens."""
+    where = f"document {doc} ({reader.manifest.locate_document(doc)}{copy})"
+    doc = doc if doc_id is None else doc_id
     expected, expected_labels = wanted
     if expected.size == 0:
         return f"{where} is in the rows, but re-reading the inputs gives nothing to pack for it"
