@@ -57,6 +57,8 @@ def test_units_give_the_documents_and_mixture_of_one_run(
     assert manifest["tokens"] == one_manifest["tokens"]
     assert manifest["documents"] == one_manifest["documents"]
     assert verify(out).ok, verify(out).problems
+    against = verify(out, against=sources)  # each source's sample planned again, re-read
+    assert against.ok, against.problems
     # the measured tokens were packed, then their work stores removed
     assert not list((out / "units").glob(".*packtool-work*"))
     # both rounds ran in one engine session: the units packed in the measures' processes
