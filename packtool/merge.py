@@ -64,6 +64,7 @@ from .format import (
 )
 from .fs import AnyPath, StorePath, as_path, check_writable, download_tree
 from .layout import Layout
+from .mixture import join_mixture
 from .options import MERGE_KEYS, NO_COPY_BALANCE, OPTIONS
 from .order import attention_costs, row_shuffle, shard_order, stored_order, unit_row_seed
 from .packing import aligned_lengths, first_fit_decreasing, lower_bound_rows
@@ -183,6 +184,12 @@ def _load_units(out: Path) -> list[tuple[Path, Manifest]]:
             raise FormatError(f"{path}: columns {m.columns} differ from unit 0's {first.columns}")
         if m.tokenizer.sha256 != first.tokenizer.sha256:
             raise FormatError(f"{path}: packed with another tokenizer than unit 0")
+        if (m.mixture is None) != (first.mixture is None):
+            which = "a mixture (pack --mix)" if m.mixture is not None else "not a mixture"
+            raise FormatError(
+                f"{path} is {which}, unit 0 is not: a mixture's units merge only with units of "
+                "the same mixture; pack the units again with one command (--overwrite)"
+            )
     return units
 
 
@@ -453,6 +460,7 @@ def _reference(
         added=first.has_seq_lengths,
         aligned=first.aligned,
         repack_files=_repack_files(units, first_docs),
+        sources=first.has_sources,
     )
 
 
@@ -567,6 +575,7 @@ def _write(
         overwrite=True,
         added=first.has_seq_lengths,
         aligned=first.aligned,
+        sources=first.has_sources,
     )
     writer.refer_repack_records(_repack_files(units, src.first_docs))
     block = max(1, min(rows_per_shard, (64 << 20) // size))
@@ -708,7 +717,20 @@ def _manifest(
             "copy_reason": merged.copy_reason,
         },
         balance=balance,
+        extra=_joined_mixture(manifests, first_docs),
     )
+
+
+def _joined_mixture(manifests: Sequence[Manifest], first_docs: list[int]) -> dict[str, Any] | None:
+    """The merged ``mixture`` record (:func:`~packtool.mixture.join_mixture`), for units of a
+    mixture; another mixture among them is one line."""
+    records = [m.mixture.to_record() for m in manifests if m.mixture is not None]
+    if not records:
+        return None
+    try:
+        return {"mixture": join_mixture(records, first_docs)}
+    except OptionError as e:
+        raise FormatError(f"{manifests[0].path}: {e}") from None
 
 
 def units_fingerprint(manifests: Sequence[Manifest]) -> str:

@@ -30,11 +30,16 @@ import numpy as np
 from .errors import OptionError
 
 __all__ = [
+    "MixtureMeasure",
+    "Source",
     "SourceTake",
+    "UnitMixture",
+    "join_mixture",
     "parse_mix",
     "parse_token_total",
     "pick_items",
     "plan_mixture",
+    "plan_unit_mixtures",
     "source_documents",
     "take_source",
 ]
@@ -207,3 +212,149 @@ def _take(lengths: np.ndarray, total: int, target: int, seq: np.random.SeedSeque
         k -= 1  # stopping before the document that crosses the rest lands as near, or nearer
     sample = order[:k]
     return np.sort(np.concatenate([full, sample.astype(np.int64)]), kind="stable")
+
+
+# -- a mixture over work units (``pack --mix ... --units N``) ------------------------------
+
+
+@dataclass(frozen=True)
+class Source:
+    """One source of a mixture: an INPUT argument, its weight, and its files
+    (``files[first_file:end_file]`` of the run, or the pieces of a work unit)."""
+
+    path: str
+    weight: float
+    first_file: int
+    end_file: int
+
+
+@dataclass(frozen=True)
+class MixtureMeasure:
+    """What a work unit read of each source, measured before the mixture is planned: the
+    documents with tokens (``ids``, the unit's own doc ids, ascending) and the tokens each
+    puts into rows (``lengths``), the unit's doc-id range of each source (``first``,
+    ``end``), and the documents the unit read (all sources)."""
+
+    index: int
+    ids: tuple[np.ndarray, ...]
+    lengths: tuple[np.ndarray, ...]
+    first: tuple[int, ...]
+    end: tuple[int, ...]
+    documents_read: int
+    pid: int = 0
+    host: str = ""
+    packtool_version: str = ""
+
+
+@dataclass(frozen=True)
+class UnitMixture:
+    """A work unit's part of a mixture: its sources (over the unit's pieces), and, once the
+    plan over every unit is made (:func:`plan_unit_mixtures`), the documents it takes of
+    each (``taken``: its own doc ids, ascending, a document repeated as often as it is taken;
+    ``None``: not planned yet, the unit is measured). ``stride``, ``targets`` and ``files``
+    are the whole mixture's (``files``: the source's files that start in this unit, so that
+    the units' counts add up to the source's)."""
+
+    sources: tuple[Source, ...]
+    taken: tuple[np.ndarray, ...] | None = None
+    stride: int = 0
+    targets: tuple[int, ...] = ()
+    files: tuple[int, ...] = ()
+    keep_tokens: bool = True  # measured: keep the tokens for the unit's pack (not if finished)
+
+
+def plan_unit_mixtures(
+    measures: Sequence[MixtureMeasure],
+    parts: Sequence[UnitMixture],
+    *,
+    tokens: int | None,
+    seed: int,
+    repeat: bool,
+) -> list[UnitMixture]:
+    """The plan of a mixture over work units: :func:`plan_mixture` over every unit's
+    documents laid end to end (unit 0's, then unit 1's...; the numbering a single ``pack``
+    gives them), so it is the plan one run makes, whatever the units; then each unit's part
+    of it, in its own doc ids. ``parts``: each unit's sources (not planned yet)."""
+    sources = parts[0].sources
+    bases = np.concatenate([[0], np.cumsum([m.documents_read for m in measures])])
+    lengths, ids = [], []
+    for i in range(len(sources)):
+        lengths.append(np.concatenate([m.lengths[i] for m in measures] or [np.zeros(0, np.int64)]))
+        ids.append(
+            np.concatenate(
+                [m.ids[i].astype(np.int64) + bases[u] for u, m in enumerate(measures)]
+                or [np.zeros(0, np.int64)]
+            )
+        )
+    plan = plan_mixture(
+        lengths, [s.weight for s in sources], tokens, seed=seed, repeat=repeat,
+        names=[s.path for s in sources],
+    )  # fmt: skip
+    taken = [np.sort(ids[i][take.indices], kind="stable") for i, take in enumerate(plan)]
+    stride = int(max(1, bases[-1]))
+    out = []
+    for u, part in enumerate(parts):
+        lo, hi = int(bases[u]), int(bases[u + 1])
+        mine = []
+        for t in taken:
+            a, b = np.searchsorted(t, [lo, hi], side="left")
+            mine.append(t[a:b] - lo)
+        targets = tuple(take.target for take in plan)
+        out.append(UnitMixture(part.sources, tuple(mine), stride, targets, part.files))
+    return out
+
+
+_SUMMED = ("documents_read", "documents_packable", "tokens_read", "documents_taken", "tokens_taken")
+_SAME = ("index", "path", "weight", "share", "target_tokens")
+
+
+def join_mixture(records: Sequence[dict], first_docs: Sequence[int]) -> dict:
+    """The ``mixture`` record of a merge: the units' records (each unit's figures, its doc
+    ids its own; ``first_docs``: where each unit's documents start) summed per source, as
+    one ``pack --mix`` of the whole corpus records them. Units of another mixture (other
+    sources, weights, targets, doc-id stride) are an :class:`OptionError`."""
+    first = records[0]
+    for u, r in enumerate(records):
+        same = (r["doc_id_stride"], r["repeat"], [[s[k] for k in _SAME] for s in r["sources"]])
+        if same != (
+            first["doc_id_stride"], first["repeat"],
+            [[s[k] for k in _SAME] for s in first["sources"]],
+        ):  # fmt: skip
+            raise OptionError(
+                f"unit {u} was packed from another mixture than unit 0 (other sources, weights "
+                "or --tokens): pack the units again with one command (--overwrite)"
+            )
+    sources = []
+    for i, src in enumerate(first["sources"]):
+        mine = [r["sources"][i] for r in records]
+        summed = {k: int(sum(s[k] for s in mine)) for k in _SUMMED}
+        starts = [
+            b + s["first_doc"] for b, s in zip(first_docs, mine, strict=True) if s["documents_read"]
+        ]
+        read, taken = summed["tokens_read"], summed["tokens_taken"]
+        sources.append(
+            {
+                "index": src["index"],
+                "path": src["path"],
+                "weight": src["weight"],
+                "share": src["share"],
+                "files": int(sum(s["files"] for s in mine)),
+                "first_doc": int(min(starts)) if starts else 0,
+                "documents_read": summed["documents_read"],
+                "documents_packable": summed["documents_packable"],
+                "tokens_read": read,
+                "target_tokens": src["target_tokens"],
+                "documents_taken": summed["documents_taken"],
+                "tokens_taken": taken,
+                "epochs": round(taken / read, 6) if read else 0.0,
+            }
+        )
+    learned = [r.get("learned_tokens") for r in records]
+    return {
+        "doc_id_stride": first["doc_id_stride"],
+        "copies": int(max(r["copies"] for r in records)),
+        "tokens": int(sum(r["tokens"] for r in records)),
+        **({"learned_tokens": int(sum(learned))} if None not in learned else {}),
+        "repeat": first["repeat"],
+        "sources": sources,
+    }

@@ -111,7 +111,10 @@ class Option:
     ``"token_count"``: 4096 or 4k); ``required``: the command line must give it. ``key``:
     its value in :meth:`PackOptions.rows_key` (``None``: not there, because the caller keys
     it by what it loaded, e.g. the tokenizer's sha256; ``_IF_GIVEN``: there only when not
-    ``None``, for an option added after packs were keyed).
+    ``None``, for an option added after packs were keyed). ``rows_with``: a ``LAYOUT``
+    option that also decides which rows a run makes when the option of that name is given
+    (``seed`` with ``mix``: it also chooses the documents a mixture samples); it is then
+    keyed as the ``ROWS`` options are.
     """
 
     changes: str
@@ -125,6 +128,7 @@ class Option:
     show_default: bool = True
     cli: str | None = None
     required: bool = False
+    rows_with: str | None = None
     name: str = ""  # the field's name, filled in by declarations()
     default: Any = None  # the field's default, filled in by declarations()
     annotation: str = ""  # the field's type, filled in by declarations()
@@ -349,7 +353,8 @@ class PackOptions:
         recorded=True, merge=Merge(f"Shuffle the rows {_AS_PACK}."),
     )  # fmt: skip
     seed: int = opt(
-        0, LAYOUT, "Seed of the row shuffle.", recorded=True,
+        0, LAYOUT, "Seed of the row shuffle (with --mix, also of the documents sampled: then it "
+        "changes the rows).", recorded=True, rows_with="mix",
         merge=Merge(f"Seed of the row shuffle {_AS_PACK}."),
     )  # fmt: skip
     world_size: int | None = opt(
@@ -481,8 +486,11 @@ class PackOptions:
         self._check_alignment()
 
     def _check_mix(self) -> None:
-        if self.mix is not None and self.units is not None:
-            raise OptionError("--mix packs in one run: leave out --units")
+        if self.mix is not None and self.unit is not None:
+            raise OptionError(
+                "--mix is planned over every unit's documents, so one unit cannot run alone: "
+                "leave out --unit and run them all with --units N (--engine local or ray)"
+            )
         if self.mix is None:
             for name, default in (("tokens", None), ("repeat", True)):
                 if getattr(self, name) != default:
@@ -592,13 +600,17 @@ class PackOptions:
     def rows_key(self) -> dict[str, Any]:
         """The options that decide which rows a run packs (what ``--resume`` and work units
         are keyed by): every ``ROWS`` option, but those its callers key by what they loaded
-        (the tokenizer, by its sha256) or planned (the count of units)."""
+        (the tokenizer, by its sha256) or planned (the count of units); and a ``LAYOUT``
+        option whose ``rows_with`` option is given (``seed`` with ``mix``)."""
         out = {}
         for name in _KEYED:
             key, value = OPTIONS[name].key, getattr(self, name)
             if key is _IF_GIVEN and value is None:
                 continue
             out[name] = value if key in (_SPELLED, _IF_GIVEN) or value is None else key(value)
+        for name in _ROWS_WITH:
+            if getattr(self, OPTIONS[name].rows_with) is not None:  # type: ignore[arg-type]
+                out[name] = getattr(self, name)
         return out
 
     def describe(self) -> dict[str, Any]:
@@ -619,6 +631,7 @@ class PackOptions:
 OPTIONS: dict[str, Option] = declarations(PackOptions)
 """Every option, by field name, in declaration order: what each is (:class:`Option`)."""
 _KEYED = tuple(n for n, o in OPTIONS.items() if o.changes == ROWS and o.key is not None)
+_ROWS_WITH = tuple(n for n, o in OPTIONS.items() if o.rows_with is not None)
 _RECORDED = tuple(n for n, o in OPTIONS.items() if o.recorded)
 RECORDED_ROWS = tuple(n for n in _RECORDED if OPTIONS[n].changes == ROWS)
 """The rows options every pack's manifest records (``verify --against`` needs them)."""

@@ -45,7 +45,16 @@ from .format import (
 from .fs import AnyPath, StorePath, as_path
 from .gather import gather_rows, warm_up_gather
 from .instruct import InputPlan
-from .mixture import parse_mix, plan_mixture
+from .mixture import (
+    MixtureMeasure,
+    Source,
+    SourceTake,
+    UnitMixture,
+    parse_mix,
+    pick_items,
+    plan_mixture,
+    source_documents,
+)
 from .options import PackOptions
 from .order import attention_costs, row_sums, stored_order
 from .packing import (
@@ -240,6 +249,7 @@ def pack(
     files: Sequence[InputFile] | None = None,
     extra_manifest: Mapping[str, Any] | None = None,
     allow_empty: bool = False,
+    mixture: UnitMixture | None = None,
     **option_values: Any,
 ) -> PackReport:
     """Pack ``inputs`` into rows of ``max_len`` tokens and write them to ``out_dir``.
@@ -269,7 +279,8 @@ def pack(
     (:class:`~packtool.readers.Piece`, read by the same readers); ``extra_manifest`` keys
     are added to the manifest; ``allow_empty`` writes an output of no rows when nothing is
     left to pack (a unit whose range is empty), which is otherwise a
-    :class:`~packtool.errors.NothingToPackError`.
+    :class:`~packtool.errors.NothingToPackError`. ``mixture``: a work unit's part of a
+    mixture (its sources, and the documents it takes; :mod:`packtool.mixture`).
     """
     started = time.perf_counter()
     options = (options or PackOptions()).replace(**option_values)
@@ -285,10 +296,11 @@ def pack(
                 files=files,
                 extra_manifest=extra_manifest,
                 allow_empty=allow_empty,
+                mixture=mixture,
             )
 
         return _pack_to_store(out, options, pack_locally)
-    run = _prepare(inputs, out, options, files)
+    run = _prepare(inputs, out, options, files, mixture)
     try:
         with (
             lock_output(run.out),
@@ -306,11 +318,11 @@ def pack(
                 )
             items, source_of_item = store.items(), None
             if run.sources is not None:
-                items, source_of_item, mixture = _mix_stage(run, state, items, store)
-                extra_manifest = {**(extra_manifest or {}), "mixture": mixture}
+                items, source_of_item, record = _mix_stage(run, state, items, store, mixture)
+                extra_manifest = {**(extra_manifest or {}), "mixture": record}
             elif run.mixture is not None:  # a mixture repacked: its sources carried over
-                items, source_of_item, mixture = _remix_stage(run, items, store)
-                extra_manifest = {**(extra_manifest or {}), "mixture": mixture}
+                items, source_of_item, record = _remix_stage(run, items, store)
+                extra_manifest = {**(extra_manifest or {}), "mixture": record}
             placement = _plan_stage(items, run.options, progress, source_of_item)
             manifest = _write_stage(run, store, state, placement, started, progress, extra_manifest)
         stale = _STALE_CHECKPOINT.format(store.directory) if store.stale_checkpoint else None
@@ -337,8 +349,7 @@ def _pack_to_store(
     checkpoint an interrupted one kept there; it is removed once the output is published.
     """
     check_store_output(out, options.overwrite)
-    digest = hashlib.sha256(str(out).encode()).hexdigest()[:16]
-    scratch = Path(tempfile.gettempdir()) / f"packtool-store-{digest}"
+    scratch = scratch_for(out)
     local = scratch / "out"
     if local.exists():  # finished here by a run killed while it published
         shutil.rmtree(local)
@@ -353,15 +364,50 @@ def _pack_to_store(
     return report
 
 
-@dataclass(frozen=True)
-class _Source:
-    """One source of a mixture: an INPUT argument, its weight, and its files
-    (``files[first_file:end_file]`` of the run)."""
+def scratch_for(out: StorePath) -> Path:
+    """The local directory a pack to ``out`` (a store prefix) works in: named after the URL,
+    so that a ``--resume`` run (or a mixture's unit, measured then packed) finds the work
+    store an earlier run kept there."""
+    digest = hashlib.sha256(str(out).encode()).hexdigest()[:16]
+    return Path(tempfile.gettempdir()) / f"packtool-store-{digest}"
 
-    path: str
-    weight: float
-    first_file: int
-    end_file: int
+
+def measure(
+    out_dir: str | os.PathLike[str],
+    options: PackOptions,
+    files: Sequence[InputFile],
+    mixture: UnitMixture,
+    *,
+    index: int = 0,
+) -> MixtureMeasure:
+    """A mixture's work unit, before the mixture is planned: read and tokenize its ``files``
+    (as :func:`pack` would, with the same options), and measure each source's documents (the
+    tokens each puts into rows). The tokens stay in the unit's work store, checkpointed, so
+    that :func:`pack` of the unit with ``resume`` packs them without tokenizing again (on
+    another machine, whose disk does not hold that store, it tokenizes again)."""
+    out = as_path(out_dir)
+    local = out if isinstance(out, Path) else scratch_for(out) / "out"
+    if isinstance(out, StorePath) and local.exists():
+        shutil.rmtree(local)  # the store is beside it; a half-published output is not kept
+    # overwrite: the measure writes no output (a finished unit, measured again, is kept)
+    run = _prepare([], local, options.replace(resume=True, overwrite=True), files, mixture)
+    try:
+        with (
+            lock_output(run.out),
+            TokenStore(run.out, with_labels=run.plan.labelled, keep_on_error=True) as store,
+        ):
+            state, _ = _tokenize_stage(run, store, None)
+            store.checkpoint(run.fingerprint, state.to_json())
+            _, lengths, docs, read = _source_documents(run, state, store.items())
+            if mixture.keep_tokens:
+                store.keep()
+    finally:
+        if run.probe is not None:
+            run.probe.stop()
+    return MixtureMeasure(
+        index, tuple(docs), tuple(lengths), tuple(int(r[0]) for r in read),
+        tuple(int(r[1]) for r in read), int(state.counts.documents.read),
+    )  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -378,7 +424,7 @@ class _Run:
     skipped: list[str]  # directory members of an unknown type, not read
     notice: str | None = None  # an option that does less than it says (--shard-size)
     probe: Any = None  # transformers' view of the tokenizer, being probed (reference.py)
-    sources: tuple[_Source, ...] | None = None  # --mix: the sources, in input order
+    sources: tuple[Source, ...] | None = None  # --mix: the sources, in input order
     mixture: MixtureRecord | None = None  # the mixture of a mixed pack being repacked
 
     @property
@@ -391,6 +437,7 @@ def _prepare(
     out: Path,
     options: PackOptions,
     files: Sequence[InputFile] | None,
+    mixture: UnitMixture | None = None,
 ) -> _Run:
     """Check the options against the inputs and the tokenizer, before any work is done."""
     options.row_len  # noqa: B018  (a missing --max-len: one line, before any work)
@@ -399,14 +446,17 @@ def _prepare(
     skipped: list[Path] = []
     sources = None
     if options.mix is not None:
-        if files is not None:
-            raise OptionError("--mix is not taken with --units yet: pack the mixture in one run")
-        weights = parse_mix(options.mix, len(inputs))
-        files, sources = [], []
-        for spec, weight in zip(inputs, weights, strict=True):
-            found = resolve_inputs([spec], skipped=skipped)
-            sources.append(_Source(str(spec), weight, len(files), len(files) + len(found)))
-            files.extend(found)
+        if files is not None:  # a work unit: its part of the mixture says its sources
+            if mixture is None:
+                raise OptionError("--mix with --units: run the units with packtool.pack_units")
+            sources = list(mixture.sources)
+        else:
+            weights = parse_mix(options.mix, len(inputs))
+            files, sources = [], []
+            for spec, weight in zip(inputs, weights, strict=True):
+                found = resolve_inputs([spec], skipped=skipped)
+                sources.append(Source(str(spec), weight, len(files), len(files) + len(found)))
+                files.extend(found)
     files = resolve_inputs(inputs, skipped=skipped) if files is None else list(files)
     prepared = prepare(files, options)
     options, tok, plan = prepared.options, prepared.tokenizer, prepared.plan
@@ -505,8 +555,29 @@ class _Placement:
         return int(self.plan.length.astype(np.int64).sum())
 
 
+def _source_documents(
+    run: _Run, state: ReadState, items: np.ndarray
+) -> tuple[np.ndarray, list[np.ndarray], list[np.ndarray], list[tuple[int, int]]]:
+    """Each item's doc id, and per source: the tokens each of its documents puts into rows,
+    those documents' ids, and the doc-id range ``(first, end)`` of the documents it read."""
+    assert run.sources is not None
+    doc_id = items["doc_id"].astype(np.int64)
+    records = state.input_records
+    read = []
+    for src in run.sources:
+        first = records[src.first_file]["first_doc"] if src.first_file < len(records) else 0
+        end = sum(r["documents"] for r in records[src.first_file : src.end_file]) + first
+        read.append((int(first), int(end)))
+    docs, lengths = source_documents(doc_id, items["length"], read)
+    return doc_id, lengths, docs, read
+
+
 def _mix_stage(
-    run: _Run, state: ReadState, items: np.ndarray, store: TokenStore
+    run: _Run,
+    state: ReadState,
+    items: np.ndarray,
+    store: TokenStore,
+    part: UnitMixture | None = None,
 ) -> tuple[np.ndarray, np.ndarray, dict[str, Any]]:
     """``--mix``: the items of the documents each source gives (:func:`plan_mixture`, from
     the tokens each document puts into rows), repeats included, and the manifest's
@@ -515,40 +586,30 @@ def _mix_stage(
     A document taken ``k`` times is in the rows ``k`` times, exactly; copy ``c`` (0-based)
     of document ``d`` has the doc id ``d + c * stride`` (``stride``: the documents read), so
     every ``(doc_id, chunk_id)`` is still once in the rows and ``doc_id % stride`` is the
-    document read. Each item also gets its source's index (the ``source_ids`` column)."""
+    document read. Each item also gets its source's index (the ``source_ids`` column).
+
+    A work unit (``part``) takes the documents the plan over every unit gave it
+    (:func:`~packtool.mixture.plan_unit_mixtures`); its record holds its own figures (its doc
+    ids its own, the stride and targets the whole mixture's), which the merge adds up."""
     assert run.sources is not None
     o = run.options
-    doc_id = items["doc_id"].astype(np.int64)
-    records = state.input_records
-    stride = max(1, int(state.counts.documents.read))
-    lengths, docs, read = [], [], []
-    for src in run.sources:
-        first = records[src.first_file]["first_doc"] if src.first_file < len(records) else 0
-        end = sum(r["documents"] for r in records[src.first_file : src.end_file]) + first
-        lo, hi = np.searchsorted(doc_id, [first, end], side="left")
-        ids, starts = np.unique(doc_id[lo:hi], return_index=True)
-        length = items["length"][lo:hi].astype(np.int64)
-        per_doc = np.add.reduceat(length, starts) if ids.size else ids
-        lengths.append(per_doc)
-        docs.append(ids)
-        read.append((first, end))
-    plan = plan_mixture(
-        lengths, [s.weight for s in run.sources], o.tokens, seed=o.seed, repeat=o.repeat,
-        names=[s.path for s in run.sources],
-    )  # fmt: skip
+    doc_id, lengths, docs, read = _source_documents(run, state, items)
+    if part is None:
+        stride = max(1, int(state.counts.documents.read))
+        files = [src.end_file - src.first_file for src in run.sources]
+        plan = plan_mixture(
+            lengths, [s.weight for s in run.sources], o.tokens, seed=o.seed, repeat=o.repeat,
+            names=[s.path for s in run.sources],
+        )  # fmt: skip
+    else:
+        assert part.taken is not None
+        stride, files = part.stride, list(part.files)
+        plan = []
+        for x, ids, t, target in zip(lengths, docs, part.taken, part.targets, strict=True):
+            at = np.searchsorted(ids, t).astype(np.int64)
+            plan.append(SourceTake(at, target, int(x.sum()), int(x[at].sum()), int(x.size)))
     taken = [ids[take.indices] for ids, take in zip(docs, plan, strict=True)]
-    picked, copies, source = [], [], []
-    for index, t in enumerate(taken):
-        t = np.sort(t, kind="stable")
-        copy = np.arange(t.size) - np.searchsorted(t, t, side="left")
-        lo = np.searchsorted(doc_id, t, side="left")
-        hi = np.searchsorted(doc_id, t, side="right")
-        n = hi - lo
-        at = np.repeat(lo - np.concatenate([[0], np.cumsum(n)[:-1]]), n) + np.arange(n.sum())
-        picked.append(at)
-        copies.append(np.repeat(copy, n))
-        source.append(np.full(at.size, index, np.int64))
-    at, copy_of_item = np.concatenate(picked), np.concatenate(copies)
+    at, copy_of_item, source = pick_items(doc_id, taken)
     learned = _learned_of(store, items, at) if run.plan.labelled else None
     out = items[at].copy()
     out["doc_id"] = out["doc_id"] + copy_of_item * stride
@@ -564,7 +625,7 @@ def _mix_stage(
                 "path": src.path,
                 "weight": src.weight,
                 "share": round(src.weight / sum(s.weight for s in run.sources), 6),
-                "files": src.end_file - src.first_file,
+                "files": files[i],
                 "first_doc": int(read[i][0]),
                 "documents_read": int(read[i][1] - read[i][0]),
                 "documents_packable": int(take.documents_read),
@@ -577,7 +638,7 @@ def _mix_stage(
             for i, (src, take) in enumerate(zip(run.sources, plan, strict=True))
         ],
     }
-    return out, np.concatenate(source).astype(np.int32), record
+    return out, source.astype(np.int32), record
 
 
 def _remix_stage(

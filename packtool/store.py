@@ -248,13 +248,19 @@ class TokenStore:
         self.num_items = 0
         self.num_lost = 0
         self.stale_checkpoint = False  # resume() found a checkpoint of another run, discarded
+        self.kept = False  # keep(): left on disk at the end, for a run that resumes it
+
+    def keep(self) -> None:
+        """Leave the store (checkpointed) on disk when the ``with`` block ends: a mixture's
+        work unit is measured, then packed from the same tokens (:func:`pipeline.measure`)."""
+        self.kept = True
 
     # -- lifecycle -------------------------------------------------------------------------
     def __enter__(self) -> TokenStore:
         return self
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
-        if exc_type is not None and self.keep_on_error:
+        if (exc_type is not None and self.keep_on_error) or self.kept:
             self._close_quietly()  # an interrupted resumable run keeps its work
         else:
             self.close()

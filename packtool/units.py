@@ -41,7 +41,7 @@ import re
 import socket
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -53,6 +53,7 @@ from .format import MANIFEST_FILE, Manifest, UnitRecord, read_manifest
 from .fs import AnyPath, as_path, open_input
 from .instruct import InputShape, input_shape
 from .limits import MAX_UNITS, check_int
+from .mixture import MixtureMeasure, Source, UnitMixture
 from .options import PackOptions
 from .order import unit_row_seed
 from .prepare import choose_tokenizer, resolve_options
@@ -65,10 +66,12 @@ __all__ = [
     "Unit",
     "UnitResult",
     "corpus_options",
+    "measure_unit",
     "options_key",
     "plan_units",
     "run_unit",
     "unit_dirs",
+    "unit_mixtures",
     "unit_tokenizer",
 ]
 
@@ -421,6 +424,7 @@ def run_unit(
     overwrite: bool = False,
     num_proc: int | None = None,
     progress: Any = None,
+    mixture: UnitMixture | None = None,
 ) -> UnitResult:
     """Pack one unit into ``OUT_DIR/units/unit-I-of-N/``: FFD inside the unit, the rows
     shuffled (unless ``options.shuffle`` is off) with :func:`~packtool.order.unit_row_seed`.
@@ -430,6 +434,9 @@ def run_unit(
     ``shuffle``/``seed``/``rows_per_shard``/``copy`` given at pack time, the merge's
     defaults). A merge without copying lists these shards as they are, so their row order is
     the merged dataset's order within each unit.
+
+    ``mixture``: the unit's part of a mixture, planned over every unit (``pack --mix``); the
+    unit then packs from the tokens :func:`measure_unit` kept, if this machine holds them.
     """
     from .pipeline import pack
 
@@ -448,28 +455,96 @@ def run_unit(
     report = pack(
         [],
         unit.directory(out_dir),
-        options.replace(
-            tokenizer=tok,
-            seed=unit_row_seed(options.seed, unit.index),  # rows shuffled within the unit
-            world_size=None,  # the merge balances the steps, over all units' rows
-            micro_batches=1,
-            overwrite=overwrite,
-            resume=False,
-            num_proc=num_proc,
-            units=None,
-            unit=None,
-            merge_copy=None,
-            engine="local",
-            ray_address=None,
-        ),
+        _unit_options(options, unit, tok, overwrite, num_proc, resume=mixture is not None),
         progress=progress,
         files=unit.pieces,
         extra_manifest={"unit": record},
         allow_empty=True,  # a unit whose range holds nothing; the merge checks the whole
+        mixture=mixture,
     )
     result = result_from_manifest(unit, report.manifest, skipped=False, seconds=report.seconds)
     result.tokenizer_loaded = loaded
     return result
+
+
+def _unit_options(
+    options: PackOptions,
+    unit: Unit,
+    tok: Tokenizer,
+    overwrite: bool,
+    num_proc: int | None,
+    *,
+    resume: bool,
+) -> PackOptions:
+    """The options ``pack`` runs a unit with (the same for a mixture's measure and pack, so
+    that the pack resumes the measured tokens)."""
+    return options.replace(
+        tokenizer=tok,
+        seed=unit_row_seed(options.seed, unit.index),  # rows shuffled within the unit
+        world_size=None,  # the merge balances the steps, over all units' rows
+        micro_batches=1,
+        overwrite=overwrite,
+        resume=resume,
+        num_proc=num_proc,
+        units=None,
+        unit=None,
+        merge_copy=None,
+        engine="local",
+        ray_address=None,
+    )
+
+
+def measure_unit(
+    unit: Unit,
+    out_dir: str | os.PathLike[str],
+    options: PackOptions,
+    mixture: UnitMixture,
+    *,
+    num_proc: int | None = None,
+) -> MixtureMeasure:
+    """Tokenize a mixture's unit and measure its sources' documents
+    (:func:`packtool.pipeline.measure`), before the mixture is planned over every unit."""
+    from .pipeline import measure
+
+    (as_path(out_dir) / UNITS_DIR).mkdir(parents=True, exist_ok=True)
+    tok, _ = unit_tokenizer(options)
+    found = measure(
+        unit.directory(out_dir),
+        _unit_options(options, unit, tok, False, num_proc, resume=True),
+        unit.pieces,
+        mixture,
+        index=unit.index,
+    )
+    return replace(found, pid=os.getpid(), host=socket.gethostname(), packtool_version=__version__)
+
+
+def unit_mixtures(
+    units: Sequence[Unit], files: Sequence[InputFile], sources: Sequence[Source]
+) -> list[UnitMixture]:
+    """Each unit's sources, over its pieces (``sources``: over ``files``, the inputs in
+    reading order, which the units cut into pieces in that order). A piece that starts its
+    file (``start`` 0) counts the file for its source."""
+    file_of: list[list[int]] = []
+    f = -1
+    for u in units:
+        mine = []
+        for piece in u.pieces:
+            if piece.start == 0:  # the first piece of the next file
+                f += 1
+            mine.append(f)
+        file_of.append(mine)
+    if f != len(files) - 1:  # pragma: no cover - plan_units gives every file a piece
+        raise AssertionError(f"{len(files)} inputs, pieces of {f + 1}")
+    out = []
+    for u, mine in zip(units, file_of, strict=True):
+        parts, counts = [], []
+        for src in sources:
+            lo = bisect.bisect_left(mine, src.first_file)
+            hi = bisect.bisect_left(mine, src.end_file)
+            parts.append(Source(src.path, src.weight, lo, hi))
+            counts.append(sum(1 for p in u.pieces[lo:hi] if p.start == 0))
+        out.append(UnitMixture(tuple(parts), files=tuple(counts)))
+    return out
 
 
 def result_from_manifest(

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import itertools
 import json
-from collections import defaultdict
+from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
 
@@ -58,6 +58,26 @@ def documents_from_rows(rows: list[dict]) -> dict[int, list[int]]:
     for doc, chunks in pieces.items():
         assert sorted(chunks) == list(range(len(chunks))), f"doc {doc} misses chunks"
         out[doc] = [t for c in range(len(chunks)) for t in chunks[c]]
+    return out
+
+
+def documents_with_sources(rows: list[dict]) -> Counter:
+    """The multiset of a mixture's documents in ``rows``: ``(doc_id, source_id, tokens)``, a
+    document's chunks joined in chunk order (each chunk once, one source per document)."""
+    chunks: dict[int, dict[int, tuple[int, ...]]] = defaultdict(dict)
+    source: dict[int, int] = {}
+    for row in rows:
+        cu = row["cu_seqlens"]
+        for k, (doc, chunk, src) in enumerate(
+            zip(row["doc_ids"], row["chunk_ids"], row["source_ids"], strict=True)
+        ):
+            assert chunk not in chunks[doc], f"chunk {chunk} of doc {doc} appears twice"
+            chunks[doc][chunk] = tuple(row["input_ids"][cu[k] : cu[k + 1]])
+            assert source.setdefault(doc, src) == src, f"doc {doc} has two sources"
+    out: Counter = Counter()
+    for doc, parts in chunks.items():
+        assert sorted(parts) == list(range(len(parts))), f"doc {doc} misses chunks"
+        out[(doc, source[doc], sum((parts[c] for c in range(len(parts))), ()))] += 1
     return out
 
 

@@ -34,7 +34,11 @@ def main() -> None:
                 {"index": u.index, "pid": u.pid, "raylet": psutil.Process(u.pid).ppid()}
                 for u in report.units
             ]
-            out["cases"][name] = {"units": units, "rows": report.merged.rows}
+            measured = [  # a mixture's units were measured first (another round of tasks)
+                {"index": i, "pid": pid, "raylet": psutil.Process(pid).ppid()}
+                for i, pid, _ in report.measured
+            ]
+            out["cases"][name] = {"units": units, "rows": report.merged.rows, "measured": measured}
         print(json.dumps(out))
     finally:
         ray.shutdown()

@@ -277,6 +277,60 @@ def scenario_ray(workdir: Path) -> None:
     assert all(s["file"].startswith("units/") for s in merged["shards"])
 
 
+def scenario_mix(workdir: Path) -> None:
+    """pack --mix of sources on S3 into S3, in one run with --world-size and in units: the
+    rows hold each segment's source id, the local run's documents and sources (and, in one
+    run, its shard bytes); the mixture record is the local one's but for the paths."""
+    from helpers import documents_with_sources, read_rows
+
+    from packtool.engines import pack_units
+
+    client = s3()
+    client.create_bucket(Bucket="data")
+    client.create_bucket(Bucket="out")
+    lines = SAMPLE.read_bytes().splitlines(keepends=True)
+    parts = {"web.jsonl": lines[:600], "code.jsonl": lines[600:800],
+             "math/a.jsonl": lines[800:830], "math/b.jsonl": lines[830:860]}  # fmt: skip
+    for name, part in parts.items():
+        client.put_object(Bucket="data", Key=f"mix/{name}", Body=b"".join(part))
+        (workdir / "mix" / name).parent.mkdir(parents=True, exist_ok=True)
+        (workdir / "mix" / name).write_bytes(b"".join(part))
+    names = ("web.jsonl", "code.jsonl", "math/")
+    urls = [f"s3://data/mix/{n}" for n in names]
+    local = [str(workdir / "mix" / n) for n in names]
+    args = ("--mix", "1,1,1", "--tokens", "300k", "-L", "256", "--world-size", "2", "-q")
+    cli("pack", *urls, *args, "-o", "s3://out/mix")
+    cli("pack", *local, *args, "-o", str(workdir / "local-mix"))
+    assert shard_bytes("s3://out/mix") == shard_bytes(str(workdir / "local-mix"))
+    cli("verify", "s3://out/mix")
+
+    import fsspec
+
+    def mixture(manifest: dict) -> dict:
+        return {**manifest["mixture"], "sources": [
+            {k: v for k, v in src.items() if k != "path"} for src in manifest["mixture"]["sources"]
+        ]}  # fmt: skip
+
+    fsspec.filesystem("s3").get("out/mix", str(workdir / "got-mix"), recursive=True)
+    manifest, rows = read_rows(workdir / "got-mix")
+    local_manifest, local_rows = read_rows(workdir / "local-mix")
+    assert manifest["balance"]["world_size"] == 2 and "source_ids" in manifest["columns"]
+    paths = [s["path"] for s in manifest["mixture"]["sources"]]
+    assert paths == [u.rstrip("/") for u in urls], paths  # as the command line gives them
+    assert mixture(manifest) == mixture(local_manifest)
+    assert documents_with_sources(rows) == documents_with_sources(local_rows)
+    # units, S3 -> S3: the measured tokens kept in the scratch directory, then packed
+    report = pack_units(urls, "s3://out/mixu", units=3, max_len=256, mix="1,1,1", tokens="300k")
+    assert report.packed == 3 and len(report.measured) == 3
+    cli("verify", "s3://out/mixu")
+    fsspec.filesystem("s3").get("out/mixu", str(workdir / "got-mixu"), recursive=True)
+    manifest, rows = read_rows(workdir / "got-mixu")
+    assert mixture(manifest) == mixture(local_manifest)
+    assert documents_with_sources(rows) == documents_with_sources(local_rows)
+    again = pack_units(urls, "s3://out/mixu", units=3, max_len=256, mix="1,1,1", tokens="300k")
+    assert again.merged is not None and again.packed == 0
+
+
 def one_line_error(*args: str, expect: str) -> str:
     proc = cli(*args, check=False)
     assert proc.returncode != 0, proc.stdout

@@ -83,7 +83,7 @@ def test_the_cli_reference_is_what_the_cli_declares() -> None:
                 if param.param_type_name == "option":
                     assert f"`{option}`" in section, (command, option)
     assert "| `--max-len`, `-L` INTEGER | (required) |" in text
-    assert "| `--seed` | `0` | Seed of the row shuffle. |" in text
+    assert "| `--seed` | `0` | Seed of the row shuffle (with --mix, also of the documents" in text
 
 
 README = (REPO / "README.md").read_text(encoding="utf-8")

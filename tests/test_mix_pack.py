@@ -336,18 +336,6 @@ def test_a_mixture_of_instruction_data_counts_the_learned_tokens_of_its_rows(
     assert verify(out).ok
 
 
-@pytest.mark.parametrize("to", ["megatron", "megatron-bridge", "litdata"])
-def test_exports_of_a_mixture_leave_the_source_ids_out(tmp_path: Path, sources, to: str) -> None:
-    """docs/mixtures.md: the exports write the tokens and boundaries; source ids stay in the
-    pack (a documented omission), and the export works."""
-    out, exported = tmp_path / "mixed", tmp_path / "exported"
-    assert run("pack", *sources, "--mix", "1,1,1", "-L", "256", "-o", out, "-q").exit_code == 0
-    result = run("export", out, "--to", to, "-o", exported)
-    assert result.exit_code == 0, result.output
-    written = b"".join(p.read_bytes() for p in exported.rglob("*") if p.is_file())
-    assert b"source_ids" not in written
-
-
 def test_a_mixture_aligned_to_a_multiple_marks_the_alignment_pad_minus_one(
     tmp_path: Path, sources
 ) -> None:

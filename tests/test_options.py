@@ -213,6 +213,22 @@ def test_layout_and_run_options_do_not_change_the_rows_key() -> None:
         assert _keys(base.replace(**{name: value})) == keys, name
 
 
+def test_with_mix_the_seed_is_keyed_as_a_rows_option() -> None:
+    """--seed is a layout option, but with --mix it also chooses the documents a mixture
+    samples (which rows there are): it is then in the rows key of --resume and in the work
+    units' key and plan, so a unit packed with another seed is never reused; without --mix
+    it stays out of them (plain packs keep their keys)."""
+    assert OPTIONS["seed"].changes == LAYOUT and OPTIONS["seed"].rows_with == "mix"
+    assert "--mix" in OPTIONS["seed"].help
+    mixed = PackOptions(**BASE, mix="1")
+    assert mixed.rows_key()["seed"] == 0
+    for old, new in zip(_keys(mixed), _keys(mixed.replace(seed=7)), strict=True):
+        assert old != new
+    plain = PackOptions(**BASE)
+    assert "seed" not in plain.rows_key()
+    assert _keys(plain.replace(seed=7)) == _keys(plain)
+
+
 def test_resume_starts_over_when_a_rows_option_changes(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

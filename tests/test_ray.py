@@ -24,6 +24,7 @@ import pytest
 from conftest import REPO, SAMPLE
 from helpers import read_rows
 
+import packtool
 from packtool.engines import pack_units
 from packtool.merge import merge_units
 
@@ -162,6 +163,24 @@ def test_a_two_node_ray_cluster_gives_the_rows_of_the_local_engine(short_tmp: Pa
             {"units": 4, "max_len": 1024, "ids_field": "ids", "labels_field": "y", "pad_id": 0},
         ),
     }
+    result = on_two_nodes(short_tmp, cases)
+    assert result["nodes"] == 2
+    for name, (inputs, kw) in cases.items():
+        units = result["cases"][name]["units"]
+        assert [u["index"] for u in units] == list(range(kw["units"]))
+        # The units ran in worker processes of both nodes (each node's raylet starts its own).
+        assert len({u["raylet"] for u in units}) == 2, (name, units)
+        pack_units(inputs, short_tmp / f"local-{name}", num_proc=2, **kw)
+        _, local_rows = read_rows(short_tmp / f"local-{name}")
+        _, ray_rows = read_rows(short_tmp / name)
+        assert ray_rows == local_rows, name  # every column, row for row
+        assert result["cases"][name]["rows"] == len(local_rows)
+
+
+def on_two_nodes(short_tmp: Path, cases: dict) -> dict:
+    """Run ``pack_units(inputs, short_tmp / NAME, engine="ray", **options)`` for each case
+    (``{NAME: (inputs, options)}``) on a fresh Ray cluster of two nodes, in a network
+    namespace (tests/ray_two_nodes.py); its report."""
     spec = {
         name: {"inputs": [str(p) for p in inputs], "out": str(short_tmp / name), "options": kw}
         for name, (inputs, kw) in cases.items()
@@ -183,15 +202,30 @@ def test_a_two_node_ray_cluster_gives_the_rows_of_the_local_engine(short_tmp: Pa
     )
     script = str(REPO / "tests" / "ray_two_nodes.py")
     stdout = in_network_namespace([sys.executable, script, json.dumps(spec)], env, timeout=900)
-    result = json.loads(stdout.strip().splitlines()[-1])
+    return json.loads(stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
+
+
+def test_a_mixture_on_two_ray_nodes_is_the_mixture_of_one_pack(short_tmp: Path) -> None:
+    """pack --mix --units on a two-node cluster: the units are measured (tokenized) on both
+    nodes, the mixture planned once in the driver, the units packed from the tokens kept;
+    the rows are the local engine's, the mixture that of one pack."""
+    lines = SAMPLE.read_text("utf-8").splitlines(keepends=True)
+    mix = [short_tmp / "web.jsonl", short_tmp / "code.jsonl", short_tmp / "math.jsonl"]
+    for path, (a, b) in zip(mix, [(0, 1400), (1400, 2000), (2000, 2200)], strict=True):
+        path.write_text("".join(lines[a:b]), "utf-8")
+    options = {"max_len": 1024, "mix": "1,1,1", "tokens": "1M"}
+    result = on_two_nodes(short_tmp, {"mix": (mix, {"units": 4, **options})})
     assert result["nodes"] == 2
-    for name, (inputs, kw) in cases.items():
-        units = result["cases"][name]["units"]
-        assert [u["index"] for u in units] == list(range(kw["units"]))
-        # The units ran in worker processes of both nodes (each node's raylet starts its own).
-        assert len({u["raylet"] for u in units}) == 2, (name, units)
-        pack_units(inputs, short_tmp / f"local-{name}", num_proc=2, **kw)
-        _, local_rows = read_rows(short_tmp / f"local-{name}")
-        _, ray_rows = read_rows(short_tmp / name)
-        assert ray_rows == local_rows, name  # every column, row for row
-        assert result["cases"][name]["rows"] == len(local_rows)
+    case = result["cases"]["mix"]
+    assert [u["index"] for u in case["units"]] == [u["index"] for u in case["measured"]] == [
+        0, 1, 2, 3,
+    ]  # fmt: skip
+    assert len({u["raylet"] for u in case["measured"]}) == 2, case  # tokenized on both nodes
+    pack_units(mix, short_tmp / "local", units=4, num_proc=2, **options)
+    packtool.pack(mix, short_tmp / "one", **options)
+    merged, ray_rows = read_rows(short_tmp / "mix")
+    assert ray_rows == read_rows(short_tmp / "local")[1]  # every column, row for row
+    one = read_rows(short_tmp / "one")[0]
+    assert merged["mixture"] == one["mixture"] and merged["mixture"]["copies"] > 1
+    assert "source_ids" in merged["columns"] and case["rows"] == len(ray_rows)
+    assert not list((short_tmp / "mix" / "units").glob(".*packtool-work"))  # tokens kept: gone

@@ -192,6 +192,11 @@ def test_s3_outages_fail_in_bounded_time_and_unfinished_uploads_are_aborted() ->
 
 
 @pytest.mark.slow
+def test_s3_mixtures_keep_their_source_ids() -> None:
+    run_scenario("mix", timeout=600)
+
+
+@pytest.mark.slow
 @pytest.mark.xdist_group("ray")
 def test_s3_two_ray_nodes_give_the_local_rows() -> None:
     run_scenario("ray", timeout=900)

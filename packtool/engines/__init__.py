@@ -14,7 +14,9 @@ afterwards. Whatever ran the units, the merged rows are the same.
 
 from __future__ import annotations
 
+import hashlib
 import os
+import shutil
 import socket
 import time
 from collections.abc import Callable, Sequence
@@ -27,6 +29,7 @@ from ..format import MANIFEST_FILE, row_bytes
 from ..fs import AnyPath, StorePath, as_path, check_writable, remove_tree
 from ..instruct import has_labels
 from ..merge import merge_units
+from ..mixture import Source, UnitMixture, parse_mix, plan_unit_mixtures
 from ..options import ENGINES, PackOptions
 from ..pipeline import PackReport
 from ..readers import resolve_inputs
@@ -36,10 +39,12 @@ from ..units import (
     UnitResult,
     corpus_options,
     finished_unit,
+    measure_unit,
     plan_units,
     result_from_manifest,
     run_unit,
     unit_dirs,
+    unit_mixtures,
 )
 
 __all__ = ["ENGINES", "UnitFailedError", "UnitsReport", "pack_units"]
@@ -64,6 +69,11 @@ class Job(NamedTuple):
     merge_options: dict[str, Any]
     progress: Callable[[str, int, int | None], None] | None = None
     already: int = 0
+    mixture: dict[int, UnitMixture] | None = None  # --mix: each unit's part (see call_unit)
+    # the job to run next on the same engine (its pool, its Ray instance), made from this
+    # one's results, or None; the engine returns the results of the last job it ran
+    then: Callable[[list[Any]], Job | None] | None = None
+    stage: str = "units"  # the progress stage its units are counted in (a mixture's measure)
 
 
 @dataclass
@@ -80,6 +90,8 @@ class UnitsReport:
     driver_pid: int = field(default_factory=os.getpid)
     driver_host: str = field(default_factory=socket.gethostname)
     skipped_files: list[str] = field(default_factory=list)  # directory members not read
+    # --mix: where each unit was measured (index, pid, host), before the mixture was planned
+    measured: list[tuple[int, int, str]] = field(default_factory=list)
 
     @property
     def packed(self) -> int:
@@ -97,12 +109,16 @@ def call_unit(
     merge_options: dict[str, Any],
     overwrite: bool,
     threads: int | None,
+    mixture: UnitMixture | None = None,
 ) -> tuple[str, Any]:
     """Run one unit in a worker; errors come back as data (some exceptions do not pickle).
 
-    Returns ``("ok", UnitResult)`` or ``("error", (message, exit_code))``.
+    Returns ``("ok", UnitResult)`` or ``("error", (message, exit_code))``. A mixture's unit
+    not planned yet (``mixture.taken`` is None) is measured: ``("ok", MixtureMeasure)``.
     """
     try:
+        if mixture is not None and mixture.taken is None:
+            return "ok", measure_unit(unit, out_dir, options, mixture, num_proc=threads)
         return "ok", run_unit(
             unit,
             out_dir,
@@ -110,6 +126,7 @@ def call_unit(
             merge_options=merge_options,
             overwrite=overwrite,
             num_proc=threads,
+            mixture=mixture,
         )
     except PacktoolError as e:
         return "error", (str(e), e.exit_code)
@@ -192,7 +209,7 @@ def pack_units(
     # Absolute paths: every launcher (and every node) then plans and reads the same files
     # (URLs are absolute already).
     skipped: list[AnyPath] = []
-    resolved = resolve_inputs(inputs, skipped=skipped)
+    resolved, sources = _sources(inputs, options, skipped)
     files = [
         f if isinstance(f.path, StorePath) else replace(f, path=Path(os.path.abspath(f.path)))
         for f in resolved
@@ -210,6 +227,12 @@ def pack_units(
     plan = [  # loads the tokenizer: a bad one fails here
         replace(u, input_shape_auto=shape_auto) for u in plan_units(files, options.units, options)
     ]
+    mixtures = None
+    if sources:  # which inputs make each source is part of the plan
+        grouping = [(s.path, s.weight, s.first_file, s.end_file) for s in sources]
+        digest = hashlib.sha256(repr((plan[0].plan, grouping)).encode()).hexdigest()
+        plan = [replace(u, plan=digest) for u in plan]
+        mixtures = unit_mixtures(plan, files, sources)
     created = not out.exists()
     _prepare(out, options.units, options.unit is not None, options.overwrite)
     skipped_files = [str(p) for p in skipped]
@@ -230,7 +253,8 @@ def pack_units(
     if merged_before is not None:
         return UnitsReport(out, options.engine, [], merged_before, skipped_files=skipped_files)
     try:
-        results = _run_pending(plan, out, options, merge_options, progress)
+        measured: list[tuple[int, int, str]] = []
+        results = _run_pending(plan, out, options, merge_options, progress, mixtures, measured)
     except PacktoolError:  # a unit failed (a bad record...): no half-made output left behind
         if created and isinstance(out, Path) and not _any_unit_finished(out):
             remove_tree(out)
@@ -243,7 +267,26 @@ def pack_units(
         raise
     merged.seconds = time.perf_counter() - started  # the whole run (the manifest: the merge)
     ran = [results[i] for i in range(options.units)]
-    return UnitsReport(out, options.engine, ran, merged, skipped_files=skipped_files)
+    return UnitsReport(
+        out, options.engine, ran, merged, skipped_files=skipped_files, measured=measured
+    )
+
+
+def _sources(
+    inputs: Sequence[str | os.PathLike[str]], options: PackOptions, skipped: list[AnyPath]
+) -> tuple[list[Any], list[Source]]:
+    """The inputs resolved, and with ``--mix`` each input argument as a source (resolved one
+    by one: the files of each, in order)."""
+    if options.mix is None:
+        return list(resolve_inputs(inputs, skipped=skipped)), []
+    weights = parse_mix(options.mix, len(inputs))
+    resolved: list[Any] = []
+    sources = []
+    for spec, weight in zip(inputs, weights, strict=True):
+        found = resolve_inputs([spec], skipped=skipped)
+        sources.append(Source(str(spec), weight, len(resolved), len(resolved) + len(found)))
+        resolved.extend(found)
+    return resolved, sources
 
 
 def _check_a_sibling(plan: list[Unit], out: AnyPath, index: int) -> None:
@@ -286,8 +329,16 @@ def _run_pending(
     options: PackOptions,
     merge_options: dict[str, Any],
     progress: Callable[[str, int, int | None], None] | None,
+    mixtures: list[UnitMixture] | None = None,
+    measured: list[tuple[int, int, str]] | None = None,
 ) -> dict[int, UnitResult]:
-    """Run the units of ``plan`` that are not finished yet on the engine; every unit's result."""
+    """Run the units of ``plan`` that are not finished yet on the engine; every unit's result.
+
+    A mixture (``mixtures``: each unit's sources) runs in two rounds when a unit is pending:
+    every unit is measured (tokenized, its documents' tokens counted; the tokens kept), the
+    mixture is planned once over all of them (the plan one ``pack`` makes), then the pending
+    units pack their part of it from the tokens kept, in the same engine session (one pool of
+    processes, one Ray instance; ``measured``: where each unit was measured, filled in)."""
     results: dict[int, UnitResult] = {}
     pending: list[Unit] = []
     for u in plan:
@@ -305,7 +356,18 @@ def _run_pending(
         from .ray import run_ray as run_engine
     else:
         from .local import run_local as run_engine
-    ran = run_engine(Job(pending, out, options, merge_options, progress, len(results)))
+    packing = Job(pending, out, options, merge_options, progress, len(results))
+    job = packing
+    if mixtures is not None:  # measured first, all units; then the packing, on the same engine
+        finished = set(results)
+        measuring = {u: replace(m, keep_tokens=u not in finished) for u, m in enumerate(mixtures)}
+
+        def pack_parts(found: list[Any]) -> Job:
+            parts = _plan_mixture(plan, out, options, mixtures, found, measured)
+            return packing._replace(mixture=parts)
+
+        job = Job(plan, out, options, merge_options, progress, 0, measuring, pack_parts, "measure")
+    ran = run_engine(job)
     results.update({r.index: r for r in ran})
     return results
 
@@ -317,3 +379,40 @@ def _merged(out: Path, plan: str, merge_options: dict[str, Any]) -> PackReport |
 
     manifest = up_to_date_merge(out, plan, merge_options)
     return None if manifest is None else PackReport.from_manifest(out, manifest, 0.0)
+
+
+def _plan_mixture(
+    plan: list[Unit],
+    out: Path,
+    options: PackOptions,
+    mixtures: list[UnitMixture],
+    found: list[Any],
+    measured_at: list[tuple[int, int, str]] | None,
+) -> dict[int, UnitMixture]:
+    """The plan over every unit of ``plan`` (``mixtures``: their sources), from their
+    measures (``found``); each unit's part. A refused plan (e.g. --no-repeat and a source
+    too small) removes the tokens the measures kept."""
+    measured = sorted(found, key=lambda m: m.index)
+    if measured_at is not None:
+        measured_at.extend((m.index, m.pid, m.host) for m in measured)
+    o = options
+    try:
+        planned = plan_unit_mixtures(
+            measured, mixtures, tokens=o.tokens, seed=o.seed, repeat=o.repeat
+        )
+    except PacktoolError:
+        for u in plan:
+            _drop_work_store(u.directory(out))
+        raise
+    return dict(enumerate(planned))
+
+
+def _drop_work_store(directory: AnyPath) -> None:
+    """Remove the work store a unit's measure kept for ``directory`` (on this machine)."""
+    from ..pipeline import scratch_for
+    from ..store import work_dir_for
+
+    if isinstance(directory, StorePath):
+        shutil.rmtree(scratch_for(directory), ignore_errors=True)
+    else:
+        shutil.rmtree(work_dir_for(Path(directory)), ignore_errors=True)

@@ -25,6 +25,7 @@ from typing import Any
 
 from .._version import __version__
 from ..errors import OptionError
+from ..mixture import UnitMixture
 from ..options import PackOptions
 from ..units import Unit, UnitResult
 from . import Job, UnitFailedError, call_unit, unwrap
@@ -89,9 +90,10 @@ def _task(
     options: PackOptions,
     merge_options: dict[str, Any],
     threads: int,
+    mixture: UnitMixture | None = None,
 ) -> tuple[str, Any]:
     """Runs in a Ray worker."""
-    return call_unit(unit, out_dir, options, merge_options, False, threads)
+    return call_unit(unit, out_dir, options, merge_options, False, threads, mixture)
 
 
 def run_ray(job: Job) -> list[UnitResult]:
@@ -101,7 +103,7 @@ def run_ray(job: Job) -> list[UnitResult]:
     Uses the Ray instance already initialised in this process if there is one, else joins
     ``--ray-address``, else starts a local instance (and stops it at the end).
     """
-    units, out_dir, options, merge_options, progress, already = job
+    options = job.options
     address = options.ray_address
     ray = import_ray()
     cpus = options.num_proc or 1
@@ -121,39 +123,16 @@ def run_ray(job: Job) -> list[UnitResult]:
                 configure_logging=False,
             )
         started_here = True
-    refs: list[Any] = []
+    refs: list[Any] = []  # the tasks in flight: cancelled on an error
     try:
         # A task whose worker or node dies is retried by Ray (a unit can run again: its
         # output appears only when complete).
         task = ray.remote(num_cpus=cpus)(_task)
-        refs = [
-            task.remote(unit, str(out_dir.resolve()), options, merge_options, cpus)
-            for unit in units
-        ]
-        names = {ref: unit.name for ref, unit in zip(refs, units, strict=True)}
-        results: list[UnitResult] = []
-        pending = list(refs)
-        while pending:
-            done, pending = ray.wait(pending, num_returns=1, timeout=1.0)
-            for ref in done:
-                try:
-                    outcome = ray.get(ref)
-                except ray.exceptions.RayError as e:
-                    first = (str(e).strip().splitlines() or [type(e).__name__])[0]
-                    raise UnitFailedError(
-                        f"{names[ref]}: the Ray task failed: {first} (finished units are kept: "
-                        "run the same command again to go on)"
-                    ) from None
-                result = unwrap(outcome)
-                if result.packtool_version != __version__:
-                    raise UnitFailedError(
-                        f"a Ray worker on {result.host} runs packtool {result.packtool_version}, "
-                        f"the driver {__version__}: install the same version on every node"
-                    )
-                results.append(result)
-            if done and progress:
-                progress("units", already + len(results), already + len(units))
-        return sorted(results, key=lambda r: r.index)
+        current: Job | None = job
+        while current is not None:  # the job, then the jobs it chains (job.then)
+            results = _tasks(ray, task, current, cpus, refs)
+            current = current.then(results) if current.then is not None else None
+        return results
     except BaseException:
         for ref in refs:
             with contextlib.suppress(Exception):
@@ -164,6 +143,42 @@ def run_ray(job: Job) -> list[UnitResult]:
             ray.shutdown()
             if temp_dir is not None:
                 _remove(temp_dir)
+
+
+def _tasks(ray: Any, task: Any, job: Job, cpus: int, refs: list[Any]) -> list[Any]:
+    """Run the units of ``job`` as Ray tasks (their refs put in ``refs``); their results in
+    unit order."""
+    units, progress, already = job.units, job.progress, job.already
+    parts = job.mixture or {}
+    out_dir = str(job.out_dir.resolve())
+    refs[:] = [
+        task.remote(unit, out_dir, job.options, job.merge_options, cpus, parts.get(unit.index))
+        for unit in units
+    ]
+    names = {ref: unit.name for ref, unit in zip(refs, units, strict=True)}
+    results: list[Any] = []
+    pending = list(refs)
+    while pending:
+        done, pending = ray.wait(pending, num_returns=1, timeout=1.0)
+        for ref in done:
+            try:
+                outcome = ray.get(ref)
+            except ray.exceptions.RayError as e:
+                first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+                raise UnitFailedError(
+                    f"{names[ref]}: the Ray task failed: {first} (finished units are kept: "
+                    "run the same command again to go on)"
+                ) from None
+            result = unwrap(outcome)
+            if result.packtool_version != __version__:
+                raise UnitFailedError(
+                    f"a Ray worker on {result.host} runs packtool {result.packtool_version}, "
+                    f"the driver {__version__}: install the same version on every node"
+                )
+            results.append(result)
+        if done and progress:
+            progress(job.stage, already + len(results), already + len(units))
+    return sorted(results, key=lambda r: r.index)
 
 
 def _temp_dir() -> str:

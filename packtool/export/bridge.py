@@ -70,6 +70,14 @@ BRIDGE_SCHEMA = pa.schema(
         pa.field("seq_start_id", pa.list_(pa.int32())),
     ]
 )
+SOURCES_FIELD = pa.field("source_ids", pa.list_(pa.int32()))
+"""A mixture's export (``pack --mix``): each sequence's source, one per ``seq_start_id``."""
+
+
+def bridge_schema(sources: bool) -> pa.Schema:
+    """The entries' columns: :data:`BRIDGE_SCHEMA`, and ``source_ids`` for a mixture (their
+    readers read the three columns by name, so a fourth is left alone)."""
+    return BRIDGE_SCHEMA.append(SOURCES_FIELD) if sources else BRIDGE_SCHEMA
 
 
 def bridge_names(max_len: int) -> dict[str, str]:
@@ -154,17 +162,21 @@ def _aligned_entries(
 
 def bridge_tables(reader: PackedReader, index: SegmentIndex) -> Iterator[pa.Table]:
     """The export's rows in stored order, :data:`ROW_GROUP_ROWS` at a time, as Arrow tables
-    of :data:`BRIDGE_SCHEMA` (read from the memory-mapped shards a batch at a time)."""
+    of :func:`bridge_schema` (read from the memory-mapped shards a batch at a time)."""
     first_seg = np.concatenate([[0], np.cumsum(index.per_row)])
     row0 = 0
     aligned = reader.aligned
     eos = _alignment_pad(reader) if aligned else 0
     columns = column_names(reader.has_labels, Per.TOKEN, Per.ROW)  # not the segments'
-    for table in reader.iter_tables(columns):
+    sources = reader.has_sources
+    schema = bridge_schema(sources)
+    for table in reader.iter_tables([*columns, *(["source_ids"] if sources else [])]):
         for batch in table.to_batches(max_chunksize=ROW_GROUP_ROWS):
             rows = batch.num_rows
             seg = slice(int(first_seg[row0]), int(first_seg[row0 + rows]))
             seg_offsets = first_seg[row0 : row0 + rows + 1] - first_seg[row0]
+            # a mixture's: each row's source ids, one per document segment (per seq_start_id)
+            extra = [batch.column("source_ids").cast(SOURCES_FIELD.type)] if sources else []
             if aligned:
                 ids, mask, token_offsets, starts = _aligned_entries(batch, reader, index, seg, eos)
                 yield pa.Table.from_arrays(
@@ -172,8 +184,9 @@ def bridge_tables(reader: PackedReader, index: SegmentIndex) -> Iterator[pa.Tabl
                         _list_array(ids, token_offsets, pa.int32()),
                         _list_array(mask, token_offsets, pa.int8()),
                         _list_array(starts.astype(np.int32), seg_offsets, pa.int32()),
+                        *extra,
                     ],
-                    schema=BRIDGE_SCHEMA,
+                    schema=schema,
                 )
                 row0 += rows
                 continue
@@ -187,8 +200,9 @@ def bridge_tables(reader: PackedReader, index: SegmentIndex) -> Iterator[pa.Tabl
                     _list_array(ids, token_offsets, pa.int32()),
                     _list_array(mask, token_offsets, pa.int8()),
                     _list_array(index.start[seg].astype(np.int32), seg_offsets, pa.int32()),
+                    *extra,
                 ],
-                schema=BRIDGE_SCHEMA,
+                schema=schema,
             )
             row0 += rows
 
@@ -210,15 +224,15 @@ def bridge_metadata(reader: PackedReader, index: SegmentIndex) -> dict[str, Any]
     }
 
 
+_NPY_KEYS = tuple(bridge_schema(sources=True).names)  # the last: a mixture's; made once, so
+# every entry has the same key objects, and the pickle memoizes them as it always did
+
+
 def _write_npy(path: Path, tables: list[pa.Table]) -> None:
     """The older format: a NumPy object array of dicts (a pickle), loaded whole by its
     readers (numpy.load with pickles allowed), so it is built whole here too."""
-    entries = [
-        {
-            "input_ids": r["input_ids"],
-            "loss_mask": r["loss_mask"],
-            "seq_start_id": r["seq_start_id"],
-        }
+    entries = [  # the keys in the columns' order; the same objects in every entry
+        {key: r[key] for key in _NPY_KEYS if key in r}
         for table in tables
         for r in table.to_pylist()
     ]
@@ -243,7 +257,7 @@ def export_bridge(reader: PackedReader, staging: Path, *, npy: bool = False) -> 
     kept: list[pa.Table] = []
     learned = 0
     path = staging / names["parquet"]
-    with pq.ParquetWriter(path, BRIDGE_SCHEMA, compression="zstd") as writer:
+    with pq.ParquetWriter(path, bridge_schema(reader.has_sources), compression="zstd") as writer:
         for table in bridge_tables(reader, index):
             writer.write_table(table, row_group_size=ROW_GROUP_ROWS)
             learned += int(
@@ -287,7 +301,7 @@ def bridge_problems(reader: PackedReader, dest: Path, record: dict[str, Any]) ->
     def kinds(schema: pa.Schema) -> dict[str, str]:
         return {f.name: str(getattr(f.type, "value_type", f.type)) for f in schema}
 
-    found, expected = kinds(parquet.schema_arrow), kinds(BRIDGE_SCHEMA)
+    found, expected = kinds(parquet.schema_arrow), kinds(bridge_schema(reader.has_sources))
     if found != expected:
         return [f"{names['parquet']}: columns {found}, expected {expected}"]
     if parquet.metadata.num_rows != reader.num_rows:
@@ -317,11 +331,11 @@ def bridge_problems(reader: PackedReader, dest: Path, record: dict[str, Any]) ->
                 want_starts = [s.start for s in docs]
                 want_mask = [int(x != IGNORE_INDEX) for x in labels[1:n]] + [0]
                 theirs = [s.length - 1 for s in docs]
-            for key, want in (
-                ("input_ids", want_ids),
-                ("seq_start_id", want_starts),
-                ("loss_mask", want_mask),
-            ):
+            wanted = [("input_ids", want_ids), ("seq_start_id", want_starts)]
+            wanted.append(("loss_mask", want_mask))
+            if row.source_ids is not None:  # a mixture's: each sequence's source
+                wanted.append(("source_ids", row.source_ids.tolist()))
+            for key, want in wanted:
                 if entry[key] != want:
                     problems.append(f"{names['parquet']} row {r}: {key} differs from the pack")
             lengths += theirs
@@ -351,6 +365,7 @@ class BridgeExporter:
 
     name = "megatron-bridge"
     options = frozenset({"npy"})
+    sources = True  # a mixture's entries carry source_ids
 
     def write(self, reader: PackedReader, staging: Path, **options: Any) -> dict[str, Any]:
         return export_bridge(reader, staging, npy=bool(options.get("npy")))

@@ -5,6 +5,7 @@ One item per packed row, a dict of the pack's columns, each id column in its own
     input_ids, position_ids (, labels)   int32 arrays of max_len
     cu_seqlens, seq_lengths, chunk_ids   int32 arrays (per boundary / segment)
     doc_ids                              int64 array (corpus-wide document numbers)
+    source_ids                           int32 array (a mixture's: each segment's source)
     num_tokens                           int
 
 ``DIR/chunk-*.bin`` and ``DIR/index.json`` are written by LitData's own ``BinaryWriter``
@@ -47,7 +48,8 @@ def _litdata(what: str) -> Any:
 
 def export_columns(reader: PackedReader) -> list[str]:
     """The names of an item's fields: the pack's columns, ``seq_lengths`` always."""
-    return [c.name for c in columns(reader.has_labels, aligned=reader.aligned)]
+    every = columns(reader.has_labels, aligned=reader.aligned, sources=reader.has_sources)
+    return [c.name for c in every]
 
 
 def _ragged(column: pa.Array) -> tuple[np.ndarray, np.ndarray]:
@@ -58,7 +60,7 @@ def _ragged(column: pa.Array) -> tuple[np.ndarray, np.ndarray]:
 
 def items(reader: PackedReader) -> Iterator[dict[str, Any]]:
     """Every row of the pack as an export item, in stored order."""
-    every = columns(reader.has_labels, aligned=reader.aligned)
+    every = columns(reader.has_labels, aligned=reader.aligned, sources=reader.has_sources)
     names = [c for c in every if c.name != "seq_lengths"]
     for table in reader.iter_tables([c.name for c in names]):
         for batch in table.to_batches():
@@ -159,5 +161,5 @@ def litdata_problems(reader: PackedReader, dest: Path, record: dict[str, Any]) -
     return problems
 
 
-EXPORTER = PlainExporter("litdata", export_litdata, litdata_problems)
+EXPORTER = PlainExporter("litdata", export_litdata, litdata_problems, sources=True)
 """``--to litdata``: the packed rows as LitData's optimized format."""

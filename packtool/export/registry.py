@@ -26,6 +26,7 @@ class Exporter(Protocol):
 
     name: str
     options: frozenset[str]
+    sources: bool  # it carries a mixture's per-segment source ids (else a notice says so)
 
     def write(self, reader: PackedReader, staging: Path, **options: Any) -> dict[str, Any]:
         """Write the export of ``reader`` into ``staging``; the record for ``export.json``."""
@@ -40,12 +41,13 @@ class Exporter(Protocol):
 class PlainExporter(NamedTuple):
     """An export with no options of its own: its ``name`` and its two functions,
     ``write(reader, staging)`` and ``problems(reader, dest, record)``, as :class:`Exporter`
-    asks for them."""
+    asks for them; ``sources``: it carries a mixture's source ids."""
 
     name: str
     write_to: Callable[[PackedReader, Path], dict[str, Any]]
     problems_of: Callable[[PackedReader, Path, dict[str, Any]], list[str]]
     options: frozenset[str] = frozenset()
+    sources: bool = False
 
     def write(self, reader: PackedReader, staging: Path, **options: Any) -> dict[str, Any]:
         return self.write_to(reader, staging)

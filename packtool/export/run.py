@@ -29,6 +29,7 @@ class ExportReport:
     to: str
     record: dict[str, Any]
     seconds: float
+    notices: list[str] = field(default_factory=list)  # e.g. what the format leaves out
 
 
 @dataclass
@@ -58,7 +59,16 @@ def export(
     reader = open_packed(out)
     with export_output(dest) as staging:
         record = chosen.write(reader, staging, **{k: v for k, v in options.items() if v})
-    return ExportReport(dest, to, record, time.perf_counter() - started)
+    notices = []
+    if reader.has_sources and not chosen.sources:
+        notices.append(SOURCES_LEFT_OUT.format(to=to))
+    return ExportReport(dest, to, record, time.perf_counter() - started, notices)
+
+
+SOURCES_LEFT_OUT = (
+    "the pack is a mixture (pack --mix), but --to {to} has no place for its source ids: they "
+    "are left out (the sources stay in the pack and its manifest; docs/export.md)"
+)
 
 
 def verify_export(out: str | os.PathLike[str], dest: str | os.PathLike[str]) -> ExportCheck:

@@ -345,6 +345,7 @@ def commit_in_place(
     added: bool = True,
     aligned: bool = False,
     repack_files: Sequence[ShardEntry] = (),
+    sources: bool = False,
 ) -> Manifest:
     """Commit a dataset whose shards already lie under ``out_dir``: no row is written.
 
@@ -355,7 +356,7 @@ def commit_in_place(
     metadata that does not match it. Returns the manifest.
     """
     out = Path(out_dir)
-    schema = packed_schema(max_len, with_labels, added, aligned)
+    schema = packed_schema(max_len, with_labels, added, aligned, sources)
     for i, entry in enumerate(shards):
         problem = shard_entry_problem(i, entry.to_record())
         if problem:

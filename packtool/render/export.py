@@ -5,11 +5,14 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from .console import clean, say, stdout
+from .console import clean, note, say, stdout
 
 
 def show_export(report: Any, *, quiet: bool, as_json: bool) -> None:
-    """What ``export`` shows of its :class:`~packtool.export.ExportReport`."""
+    """What ``export`` shows of its :class:`~packtool.export.ExportReport`; its notices
+    always (on stderr)."""
+    for notice in report.notices:
+        note("[yellow]note:[/]", notice)
     if as_json:
         print(json.dumps(report.record, indent=2))
         return

@@ -25,6 +25,7 @@ class RichProgress:
         "tokenize": "read + tokenize",
         "pack": "pack (FFD)",
         "write": "write rows",
+        "measure": "measure units (--mix)",  # a mixture's units, tokenized before the plan
     }
 
     def __init__(self, enabled: bool) -> None:
