@@ -388,7 +388,8 @@ def test_jsonl_fast_path_reads_in_bounded_pieces(
 
 def test_jsonl_first_piece_is_small(tmp_path: Path) -> None:
     """The first piece of a JSON Lines input is about ``first`` bytes (the tokenizer waits for
-    it), the others about ``size``; every piece holds whole lines, and together the file."""
+    it), the next ones twice the last up to ``size``; every piece holds whole lines, and
+    together the file."""
     import pyarrow as pa
 
     from packtool.readers import jsonl
@@ -398,7 +399,7 @@ def test_jsonl_first_piece_is_small(tmp_path: Path) -> None:
     path.write_bytes(body)
     with pa.OSFile(str(path)) as stream:
         pieces = [bytes(p) for p in jsonl._line_chunks(stream, 1000, first=105)]
-    assert [len(p) for p in pieces[:3]] == [100, 1000, 1000]
+    assert [len(p) for p in pieces[:6]] == [100, 210, 420, 840, 1000, 1000]
     assert b"".join(pieces) == body and all(p.endswith(b"\n") for p in pieces)
     assert jsonl._FIRST_CHUNK < jsonl._JSONL_CHUNK
 

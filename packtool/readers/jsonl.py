@@ -107,8 +107,9 @@ _NULL_LINE = re.compile(rb"\n[ \t\r]*null")  # at the start of any later line
 
 _JSONL_CHUNK = 8 << 20  # bytes of whole lines parsed at a time by the fast JSONL path
 _FIRST_CHUNK = 1 << 20
-"""The first piece of an input is smaller: the tokenizer waits for it (parsing 8 MB of text
-takes ~35 ms), and later pieces are read while it works."""
+"""The first piece of an input is smaller, and the next ones double up to :data:`_JSONL_CHUNK`:
+the tokenizer's two batches wait for the first pieces (parsing 8 MB of text takes ~35 ms),
+and later pieces are read while it works."""
 
 
 _PYTHON_CHUNK = 1 << 20  # bytes of whole lines read at a time for json.loads (records)
@@ -125,8 +126,8 @@ def _line_chunks(
     limit: int | None = None,
     first: int | None = None,
 ) -> Iterator[memoryview]:
-    """``stream`` in pieces of about ``size`` bytes (the first of about ``first``, if given),
-    each ending at a line end (the last one at the end of the input), so that each piece
+    """``stream`` in pieces of about ``size`` bytes (if ``first`` is given, the first of about
+    ``first``, each next one twice the last up to ``size``), each ending at a line end (the last one at the end of the input), so that each piece
     holds whole lines. A line longer than ``limit`` bytes raises :class:`LineTooLong` once
     that many bytes of it are read (memory bounded by the limit, not by the line)."""
     limit = max_record_bytes() if limit is None else limit
@@ -135,7 +136,7 @@ def _line_chunks(
     step = min(size, first or size)
     while True:
         chunk = stream.read(step)
-        step = size
+        step = min(size, 2 * step)
         if not chunk:
             if carry:
                 yield memoryview(b"".join(carry))
