@@ -127,9 +127,10 @@ def _line_chunks(
     first: int | None = None,
 ) -> Iterator[memoryview]:
     """``stream`` in pieces of about ``size`` bytes (if ``first`` is given, the first of about
-    ``first``, each next one twice the last up to ``size``), each ending at a line end (the last one at the end of the input), so that each piece
-    holds whole lines. A line longer than ``limit`` bytes raises :class:`LineTooLong` once
-    that many bytes of it are read (memory bounded by the limit, not by the line)."""
+    ``first``, each next one twice the last up to ``size``), each ending at a line end (the
+    last one at the end of the input), so that each piece holds whole lines. A line longer
+    than ``limit`` bytes raises :class:`LineTooLong` once that many bytes of it are read
+    (memory bounded by the limit, not by the line)."""
     limit = max_record_bytes() if limit is None else limit
     carry: list[bytes] = []  # the start of a line longer than a chunk, so far
     carried = 0
