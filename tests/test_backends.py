@@ -13,10 +13,12 @@ import json
 import tempfile
 from pathlib import Path
 
+import hypothesis.strategies as st
 import numpy as np
 import pytest
 from conftest import SAMPLE, write_jsonl
 from helpers import documents_from_rows, read_rows
+from hypothesis import given, settings
 from test_cli import assert_one_line_error, run
 
 import packtool
@@ -596,3 +598,24 @@ def test_backend_versions_are_the_ones_importlib_metadata_reads(tmp_path, monkey
     (egg / "PKG-INFO").write_text("Metadata-Version: 2.1\nName: tokenizers\nVersion: 0.0.1\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     assert package_version.__wrapped__("tokenizers") == "0.0.1" == version("tokenizers")
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    lengths=st.lists(st.integers(0, 30), max_size=20),
+    before=st.lists(st.integers(0, 99), max_size=2),
+    after=st.lists(st.integers(0, 99), max_size=2),
+)
+def test_post_processor_affixes_wrap_each_document(lengths, before, after) -> None:
+    """gigatoken's ids get the post-processor's tokens around each document (Llama 3's BOS)
+    as a plain loop over the documents puts them."""
+    from packtool.tokenize.gigatoken import _with_affixes
+
+    ids = np.arange(sum(lengths), dtype=np.int32) + 1000
+    got = _with_affixes(Flat(ids, np.array(lengths, np.int64)), before, after)
+    expected, at = [], 0
+    for n in lengths:
+        expected += [*before, *ids[at : at + n].tolist(), *after]
+        at += n
+    assert got.ids.tolist() == expected
+    assert got.lengths.tolist() == [n + len(before) + len(after) for n in lengths]

@@ -184,19 +184,20 @@ class GigatokenEngine:
 
 
 def _with_affixes(flat: Flat, before: list[int], after: list[int]) -> Flat:
-    """``flat`` with ``before`` put in front of each document's ids and ``after`` behind."""
+    """``flat`` with ``before`` put in front of each document's ids and ``after`` behind (the
+    ids copied once under a mask, as ``np.insert`` does: a scatter by index cost six times as
+    much)."""
     p, s = len(before), len(after)
     lengths = flat.lengths + p + s
     ends = np.cumsum(lengths)
     starts = ends - lengths
     out = np.empty(int(ends[-1]) if ends.size else 0, np.int32)
-    old_starts = np.cumsum(flat.lengths) - flat.lengths
-    where = np.repeat(starts + p - old_starts, flat.lengths) + np.arange(flat.ids.size)
-    out[where] = flat.ids
-    for k, tid in enumerate(before):
-        out[starts + k] = tid
-    for k, tid in enumerate(after):
-        out[ends - s + k] = tid
+    keep = np.ones(out.size, bool)
+    for at, tid in [*((starts + k, t) for k, t in enumerate(before)),
+                    *((ends - s + k, t) for k, t in enumerate(after))]:  # fmt: skip
+        out[at] = tid
+        keep[at] = False
+    out[keep] = flat.ids
     return Flat(out, lengths)
 
 
