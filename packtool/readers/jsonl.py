@@ -312,8 +312,12 @@ def read(inp: InputFile, fields: Sequence[str], want: Want) -> Iterator[Records]
     span = part_of(inp, "bytes")
     at_start = span is None or span[0] == 0  # a byte-order mark can only be there
     try:
-        chunks = _line_chunks(stream, _JSONL_CHUNK, first=_FIRST_CHUNK) if options else None
-        for piece in chunks or _line_chunks(stream, _PYTHON_CHUNK):
+        chunks = (
+            _line_chunks(stream, _JSONL_CHUNK, first=_FIRST_CHUNK)
+            if options
+            else _line_chunks(stream, _PYTHON_CHUNK)
+        )
+        for piece in chunks:
             if at_start:
                 # A UTF-8 byte-order mark (Windows tools write one) is not part of the first
                 # record: pyarrow skips it, json.loads would refuse the line.
