@@ -20,6 +20,8 @@ corpus (``sample_data/make_corpus.py``) with a 151k byte-level BPE trained local
 - ``fastokens alone``: the same with fastokens' ``encode_batch_flat``;
 - ``gigatoken alone``: the same with gigatoken's ``encode_batch`` (flat ids in an awkward
   array; it parses special-token strings, which the corpora do not hold);
+- ``gigatoken files alone``: gigatoken reads and decodes the JSON Lines itself
+  (``encode_files(JsonlFileSource([corpus]))``, all cores, every document's ids at once);
 - ``pack hf`` / ``pack fastokens`` / ``pack gigatoken`` / ``pack auto``: ``packtool pack
   --tokenizer-backend ...`` end to end, the whole process's wall time (interpreter start,
   imports, parity gate, writing, checksums);
@@ -79,7 +81,7 @@ if backend == "hf":
     tok = Tokenizer.from_file(tok_file)
     tok.encode_special_tokens = True
     tok.no_truncation(); tok.no_padding()
-elif backend == "gigatoken":
+elif backend in ("gigatoken", "gigatoken-files"):
     import gigatoken
     with open(tok_file, "rb") as f:
         tok = gigatoken.Tokenizer.from_json(f.read())
@@ -88,6 +90,12 @@ else:
     tok = fastokens.Tokenizer.from_file(tok_file)
     tok.no_truncation(); tok.no_padding()
 loaded = time.perf_counter()
+if backend == "gigatoken-files":  # gigatoken reads (and decodes) the JSON Lines itself
+    n = len(tok.encode_files(gigatoken.JsonlFileSource([corpus])).layout.content)
+    done = time.perf_counter()
+    print(json.dumps({"seconds": done - t0, "load": loaded - t0, "read": 0.0,
+                      "tokenize": done - loaded, "tokens": n, "rss": _peak()}))
+    sys.exit(0)
 opts = pj.ReadOptions(block_size=256 << 20)
 texts = pj.read_json(corpus, read_options=opts).column("text").to_pylist()
 read = time.perf_counter()
@@ -425,6 +433,7 @@ def _measures(
         ("hf alone", lambda: alone("hf", tok, corpus)),
         ("fastokens alone", lambda: alone("fastokens", tok, corpus)),
         ("gigatoken alone", lambda: alone("gigatoken", tok, corpus)),
+        ("gigatoken files alone", lambda: alone("gigatoken-files", tok, corpus)),
         ("pack hf", lambda: pack("hf", tok, corpus, out, warm)),
         ("pack fastokens", lambda: pack("fastokens", tok, corpus, out, warm)),
         ("pack gigatoken", lambda: pack("gigatoken", tok, corpus, out, warm)),
@@ -436,7 +445,14 @@ def _measures(
         measures.append(
             ("pack fast, base", lambda: pack("fastokens", tok, corpus, out, warm, base))
         )
-    fast = ("fastokens alone", "gigatoken alone", "pack fastokens", "pack gigatoken", "pack auto")
+    fast = (
+        "fastokens alone",
+        "gigatoken alone",
+        "gigatoken files alone",
+        "pack fastokens",
+        "pack gigatoken",
+        "pack auto",
+    )
     if kind == "huge":  # memory: the fast path only
         measures = [m for m in measures if m[0] in fast]
     elif name == "long x4":  # memory, and the ratio once the fixed costs are spread out
@@ -597,7 +613,9 @@ def _ratios(runs: dict[str, list[dict]]) -> None:
                 + f"; fastokens alone vs hf alone: {med['hf alone'] / med['fastokens alone']:.1f}x"
             )
         print(f"{'':<10} {line}")
-    alones = [k for k in ("fastokens alone", "gigatoken alone") if k in med]
+    alones = [
+        k for k in ("fastokens alone", "gigatoken alone", "gigatoken files alone") if k in med
+    ]
     if "pack auto" in med and alones:
         fastest = min(alones, key=med.__getitem__)
         used = runs["pack auto"][0].get("used", "?")

@@ -619,3 +619,124 @@ def test_post_processor_affixes_wrap_each_document(lengths, before, after) -> No
         at += n
     assert got.ids.tolist() == expected
     assert got.lengths.tolist() == [n + len(before) + len(after) for n in lengths]
+
+
+def _long_and_short(n: int = 12) -> list[str]:
+    """Hard texts of every kind, alone (short) and joined into texts past ALONE_CHARS."""
+    from tokenizer_families import hard_texts
+
+    from packtool.tokenize.gigatoken import ALONE_CHARS
+
+    hard = [*hard_texts(), *TEXTS]
+    joined = "\n".join(hard)
+    long = [(joined[i:] + joined) * (ALONE_CHARS // len(joined) + 1) for i in range(0, n * 7, 7)]
+    return [t for pair in zip(long, hard, strict=False) for t in pair] + [long[-1], ""]
+
+
+@pytest.mark.parametrize("add_special", [False, True])
+@pytest.mark.parametrize("family", ["gpt2", "llama3", "qwen", "o200k", "cl100k_removed"])
+def test_gigatoken_encodes_long_texts_one_at_a_time_as_tokenizers_does(
+    piece_dirs, family, add_special
+) -> None:
+    """Texts of ALONE_CHARS characters or more are encoded one at a time (no awkward array),
+    the others in one batch, and joined in order: the ids are those of `tokenizers`, the
+    post-processor's tokens (Llama 3's BOS) around each document."""
+    from packtool.tokenize.gigatoken import ALONE_CHARS, GigatokenEngine
+
+    tok = load_tokenizer(piece_dirs[family])
+    engine, _ = tok.engine("gigatoken")
+    assert isinstance(engine, GigatokenEngine)
+    texts = _long_and_short()
+    assert sum(len(t) >= ALONE_CHARS for t in texts) == 13 and min(map(len, texts)) == 0
+    want = [e.ids for e in tok.encodings(texts, add_special, False)]
+    for batch in (texts, texts[::2], texts[1::2][:-1]):  # mixed, long only, short only
+        got = engine.encode(batch, add_special, False)
+        assert got.ids.dtype == np.int32
+        assert got.lists() == [want[texts.index(t)] for t in batch]
+
+
+def test_gigatoken_takes_one_call_at_a_time(piece_dirs) -> None:
+    """Two threads encoding long texts (``encode`` borrows gigatoken's copy mutably) and a
+    batch of short ones at once: no call raises (gigatoken's "Already borrowed"), and each
+    gets the ids it gets alone."""
+    import threading
+
+    from packtool.tokenize.gigatoken import GigatokenEngine
+
+    engine, _ = load_tokenizer(piece_dirs["qwen"]).engine("gigatoken")
+    assert isinstance(engine, GigatokenEngine)
+    texts = _long_and_short()
+    batches = [texts, texts[1::2][:-1], texts[::2]]
+    alone = [engine.encode(b, True, False).lists() for b in batches]
+    errors: list[BaseException] = []
+
+    def work(k: int) -> None:
+        try:
+            for _ in range(6):
+                assert engine.encode(batches[k], True, False).lists() == alone[k]
+        except BaseException as e:  # reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in (0, 1, 2, 0)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+
+
+def test_the_gate_sees_a_difference_in_gigatokens_one_at_a_time_path(tmp_path, monkeypatch) -> None:
+    """The probes are also encoded joined into one long text, so a backend that encodes long
+    texts another way is compared there too: a fault in gigatoken's one-at-a-time path alone
+    (data of short documents) fails the gate."""
+    import gigatoken
+
+    from packtool.tokenize.gate import LONG_PROBE_CHARS, probe_texts
+
+    assert len(probe_texts(load_tokenizer())[-1]) >= LONG_PROBE_CHARS
+    monkeypatch.setenv("PACKTOOL_CACHE_DIR", str(tmp_path / "cache"))
+    real = gigatoken.Tokenizer.encode
+
+    def encode(self, text):
+        ids = real(self, text).copy()
+        if len(ids) > 1:
+            ids[-1] ^= 1
+        return ids
+
+    monkeypatch.setattr(gigatoken.Tokenizer, "encode", encode)
+    src = write_jsonl(tmp_path / "d.jsonl", [{"text": t} for t in TEXTS])
+    with pytest.raises(TokenizerError, match="gigatoken differs from tokenizers on 'Hello, world"):
+        packtool.pack([src], tmp_path / "out", max_len=32, tokenizer_backend="gigatoken")
+
+
+def test_a_pack_of_long_documents_never_imports_awkward(tmp_path) -> None:
+    """gigatoken's batches come as awkward arrays, whose import holds the GIL for 0.1-0.2 s:
+    a corpus of long documents is encoded one document at a time, without it."""
+    import os
+    import subprocess
+    import sys
+
+    from packtool.tokenize.gigatoken import ALONE_CHARS
+
+    texts = [t for t in _long_and_short() if len(t) >= ALONE_CHARS]
+    src = write_jsonl(tmp_path / "long.jsonl", [{"text": t} for t in texts])
+    script = (
+        "import sys, packtool\n"
+        "r = packtool.pack([sys.argv[1]], sys.argv[2], max_len=512,\n"
+        "                  tokenizer_backend='gigatoken')\n"
+        "print(r.backend['name'], r.documents.read, 'awkward' in sys.modules)\n"
+    )
+    env = {**os.environ, "PACKTOOL_CACHE_DIR": str(tmp_path / "cache")}
+    runs = [
+        subprocess.run(
+            [sys.executable, "-c", script, str(src), str(tmp_path / out)],
+            capture_output=True,
+            text=True,
+            check=True,
+            env=env,
+        ).stdout.split()
+        for out in ("cold", "warm")
+    ]
+    # The first run's parity gate encodes the short probes in a batch; a later one has its
+    # verdict and encodes the corpus alone.
+    assert runs == [["gigatoken", str(len(texts)), v] for v in ("True", "False")]

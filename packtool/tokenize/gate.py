@@ -1,8 +1,9 @@
 """The parity gate: a fast backend encodes a run's documents only where it gives exactly the
 ids of Hugging Face `tokenizers` on a fixed set of probes (many scripts, whitespace runs,
-digits, long words, the tokenizer's own added-token strings as text) and on the first documents
-of the run. The probes' verdict is cached by the file's sha256, the backend and both
-libraries' versions; a cached pass skips loading `tokenizers` at all.
+digits, long words, the tokenizer's own added-token strings as text, and all of them joined
+into one long text) and on the first documents of the run. The probes' verdict is cached by
+the file's sha256, the backend and both libraries' versions; a cached pass skips loading
+`tokenizers` at all.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from .registry import AUTO, REFERENCE, candidates
 __all__ = [
     "GATE_CACHED",
     "GATE_PASSED",
+    "LONG_PROBE_CHARS",
     "PROBES",
     "gate_key",
     "parity_gate",
@@ -59,7 +61,10 @@ PROBES: tuple[str, ...] = (
     "",
     " ",
 )
-PROBE_VERSION = 1  # bump when PROBES change: cached verdicts are keyed by it
+PROBE_VERSION = 2  # bump when the probes change: cached verdicts are keyed by it
+LONG_PROBE_CHARS = 40 << 10
+"""The probes are also encoded joined into one text of at least this many characters: a
+backend may encode a long text another way (gigatoken: one at a time, past 16 Ki)."""
 GATE_DOCS = 16  # first documents of the input in the gate, each cut to GATE_DOC_CHARS
 GATE_DOC_CHARS = 8 << 10
 GATE_LONGEST_CHARS = 64 << 10  # the longest document of the first batch, cut to this
@@ -75,12 +80,15 @@ def reference_backend(reason: str, notice: str | None = None) -> Backend:
 
 def probe_texts(tok: Any) -> list[str]:
     """The fixed part of the parity gate: many scripts, whitespace runs, digits, long words,
-    and the tokenizer's own added-token strings alone, glued and inside text."""
+    and the tokenizer's own added-token strings alone, glued and inside text; then all of
+    them joined into one long text."""
     out = list(PROBES)
     added = sorted(set(tok.added_strings))[:2000]
     out.extend(added)
     out.extend(f"x {a} y{a}z" for a in added)
     out.append("".join(added[:200]))
+    joined = "\n".join(out)
+    out.append(joined * (LONG_PROBE_CHARS // max(len(joined), 1) + 1))
     return out
 
 
