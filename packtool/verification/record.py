@@ -34,6 +34,29 @@ def _slice(lost: LostChunks, a: int, b: int) -> LostChunks:
     )
 
 
+def _tokens_at(lost: LostChunks, rows: np.ndarray) -> np.ndarray:
+    """The tokens of chunks ``rows`` of ``lost``, joined."""
+    lengths = lost.lengths[rows].astype(np.int64)
+    starts = lost.offsets[:-1][rows] - (np.cumsum(lengths) - lengths)
+    return lost.tokens[np.repeat(starts, lengths) + np.arange(int(lengths.sum()))]
+
+
+def _differing(
+    expected: LostChunks, w: np.ndarray, held: LostChunks, h: np.ndarray
+) -> list[tuple[int, int]]:
+    """The pairs (``w[k]``, ``h[k]``), a chunk as re-derived and as the record holds it,
+    whose first label, length or tokens differ (compared all at once)."""
+    bad = (expected.label[w] != held.label[h]) | (expected.lengths[w] != held.lengths[h])
+    same = np.flatnonzero(~bad)
+    if same.size:
+        lengths = expected.lengths[w[same]].astype(np.int64)
+        differ = _tokens_at(expected, w[same]) != _tokens_at(held, h[same])
+        owner = np.repeat(np.arange(same.size), lengths)
+        bad[same[np.unique(owner[differ])]] = True
+    k = np.flatnonzero(bad)
+    return list(zip(w[k].tolist(), h[k].tolist(), strict=True))
+
+
 class RecordCheck:
     """The repack record ``record`` (the manifest's ``repack_files`` ``entries``, read as
     one), compared with the chunks each re-read batch gives (:meth:`compare`, in document
@@ -95,7 +118,7 @@ class RecordCheck:
             )  # fmt: skip
         both, w, h = np.intersect1d(want_keys, held_keys, return_indices=True)
         self.compared += int(both.size)
-        for i, j in zip(w.tolist(), h.tolist(), strict=True):
+        for i, j in _differing(expected, w, held, h):
             what = self._differs(expected, i, held, j)
             if what:
                 found.append((int(expected.doc_id[i]), int(expected.chunk_id[i]), what))
