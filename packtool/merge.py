@@ -490,6 +490,24 @@ def _tokenizer_copy(units: list[tuple[Path, Manifest]]) -> dict[str, Path] | Non
     return files
 
 
+def _check_mixture_seed(manifests: list[Manifest], seed: int | None) -> None:
+    """Refuse a ``--seed`` other than the one a mixture's units were sampled with: with
+    ``--mix`` the seed chooses the documents, which a merge cannot choose again (the units
+    hold only those taken), so the merged manifest would record a seed its sample is not of
+    (and ``verify --against`` would find the plan of that seed not in the rows)."""
+    first = manifests[0]
+    if seed is None or first.mixture is None:
+        return
+    sampled = first.recorded_options.seed
+    if sampled is not None and seed != sampled:
+        raise OptionError(
+            f"--seed {seed}: the units are a mixture (pack --mix) whose documents were sampled "
+            f"with --seed {sampled}, and a merge cannot sample them again: merge with --seed "
+            f"{sampled} (or without --seed), or pack the units again with --seed {seed} "
+            "(--overwrite)"
+        )
+
+
 def _resolve_options(
     manifests: list[Manifest], given: dict[str, Any], shard_size: str | int | None
 ) -> tuple[dict[str, Any], Layout]:
@@ -500,6 +518,7 @@ def _resolve_options(
     size = row_bytes(manifests[0].max_len, manifests[0].has_labels)
     early = ("seed", "rows_per_shard")  # checked now, before any unit is read
     Layout(**{k: given[k] for k in early if given[k] is not None})
+    _check_mixture_seed(manifests, given["seed"])
     if given["rows_per_shard"] is None and shard_size is not None:  # beats the units' record
         given = {**given, "rows_per_shard": Layout(shard_size=shard_size).shard_rows(size)}
     opts = _merge_options(manifests, given)

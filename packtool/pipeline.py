@@ -778,19 +778,20 @@ def _write_stage(
         lambda: _manifest(run, state, placement, time.perf_counter() - started, extra_manifest),
         tokenizer=_tokenizer_files(run.tok, run.plan),
         progress=(lambda done: progress("write", done, n_rows)) if progress else None,
-        repack=lambda: _lost_chunks(run, state, store),
+        repack=lambda: _lost_chunks(run, store),
     )
 
 
-def _lost_chunks(run: _Run, state: ReadState, store: TokenStore) -> LostChunks | None:
-    """The repack record of a labelled pack that split a document (:mod:`packtool.format.chunks`:
-    the chunks' first labels and the chunks with nothing to learn, that its rows do not
-    hold); None for every other pack, which keeps its bytes."""
+def _lost_chunks(run: _Run, store: TokenStore) -> LostChunks | None:
+    """The repack record of a labelled split pack (:mod:`packtool.format.chunks`: the chunks'
+    first labels and the chunks with nothing to learn, that its rows do not hold), empty when
+    it split nothing (so that its repack is known exact, not taken for an older pack's); None
+    for every other pack, which keeps its bytes."""
     if not run.plan.labelled or run.plan.overflow is not Overflow.SPLIT:
         return None
     lost = store.lost()
-    if not lost.size and not state.counts.documents.split:
-        return None
+    if not lost.size:
+        return LostChunks.empty()
     with store.reader() as source:
         tokens, _, at = source.read_ranges(lost["offset"], lost["length"])
     lengths = lost["length"].astype(np.int64)

@@ -82,6 +82,7 @@ __all__ = [
     "BATCHINGS",
     "BATCHING_LABELS",
     "IMBALANCE_EDGES",
+    "SOURCE_COLUMNS",
     "BalanceStats",
     "Batching",
     "CorpusStats",
@@ -549,6 +550,27 @@ class SourceStats:
             "share": round(self.share, 6),
             "padding": round(self.padding, 1),
         }
+
+    def cells(self) -> tuple[str, ...]:
+        """The row ``stats`` shows of the source (terminal and page), under
+        :data:`SOURCE_COLUMNS`."""
+        return (
+            str(self.index),
+            self.path,
+            f"{self.tokens:,}",
+            f"{self.share:.1%}",
+            f"{self.target_share:.1%}",
+            f"{self.documents:,}",
+            f"{self.segments:,}",
+            f"{self.padding:,.0f}",
+            f"{self.epochs:.2f}",
+        )
+
+
+SOURCE_COLUMNS = (
+    "#", "source", "tokens", "share", "target", "documents", "segments", "padding", "epochs"
+)  # fmt: skip
+"""The columns of ``stats``' table of a mixture's sources (:meth:`SourceStats.cells`)."""
 
 
 def _source_stats(

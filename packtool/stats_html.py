@@ -16,6 +16,10 @@ Charts of a packed output (:class:`~packtool.stats.DatasetStats`)::
 
 Of a corpus (:class:`~packtool.stats.CorpusStats`): document lengths, and for each max-len
 its padding comparison and row fill.
+
+The tables of figures are the terminal report's, a mixture's sources included (``stats OUT`` of
+a ``pack --mix`` output, and each max-len of ``stats CORPUS --mix``: the table of
+:data:`~packtool.stats.SOURCE_COLUMNS`).
 """
 
 from __future__ import annotations
@@ -31,11 +35,13 @@ from .errors import OptionError
 from .stats import (
     BATCHING_LABELS,
     BATCHINGS,
+    SOURCE_COLUMNS,
     BalanceStats,
     CorpusStats,
     DatasetStats,
     Histogram,
     PackingStats,
+    SourceStats,
     imbalance_labels,
 )
 
@@ -219,6 +225,20 @@ def _table(rows: Sequence[tuple[str, str]]) -> str:
     return f'<table class="figures">{cells}</table>'
 
 
+def _sources_table(sources: Sequence[SourceStats], title: str, name: str) -> str:
+    """A mixture's sources in the rows, as the terminal's table (:data:`SOURCE_COLUMNS`,
+    :meth:`~packtool.stats.SourceStats.cells`): one row a source."""
+    head = "".join(f"<th>{_e(c)}</th>" for c in SOURCE_COLUMNS)
+    body = "".join(
+        "<tr>" + "".join(f"<td>{_e(v)}</td>" for v in s.cells()) + "</tr>" for s in sources
+    )
+    return (
+        f"<h3>{_e(title)}</h3>"
+        f'<table class="sources" id="{name}"><thead><tr>{head}</tr></thead>'
+        f"<tbody>{body}</tbody></table>"
+    )
+
+
 def _packing_rows(p: PackingStats) -> list[tuple[str, str]]:
     """The terminal report's rows of one packing: its figures, then the documents' outcome."""
     return [("max_len", f"{p.max_len:,}"), *p.figures(), *p.outcome_figures()]
@@ -234,9 +254,12 @@ def _figures(result: DatasetStats | CorpusStats) -> tuple[str, str]:
             ("documents read", f"{result.documents_read:,}"),
             ("tokens (with EOS/BOS)", f"{result.document_lengths.tokens:,}"),
         ]
-        body = _table(rows) + "".join(
-            f"<h3>max_len {p.max_len:,}</h3>" + _table(_packing_rows(p)) for p in result.results
-        )
+        body = _table(rows)
+        for p in result.results:
+            body += f"<h3>max_len {p.max_len:,}</h3>" + _table(_packing_rows(p))
+            if p.sources is not None:  # --mix: the rows pack --mix would make, by source
+                title = f"Sources at max_len {p.max_len:,} (as pack --mix would take them)"
+                body += _sources_table(p.sources, title, f"sources-{p.max_len}")
         return head, body
     p = result.packing
     rows = [("path", str(result.path)), ("shards", f"{result.shards:,}")]
@@ -254,7 +277,10 @@ def _figures(result: DatasetStats | CorpusStats) -> tuple[str, str]:
                 f"{b.imbalance:.3f} stored, {b.random_imbalance:.3f} random",
             )
         )
-    return f"stats of {result.path}", _table(rows)
+    body = _table(rows)
+    if result.sources is not None:
+        body += _sources_table(result.sources, "Sources (pack --mix)", "sources")
+    return f"stats of {result.path}", body
 
 
 _STYLE = """
@@ -264,6 +290,10 @@ h1{font-size:1.3em;word-break:break-all}
 table.figures{border-collapse:collapse;margin:.5em 0 1.5em}
 table.figures th{text-align:left;font-weight:normal;color:#555;padding:2px 1.5em 2px 0}
 table.figures td{font-variant-numeric:tabular-nums}
+table.sources{border-collapse:collapse;margin:.5em 0 1.5em}
+table.sources th{font-weight:normal;color:#555;padding:2px .8em 2px 0;text-align:right}
+table.sources td{font-variant-numeric:tabular-nums;padding:2px .8em 2px 0;text-align:right}
+table.sources th:nth-child(2),table.sources td:nth-child(2){text-align:left;word-break:break-all}
 figure{margin:0 0 1.5em}
 footer{color:#777;font-size:.85em}
 """

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+from html.parser import HTMLParser
 from pathlib import Path
 
 import hypothesis.strategies as st
@@ -96,6 +97,100 @@ def test_the_terminal_report_shows_each_source_at_each_max_len(tmp_path: Path, e
         assert abs(sum(s.padding for s in p.sources) - (p.rows * p.max_len - p.tokens)) < 1e-6
         for s in p.sources:
             assert f"{s.tokens:,}" in text
+
+
+class _Tables(HTMLParser):
+    """The cells of each table with an id on a page, row by row (body rows only)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tables: dict[str, list[list[str]]] = {}
+        self.table: str | None = None
+        self.row: list[str] | None = None
+        self.cell: list[str] | None = None
+        self.in_body = False
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag == "table" and dict(attrs).get("id"):
+            self.table = str(dict(attrs)["id"])
+            self.tables[self.table] = []
+        elif tag == "tbody":
+            self.in_body = True
+        elif tag == "tr" and self.table and self.in_body:
+            self.row = []
+        elif tag == "td" and self.row is not None:
+            self.cell = []
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "td" and self.row is not None and self.cell is not None:
+            self.row.append("".join(self.cell))
+            self.cell = None
+        elif tag == "tr" and self.row is not None and self.table:
+            self.tables[self.table].append(self.row)
+            self.row = None
+        elif tag == "tbody":
+            self.in_body = False
+        elif tag == "table":
+            self.table = None
+
+    def handle_data(self, data: str) -> None:
+        if self.cell is not None:
+            self.cell.append(data)
+
+
+def _page_tables(page: Path) -> dict[str, list[list[str]]]:
+    parser = _Tables()
+    parser.feed(page.read_text("utf-8"))
+    parser.close()
+    return parser.tables
+
+
+def _same_sources(rows: list[list[str]], sources: list[dict]) -> None:
+    """The page's table of sources says what `--json`'s `sources` do (to the shown digits)."""
+    assert len(rows) == len(sources) > 1
+
+    def number(cell: str) -> float:
+        return float(cell.replace(",", "").rstrip("%"))
+
+    for cells, s in zip(rows, sources, strict=True):
+        assert len(cells) == 9, cells
+        index, path, tokens, share, target, documents, segments, padding, epochs = cells
+        assert (int(index), path) == (s["index"], s["path"])
+        assert (number(tokens), number(documents), number(segments)) == (
+            s["tokens"], s["documents"], s["segments"]
+        )  # fmt: skip
+        assert share.endswith("%") and abs(number(share) - 100 * s["share"]) <= 0.05 + 1e-9
+        assert abs(number(target) - 100 * s["target_share"]) <= 0.05 + 1e-9
+        assert abs(number(padding) - s["padding"]) <= 0.5 + 1e-9
+        assert abs(number(epochs) - s["epochs"]) <= 0.005 + 1e-9
+
+
+def test_the_html_page_shows_each_source(tmp_path: Path, example) -> None:
+    """`stats OUT --html` of a mixture, and `stats CORPUS --mix --html` at each max-len, hold
+    the table of sources the terminal shows, with `--json`'s figures; a page without a
+    mixture holds none."""
+    out = tmp_path / "mixed"
+    mix = ("--mix", "0.5,0.3,0.2", "--tokens", "300k")
+    assert run("pack", *example, *mix, "-L", "2048", "-o", out, "-q").exit_code == 0
+    page = tmp_path / "out.html"
+    result = run("stats", out, "--json", "--html", page)
+    assert result.exit_code == 0, result.output
+    tables = _page_tables(page)
+    assert list(tables) == ["sources"]
+    _same_sources(tables["sources"], json.loads(result.stdout)["sources"])
+
+    cache = ("--cache-dir", tmp_path / "cache")
+    page = tmp_path / "corpus.html"
+    result = run("stats", *example, *mix, "-L", "1024,2048", "--json", "--html", page, *cache)
+    assert result.exit_code == 0, result.output
+    tables = _page_tables(page)
+    assert list(tables) == ["sources-1024", "sources-2048"]
+    for figures in json.loads(result.stdout)["max_lens"]:
+        _same_sources(tables[f"sources-{figures['max_len']}"], figures["sources"])
+
+    plain = tmp_path / "plain.html"
+    assert run("stats", *example, "-L", "2048", "--html", plain, *cache).exit_code == 0
+    assert _page_tables(plain) == {} and "Sources" not in plain.read_text("utf-8")
 
 
 def test_a_cache_entry_without_the_inputs_documents_is_read_again(tmp_path: Path, example) -> None:

@@ -181,6 +181,23 @@ def test_a_merge_refuses_units_of_another_mixture_in_one_line(
     assert_one_line_error(run("merge", out, "--copy"), expect)
 
 
+def test_a_merge_refuses_another_seed_than_the_mixtures(tmp_path: Path, sources) -> None:  # noqa: F811
+    """With --mix the seed chose the documents: a merge with another --seed would reorder the
+    rows of seed 0's sample under a manifest recording seed 4 (whose plan verify --against
+    would not find in them); it is refused in one line, the units' own seed merges."""
+    out = tmp_path / "out"
+    pack_units(sources, out, units=2, num_proc=1, **MIX)
+    before = (out / "manifest.json").read_bytes()
+    expect = r"--seed 4: the units are a mixture \(pack --mix\) whose documents were sampled "
+    assert_one_line_error(run("merge", out, "--seed", "4", "--copy"), expect + r"with --seed 0")
+    assert (out / "manifest.json").read_bytes() == before
+    with pytest.raises(OptionError, match="merge with --seed 0"):
+        packtool.merge_units(out, seed=4)
+    assert run("merge", out, "--seed", "0", "--copy").exit_code == 0
+    assert json.loads((out / "manifest.json").read_text())["options"]["seed"] == 0
+    assert verify(out, against=sources).ok
+
+
 def test_each_unit_names_its_pieces_of_each_source(sources) -> None:  # noqa: F811
     """A source cut over units (web.jsonl) and one of two files (math/): each unit's part
     names exactly its pieces of each source, and the files add up to the sources'."""

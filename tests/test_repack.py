@@ -362,15 +362,15 @@ def test_a_labelled_split_pack_repacks_exactly(tmp_path: Path) -> None:
         _same_pack(repacked, fresh)
 
 
-def test_the_repack_record_is_written_where_a_labelled_pack_splits(tmp_path: Path) -> None:
-    """Only a labelled pack that split a document writes it (every other keeps its bytes);
-    verify checks its bytes and sha256."""
+def test_the_repack_record_is_written_by_every_labelled_split_pack(tmp_path: Path) -> None:
+    """Only a labelled split pack writes it, empty if it split nothing (every other keeps its
+    bytes); verify checks its bytes and sha256."""
     corpus = _long_prompts(tmp_path, n=20)
     text = _text_corpus(tmp_path, n=20)
     cases = [
         ("text", [text], {"tokenizer": CharTokenizer(), "max_len": 64}, False),
         ("drop", [corpus], {"max_len": 64}, False),  # instruction data drops by default
-        ("short", [corpus], {"max_len": 8192, "overflow": "split"}, False),  # none split
+        ("short", [corpus], {"max_len": 8192, "overflow": "split"}, True),  # none split
         ("split", [corpus], {"max_len": 64, "overflow": "split"}, True),
     ]
     for name, inputs, options, written in cases:
@@ -530,10 +530,8 @@ def test_a_labelled_split_pack_repacks_as_the_fresh_pack(
         return
     assert fresh is not None
     _same_pack(repacked, fresh)
-    if "repack_files" in json.loads((first / "manifest.json").read_text()):
-        assert not report.notices
-    else:  # nothing split: exact, but a pack without the record (as an older one) may warn
-        assert all("a chunk's first token keeps no label" in n for n in report.notices)
+    assert "repack_files" in json.loads((first / "manifest.json").read_text())
+    assert not report.notices  # (a pack that split nothing has an empty record: exact too)
 
 
 def test_a_labelled_split_pack_of_units_repacks_exactly(tmp_path: Path) -> None:

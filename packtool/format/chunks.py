@@ -15,9 +15,10 @@ the rows do not hold::
 
 sorted by (``doc_id``, ``chunk_id``). The manifest lists it under ``repack_files`` like a
 shard (``file``, ``rows``, ``bytes``, ``sha256``; a merge lists each unit's with the
-``doc_offset`` added to its ``doc_id``), and ``verify`` checks its bytes. A labelled pack cut
-with ``--overflow split`` writes it when it split a document (or left out one that learns only
-at a chunk start); every other pack writes none and keeps its bytes.
+``doc_offset`` added to its ``doc_id``), ``verify`` checks its bytes and ``verify --against``
+its contents. Every labelled pack cut with ``--overflow split`` writes it, with no rows when it
+split nothing (so that its repack is known exact: a pack without it was made before it);
+every other pack writes none and keeps its bytes.
 """
 
 from __future__ import annotations

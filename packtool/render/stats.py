@@ -17,6 +17,7 @@ from rich.text import Text
 from ..stats import (
     BATCHING_LABELS,
     BATCHINGS,
+    SOURCE_COLUMNS,
     BalanceStats,
     CorpusStats,
     DatasetStats,
@@ -190,22 +191,14 @@ def sources_table(sources: list[Any], title: str = "Sources (pack --mix)") -> Ta
     """A mixture's sources in the rows: tokens, share (and the weight's), documents (copies
     counted), segments, padding (each row's, shared by its tokens), epochs."""
     table = Table(title=title, title_justify="left", box=None, padding=(0, 1))
-    table.add_column("#", justify="right")
-    table.add_column("source", justify="left", overflow="fold")
-    for name in ("tokens", "share", "target", "documents", "segments", "padding", "epochs"):
-        table.add_column(name, justify="right", no_wrap=True)
+    for name in SOURCE_COLUMNS:
+        if name == "source":
+            table.add_column(name, justify="left", overflow="fold")
+        else:
+            table.add_column(name, justify="right", no_wrap=True)
     for s in sources:
-        table.add_row(
-            str(s.index),
-            clean(s.path),
-            f"{s.tokens:,}",
-            _pct(s.share),
-            _pct(s.target_share),
-            f"{s.documents:,}",
-            f"{s.segments:,}",
-            f"{s.padding:,.0f}",
-            f"{s.epochs:.2f}",
-        )
+        index, path, *figures = s.cells()
+        table.add_row(index, clean(path), *figures)
     return table
 
 

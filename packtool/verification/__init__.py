@@ -26,11 +26,13 @@ What is checked (docs/verify.md says the same for people):
 - with ``against``: the inputs re-read and re-tokenized with the recorded options and the
   copy of the tokenizer; every document's tokens (after the overflow policy) are in the rows
   exactly once and in order, compared through a 128-bit digest per document, and the counts
-  of read, dropped, truncated, empty and skipped documents match the manifest.
+  of read, dropped, truncated, empty and skipped documents match the manifest; a labelled
+  split pack's repack record holds, chunk by chunk, what the re-read inputs give.
 
 The package: :mod:`.rows` checks what needs only the pack (the manifest, the files, the
 rows, the coverage and the counts); :mod:`.against` re-reads the inputs and compares them
-with the rows, cutting documents with the pipeline's own cut; :mod:`.report` holds the
+with the rows, cutting documents with the pipeline's own cut; :mod:`.record` compares a
+repack record with what the re-read inputs give; :mod:`.report` holds the
 report and problem types; :mod:`.digest` the per-document digest both sides compute.
 :func:`verify` composes them.
 

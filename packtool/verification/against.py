@@ -23,21 +23,24 @@ from ..format import (
     MANIFEST_FILE,
     ChatTemplateRecord,
     Counts,
+    LostChunks,
     Manifest,
     MixtureRecord,
     PackedReader,
+    read_lost_chunks,
 )
 from ..fs import AnyPath, is_url
 from ..instruct import InputPlan, InstructEncoder
 from ..mixture import take_source
 from ..options import RECORDED_ROWS, PackOptions
-from ..packing import Overflow, cut_items
+from ..packing import Overflow, cut_items, split_losses
 from ..prepare import choose_tokenizer, prepare
 from ..pretokenized import IdsEncoder, IdsTokenizer
 from ..readers import InputFile, resolve_inputs
 from ..reference import REFERENCES, transformers_encoder
 from ..tokenize import DocumentEncoder, Tokenizer
 from .digest import Digests, digest_terms, group_sums
+from .record import RecordCheck
 from .report import AgainstReport, Problems, VerifyProgress
 from .rows import Segments
 
@@ -106,6 +109,7 @@ class _Expected:
     tokens: Callable[[int], tuple[np.ndarray, np.ndarray | None]]  # packed ids, labels of i
     label0: np.ndarray | None = None  # digest of the labels per record (labelled ids)
     label1: np.ndarray | None = None
+    lost: LostChunks | None = None  # what the repack record must hold of these documents
 
 
 @dataclass
@@ -357,6 +361,7 @@ def check_against(
     bytes_before = 0
     mixture, seed = reader.manifest.mixture, reader.manifest.recorded_options.seed or 0
     mix = None if mixture is None else _MixtureCheck(mixture, seed)
+    record = _record_check(reader, plan, problems)
     for inp in files:
         for batch in plan.read(
             inp,
@@ -365,9 +370,13 @@ def check_against(
             txt_unit=options.txt_unit,
         ):
             first = counts.documents.read
-            expected, c = _expect_batch(batch, first, plan, reader.max_len, labelled)
+            expected, c = _expect_batch(
+                batch, first, plan, reader.max_len, labelled, record=record is not None
+            )
             counts += c
             n = len(batch.records)
+            if record is not None and expected.lost is not None:
+                record.compare(expected.lost, first, first + n, problems)
             if mix is None:
                 compared += _compare_batch(reader, plan, digests, expected, n, where, problems)
             else:
@@ -379,12 +388,14 @@ def check_against(
             mix.file_ends.append(counts.documents.read)
     if mix is not None:
         mix.check_plan(digests, problems)
+    if record is not None:
+        record.finish(counts.documents.read, problems)
     _compare_counts(reader.manifest, digests, counts, problems)
-    record = counts.to_record()
+    said = counts.to_record()
     return AgainstReport(
         inputs=[str(f.path) for f in files],
-        documents=record["documents"],
-        tokens=record["tokens"],
+        documents=said["documents"],
+        tokens=said["tokens"],
         documents_compared=compared,
         seconds=time.perf_counter() - started,
     )
@@ -630,12 +641,13 @@ def _check_tokenizer(tok: Tokenizer, manifest: Manifest, problems: Problems) -> 
 
 
 def _expect_batch(
-    batch: Any, first: int, plan: AgainstPlan, max_len: int, labelled: bool
+    batch: Any, first: int, plan: AgainstPlan, max_len: int, labelled: bool, record: bool = False
 ) -> tuple[_Expected, Counts]:
     """Encode one batch as ``pack`` does, cut it into the items ``pack`` stores (the
     pipeline's own cut, :func:`~packtool.packing.cut_items`), count the outcomes, and digest
     what would be packed (``first``: the number of its first document; ``labelled``: the
-    labels too, they are compared)."""
+    labels too, they are compared; ``record``: what the repack record holds of the batch
+    too, derived as ``pack`` derives it)."""
     encoder = plan.encoder
     if isinstance(encoder, InputPlan):  # instruction records: rendered, tokenized
         encoded = encoder.finish(encoder.tokenize(batch, plan.options.skip_bad_records))
@@ -652,7 +664,51 @@ def _expect_batch(
     # the records a template failed on are bad records, with those the reader skipped
     counts = counts.add_documents(n - good.size, len(batch.bad))
     items = _Items(encoded.ids, encoded.offsets, doc, chunk, item_len, max_len)
-    return _digest_items(items, labels if labelled else None, good, first, n), counts
+    expected = _digest_items(items, labels if labelled else None, good, first, n)
+    if record and encoded.labels is not None and plan.overflow is Overflow.SPLIT:
+        expected.lost = _lost_of(encoded, max_len, doc, chunk, first + good)
+    return expected, counts
+
+
+def _lost_of(
+    encoded: Any, max_len: int, doc: np.ndarray, chunk: np.ndarray, doc_ids: np.ndarray
+) -> LostChunks:
+    """What a labelled split pack's repack record holds of one encoded batch (its items
+    ``doc``, ``chunk``; ``doc_ids``: each encoded document's number), as the pipeline's sink
+    derives it (:func:`~packtool.packing.split_losses`, from the labels as read)."""
+    l_doc, l_chunk, l_start, l_len, l_label = split_losses(
+        encoded.lengths, encoded.empty, encoded.labels, max_len, doc, chunk, ignore=IGNORE_INDEX
+    )
+    lengths = l_len.astype(np.int64)
+    offsets = np.concatenate([[0], np.cumsum(lengths)])
+    at = np.repeat(l_start - offsets[:-1], lengths) + np.arange(int(offsets[-1]), dtype=np.int64)
+    return LostChunks(
+        doc_ids[l_doc].astype(np.int64), l_chunk, l_label, offsets, encoded.ids[at]
+    ).sorted()
+
+
+def _record_check(
+    reader: PackedReader, plan: AgainstPlan, problems: Problems
+) -> RecordCheck | None:
+    """The check of a labelled split pack's repack record, if it has one that can be read
+    (one that cannot is the files check's problem, :mod:`.rows`)."""
+    manifest = reader.manifest
+    if plan.overflow is not Overflow.SPLIT or not reader.has_labels:
+        return None
+    if not manifest.repack_files:
+        problems.report.notes.append(
+            "no repack record (a labelled split pack made before it): the chunks' first "
+            "labels and the chunks with nothing to learn are not compared"
+        )
+        return None
+    try:
+        record = read_lost_chunks(reader.path, manifest.repack_files)
+    except FormatError:
+        problems.report.notes.append(
+            "--against: the repack record was not compared with the inputs (it cannot be read)"
+        )
+        return None
+    return RecordCheck(manifest, record, manifest.repack_files)
 
 
 @dataclass(frozen=True)
