@@ -740,3 +740,22 @@ def test_a_pack_of_long_documents_never_imports_awkward(tmp_path) -> None:
     # The first run's parity gate encodes the short probes in a batch; a later one has its
     # verdict and encodes the corpus alone.
     assert runs == [["gigatoken", str(len(texts)), v] for v in ("True", "False")]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    lengths=st.lists(st.integers(0, 400), max_size=12),
+    picks=st.lists(st.tuples(st.integers(0, 12), st.integers(0, 99)), max_size=14),
+)
+def test_ids_are_inserted_as_numpy_inserts_them(lengths, picks) -> None:
+    """``insert_ids`` copies slices between few insertions (long documents) and falls back to
+    NumPy's mask otherwise: either way the array of ``np.insert``, equal positions in order."""
+    from packtool.tokenize.backend import insert_ids
+
+    ids = np.arange(sum(lengths), dtype=np.int32) + 1000
+    bounds = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    where = np.array(sorted(int(bounds[min(k, len(lengths))]) for k, _ in picks), np.int64)
+    values = np.array([v for _, v in picks], np.int32)
+    got = insert_ids(ids, where, values)
+    assert got.dtype == np.int32
+    assert got.tolist() == np.insert(ids, where, values).tolist()

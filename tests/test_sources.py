@@ -6,13 +6,16 @@ import gzip
 import json
 from pathlib import Path
 
+import hypothesis.strategies as st
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from conftest import write_jsonl
+from hypothesis import given, settings
 
 from packtool.errors import BadRecordError, InputError
-from packtool.readers import read_texts, resolve_inputs
+from packtool.readers import jsonl, read_texts, resolve_inputs
 
 TEXTS = ["first doc", 'second, with "quotes"\nand a newline', "", "ünïcödé 文字 🎉"]
 
@@ -552,3 +555,23 @@ def test_arrow_input_is_read_not_mapped_and_reports_progress(tmp_path: Path) -> 
     assert texts == table.column("text").to_pylist()
     assert done == sorted(done) and done[0] > 0 and done[-1] == path.stat().st_size
     assert len(set(done)) == 5
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    data=st.binary(min_size=1, max_size=3000)
+    | st.lists(st.sampled_from([b"\n", b"x", b"{}", b"\n\n"]), min_size=1, max_size=900).map(
+        b"".join
+    ),
+    cut=st.tuples(st.integers(0, 3000), st.integers(0, 3000)),
+    copy=st.booleans(),
+)
+def test_the_lines_of_a_piece_are_counted_as_every_byte_compared(data, cut, copy) -> None:
+    """A piece's lines are counted with ``bytes.find`` while the line ends are few and by
+    NumPy past :data:`~packtool.readers.jsonl._FINDS`: the count of line ends, plus one for a
+    last line without its end, for a piece anywhere in its buffer."""
+    a, b = sorted(cut)
+    view = memoryview(bytearray(data) if copy else data)[min(a, len(data) - 1) : max(b, a + 1)]
+    every = np.frombuffer(view, np.uint8)
+    want = int(np.count_nonzero(every == 0x0A)) + int(every[-1] != 0x0A)
+    assert jsonl._line_count(view) == want

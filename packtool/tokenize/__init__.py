@@ -53,7 +53,7 @@ import numpy as np
 from ..errors import TokenizerError
 from ..fs import AnyPath, as_path, is_url
 from ..tokenizer_file import SpecialTokens, TokenizerFile, resolve_special_tokens
-from .backend import ANCHOR, Backend, BackendSpec, Engine, Flat, first_line, made_once
+from .backend import ANCHOR, Backend, BackendSpec, Engine, Flat, first_line, insert_ids, made_once
 from .facts import read_tokenizer_file
 from .gate import GATE_CACHED, GATE_PASSED, gate_key, parity_gate, reference_backend, save_verdict
 from .hf import add_anchor, disable_truncation_and_padding, load_hf
@@ -1062,7 +1062,7 @@ class DocumentEncoder:
             special = np.array(
                 [self.tokenizer.special.eos_id or 0, self.tokenizer.special.bos_id or 0], np.int32
             )
-            ids = np.insert(ids, where, special[what])
+            ids = insert_ids(ids, where, special[what])
         return EncodedBatch(ids, lengths, empty, None, getattr(encoded, "special_strings", 0))
 
     def encode(self, texts: Sequence[str]) -> EncodedBatch:
