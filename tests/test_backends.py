@@ -638,9 +638,9 @@ def _long_and_short(n: int = 12) -> list[str]:
 def test_gigatoken_encodes_long_texts_one_at_a_time_as_tokenizers_does(
     piece_dirs, family, add_special
 ) -> None:
-    """Texts of ALONE_CHARS characters or more are encoded one at a time (no awkward array),
-    the others in one batch, and joined in order: the ids are those of `tokenizers`, the
-    post-processor's tokens (Llama 3's BOS) around each document."""
+    """A batch of texts of ALONE_CHARS characters or more each is encoded one text at a time
+    (no awkward array), a batch with shorter ones in one call: either way the ids are those of
+    `tokenizers`, the post-processor's tokens (Llama 3's BOS) around each document."""
     from packtool.tokenize.gigatoken import ALONE_CHARS, GigatokenEngine
 
     tok = load_tokenizer(piece_dirs[family])

@@ -63,8 +63,9 @@ PROBES: tuple[str, ...] = (
 )
 PROBE_VERSION = 2  # bump when the probes change: cached verdicts are keyed by it
 LONG_PROBE_CHARS = 40 << 10
-"""The probes are also encoded joined into one text of at least this many characters: a
-backend may encode a long text another way (gigatoken: one at a time, past 16 Ki)."""
+"""The probes are also encoded joined into one text of at least this many characters, in a
+call of its own, as is the longest document of the first batch: a backend may encode a batch
+of long texts another way (gigatoken: one at a time, past 16 Ki characters each)."""
 GATE_DOCS = 16  # first documents of the input in the gate, each cut to GATE_DOC_CHARS
 GATE_DOC_CHARS = 8 << 10
 GATE_LONGEST_CHARS = 64 << 10  # the longest document of the first batch, cut to this
@@ -128,12 +129,14 @@ def _first_difference(
     tok: Any, engine: Engine, texts: Sequence[str], add_special: bool, parse_special: bool
 ) -> tuple[int, str] | None:
     """The index of the first text whose ids differ between `tokenizers` and ``engine``,
-    and how (``None``: none differs)."""
+    and how (``None``: none differs). The last text (the long one) is encoded in a call of its
+    own: a backend may encode a batch of long texts another way (gigatoken: one at a time)."""
     if not texts:
         return None
     want = [e.ids for e in tok.encodings(texts, add_special, parse_special)]
     try:
-        got = engine.encode(list(texts), add_special, parse_special).lists()
+        calls = [list(texts[:-1]), [texts[-1]]] if len(texts) > 1 else [list(texts)]
+        got = [ids for c in calls for ids in engine.encode(c, add_special, parse_special).lists()]
     except Exception as e:  # the fast backend failed on a probe: not a pass
         return 0, f"raised {first_line(e)}"
     if len(got) != len(want):

@@ -2,11 +2,13 @@
 text into a NumPy array of ids, or a batch into flat ids with offsets (an awkward array, read
 here in place).
 
-A text of at least :data:`ALONE_CHARS` characters is encoded alone (``encode``: one core,
-without the GIL, 21-25 us of fixed cost a call, and no awkward array: on long documents it
-spends half the CPU time of ``encode_batch``, whose import of awkward alone holds the GIL for
-0.1-0.2 s); shorter ones in one ``encode_batch``. A copy takes one call at a time
-(``encode`` borrows it mutably: a call alongside another raises).
+A batch of texts of at least :data:`ALONE_CHARS` characters each is encoded one text at a time
+(``encode``: one core, without the GIL, 21-25 us of fixed cost a call, and no awkward array:
+on long documents it spends half the CPU time of ``encode_batch``, whose import of awkward
+alone holds the GIL for 0.1-0.2 s); any other batch in one ``encode_batch``. Batches may share
+a copy; a text encoded alone takes it by itself (``encode`` borrows it mutably: beside another
+call it raises), so a batch with a few short texts is not cut in two (the long ones' calls
+would wait for the other batches).
 
 It always matches added tokens, special ones included, and never runs the post-processor, so
 packtool loads it from an edited copy of the JSON: without the special added tokens when their
@@ -24,9 +26,10 @@ characters encoded. On real prose the caches level off and no reload happens.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import numpy as np
@@ -48,7 +51,7 @@ CACHE_BUDGET = 256 << 20
 CHECK_EVERY = 8 << 20
 """Characters encoded between two looks at the process's resident memory."""
 ALONE_CHARS = 16 << 10
-"""Texts at least this long are encoded one at a time; shorter ones in a batch."""
+"""A batch whose texts are all at least this long is encoded one text at a time."""
 
 
 def resident_bytes() -> int | None:
@@ -144,7 +147,7 @@ class GigatokenEngine:
         self._anchor_id = anchor_id
         self._copies: dict[bool, Any] = {}
         self._lock = threading.Lock()
-        self._calls = threading.Lock()  # one call at a time into gigatoken (see the module)
+        self._calls = _Calls()
         self._encoded = 0  # characters encoded since the last look at the memory
         self._base: int | None = None  # resident bytes when the copies were (re)loaded
         self.reloads = 0
@@ -197,42 +200,58 @@ class GigatokenEngine:
             if self._affixes is None:
                 raise ValueError("gigatoken: a post-processor packtool cannot read")
             before, after = self._affixes
-        alone = sizes >= ALONE_CHARS
-        if not alone.any():
-            with self._calls:
+        if not texts or int(sizes.min()) < ALONE_CHARS:
+            with self._calls.shared():
                 layout = tok.encode_batch(texts).layout
             flat = Flat.from_offsets(
                 np.asarray(layout.content.data), np.asarray(layout.offsets.data)
             )
             return _with_affixes(flat, before, after) if before or after else flat
-        return self._one_by_one(tok, texts, alone, before, after)
-
-    def _one_by_one(
-        self, tok: Any, texts: list[str], alone: np.ndarray, before: list[int], after: list[int]
-    ) -> Flat:
-        """The long texts encoded one at a time, the others in one batch, joined in order
-        with the post-processor's ids around each (one copy of the ids)."""
-        batched = [t for t, a in zip(texts, alone.tolist(), strict=True) if not a]
-        if batched:
-            with self._calls:
-                layout = tok.encode_batch(batched).layout
-            ids = np.asarray(layout.content.data)
-            offsets = np.asarray(layout.offsets.data).tolist()
-        head = np.asarray(before, np.uint32)
-        tail = np.asarray(after, np.uint32)
-        parts: list[np.ndarray] = []
-        lengths = np.empty(len(texts), np.int64)
-        k = 0  # the next text of the batch
-        for i, text in enumerate(texts):
-            if alone[i]:
-                with self._calls:
-                    got = tok.encode(text)
-            else:
-                got = ids[offsets[k] : offsets[k + 1]]
-                k += 1
-            parts += (head, got, tail) if before or after else (got,)
-            lengths[i] = got.size + head.size + tail.size
+        # Long texts only: one at a time, joined with the post-processor's ids around each
+        # (the ids copied once).
+        got = []
+        for text in texts:
+            with self._calls.alone():
+                got.append(tok.encode(text))
+        head, tail = np.asarray(before, np.uint32), np.asarray(after, np.uint32)
+        lengths = np.fromiter(map(len, got), np.int64, len(got)) + head.size + tail.size
+        parts = [p for ids in got for p in (head, ids, tail)] if before or after else got
         return Flat(np.concatenate(parts).view(np.int32), lengths)
+
+
+class _Calls:
+    """Calls into one gigatoken copy: batches may run side by side (``encode_batch`` borrows the
+    copy shared), a text encoded alone runs by itself (``encode`` borrows it mutably; beside any
+    other call it raises "Already borrowed")."""
+
+    def __init__(self) -> None:
+        self._changed = threading.Condition()
+        self._shared = 0  # batches under way
+        self._alone = False  # a text under way
+
+    @contextlib.contextmanager
+    def shared(self) -> Iterator[None]:
+        with self._changed:
+            self._changed.wait_for(lambda: not self._alone)
+            self._shared += 1
+        try:
+            yield
+        finally:
+            with self._changed:
+                self._shared -= 1
+                self._changed.notify_all()
+
+    @contextlib.contextmanager
+    def alone(self) -> Iterator[None]:
+        with self._changed:
+            self._changed.wait_for(lambda: not self._alone and not self._shared)
+            self._alone = True
+        try:
+            yield
+        finally:
+            with self._changed:
+                self._alone = False
+                self._changed.notify_all()
 
 
 def _with_affixes(flat: Flat, before: list[int], after: list[int]) -> Flat:
