@@ -329,6 +329,8 @@ def _refuse_corpus_flags(path: Any, given: list[str]) -> None:
 
 def _not_a_packed_output(first: Path) -> typer.Exit:
     """Why `stats PATH` without --max-len cannot go on (printed; the exit to raise)."""
+    if first.name == "manifest.json" and first.is_file():
+        return fail(f"{first} is the manifest: pass its directory, {first.parent}", 2)
     if (first / "units").is_dir():
         return fail(
             f"{first} holds work units but no merged output yet: join them with "

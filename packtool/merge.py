@@ -141,6 +141,10 @@ def _merge_options(
 
 
 def _load_units(out: Path) -> list[tuple[Path, Manifest]]:
+    if out.is_file():
+        raise FormatError(
+            f"{out} is a file: pass the directory `packtool pack --units N -o` wrote its units in"
+        )
     found = unit_dirs(out)
     if not found:
         raise FormatError(

@@ -590,6 +590,33 @@ def test_cli_errors(bpe_out: Path, tmp_path: Path) -> None:
     )
 
 
+def test_a_file_where_the_output_directory_goes_is_named(bpe_out: Path, tmp_path: Path) -> None:
+    """The manifest itself, or a corpus, given to a command that reads a packed output:
+    the message says which and what to pass instead (not "no such directory")."""
+    corpus = write_jsonl(tmp_path / "c.jsonl", [{"text": "x"}])
+    manifest = bpe_out / "manifest.json"
+    for command in (
+        ["inspect"],
+        ["verify"],
+        ["export", "--to", "megatron", "-o", str(tmp_path / "ex")],
+        ["check-model", "--model", "unused"],
+    ):
+        where = [*command[:1], None, *command[1:]]
+        for path, pattern in (
+            (manifest, rf"manifest\.json is the manifest: pass its directory, .*{bpe_out.name}$"),
+            (corpus, r"c\.jsonl is a file, not a packtool output: pass the directory"),
+        ):
+            where[1] = path
+            assert_one_line_error(run(*where), pattern)
+    assert_one_line_error(
+        run("stats", manifest), r"manifest\.json is the manifest: pass its directory", code=2
+    )
+    assert_one_line_error(
+        run("merge", corpus), r"c\.jsonl is a file: pass the directory `packtool pack --units N"
+    )
+    assert not (tmp_path / "ex").exists()
+
+
 def test_cli_empty_dataset(tmp_path: Path) -> None:
     src = write_jsonl(tmp_path / "in.jsonl", [{"text": ""}])
     packtool.pack([src], tmp_path / "out", max_len=16, allow_empty=True)  # as a unit may be

@@ -20,7 +20,7 @@ import numpy as np
 
 from .._version import __version__
 from ..errors import FormatError
-from ..fs import StorePath, as_path
+from ..fs import AnyPath, StorePath, as_path
 from .counts import Counts, DocumentCounts, LabelFigures, RunFigures, TokenCounts
 from .records import (
     BalanceRecord,
@@ -347,13 +347,23 @@ class Manifest(Mapping[str, Any]):
         return self.histogram.lengths(self.segments or 0) if self.histogram else None
 
 
+def not_a_directory(path: AnyPath) -> str:
+    """Why ``path``, given where a packed output is expected, is not one: a file (the
+    manifest itself, a shard, a corpus) or nothing at all."""
+    if not path.exists():
+        return f"{path}: no such directory"
+    if path.name == MANIFEST_FILE:
+        return f"{path} is the manifest: pass its directory, {path.parent}"
+    return f"{path} is a file, not a packtool output: pass the directory `packtool pack -o` wrote"
+
+
 def read_manifest(path: str | os.PathLike[str] | StorePath, *, strict: bool = True) -> Manifest:
     """The manifest of the packed dataset at ``path``, checked for format, version and
     layout; strict: any malformed value is an error, else it reads as None (for ``verify``
     and ``stats`` of a damaged or older pack: :meth:`Manifest.problems` tells)."""
     path = as_path(path)
     if not path.is_dir():
-        raise FormatError(f"{path}: no such directory")
+        raise FormatError(not_a_directory(path))
     manifest_path = path / MANIFEST_FILE
     if not manifest_path.exists():
         raise FormatError(

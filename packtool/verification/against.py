@@ -41,7 +41,7 @@ from ..reference import REFERENCES, transformers_encoder
 from ..tokenize import DocumentEncoder, Tokenizer
 from .digest import Digests, digest_terms, group_sums
 from .record import RecordCheck
-from .report import AgainstReport, Problems, VerifyProgress
+from .report import AgainstReport, Problems, VerifyProgress, first_difference
 from .rows import Segments
 
 __all__ = [
@@ -800,13 +800,9 @@ def _describe_mismatch(
     if expected_labels is not None and actual_labels is not None:
         compared.append(("label", actual_labels, expected_labels, "from the input"))
     for what, ours, theirs, how in compared:
-        diff = np.flatnonzero(ours != theirs)
-        if diff.size:
-            j = int(diff[0])
-            return (
-                f"{where}: {what} {j} is {ours[j]} in the rows, {theirs[j]} {how} "
-                f"({diff.size} of {expected.size} {what}s differ)"
-            )
+        problem = first_difference(what, ours, "the rows", theirs, how)
+        if problem:
+            return f"{where}: {problem}"
     return f"{where}: its chunks are numbered or placed differently from a split of the input"
 
 

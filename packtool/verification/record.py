@@ -12,7 +12,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from ..format import LostChunks, Manifest, ShardEntry
-from .report import Problems
+from .report import Problems, first_difference
 
 __all__ = ["RecordCheck"]
 
@@ -140,14 +140,9 @@ class RecordCheck:
                 f"{have.size} tokens in the repack record, {want.size} after re-tokenizing "
                 "the input (0: the rows hold the chunk)"
             )
-        diff = np.flatnonzero(want != have)
-        if diff.size:
-            t = int(diff[0])
-            return (
-                f"token {t} is {int(have[t])} in the repack record, {int(want[t])} after "
-                f"re-tokenizing the input ({diff.size} of {want.size} tokens differ)"
-            )
-        return None
+        return first_difference(
+            "token", have, "the repack record", want, "after re-tokenizing the input"
+        )
 
     def finish(self, read: int, problems: Problems) -> None:
         """The record's rows of documents past the ``read`` ones the inputs gave."""
