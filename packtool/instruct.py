@@ -1083,9 +1083,12 @@ def plan_input(
         if template.timeout != o.template_timeout:
             template = dataclasses.replace(template, timeout=o.template_timeout)
     elif o.chat_template is not None:
+        if not isinstance(o.chat_template, ChatTemplate):
+            load_chat_template(o.chat_template, tokenizer)  # a missing file says so first
+        detected = f" (detected from the fields of {files[0].path}'s first record)"
         raise OptionError(
             f"--chat-template is for chat records, but the input shape is {shape.value}"
-            + (" (detected from the first record's fields)" if shape_auto else "")
+            + (detected if shape_auto and files else "")
         )
     encoder: DocumentEncoder | InstructEncoder
     if shape is InputShape.TEXT:

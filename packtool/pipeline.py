@@ -348,7 +348,7 @@ def _pack_to_store(
     The scratch directory is named after the URL, so a ``--resume`` run continues from the
     checkpoint an interrupted one kept there; it is removed once the output is published.
     """
-    check_store_output(out, options.overwrite)
+    check_store_output(out, options.overwrite, options.resume)
     scratch = scratch_for(out)
     local = scratch / "out"
     if local.exists():  # finished here by a run killed while it published
@@ -441,7 +441,7 @@ def _prepare(
 ) -> _Run:
     """Check the options against the inputs and the tokenizer, before any work is done."""
     options.row_len  # noqa: B018  (a missing --max-len: one line, before any work)
-    check_output_dir(out, options.overwrite)
+    check_output_dir(out, options.overwrite, options.resume)
     remove_stale_temporaries(out)
     skipped: list[Path] = []
     sources = None

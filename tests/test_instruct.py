@@ -554,8 +554,16 @@ def test_option_errors(tmp_path: Path, docs_jsonl: Path) -> None:
         )
     with pytest.raises(OptionError, match=r"--loss-on must be one of"):
         packtool.pack([CHAT], tmp_path / "o", max_len=16, chat_template=CHATML, loss_on="answers")
-    with pytest.raises(OptionError, match=r"--chat-template is for chat records.*text"):
+    with pytest.raises(
+        OptionError,
+        match=rf"--chat-template is for chat records.*text \(detected from the fields of "
+        rf".*{docs_jsonl.name}'s first record\)",
+    ):
         packtool.pack([docs_jsonl], tmp_path / "o", max_len=16, chat_template=CHATML)
+    with pytest.raises(ChatTemplateError, match=r"nope\.jinja: no such chat template file"):
+        packtool.pack(
+            [docs_jsonl], tmp_path / "o", max_len=16, chat_template=tmp_path / "nope.jinja"
+        )
     with pytest.raises(OptionError, match=r"--input-shape must be one of"):
         packtool.pack([docs_jsonl], tmp_path / "o", max_len=16, input_shape="dialogue")
     with pytest.raises(ChatTemplateError, match=r"need a chat template.*--chat-template"):

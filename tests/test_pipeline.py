@@ -198,6 +198,10 @@ def test_existing_output_refused_then_overwritten(
     packtool.pack([docs_jsonl], out, max_len=16, tokenizer=char_tokenizer)
     with pytest.raises(OutputExistsError, match=r"already exists.*--overwrite"):
         packtool.pack([docs_jsonl], out, max_len=16, tokenizer=char_tokenizer)
+    with pytest.raises(
+        OutputExistsError, match=r"is finished .*--resume continues only an interrupted run"
+    ):
+        packtool.pack([docs_jsonl], out, max_len=16, tokenizer=char_tokenizer, resume=True)
     report = packtool.pack([docs_jsonl], out, max_len=32, tokenizer=char_tokenizer, overwrite=True)
     assert json.loads((out / "manifest.json").read_text())["max_len"] == 32 == report.max_len
     assert sorted(p.name for p in tmp_path.iterdir()) == ["docs.jsonl", "out"]

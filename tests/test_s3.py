@@ -71,6 +71,8 @@ def test_pack_memory_store_gives_the_local_bytes(memory_prefix, tmp_path: Path) 
     # a finished output is replaced only with overwrite
     with pytest.raises(OutputExistsError, match="--overwrite"):
         pack([SAMPLE], url, max_len=4096)
+    with pytest.raises(OutputExistsError, match=r"is finished .*--resume continues only"):
+        pack([SAMPLE], url, max_len=4096, resume=True)
     again = pack([SAMPLE], url, max_len=2048, overwrite=True)
     assert packtool.open_packed(url).max_len == 2048 == again.max_len
     assert not fs.exists(f"/{name}/out/data-00000-of-00001.arrow") or again.shards == 1

@@ -120,8 +120,9 @@ def write_error(error: OSError, path: Path, what: str) -> OSError:
     return OSError(code or errno.EIO, f"{what}: {reason}", str(path))
 
 
-def check_output_dir(out_dir: Path, overwrite: bool) -> None:
-    """Refuse an existing ``out_dir`` unless ``overwrite`` (eagerly, before any work).
+def check_output_dir(out_dir: Path, overwrite: bool, resume: bool = False) -> None:
+    """Refuse an existing ``out_dir`` unless ``overwrite`` (eagerly, before any work);
+    ``resume``: the message says a finished output has nothing to resume.
 
     Even with ``overwrite``, only a packtool output (it has a manifest) or an empty directory
     is replaced: ``--overwrite`` must never delete a directory of other files by mistake.
@@ -138,7 +139,10 @@ def check_output_dir(out_dir: Path, overwrite: bool) -> None:
         raise OutputExistsError(
             f"output path {out_dir} exists and is not a directory: choose another --output"
         )
-    replaceable = (out_dir / MANIFEST_FILE).exists() or not any(out_dir.iterdir())
+    finished = (out_dir / MANIFEST_FILE).exists()
+    if finished and resume and not overwrite:
+        raise OutputExistsError(_FINISHED.format(out_dir))
+    replaceable = finished or not any(out_dir.iterdir())
     if replaceable and not overwrite:
         raise OutputExistsError(
             f"output directory {out_dir} already exists (pass --overwrite to replace it)"
@@ -157,7 +161,13 @@ def _store_members(url: StorePath) -> dict[str, StorePath]:
     return {p.name: p for p in url.iterdir()}
 
 
-def check_store_output(url: StorePath, overwrite: bool) -> None:
+_FINISHED = (
+    "output {} is finished (it has its manifest.json): --resume continues only an "
+    "interrupted run; pass --overwrite to pack it again"
+)
+
+
+def check_store_output(url: StorePath, overwrite: bool, resume: bool = False) -> None:
     """Check an output prefix on a store before any work (the store's :func:`check_output_dir`).
 
     A probe object is written and deleted first: a missing bucket, missing credentials or a
@@ -168,6 +178,8 @@ def check_store_output(url: StorePath, overwrite: bool) -> None:
     check_writable(url)
     members = _store_members(url)
     if MANIFEST_FILE in members and not overwrite:
+        if resume:
+            raise OutputExistsError(_FINISHED.format(url))
         raise OutputExistsError(f"output {url} already exists (pass --overwrite to replace it)")
     foreign = sorted(n for n in members if not _ours(n))
     if foreign:
