@@ -126,6 +126,7 @@ def test_sample_corpus_with_the_bundled_tokenizer(sample_out: Path) -> None:
     report = verify(out, against=[SAMPLE])
     assert report.ok, report.problems
     assert report.against is not None and report.against.documents["read"] == 2500
+    assert report.problem_counts == {} and report.to_dict()["problem_counts"] == {}
     assert report.bytes_hashed == sum(p.stat().st_size for p in out.glob("*.arrow"))
     assert report.notes == []
 
