@@ -134,9 +134,10 @@ def resolve_loss_on(value: str | LossOn | None, shape: InputShape) -> LossOn | N
         ) from None
     if shape is InputShape.TEXT:
         if loss_on is not LossOn.ALL:
+            needs = "chat" if loss_on is LossOn.ASSISTANT else "prompt/completion"
             raise OptionError(
-                f"--loss-on {loss_on.value} needs prompt/completion or chat records, but "
-                "the input shape is text (set --input-shape, or the field options)"
+                f"--loss-on {loss_on.value} needs {needs} records, but the input shape is "
+                "text (set --input-shape, or the field options)"
             )
         return loss_on  # text with a labels column: every token learned
     if loss_on not in (wanted, LossOn.ALL):
@@ -1075,17 +1076,22 @@ def plan_input(
         overflow = Overflow(o.overflow)  # checked by PackOptions
     add_eos = shape is not InputShape.CHAT if o.add_eos is None else o.add_eos
     template: ChatTemplate | None = None
+    # which input decided the shape: a directory of several kinds of records is read by name
+    detected = (
+        f" (detected from the first record of {files[0].path})" if shape_auto and files else ""
+    )
     if shape is InputShape.CHAT:
         if isinstance(o.chat_template, ChatTemplate):
             template = o.chat_template
         else:
-            template = load_chat_template(o.chat_template, tokenizer)
+            template = load_chat_template(
+                o.chat_template, tokenizer, records=f"chat records{detected}"
+            )
         if template.timeout != o.template_timeout:
             template = dataclasses.replace(template, timeout=o.template_timeout)
     elif o.chat_template is not None:
         raise OptionError(
-            f"--chat-template is for chat records, but the input shape is {shape.value}"
-            + (" (detected from the first record's fields)" if shape_auto else "")
+            f"--chat-template is for chat records, but the input shape is {shape.value}" + detected
         )
     encoder: DocumentEncoder | InstructEncoder
     if shape is InputShape.TEXT:
