@@ -491,6 +491,9 @@ def test_truncated_shard(tmp_path: Path, keep: float) -> None:
     assert {"bytes", "sha256"} <= checks(report)
     assert all(p.shard == path.name for p in report.problems), report.problems
     assert any("truncated" in p.what for p in report.problems)
+    # the reader's advice ("a shard of OUT (run `packtool verify`)") is not repeated by verify
+    assert not any("packtool verify" in p.what for p in report.problems), report.problems
+    assert not any("cannot read shard" in p.what for p in report.problems), report.problems
 
 
 def test_bit_flips_are_caught_by_the_checksum(tmp_path: Path) -> None:
