@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -11,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pytest
-from conftest import SAMPLE, CharTokenizer, write_jsonl
+from conftest import REPO, SAMPLE, CharTokenizer, write_jsonl
 from helpers import documents_from_rows, read_rows
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -622,6 +623,13 @@ def test_cli_errors_are_one_line(tmp_path: Path) -> None:
         runner.invoke(app, ["verify", str(out), "--against", str(tmp_path / "nope.jsonl")]),
         r"nope\.jsonl: no such file",
     )
+    # another input (chats) against a text pack: a record pack would have stopped at. The
+    # advice is verify's, not pack's (verify has no --text-field, --messages-field nor
+    # --skip-bad-records)
+    chats = REPO / "sample_data" / "chat.jsonl"
+    result = runner.invoke(app, ["verify", str(out), "--against", str(chats)])
+    assert_one_line_error(result, r"chat\.jsonl:1: no field 'text'.* --against re-reads the")
+    assert not re.search(r"--(text-field|messages-field|skip-bad-records)", result.stderr)
 
 
 # -- blocks, labels, every input kind --------------------------------------------------------
