@@ -574,6 +574,13 @@ def test_cli_errors(bpe_out: Path, tmp_path: Path) -> None:
         run("inspect", tmp_path / "empty"), r"empty is not a packtool output: it has no manifest"
     )
     assert_one_line_error(run("inspect", tmp_path / "missing"), r"missing: no such directory")
+    # a file given for the output (the corpus, or the manifest itself) is not "no such
+    # directory": it is there, and not the output directory
+    for a_file in (bpe_out / "manifest.json", REPO / "sample_data" / "corpus.jsonl"):
+        for command in ("inspect", "verify"):
+            assert_one_line_error(
+                run(command, a_file), r"a file, not a directory: give the output directory"
+            )
     assert_one_line_error(
         run("inspect", bpe_out, "--row", "1", "--random"), r"--row and --random exclude"
     )

@@ -353,6 +353,11 @@ def read_manifest(path: str | os.PathLike[str] | StorePath, *, strict: bool = Tr
     and ``stats`` of a damaged or older pack: :meth:`Manifest.problems` tells)."""
     path = as_path(path)
     if not path.is_dir():
+        if path.exists():  # a corpus file, or the manifest itself, given for the output
+            raise FormatError(
+                f"{path}: a file, not a directory: give the output directory of `packtool "
+                f"pack` (the one holding {MANIFEST_FILE})"
+            )
         raise FormatError(f"{path}: no such directory")
     manifest_path = path / MANIFEST_FILE
     if not manifest_path.exists():
