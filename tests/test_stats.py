@@ -1239,6 +1239,9 @@ def test_ids_corpus_from_the_cli_and_its_mistakes(tmp_path: Path) -> None:
     assert again["cache"]["hit"] is True and again["max_lens"] == data["max_lens"]
     other = json.loads(run(*args[:4], "-L", "16,48", "--json", "--cache-dir", cache).stdout)
     assert other["cache"]["hit"] is False  # not cut at the EOS: another key
+    # the table says the ids were read as they are, not "tokenized" (there is no tokenizer)
+    table = run(*args[:-1], "--no-cache").stdout
+    assert "(ids as stored, not tokenized)" in " ".join(table.split()), table
     assert other["documents_read"] == 12
     # ids with labels: cut as pack cuts them (the first token of each chunk is not learned)
     labelled = corpus_stats([src], [16], ids_field="ids", labels_field="ids", use_cache=False)
