@@ -47,7 +47,7 @@ from .chat import (
     load_chat_template,
     render_budget,
 )
-from .errors import BadRecordError, OptionError, TokenizerError
+from .errors import BadRecordError, FieldError, OptionError, TokenizerError
 from .format import IGNORE_INDEX
 from .options import PackOptions
 from .packing import Overflow
@@ -986,7 +986,7 @@ def _check_named_fields(
     if named:
         flag, name = named[0]
         found = ", ".join(repr(f) for f in list(fields)[:20])
-        raise OptionError(
+        raise FieldError(
             f"{files[0].path}: the first record has no field {name!r} ({flag}); its fields "
             f"are {found}"
         )
@@ -1009,7 +1009,7 @@ def _check_ids_fields(files: Sequence[InputFile], o: PackOptions) -> None:
     ):
         if name is not None and name not in fields:
             found = ", ".join(repr(f) for f in list(fields)[:20])
-            raise OptionError(
+            raise FieldError(
                 f"{first.path}: the first record has no field {name!r} ({flag}); its fields "
                 f"are {found}"
             )

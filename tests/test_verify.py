@@ -630,6 +630,11 @@ def test_cli_errors_are_one_line(tmp_path: Path) -> None:
     result = runner.invoke(app, ["verify", str(out), "--against", str(chats)])
     assert_one_line_error(result, r"chat\.jsonl:1: no field 'text'.* --against re-reads the")
     assert not re.search(r"--(text-field|messages-field|skip-bad-records)", result.stderr)
+    # a pack of ids against a file without its ids field: the same question
+    ids = write_jsonl(tmp_path / "ids.jsonl", [{"ids": [5, 6, 7]}, {"ids": [8, 9]}])
+    packtool.pack([ids], tmp_path / "ids-out", max_len=8, ids_field="ids", pad_id=0)
+    result = runner.invoke(app, ["verify", str(tmp_path / "ids-out"), "--against", str(chats)])
+    assert_one_line_error(result, r"no field 'ids' \(--ids-field\).* --against re-reads the")
 
 
 # -- blocks, labels, every input kind --------------------------------------------------------

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import BadRecordError, ChatTemplateError, FormatError, OptionError
+from ..errors import BadRecordError, ChatTemplateError, FieldError, FormatError, OptionError
 from ..format import (
     CHAT_TEMPLATE_FILE,
     IGNORE_INDEX,
@@ -201,6 +201,12 @@ def _check_template(plan: InputPlan, record: ChatTemplateRecord | None) -> None:
         )
 
 
+_NOT_ITS_INPUT = (
+    "is it an input {} was packed from, unchanged? --against re-reads the inputs given to "
+    "pack, in order, as its manifest records them"
+)
+
+
 def prepare_against(
     reader: PackedReader,
     inputs: Sequence[str | os.PathLike[str]],
@@ -226,7 +232,10 @@ def prepare_against(
             if not inputs:
                 raise OptionError("--against: no inputs given and none recorded in the manifest")
         files = resolve_inputs(inputs)
-    input_plan = against_input_plan(reader, files, options, tokenizer, problems)
+    try:
+        input_plan = against_input_plan(reader, files, options, tokenizer, problems)
+    except FieldError as e:  # the field the pack read is not there: another input?
+        raise FieldError(f"{e} ({_NOT_ITS_INPUT.format(reader.path)})") from None
     instruct = isinstance(input_plan.encoder, InstructEncoder)
     encoder = input_plan if instruct else input_plan.encoder
     if reference == "transformers":
@@ -388,12 +397,7 @@ def check_against(
             if mix is not None:
                 mix.file_ends.append(counts.documents.read)
     except BadRecordError as e:  # pack read these records without one: another input?
-        raise BadRecordError(
-            e.location,
-            e.problem,
-            f"is it an input {reader.path} was packed from, unchanged? --against re-reads the "
-            "inputs given to pack, in order, as its manifest records them",
-        ) from None
+        raise BadRecordError(e.location, e.problem, _NOT_ITS_INPUT.format(reader.path)) from None
     if mix is not None:
         mix.check_plan(digests, problems)
     if record is not None:
