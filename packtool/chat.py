@@ -790,13 +790,16 @@ def _template_of_json(path: Any, text: str) -> str:
     return configured
 
 
-def load_chat_template(spec: str | os.PathLike[str] | None, tokenizer: Any) -> ChatTemplate:
+def load_chat_template(
+    spec: str | os.PathLike[str] | None, tokenizer: Any, *, records: str = "chat records"
+) -> ChatTemplate:
     """The chat template to render chats with.
 
     ``spec``: a Jinja file (``--chat-template``), or a ``.json`` file holding a
     ``chat_template`` as ``tokenizer_config.json`` does. Without one: the ``chat_template`` of
     the tokenizer's ``tokenizer_config.json`` (a string, or a list of named templates, of which
-    ``default`` is taken), else a ``chat_template.jinja`` next to it.
+    ``default`` is taken), else a ``chat_template.jinja`` next to it. ``records`` names the
+    records that need one in the error raised when there is none.
     """
     variables = _template_variables(tokenizer)
     if spec is not None:
@@ -835,7 +838,7 @@ def load_chat_template(spec: str | os.PathLike[str] | None, tokenizer: Any) -> C
             variables=variables,
         )
     raise ChatTemplateError(
-        f"chat records need a chat template, and tokenizer {name} has none: pass "
+        f"{records} need a chat template, and tokenizer {name} has none: pass "
         "--chat-template FILE.jinja (sample_data/chatml.jinja is a ChatML one), or a --tokenizer "
         "whose tokenizer_config.json has a chat_template"
     )

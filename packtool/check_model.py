@@ -1,6 +1,7 @@
 """Does a model keep packed documents apart? ``packtool check-model`` measures it.
 
-A transformers causal LM is fed ``rows`` packed rows of a pack the way ``feed`` names, and every
+A transformers causal LM is fed ``rows`` packed rows of a pack (the first that hold two documents
+or more: a row of one document cannot show a leak) the way ``feed`` names, and every
 document of those rows is run again alone; the largest absolute difference of its logits, packed
 against alone, is the measure. Documents that share nothing leak nothing: the difference is
 float noise (about 1e-7 in float32). A 2-D attention mask over a packed row, or a model that
@@ -30,7 +31,15 @@ from typing import Any
 from ._fields import attributes
 from .errors import OptionError
 
-__all__ = ["ATTENTION", "DEVICES", "FEEDS", "LEAK_THRESHOLD", "ModelCheck", "check_model"]
+__all__ = [
+    "ATTENTION",
+    "DEVICES",
+    "FEEDS",
+    "LEAK_THRESHOLD",
+    "ModelCheck",
+    "check_model",
+    "rows_to_feed",
+]
 
 FEEDS = ("packtool", "position-ids", "plain")
 ATTENTION = ("sdpa", "eager", "flex_attention")
@@ -157,6 +166,28 @@ def _feed(kind: str, rows: list[dict[str, Any]]) -> tuple[dict[str, Any], Any]:
     return {"input_ids": ids, "attention_mask": torch.ones_like(ids)}, lambda logits: logits
 
 
+def rows_to_feed(reader: Any, rows: int) -> list[int]:
+    """The first ``rows`` rows of a pack (in stored order) that hold two documents or more.
+
+    A row of one document has nothing before it to leak from, whatever the feed: the first
+    rows of a pack at a small max-len (chunks of long documents, each a row) would be found
+    exact under any feed. Read from the ``doc_ids`` column's lengths, shard by shard, until
+    enough are found."""
+    import numpy as np
+    import pyarrow.compute as pc
+
+    picked: list[int] = []
+    start = 0
+    for table in reader.iter_tables(["doc_ids"]):
+        counts = pc.list_value_length(table.column("doc_ids")).to_numpy(zero_copy_only=False)
+        several = np.flatnonzero(counts >= 2)[: rows - len(picked)]
+        picked.extend(start + int(i) for i in several)
+        start += table.num_rows
+        if len(picked) >= rows:
+            break
+    return picked
+
+
 def check_model(
     out_dir: str | os.PathLike[str],
     model: str | os.PathLike[str],
@@ -167,9 +198,10 @@ def check_model(
     device: str = "cpu",
     seed: int = 0,
 ) -> ModelCheck:
-    """Feed the first ``rows`` rows of the pack at ``out_dir`` to the model in directory
-    ``model`` as ``feed`` says, run each of their documents alone, and measure the largest
-    logit difference per document kind (:data:`FIRST` in its row, :data:`AFTER` others).
+    """Feed the first ``rows`` rows of the pack at ``out_dir`` that hold two documents or
+    more (:func:`rows_to_feed`) to the model in directory ``model`` as ``feed`` says, run each
+    of their documents alone, and measure the largest logit difference per document kind
+    (:data:`FIRST` in its row, :data:`AFTER` others).
 
     >>> result = check_model("out/", "my-model/", feed="plain")
     >>> result.leak, result.max_diff
@@ -194,6 +226,13 @@ def check_model(
     reader = open_packed(out_dir)
     if reader.num_rows == 0:
         raise OptionError(f"{out_dir}: the pack has no rows to feed")
+    picked = rows_to_feed(reader, rows)
+    if not picked:
+        raise OptionError(
+            f"{out_dir}: no row holds two documents or more, so no document can attend to "
+            "another and no feed can be told to leak: check a pack whose rows hold several "
+            "(a larger --max-len)"
+        )
     try:
         import torch
         import transformers  # noqa: F401 - the error below names the extra
@@ -215,8 +254,8 @@ def check_model(
         )
     lm.to(device)
     dataset = PackedDataset(out_dir)
-    take = min(rows, len(dataset))
-    packed = [dataset[i] for i in range(take)]
+    take = len(picked)
+    packed = [dataset[i] for i in picked]
     inputs, by_row = _feed(feed, packed)
     inputs = {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in inputs.items()}
     result = ModelCheck(
@@ -229,8 +268,8 @@ def check_model(
     )
     with torch.no_grad():
         logits = by_row(lm(**inputs, use_cache=False).logits.float())
-        for b in range(take):
-            for i, seg in enumerate(reader.row(b).segments):
+        for b, index in enumerate(picked):
+            for i, seg in enumerate(reader.row(index).segments):
                 if seg.is_padding:
                     continue
                 doc = packed[b]["input_ids"][seg.start : seg.end].long().to(device)

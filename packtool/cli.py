@@ -738,7 +738,12 @@ def check_model_command(
             show_default=False,
         ),
     ],
-    rows: Annotated[int, typer.Option("--rows", help="Packed rows to feed.")] = 4,
+    rows: Annotated[
+        int,
+        typer.Option(
+            "--rows", help="Packed rows to feed: the first that hold two documents or more."
+        ),
+    ] = 4,
     attn_implementation: Annotated[
         str,
         typer.Option("--attn-implementation", help="sdpa, eager or flex_attention."),

@@ -10,6 +10,7 @@ from __future__ import annotations
 __all__ = [
     "BadRecordError",
     "ChatTemplateError",
+    "FieldError",
     "FormatError",
     "InputError",
     "NothingToPackError",
@@ -32,6 +33,11 @@ class OptionError(PacktoolError, ValueError):
     """An option value is invalid (e.g. ``max_len < 2``)."""
 
     exit_code = 2
+
+
+class FieldError(OptionError):
+    """A field named by an option (``--text-field``, ``--ids-field``...) is not in the first
+    record of the inputs: a mistyped name, or (``verify --against``) another input."""
 
 
 class InputError(PacktoolError):

@@ -47,7 +47,7 @@ from .chat import (
     load_chat_template,
     render_budget,
 )
-from .errors import BadRecordError, OptionError, TokenizerError
+from .errors import BadRecordError, FieldError, OptionError, TokenizerError
 from .format import IGNORE_INDEX
 from .options import PackOptions
 from .packing import Overflow
@@ -134,9 +134,10 @@ def resolve_loss_on(value: str | LossOn | None, shape: InputShape) -> LossOn | N
         ) from None
     if shape is InputShape.TEXT:
         if loss_on is not LossOn.ALL:
+            needs = "chat" if loss_on is LossOn.ASSISTANT else "prompt/completion"
             raise OptionError(
-                f"--loss-on {loss_on.value} needs prompt/completion or chat records, but "
-                "the input shape is text (set --input-shape, or the field options)"
+                f"--loss-on {loss_on.value} needs {needs} records, but the input shape is "
+                "text (set --input-shape, or the field options)"
             )
         return loss_on  # text with a labels column: every token learned
     if loss_on not in (wanted, LossOn.ALL):
@@ -985,7 +986,7 @@ def _check_named_fields(
     if named:
         flag, name = named[0]
         found = ", ".join(repr(f) for f in list(fields)[:20])
-        raise OptionError(
+        raise FieldError(
             f"{files[0].path}: the first record has no field {name!r} ({flag}); its fields "
             f"are {found}"
         )
@@ -1008,7 +1009,7 @@ def _check_ids_fields(files: Sequence[InputFile], o: PackOptions) -> None:
     ):
         if name is not None and name not in fields:
             found = ", ".join(repr(f) for f in list(fields)[:20])
-            raise OptionError(
+            raise FieldError(
                 f"{first.path}: the first record has no field {name!r} ({flag}); its fields "
                 f"are {found}"
             )
@@ -1075,20 +1076,24 @@ def plan_input(
         overflow = Overflow(o.overflow)  # checked by PackOptions
     add_eos = shape is not InputShape.CHAT if o.add_eos is None else o.add_eos
     template: ChatTemplate | None = None
+    # which input decided the shape: a directory of several kinds of records is read by name
+    detected = (
+        f" (detected from the first record of {files[0].path})" if shape_auto and files else ""
+    )
     if shape is InputShape.CHAT:
         if isinstance(o.chat_template, ChatTemplate):
             template = o.chat_template
         else:
-            template = load_chat_template(o.chat_template, tokenizer)
+            template = load_chat_template(
+                o.chat_template, tokenizer, records=f"chat records{detected}"
+            )
         if template.timeout != o.template_timeout:
             template = dataclasses.replace(template, timeout=o.template_timeout)
     elif o.chat_template is not None:
         if not isinstance(o.chat_template, ChatTemplate):
             load_chat_template(o.chat_template, tokenizer)  # a missing file says so first
-        detected = f" (detected from the fields of {files[0].path}'s first record)"
         raise OptionError(
-            f"--chat-template is for chat records, but the input shape is {shape.value}"
-            + (detected if shape_auto and files else "")
+            f"--chat-template is for chat records, but the input shape is {shape.value}" + detected
         )
     encoder: DocumentEncoder | InstructEncoder
     if shape is InputShape.TEXT:

@@ -258,52 +258,56 @@ class PackOptions:
         "auto", ROWS, "Records are text, prompt-completion, chat or ids (pre-tokenized, with "
         "--ids-field); auto decides by the fields of the first record (messages -> chat, prompt "
         "+ completion -> prompt-completion), or ids when --ids-field is given.",
-        check=_one_of(INPUT_SHAPES),
+        check=_one_of(INPUT_SHAPES), corpus=True,
     )  # fmt: skip
-    prompt_field: str = opt("prompt", ROWS, "Field holding the prompt (prompt-completion records).")
+    prompt_field: str = opt(
+        "prompt", ROWS, "Field holding the prompt (prompt-completion records).", corpus=True
+    )
     completion_field: str = opt(
-        "completion", ROWS, "Field holding the completion (prompt-completion records)."
-    )
+        "completion", ROWS, "Field holding the completion (prompt-completion records).",
+        corpus=True,
+    )  # fmt: skip
     messages_field: str = opt(
-        "messages", ROWS, "Field holding the list of {role, content} messages (chat records)."
-    )
+        "messages", ROWS, "Field holding the list of {role, content} messages (chat records).",
+        corpus=True,
+    )  # fmt: skip
     chat_template: Any = opt(
         None, ROWS, "Jinja chat template for chat records (or a tokenizer_config.json holding "
         "one), rendered in a sandbox [default: the chat_template of the tokenizer's "
         "tokenizer_config.json].", check=_text, key=_template_key, show_default=False,
-        cli="path",
+        cli="path", corpus=True,
     )  # fmt: skip  # a path, or a packtool.chat.ChatTemplate
     loss_on: str | None = opt(
         None, ROWS, "Tokens learned (labels column): completion, assistant or all [default: "
         "completion for prompt-completion, assistant for chat].", check=_one_of(LOSS_ON),
-        show_default=False,
+        show_default=False, corpus=True,
     )  # fmt: skip
     template_timeout: float | None = opt(
         DEFAULT_TEMPLATE_TIMEOUT, ROWS, "Seconds the chat template may run on one record; a "
         "record it runs longer on stops the run, naming the record (or is skipped with "
-        "--skip-bad-records).", check=_timeout,
+        "--skip-bad-records).", check=_timeout, corpus=True,
     )  # fmt: skip  # None: no limit
     chat_turns: str = opt(
         "all", ROWS, "Chats: one example per conversation, every assistant turn learned (all), "
         "or one per assistant turn, its history rendered as the template renders it at that "
         "turn and only that turn learned (each: for reasoning templates that drop earlier "
-        "reasoning).", check=_one_of(CHAT_TURNS),
+        "reasoning).", check=_one_of(CHAT_TURNS), corpus=True,
     )  # fmt: skip
     learn_reasoning: bool = opt(
         True, ROWS, "Chats: learn the reasoning of assistant turns (<think> blocks, gpt-oss "
         "analysis) with the answer, or keep it as context.",
-        flags=("--learn-reasoning/--no-learn-reasoning",),
+        flags=("--learn-reasoning/--no-learn-reasoning",), corpus=True,
     )  # fmt: skip
     overflow: str | None = opt(
         None, ROWS, "What to do with documents longer than --max-len: split (into chunks), "
         "truncate, or drop [default: split for text, drop for prompt-completion and chat].",
         check=_one_of(OVERFLOWS), recorded=True, show_default=False,
-        corpus="Split, truncate or drop documents over max-len [default: split].",
+        corpus=True,
     )  # fmt: skip
     add_eos: bool | None = opt(
         None, ROWS, "Append EOS to every document [default: on, except for chats, whose "
         "template closes every turn].", flags=("--eos/--no-eos",), recorded=True,
-        show_default=False, corpus="Append EOS to every document [default: on].",
+        show_default=False, corpus=True,
     )  # fmt: skip
     bos: bool | None = opt(
         None, ROWS, "Force one BOS at each document start, or no post-processor tokens at all "

@@ -427,8 +427,12 @@ def packed_options(files: Sequence[InputFile], options: PackOptions) -> PackOpti
     labelled = same("labels", [m.has_labels for m in manifests])
     same("tokenizer", [m.tokenizer.sha256 for m in manifests])
     given = options.changed(
-        "tokenizer", "ids_field", "labels_field", "loss_mask_field", "split_on_eos", "loss_on"
-    )
+        "tokenizer", "ids_field", "labels_field", "loss_mask_field", "split_on_eos", "loss_on",
+        # how records are read and rendered: a pack's documents are ids already (these were
+        # ignored, silently)
+        "input_shape", "text_field", "prompt_field", "completion_field", "messages_field",
+        "chat_template", "chat_turns", "learn_reasoning", "parse_special",
+    )  # fmt: skip
     if given:
         raise OptionError(
             f"{given[0]} does not apply to a packed output: its documents are token ids "

@@ -124,7 +124,12 @@ def corpus_options(files: Sequence[InputFile], options: PackOptions) -> tuple[Pa
     o = o.replace(input_shape=shape.value)
     if shape is InputShape.CHAT and not isinstance(o.chat_template, ChatTemplate):
         tok, _ = unit_tokenizer(o)
-        o = o.replace(chat_template=load_chat_template(o.chat_template, tok))
+        detected = f" (detected from the first record of {files[0].path})" if auto and files else ""
+        o = o.replace(
+            chat_template=load_chat_template(
+                o.chat_template, tok, records=f"chat records{detected}"
+            )
+        )
     return o, auto
 
 

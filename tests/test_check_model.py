@@ -87,6 +87,30 @@ def test_feeds_on_sdpa(chat: Path, models: dict[str, Path], arch: str, feed: str
         assert result.max_diff[AFTER] < 1e-5 and not result.leak and result.advice is None
 
 
+def test_rows_of_one_document_are_not_fed(models: dict[str, Path], tmp_path: Path) -> None:
+    """A pack whose first rows hold one document each (chunks of long documents, first in
+    FFD order; the docs' own `pack sample_data/corpus.jsonl --max-len 256` has them too) was
+    fed those rows, and `--feed plain` was found exact: nothing there can leak. The rows fed
+    are the first that hold several documents; a pack without any is refused."""
+    lines = (REPO / "sample_data" / "corpus.jsonl").read_text(encoding="utf-8").splitlines()
+    (tmp_path / "in.jsonl").write_text("\n".join(lines[:40]) + "\n", encoding="utf-8")
+    out = tmp_path / "out"
+    packtool.pack([tmp_path / "in.jsonl"], out, max_len=128, shuffle=False)
+    reader = packtool.open_packed(out)
+    assert all(len(reader[i].doc_ids) == 1 for i in range(4))
+    result = check_model(out, models["llama"], rows=2, feed="plain")
+    assert result.rows == 2 and result.documents[AFTER] >= 1 and result.leak
+    several = [i for i in range(len(reader)) if len(reader[i].doc_ids) > 1]
+    from packtool.check_model import rows_to_feed
+
+    assert rows_to_feed(reader, 3) == several[:3]
+    one = tmp_path / "one"  # every row a chunk of one document: nothing to check
+    (tmp_path / "long.jsonl").write_text(lines[0] + "\n", encoding="utf-8")
+    packtool.pack([tmp_path / "long.jsonl"], one, max_len=32)
+    result = runner.invoke(app, ["check-model", str(one), "--model", str(models["llama"])])
+    assert result.exit_code == 2 and "no row holds two documents" in result.output
+
+
 def test_eager_and_weights_from_a_directory(
     chat: Path, models: dict[str, Path], tmp_path: Path
 ) -> None:

@@ -166,3 +166,37 @@ def test_readme_training_snippet_runs(tmp_path: Path, monkeypatch: pytest.Monkey
     assert loss.ndim == 0 and bool(loss.isfinite())
     grads = [p.grad for p in scope["model"].parameters() if p.grad is not None]
     assert grads  # the backward pass reached the model
+
+
+def test_the_aligned_row_of_the_docs_is_what_pack_writes(tmp_path: Path) -> None:
+    """docs/format.md's and docs/context-parallel.md's aligned row (documents a, b, c of 5, 9
+    and 7 tokens, max_len 32, N 4) is the row `pack` writes for them, in FFD's order."""
+    import json
+
+    import packtool
+
+    ids = {"a": 10, "b": 11, "c": 12}
+    lengths = {"a": 5, "b": 9, "c": 7}
+    src = tmp_path / "abc.jsonl"
+    src.write_text("".join(json.dumps({"ids": [ids[d]] * n}) + "\n" for d, n in lengths.items()))
+    packtool.pack([src], tmp_path / "o", max_len=32, pad_to_multiple_of=4, ids_field="ids",
+                  add_eos=False, pad_id=1)  # fmt: skip
+    row = packtool.open_packed(tmp_path / "o")[0]
+    letter = {v: k for k, v in ids.items()}
+    got = {
+        "input_ids": " ".join(letter.get(int(t), "P") for t in row.input_ids),
+        "position_ids": " ".join(str(int(p)) for p in row.position_ids),
+        "cu_seqlens": str([int(x) for x in row.cu_seqlens]),
+        "cu_seqlens_unpadded": str([int(x) for x in row.cu_seqlens_unpadded]),
+        "num_tokens": str(int(row.num_tokens)),
+        "doc_ids": str([int(x) for x in row.doc_ids]),
+        "seq_lengths": str([int(x) for x in row.seq_lengths]),
+    }
+    for doc in ("format.md", "context-parallel.md"):
+        text = (REPO / "docs" / doc).read_text(encoding="utf-8")
+        (block,) = [b for b in re.findall(r"```\n(.*?)```", text, flags=re.S) if "_unpadded" in b]
+        shown = dict(re.findall(r"^(\w+) +(\S.*?)(?: {3,}.*)?$", block, flags=re.M))
+        shown = {k: v for k, v in shown.items() if k in got}
+        assert {"input_ids", "cu_seqlens", "cu_seqlens_unpadded"} <= set(shown), (doc, shown)
+        for key, value in shown.items():
+            assert value == got[key], (doc, key)

@@ -546,8 +546,11 @@ def test_prompt_completion_post_processor_bos(tmp_path: Path) -> None:
 
 
 def test_option_errors(tmp_path: Path, docs_jsonl: Path) -> None:
-    with pytest.raises(OptionError, match=r"--loss-on assistant needs prompt/completion or chat"):
+    # each --loss-on names the records it is for (not "completion" for chats)
+    with pytest.raises(OptionError, match=r"--loss-on assistant needs chat records, but .* text"):
         packtool.pack([docs_jsonl], tmp_path / "o", max_len=16, loss_on="assistant")
+    with pytest.raises(OptionError, match=r"--loss-on completion needs prompt/completion records,"):
+        packtool.pack([docs_jsonl], tmp_path / "o", max_len=16, loss_on="completion")
     with pytest.raises(OptionError, match=r"--loss-on completion does not apply to chat"):
         packtool.pack(
             [CHAT], tmp_path / "o", max_len=16, chat_template=CHATML, loss_on="completion"
@@ -556,8 +559,8 @@ def test_option_errors(tmp_path: Path, docs_jsonl: Path) -> None:
         packtool.pack([CHAT], tmp_path / "o", max_len=16, chat_template=CHATML, loss_on="answers")
     with pytest.raises(
         OptionError,
-        match=rf"--chat-template is for chat records.*text \(detected from the fields of "
-        rf".*{docs_jsonl.name}'s first record\)",
+        match=r"--chat-template is for chat records.*text \(detected from the first record of "
+        + re.escape(str(docs_jsonl)),
     ):
         packtool.pack([docs_jsonl], tmp_path / "o", max_len=16, chat_template=CHATML)
     with pytest.raises(ChatTemplateError, match=r"nope\.jinja: no such chat template file"):
@@ -566,8 +569,16 @@ def test_option_errors(tmp_path: Path, docs_jsonl: Path) -> None:
         )
     with pytest.raises(OptionError, match=r"--input-shape must be one of"):
         packtool.pack([docs_jsonl], tmp_path / "o", max_len=16, input_shape="dialogue")
-    with pytest.raises(ChatTemplateError, match=r"need a chat template.*--chat-template"):
-        packtool.pack([CHAT], tmp_path / "o", max_len=16)
+    # the input whose first record made the run one of chats is named: a directory of several
+    # kinds of records (sample_data/ itself) is detected by its first file
+    with pytest.raises(
+        ChatTemplateError,
+        match=r"^chat records \(detected from the first record of .*chat\.jsonl\) need a chat "
+        r"template.*--chat-template",
+    ):
+        packtool.pack([CHAT.parent], tmp_path / "o", max_len=16)
+    with pytest.raises(ChatTemplateError, match=r"^chat records need a chat template"):
+        packtool.pack([CHAT], tmp_path / "o", max_len=16, input_shape="chat")
     with pytest.raises(ChatTemplateError, match=r"nope\.jinja: no such chat template file"):
         packtool.pack([CHAT], tmp_path / "o", max_len=16, chat_template=tmp_path / "nope.jinja")
     # A shape forced on records that lack its fields: the record is named.

@@ -109,6 +109,25 @@ def test_options_that_do_not_apply_to_a_pack_are_refused(tmp_path: Path) -> None
     assert_one_line_error(
         run("pack", first, corpus, "-o", out, "-L", "32"), r"repack packed outputs alone"
     )
+    # the options of how records are read and rendered were ignored, silently
+    for flags in (
+        ["--chat-template", str(REPO / "sample_data" / "chatml.jinja")],
+        ["--text-field", "body"],
+        ["--input-shape", "chat"],
+        ["--messages-field", "turns"],
+        ["--chat-turns", "each"],
+        ["--no-learn-reasoning"],
+        ["--parse-special"],
+    ):
+        assert_one_line_error(
+            run("pack", first, "-o", out, "-L", "32", *flags),
+            rf"{flags[0]} does not apply to a packed output",
+        )
+        if flags[0] in ("--text-field", "--parse-special"):  # the ones stats takes
+            assert_one_line_error(
+                run("stats", first, "-L", "32", *flags), rf"{flags[0]} does not apply to a pack"
+            )
+    assert not out.exists()
 
 
 def _chat_corpus(tmp_path: Path, n: int = 80) -> Path:

@@ -994,6 +994,35 @@ def test_corpus_of_instruction_data_matches_packed(
     assert counts == manifest.counts
 
 
+def test_cli_corpus_of_chats_takes_the_instruction_options(tmp_path: Path) -> None:
+    """`stats CHATS -L ...` takes pack's instruction options (--chat-template, --loss-on,
+    --chat-turns, the field names...): its error for chats without a template asks for
+    --chat-template, which stats did not have. The figures are the pack's."""
+    lines = (REPO / "sample_data" / "chat.jsonl").read_text(encoding="utf-8").splitlines()
+    src = tmp_path / "chat.jsonl"
+    src.write_text("\n".join(lines[:40]) + "\n", encoding="utf-8")
+    template = str(REPO / "sample_data" / "chatml.jinja")
+    assert_one_line_error(
+        run("stats", src, "-L", "512", "--no-cache"), r"need a chat template.*--chat-template"
+    )
+    options = ["--chat-template", template, "--chat-turns", "each", "--loss-on", "all"]
+    result = run("stats", src, "-L", "512", "--json", "--no-cache", *options)
+    assert result.exit_code == 0, result.output
+    (figures,) = json.loads(result.stdout)["max_lens"]
+    out = tmp_path / "out"
+    assert run("pack", src, "-L", "512", "-o", out, "-q", *options).exit_code == 0
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert (
+        figures["rows"] == manifest["rows"]
+        and figures["outcome"]["documents"] == manifest["documents"]
+    )
+    assert figures["outcome"]["tokens"]["learned"] == manifest["tokens"]["learned"]
+    assert manifest["documents"]["read"] > 40  # one example per assistant turn
+    assert_one_line_error(  # on a packed output they are refused, as the other corpus options
+        run("stats", out, "--chat-template", template), r"--chat-template applies to a corpus"
+    )
+
+
 @settings(max_examples=150, deadline=None)
 @given(
     st.lists(st.tuples(st.integers(0, 40), st.booleans()), max_size=12),
@@ -1210,6 +1239,9 @@ def test_ids_corpus_from_the_cli_and_its_mistakes(tmp_path: Path) -> None:
     assert again["cache"]["hit"] is True and again["max_lens"] == data["max_lens"]
     other = json.loads(run(*args[:4], "-L", "16,48", "--json", "--cache-dir", cache).stdout)
     assert other["cache"]["hit"] is False  # not cut at the EOS: another key
+    # the table says the ids were read as they are, not "tokenized" (there is no tokenizer)
+    table = run(*args[:-1], "--no-cache").stdout
+    assert "(ids as stored, not tokenized)" in " ".join(table.split()), table
     assert other["documents_read"] == 12
     # ids with labels: cut as pack cuts them (the first token of each chunk is not learned)
     labelled = corpus_stats([src], [16], ids_field="ids", labels_field="ids", use_cache=False)

@@ -227,6 +227,17 @@ def _python_blocks(doc: str) -> list[str]:
     return re.findall(r"^```python\n(.*?)^```", text, flags=re.M | re.S)
 
 
+def test_the_tokenizer_trl_md_suggests_has_the_packs_pad_token(pack: Path) -> None:
+    """docs/trl.md's `processing_class`: AutoTokenizer of the pack's directory (its
+    tokenizer.json and tokenizer_config.json) has the pad token TRL asks for, the pack's own;
+    PreTrainedTokenizerFast of the tokenizer.json alone has none, and SFTTrainer refuses it."""
+    tokenizer = transformers.AutoTokenizer.from_pretrained(str(pack))
+    assert tokenizer.pad_token_id == packtool.open_packed(pack).manifest.tokenizer.special.pad_id
+    bare = transformers.PreTrainedTokenizerFast(tokenizer_file=str(pack / "tokenizer.json"))
+    assert bare.pad_token_id is None
+    assert 'AutoTokenizer.from_pretrained("chat/")' in (REPO / "docs" / "trl.md").read_text()
+
+
 @pytest.mark.slow  # two short TRL runs
 def test_the_trl_recipes_run_on_a_cpu(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory

@@ -145,6 +145,16 @@ def test_a_bad_record_in_a_later_unit_names_its_line_in_the_file(tmp_path: Path)
     assert units.stderr.strip().splitlines()[-1] == one.stderr.strip().splitlines()[-1]
 
 
+def test_chats_without_a_template_name_the_input_in_units_as_in_one_pack(tmp_path: Path) -> None:
+    src = tmp_path / "c.jsonl"
+    src.write_text("\n".join(CHAT.read_text().splitlines()[:2]) + "\n")
+    want = r"chat records \(detected from the first record of .*c\.jsonl\) need a chat template"
+    one = run("pack", src, "-L", "2048", "-o", tmp_path / "one", "-q")
+    assert_one_line_error(one, want)
+    units = run("pack", src, "-L", "2048", "-o", tmp_path / "u", "--units", "2", "-q")
+    assert_one_line_error(units, want)
+
+
 def test_empty_units_of_chat_data_merge(tmp_path: Path) -> None:
     src = tmp_path / "c.jsonl"
     src.write_text("\n".join(CHAT.read_text().splitlines()[:2]) + "\n")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -11,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pytest
-from conftest import SAMPLE, CharTokenizer, write_jsonl
+from conftest import REPO, SAMPLE, CharTokenizer, write_jsonl
 from helpers import documents_from_rows, read_rows
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -126,6 +127,7 @@ def test_sample_corpus_with_the_bundled_tokenizer(sample_out: Path) -> None:
     report = verify(out, against=[SAMPLE])
     assert report.ok, report.problems
     assert report.against is not None and report.against.documents["read"] == 2500
+    assert report.problem_counts == {} and report.to_dict()["problem_counts"] == {}
     assert report.bytes_hashed == sum(p.stat().st_size for p in out.glob("*.arrow"))
     assert report.notes == []
 
@@ -490,6 +492,9 @@ def test_truncated_shard(tmp_path: Path, keep: float) -> None:
     assert {"bytes", "sha256"} <= checks(report)
     assert all(p.shard == path.name for p in report.problems), report.problems
     assert any("truncated" in p.what for p in report.problems)
+    # the reader's advice ("a shard of OUT (run `packtool verify`)") is not repeated by verify
+    assert not any("packtool verify" in p.what for p in report.problems), report.problems
+    assert not any("cannot read shard" in p.what for p in report.problems), report.problems
 
 
 def test_bit_flips_are_caught_by_the_checksum(tmp_path: Path) -> None:
@@ -618,6 +623,18 @@ def test_cli_errors_are_one_line(tmp_path: Path) -> None:
         runner.invoke(app, ["verify", str(out), "--against", str(tmp_path / "nope.jsonl")]),
         r"nope\.jsonl: no such file",
     )
+    # another input (chats) against a text pack: a record pack would have stopped at. The
+    # advice is verify's, not pack's (verify has no --text-field, --messages-field nor
+    # --skip-bad-records)
+    chats = REPO / "sample_data" / "chat.jsonl"
+    result = runner.invoke(app, ["verify", str(out), "--against", str(chats)])
+    assert_one_line_error(result, r"chat\.jsonl:1: no field 'text'.* --against re-reads the")
+    assert not re.search(r"--(text-field|messages-field|skip-bad-records)", result.stderr)
+    # a pack of ids against a file without its ids field: the same question
+    ids = write_jsonl(tmp_path / "ids.jsonl", [{"ids": [5, 6, 7]}, {"ids": [8, 9]}])
+    packtool.pack([ids], tmp_path / "ids-out", max_len=8, ids_field="ids", pad_id=0)
+    result = runner.invoke(app, ["verify", str(tmp_path / "ids-out"), "--against", str(chats)])
+    assert_one_line_error(result, r"no field 'ids' \(--ids-field\).* --against re-reads the")
 
 
 # -- blocks, labels, every input kind --------------------------------------------------------

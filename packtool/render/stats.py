@@ -236,6 +236,8 @@ def render_corpus_stats(s: CorpusStats) -> RenderableType:
     source = (
         "lengths from the cache"
         if s.cache_hit
+        else "ids as stored, not tokenized"  # pre-tokenized ids, a pack's own: no engine
+        if s.backend is None
         else f"tokenized with {engine}"
         if engine not in (None, "none", "custom")
         else "tokenized"

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import ChatTemplateError, FormatError, OptionError
+from ..errors import BadRecordError, ChatTemplateError, FieldError, FormatError, OptionError
 from ..format import (
     CHAT_TEMPLATE_FILE,
     IGNORE_INDEX,
@@ -201,6 +201,12 @@ def _check_template(plan: InputPlan, record: ChatTemplateRecord | None) -> None:
         )
 
 
+_NOT_ITS_INPUT = (
+    "is it an input {} was packed from, unchanged? --against re-reads the inputs given to "
+    "pack, in order, as its manifest records them"
+)
+
+
 def prepare_against(
     reader: PackedReader,
     inputs: Sequence[str | os.PathLike[str]],
@@ -226,7 +232,10 @@ def prepare_against(
             if not inputs:
                 raise OptionError("--against: no inputs given and none recorded in the manifest")
         files = resolve_inputs(inputs)
-    input_plan = against_input_plan(reader, files, options, tokenizer, problems)
+    try:
+        input_plan = against_input_plan(reader, files, options, tokenizer, problems)
+    except FieldError as e:  # the field the pack read is not there: another input?
+        raise FieldError(f"{e} ({_NOT_ITS_INPUT.format(reader.path)})") from None
     instruct = isinstance(input_plan.encoder, InstructEncoder)
     encoder = input_plan if instruct else input_plan.encoder
     if reference == "transformers":
@@ -362,30 +371,33 @@ def check_against(
     mixture, seed = reader.manifest.mixture, reader.manifest.recorded_options.seed or 0
     mix = None if mixture is None else _MixtureCheck(mixture, seed)
     record = _record_check(reader, plan, problems)
-    for inp in files:
-        for batch in plan.read(
-            inp,
-            skip_bad_records=options.skip_bad_records,
-            split=options.split,
-            txt_unit=options.txt_unit,
-        ):
-            first = counts.documents.read
-            expected, c = _expect_batch(
-                batch, first, plan, reader.max_len, labelled, record=record is not None
-            )
-            counts += c
-            n = len(batch.records)
-            if record is not None and expected.lost is not None:
-                record.compare(expected.lost, first, first + n, problems)
-            if mix is None:
-                compared += _compare_batch(reader, plan, digests, expected, n, where, problems)
-            else:
-                compared += mix.compare(reader, plan, digests, expected, n, where, problems)
-            if progress:
-                progress("against", bytes_before + batch.bytes_done, total_bytes)
-        bytes_before += inp.size_bytes
-        if mix is not None:
-            mix.file_ends.append(counts.documents.read)
+    try:
+        for inp in files:
+            for batch in plan.read(
+                inp,
+                skip_bad_records=options.skip_bad_records,
+                split=options.split,
+                txt_unit=options.txt_unit,
+            ):
+                first = counts.documents.read
+                expected, c = _expect_batch(
+                    batch, first, plan, reader.max_len, labelled, record=record is not None
+                )
+                counts += c
+                n = len(batch.records)
+                if record is not None and expected.lost is not None:
+                    record.compare(expected.lost, first, first + n, problems)
+                if mix is None:
+                    compared += _compare_batch(reader, plan, digests, expected, n, where, problems)
+                else:
+                    compared += mix.compare(reader, plan, digests, expected, n, where, problems)
+                if progress:
+                    progress("against", bytes_before + batch.bytes_done, total_bytes)
+            bytes_before += inp.size_bytes
+            if mix is not None:
+                mix.file_ends.append(counts.documents.read)
+    except BadRecordError as e:  # pack read these records without one: another input?
+        raise BadRecordError(e.location, e.problem, _NOT_ITS_INPUT.format(reader.path)) from None
     if mix is not None:
         mix.check_plan(digests, problems)
     if record is not None:

@@ -121,8 +121,9 @@ class Problems:
             self.report.problems.append(Problem(shard, row, what, check))
 
     def count(self, check: str, n: int) -> None:
-        self.counts[check] += n
-        self.report.problems_total += n
+        if n:  # a check that found nothing is not listed (problem_counts of a clean run: {})
+            self.counts[check] += n
+            self.report.problems_total += n
 
     def room(self) -> int:
         return max(0, self.limit - len(self.report.problems))

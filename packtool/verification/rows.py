@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import re
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -57,10 +58,13 @@ def _show(values: np.ndarray, limit: int = 12) -> str:
 
 
 def _message(error: PacktoolError, path: Path) -> str:
-    """A format error's message without the leading ``path: `` (the problem names it)."""
+    """A format error's message without the leading ``path: `` (the problem names it), nor
+    its advice to run ``packtool verify`` (this is it)."""
     text = str(error)
     prefix = f"{path}: "
-    return text[len(prefix) :] if text.startswith(prefix) else text
+    text = text[len(prefix) :] if text.startswith(prefix) else text
+    text = text.removeprefix("cannot read shard: ")  # (the problem says "cannot be read")
+    return re.sub(r"(; it is a shard of .*)? \(run `packtool verify`\)$", "", text)
 
 
 # -- the manifest and the files it names ----------------------------------------------------
