@@ -125,6 +125,11 @@ def load_causal_lm(
     import transformers
 
     directory = Path(path)
+    if not directory.is_dir():
+        raise OptionError(
+            f"{directory}: no such directory (--model takes a local model directory: "
+            "check-model downloads nothing)"
+        )
     if not (directory / "config.json").is_file():
         raise OptionError(f"{directory}: no config.json (--model takes a model directory)")
     has_weights = any((directory / name).is_file() for name in _WEIGHTS)

@@ -260,7 +260,7 @@ class PackingStats:
     comparison: dict[str, Batching]
     outcome: Counts  # what became of the documents read, and their tokens (as pack counts)
     alignment: AlignmentStats | None = None  # what --pad-to-multiple-of costs (corpus mode)
-    sources: list[SourceStats] | None = None  # corpus mode with --mix: each source's part
+    sources: list[SourceStats] | None = None  # a mixture (--mix): each source's part
 
     @property
     def rows_over_lower_bound(self) -> int:
@@ -312,7 +312,11 @@ class PackingStats:
             (o.dropped, "dropped"),
             (o.bad_records_skipped, "bad skipped"),
         ]
-        told = ", ".join(f"{n:,} {what}" for n, what in others if n)
+        if self.sources is not None:  # a mixture takes some of the documents, some again
+            taken = sum(s.documents for s in self.sources)  # copies counted
+            rest = o.read - o.empty - o.dropped - o.bad_records_skipped
+            others.append((f"{taken:,} taken by --mix of {rest:,} packable", ""))
+        told = ", ".join(f"{n:,} {what}" if what else n for n, what in others if n)
         return f"{self.documents:,} of {o.read:,} read ({told})"
 
     def to_dict(self) -> dict[str, Any]:
@@ -494,8 +498,12 @@ class DatasetStats:
     learned_tokens: int | None = None  # instruction data: tokens with a label (manifest)
     units: dict[str, Any] | None = None  # packed in work units: the cost against one global FFD
     balance: BalanceStats | None = None  # steps across data-parallel ranks (--world-size)
-    sources: list[SourceStats] | None = None  # a mixture (pack --mix): each source's part
     alignment: AlignmentStats | None = None  # what --pad-to-multiple-of costs
+
+    @property
+    def sources(self) -> list[SourceStats] | None:
+        """A mixture (pack --mix): each source's part (:attr:`PackingStats.sources`)."""
+        return self.packing.sources
 
     @property
     def learned_share_of_slots(self) -> float | None:
@@ -1046,6 +1054,7 @@ def dataset_stats(
         max_len,
         (batch_size, seed),
     )
+    packing = replace(packing, sources=sources)
     return DatasetStats(
         path=reader.path,
         shards=len(reader.shard_paths),
@@ -1057,7 +1066,6 @@ def dataset_stats(
         learned_tokens=manifest.counts.tokens.learned,
         units=_units_summary(manifest),
         balance=balance,
-        sources=sources,
         alignment=alignment,
     )
 

@@ -166,7 +166,8 @@ def test_user_errors_are_one_line(chat: Path, models: dict[str, Path], tmp_path:
     with pytest.raises(OptionError, match=r"vocabulary \(100 ids\) is smaller"):
         check_model(chat, tmp_path / "small")
     for args, message in (
-        (["--model", str(tmp_path / "none")], "no config.json"),
+        (["--model", "Qwen/Qwen3-0.6B"], "no such directory (--model takes a local model"),
+        (["--model", str(tmp_path)], "no config.json"),
         (["--model", str(models["llama"]), "--feed", "mask"], "--feed must be one of"),
         (["--model", str(models["llama"]), "--rows", "0"], "--rows must be"),
         (["--model", str(models["llama"]), "--attn-implementation", "flash"], "must be one of"),

@@ -313,6 +313,21 @@ def test_the_pack_summary_names_what_each_source_gave(tmp_path: Path, sources) -
     assert "Sources taken (--mix)" in result.stdout
     for src in mixture["sources"]:
         assert f"{src['tokens_taken']:,}" in result.stdout
+    # every document read is cut, then the mixture takes some: the summary and stats say so
+    # (not "packed whole" of documents the rows do not hold)
+    manifest = json.loads((out / "manifest.json").read_text())
+    taken = sum(src["documents_taken"] for src in mixture["sources"])
+    docs = manifest["documents"]
+    assert "packed whole" not in result.stdout
+    assert re.search(r"cut whole / split / truncated\s.*\s{:,} / {:,} / {:,}".format(
+        docs["packed"], docs["split"], docs["truncated"]), result.stdout)  # fmt: skip
+    assert re.search(rf"taken by --mix \(copies counted\)\s.*\s{taken:,}\s", result.stdout)
+    assert taken < docs["read"] - docs["empty"]
+    in_rows = dataset_stats(out).packing.documents
+    packable = docs["read"] - docs["empty"] - docs["dropped"] - docs["bad_records_skipped"]
+    shown = dict(dataset_stats(out).packing.figures())["documents in rows"]
+    assert shown.startswith(f"{in_rows:,} of {docs['read']:,} read (")
+    assert shown.endswith(f"{taken:,} taken by --mix of {packable:,} packable)")
     again = run("pack", *sources, "--mix", "0.5,0.3,0.2", "-L", "256", "-o", out, "--overwrite",
                 "--json")  # fmt: skip
     assert json.loads(again.stdout)["mixture"] == mixture

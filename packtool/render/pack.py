@@ -73,15 +73,20 @@ def summary_table(report: Any, *, tokenized: bool = True) -> Table:
     table = Table(title=title, show_header=False, title_justify="left")
     table.add_column(style="bold")
     table.add_column(justify="right")
+    mixture = report.manifest.mixture
     table.add_row("documents read", f"{d.read:,}")
     table.add_row(
-        "  packed whole / split / truncated",
+        # a mixture cuts every document read, then takes some of them (some again)
+        f"  {'cut' if mixture else 'packed'} whole / split / truncated",
         f"{d.packed:,} / {d.split:,} / {d.truncated:,}",
     )
     table.add_row(
         "  dropped / empty / bad skipped",
         f"{d.dropped:,} / {d.empty:,} / {d.bad_records_skipped:,}",
     )
+    if mixture:
+        taken = sum(s.documents_taken or 0 for s in mixture.sources)
+        table.add_row("  taken by --mix (copies counted)", f"{taken:,}")
     vocab = report.manifest.tokenizer.vocab_size
     name = report.manifest.tokenizer.name
     table.add_row("tokenizer", clean(name) + (f" ({vocab:,} ids)" if vocab else ""))
