@@ -202,6 +202,28 @@ def _check_range(
             problems.setdefault(int(r), f"{name!r}[{i - offsets[r]}] is {v}, beyond int32")
 
 
+def _check_learned(
+    labels: np.ndarray,
+    ids: np.ndarray,
+    offsets: np.ndarray,
+    name: str,
+    ids_name: str,
+    problems: dict[int, str],
+) -> None:
+    """Every label is -100 or its own token's id (labels are unshifted: a label that is
+    another id, as shifted labels are, would teach the rows something else than their
+    tokens, and no check downstream could tell)."""
+    at = np.flatnonzero((labels != IGNORE) & (labels != ids))
+    for r in _record_of(offsets, at):
+        i = int(at[np.searchsorted(at, offsets[r])])
+        k = i - int(offsets[r])
+        problems.setdefault(
+            int(r),
+            f"{name!r}[{k}] is {int(labels[i])}, but {ids_name!r}[{k}] is {int(ids[i])}: a "
+            f"label is -100 or its own token's id (unshifted labels)",
+        )
+
+
 @dataclass(frozen=True)
 class IdsFields:
     """What to read: the ids column, and the labels or loss mask column (or neither)."""
@@ -260,6 +282,7 @@ def ids_of_batch(
             lengths = np.where(same, lengths, 0)
         if fields.labels is not None:
             _check_range(lv, offsets, other, vocab_size, problems, allow_ignore=True)
+            _check_learned(lv, values, offsets, other, fields.ids, problems)
             labels = lv
         else:
             not01 = np.flatnonzero((lv != 0) & (lv != 1))

@@ -228,6 +228,13 @@ def test_eos_and_bos_added_when_asked(tmp_path: Path) -> None:
         ([[1, 2], [3, None]], None, r"row 1: 'ids' holds nulls"),
         ([[1, 2], [3, 4]], [[1, 2], [3]], r"row 1: 'y' has 1 values, 'ids' has 2"),
         ([[1, 2], [3, 4]], [[1, 2], [3, -5]], r"row 1: 'y'\[1\] is -5: ids must be -100 or >= 0"),
+        # shifted labels (each the next token) would be packed as they are and learned
+        # two tokens ahead after collate's shift: every label is -100 or its own token
+        (
+            [[1, 2], [3, 4]],
+            [[1, 2], [4, -100]],
+            r"row 1: 'y'\[0\] is 4, but 'ids'\[0\] is 3: a label is -100 or its own token's id",
+        ),
     ],
 )
 def test_bad_records_are_one_line_naming_the_record(tmp_path, ids, labels, pattern) -> None:
@@ -588,6 +595,7 @@ _J = '{"ids": [1]}\n'  # a good first line
         ("a.jsonl", _J + '{"ids": [1, null]}\n', r"a\.jsonl:2: 'ids' holds nulls"),
         ("a.jsonl", _J + '{"ids": [3000000000]}\n', r"a\.jsonl:2: 'ids'\[0\] is 3000000000"),
         ("a.jsonl", '{"ids": [1], "y": [1]}\n{"ids": [1], "y": [1, 2]}\n', r":2: 'y' has 2"),
+        ("a.jsonl", '{"ids": [1], "y": [1]}\n{"ids": [5, 6], "y": [0, 7]}\n', r":2: 'y'\[0\] is 0"),
         ("a.json", '[{"ids": [1]}, {"ids": [true]}]', r"a\.json: element 1: 'ids'\[0\] is true"),
         ("a.json", '[{"ids": [1]}, 5]', r"a\.json: element 1: expected a JSON object, found int"),
         ("a.csv", 'ids\n"[1,2]"\n"[1, 2.5]"\n', r"a\.csv: row 1: 'ids' is '\[1, 2\.5\]', not"),
