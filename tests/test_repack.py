@@ -600,6 +600,32 @@ def test_a_repacked_mixture_is_the_fresh_mixture(tmp_path: Path) -> None:
         assert packtool.verify(repacked).ok
 
 
+def test_a_repacked_mixture_is_verified_against_the_pack_it_was_repacked_from(
+    tmp_path: Path,
+) -> None:
+    """``verify --against`` of a repacked mixture re-reads the pack it was repacked from (its
+    recorded input), each copy under its own doc id; it took the mixture's text sources with
+    the repack's ids options (``no field 'input_ids'``) and refused the pack as one input
+    given for several sources, so no repacked mixture could be verified against anything."""
+    sources = _mix_sources(tmp_path)
+    first, repacked = tmp_path / "first", tmp_path / "re"
+    packtool.pack(sources, first, max_len=256, mix="0.4,0.6", tokens="60k")
+    packtool.pack([first], repacked, max_len=512)
+    assert json.loads((repacked / "manifest.json").read_text())["mixture"]["copies"] > 1
+    report = packtool.verify(repacked, against=[first])
+    assert report.ok, report.problems
+    assert report.against is not None and report.against.documents_compared > 0
+    assert run("verify", repacked, "--against").exit_code == 0  # the recorded input: first
+    assert_one_line_error(
+        run("verify", repacked, "--against", *sources),
+        r"--against: .*re was repacked from .*first \(a packtool output\), not from "
+        r".*web\.jsonl: give that pack",
+    )
+    packtool.pack(sources, first, max_len=256, mix="0.4,0.6", tokens="60k", seed=1,
+                  overwrite=True)  # fmt: skip
+    assert not packtool.verify(repacked, against=[first]).ok  # another sample: found
+
+
 def test_a_repacked_mixture_keeps_what_it_took_when_the_plan_depends_on_max_len(
     tmp_path: Path,
 ) -> None:

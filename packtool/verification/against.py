@@ -218,7 +218,8 @@ def prepare_against(
         raise OptionError(f"--reference must be one of {', '.join(REFERENCES)}; got {reference!r}")
     manifest = reader.manifest
     options = _recorded_options(reader, parse_special, chat_template)
-    if manifest.mixture is not None:
+    if _sampled_here(manifest):
+        assert manifest.mixture is not None
         files = _mixture_files(manifest, manifest.mixture, inputs)
     else:
         if not inputs:
@@ -226,6 +227,14 @@ def prepare_against(
             if not inputs:
                 raise OptionError("--against: no inputs given and none recorded in the manifest")
         files = resolve_inputs(inputs)
+        packs = [str(i.path) for i in manifest.inputs if i.kind == "packed"]
+        other = next((f for f in files if f.kind != "packed"), None)
+        if packs and other is not None:
+            raise OptionError(
+                f"--against: {reader.path} was repacked from {', '.join(packs)} (a packtool "
+                f"output), not from {other.path}: give that pack (or no inputs), and verify "
+                "it against its own inputs"
+            )
     input_plan = against_input_plan(reader, files, options, tokenizer, problems)
     instruct = isinstance(input_plan.encoder, InstructEncoder)
     encoder = input_plan if instruct else input_plan.encoder
@@ -248,6 +257,13 @@ def prepare_against(
     labelled = labelled and reader.has_labels
     overflow = Overflow(options.overflow)
     return AgainstPlan(files, options, overflow, encoder, input_plan.read, labelled)
+
+
+def _sampled_here(manifest: Manifest) -> bool:
+    """Whether ``manifest`` is of a mixture sampled from its inputs (``pack --mix``), not
+    a mixed pack repacked: a repack's input is the pack, whose records are the documents the
+    mixture took, each copy under its own doc id, so it is compared record by record."""
+    return manifest.mixture is not None and not any(i.kind == "packed" for i in manifest.inputs)
 
 
 def _mixture_files(
@@ -360,7 +376,7 @@ def check_against(
     total_bytes = sum(f.size_bytes for f in files)
     bytes_before = 0
     mixture, seed = reader.manifest.mixture, reader.manifest.recorded_options.seed or 0
-    mix = None if mixture is None else _MixtureCheck(mixture, seed)
+    mix = _MixtureCheck(mixture, seed) if mixture and _sampled_here(reader.manifest) else None
     record = _record_check(reader, plan, problems)
     for inp in files:
         for batch in plan.read(
