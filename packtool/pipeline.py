@@ -53,6 +53,7 @@ from .mixture import (
     parse_mix,
     pick_items,
     plan_mixture,
+    refuse_shared_files,
     source_documents,
 )
 from .options import PackOptions
@@ -453,10 +454,13 @@ def _prepare(
         else:
             weights = parse_mix(options.mix, len(inputs))
             files, sources = [], []
+            groups = []
             for spec, weight in zip(inputs, weights, strict=True):
                 found = resolve_inputs([spec], skipped=skipped)
                 sources.append(Source(str(spec), weight, len(files), len(files) + len(found)))
                 files.extend(found)
+                groups.append(found)
+            refuse_shared_files(inputs, groups)
     files = resolve_inputs(inputs, skipped=skipped) if files is None else list(files)
     prepared = prepare(files, options)
     options, tok, plan = prepared.options, prepared.tokenizer, prepared.plan

@@ -25,7 +25,13 @@ def test_each_source_holds_its_share_within_half_a_document(lengths, data) -> No
     tokens = data.draw(st.none() | st.integers(1, 5 * sum(map(sum, lengths))))
     seed = data.draw(st.integers(0, 2**32))
     arrays = [np.array(x, np.int64) for x in lengths]
-    plan = plan_mixture(arrays, weights, tokens, seed=seed)
+    try:
+        plan = plan_mixture(arrays, weights, tokens, seed=seed)
+    except OptionError as e:  # no document taken: every target within half a document of 0
+        assert tokens is not None and "the mixture takes no document" in str(e)
+        shares = np.asarray(weights) / sum(weights)
+        assert all(2 * round(tokens * s) <= x.max() for x, s in zip(arrays, shares, strict=True))
+        return
     total = tokens if tokens is not None else None
     for x, take in zip(arrays, plan, strict=True):
         assert take.tokens_read == int(x.sum()) and take.documents_read == x.size
@@ -51,6 +57,15 @@ def test_the_default_total_takes_the_smallest_share_whole() -> None:
     assert plan[0].tokens_taken == 100 and plan[0].documents_taken == 10
     other = plan_mixture([big, small], [0.5, 0.5], seed=4)
     assert not np.array_equal(plan[0].indices, other[0].indices)  # the seed picks the sample
+
+
+def test_a_total_that_takes_no_document_is_refused() -> None:
+    """--tokens nearer to no document than to any of each source: an output of no rows,
+    which pack makes an error of anywhere else (``no documents to pack``)."""
+    with pytest.raises(OptionError, match=r"--tokens 10: the mixture takes no document .* 25"):
+        plan_mixture([np.full(4, 25), np.full(50, 30)], [0.5, 0.5], tokens=10)
+    plan = plan_mixture([np.full(4, 25), np.full(50, 30)], [0.5, 0.5], tokens=30)
+    assert [t.documents_taken for t in plan] == [1, 0]  # one source is enough
 
 
 def test_a_small_source_is_repeated_by_whole_epochs() -> None:
