@@ -94,6 +94,45 @@ def test_the_cli_repacks_and_stats_answers_what_if(tmp_path: Path) -> None:
     assert pack_results[1]["rows"] == json.loads((fresh / "manifest.json").read_text())["rows"]
 
 
+def test_a_pack_whose_shard_was_altered_is_refused_not_repacked(tmp_path: Path) -> None:
+    """A shard changed in place (one token, its size kept) was repacked as it was: the new
+    pack, hashed anew, carried the changed token and passed ``verify``. The repack checks
+    each shard's sha256 first and refuses in one line, writing nothing; a missing shard and
+    an altered repack record too."""
+    corpus = _text_corpus(tmp_path, n=40)
+    first = tmp_path / "first"
+    packtool.pack([corpus], first, max_len=64)
+    shard = first / json.loads((first / "manifest.json").read_text())["shards"][0]["file"]
+    original = shard.read_bytes()
+    with pa.memory_map(str(shard)) as source:
+        reader = pa.ipc.open_stream(source)
+        schema, batches = reader.schema, list(reader)
+    ids = batches[0].column("input_ids")
+    values = ids.values.to_numpy().copy()
+    values[0] = (values[0] + 1) % 100  # a token that is still in the vocabulary
+    child = pa.array(values, ids.type.value_type)
+    changed = pa.Array.from_buffers(ids.type, len(ids), [None], children=[child])
+    batches[0] = batches[0].set_column(0, schema.field("input_ids"), changed)
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, schema) as writer:
+        for batch in batches:
+            writer.write_batch(batch)
+    altered = sink.getvalue().to_pybytes()
+    assert len(altered) == len(original) and altered != original
+    shard.write_bytes(altered)
+    out = tmp_path / "re"
+    result = run("pack", first, "-L", "128", "-o", out)
+    assert_one_line_error(
+        result, rf"{shard.name}: the shard's sha256 is .* the manifest records .*: it was altered"
+    )
+    assert not out.exists()
+    shard.unlink()
+    assert_one_line_error(run("pack", first, "-L", "128", "-o", out), r"the file is missing")
+    shard.write_bytes(original)
+    assert run("pack", first, "-L", "128", "-o", out).exit_code == 0
+    assert packtool.verify(out, against=[first]).ok
+
+
 def test_options_that_do_not_apply_to_a_pack_are_refused(tmp_path: Path) -> None:
     corpus = _text_corpus(tmp_path, n=10)
     first = tmp_path / "first"
