@@ -739,6 +739,14 @@ def test_a_labelled_split_mixture_repacks_its_documents_whole(tmp_path: Path) ->
     for d, r in whole.items():
         assert r == by_doc[d % mixture["doc_id_stride"]]
     assert len(whole) == sum(s["documents_taken"] for s in mixture["sources"])
+    # Their own repack records hold each document read once (format.md), not a row per copy
+    # under the copy's doc id, which verify found outside the documents read; and each
+    # verifies against the pack it was repacked from.
+    for path, source in ((repacked, first), (again, repacked)):
+        record = pa.ipc.open_stream((path / "repack.arrows").read_bytes()).read_all()
+        assert max(record.column("doc_id").to_pylist()) < mixture["doc_id_stride"]
+        report = packtool.verify(path, against=[source])
+        assert report.ok, report.problems
 
 
 def test_a_resumed_labelled_split_pack_keeps_its_repack_record(
