@@ -48,6 +48,11 @@ __all__ = [
     "take_source",
 ]
 
+MAX_DOCUMENTS_TAKEN = (1 << 31) - 1
+"""The most documents (copies counted) a mixture's plan takes: each is an index of the plan
+and a segment of the rows, so a ``--tokens`` far beyond its sources (``1e30``, or a small
+source repeated billions of times) is one line, not an allocation that fails."""
+
 _SUFFIXES = {"k": 10**3, "m": 10**6, "g": 10**9, "b": 10**9, "t": 10**12}
 
 
@@ -158,6 +163,14 @@ def plan_mixture(
     if tokens is None:
         tokens = int(min(t / s for t, s in zip(totals, shares, strict=True)))
     targets = [round(tokens * s) for s in shares]
+    taken = sum(t * x.size // n for x, n, t in zip(sizes, totals, targets, strict=True))  # about
+    if taken > MAX_DOCUMENTS_TAKEN:  # each a segment of the rows, and an index here first
+        i = max(range(len(sizes)), key=lambda k: targets[k] // totals[k])
+        raise OptionError(
+            f"--tokens {tokens:,}: {names[i]} would be repeated {targets[i] // totals[i]:,} "
+            f"times ({targets[i]:,} tokens of its {totals[i]:,}), about {taken:,} documents "
+            f"in the rows, more than the {MAX_DOCUMENTS_TAKEN:,} a mixture takes: lower --tokens"
+        )
     out = []
     for i, (x, total, target) in enumerate(zip(sizes, totals, targets, strict=True)):
         if target > total and not repeat:

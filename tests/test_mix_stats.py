@@ -291,6 +291,8 @@ def test_instruction_data_counts_the_learned_tokens_of_the_rows(tmp_path: Path) 
         (("--mix", "1e308,1e308,1"), r"--mix 1e308,1e308,1: the weights add up to more than"),
         # a total nearer to no document than to any: an output of 0 rows, exit 0
         (("--mix", "1,1,1", "--tokens", "10"), r"--tokens 10: the mixture takes no document"),
+        # a total that repeats a source billions of times: a MemoryError or OverflowError
+        (("--mix", "1,1,1", "--tokens", "1e30"), r"code\.jsonl would be repeated [\d,]+ times"),
     ],
 )
 def test_bad_mix_input_is_packs_one_line_and_writes_nothing(

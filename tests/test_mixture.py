@@ -68,6 +68,18 @@ def test_a_total_that_takes_no_document_is_refused() -> None:
     assert [t.documents_taken for t in plan] == [1, 0]  # one source is enough
 
 
+def test_a_total_far_beyond_the_sources_is_refused_before_any_allocation() -> None:
+    """A --tokens that would repeat a source billions of times (1T of a 100-token source,
+    1e30) was a MemoryError or an OverflowError from NumPy: one line naming the source."""
+    for tokens in (10**12, 10**30):
+        with pytest.raises(
+            OptionError,
+            match=r"source 0 would be repeated [\d,]+ times .* "
+            r"more than the 2,147,483,647 a mixture takes: lower --tokens",
+        ):
+            plan_mixture([np.full(4, 25), np.full(50, 10)], [0.5, 0.5], tokens=tokens)
+
+
 def test_a_small_source_is_repeated_by_whole_epochs() -> None:
     plan = plan_mixture([np.full(4, 25), np.full(50, 10)], [0.5, 0.5], tokens=1000)
     assert plan[0].epochs == 5.0 and np.array_equal(np.bincount(plan[0].indices), [5] * 4)
