@@ -45,8 +45,8 @@ class IdsTokenizer:
         self, *, eos_token: str | None, bos_token: str | None, vocab_size: int | None
     ) -> None:
         self.special = SpecialTokens(
-            eos_id=_token_id("--eos-token", eos_token),
-            bos_id=_token_id("--bos-token", bos_token),
+            eos_id=_token_id("--eos-token", eos_token, vocab_size),
+            bos_id=_token_id("--bos-token", bos_token, vocab_size),
             pad_id=None,
         )
         self.vocab_size = vocab_size
@@ -64,13 +64,20 @@ class IdsTokenizer:
         return int(token) if token.isdigit() else None
 
 
-def _token_id(flag: str, value: str | None) -> int | None:
+def _token_id(flag: str, value: str | None, vocab_size: int | None) -> int | None:
     if value is None:
         return None
     if not str(value).isdigit():
         raise OptionError(
             f"{flag} {value!r}: without --tokenizer, pre-tokenized data names special tokens "
             "by id (e.g. --eos-token 2)"
+        )
+    high = vocab_size if vocab_size is not None else _INT32_MAX + 1
+    if int(value) >= high:  # appended to documents (--eos, --bos), it would be a bad id
+        bound = f"--vocab-size {vocab_size}" if vocab_size is not None else "int32"
+        raise OptionError(
+            f"{flag} {value} is outside the vocabulary [0, {high}) ({bound}): the rows would "
+            "hold an id that is no token"
         )
     return int(value)
 

@@ -275,6 +275,16 @@ def test_bad_loss_mask_and_option_mistakes(tmp_path: Path) -> None:
         run(*base, "--ids-field", "ids", "--eos-token", "</s>", "--pad-id", "0"),
         r"--eos-token '</s>': without --tokenizer",
     )
+    # an EOS or BOS id the vocabulary does not hold was appended to every document (exit 0,
+    # every row then failing verify), where --pad-id is checked
+    for flag in ("--eos", "--bos"):
+        ids = ["--ids-field", "ids", "--pad-id", "0", "--vocab-size", "100", flag]
+        assert_one_line_error(
+            run(*base, *ids, f"{flag}-token", "100"),
+            rf"{flag}-token 100 is outside the vocabulary \[0, 100\) \(--vocab-size 100\)",
+            2,
+        )
+    assert not (tmp_path / "o").exists()
     with pytest.raises(OptionError, match="not both"):
         PackOptions(ids_field="ids", labels_field="a", loss_mask_field="b")
     # --vocab-size on text was ignored without a word: the tokenizer bounds text ids
