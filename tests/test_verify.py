@@ -784,8 +784,9 @@ def _first_learned_label_unlearned(changed: list) -> Callable[[list[dict]], None
 
 def test_a_label_of_another_token_or_at_a_segment_start_is_found(tmp_path: Path) -> None:
     """The format's rules for labels (docs/format.md), which verify did not check: a label is
-    -100 or its own token's id, and the first token of every document segment is not
-    learned. Each broken one (the shard's sha256 recorded anew) is a problem naming the row."""
+    -100 or its own token's id, the first token of every document segment is not learned,
+    and every document segment learns something. Each broken one (the shard's sha256
+    recorded anew) is a problem naming the row."""
     _, _, out = _chat_pack(tmp_path)
     _, rows = read_rows(out)
     r = next(i for i, row in enumerate(rows) if len(row["doc_ids"]) > 1)
@@ -793,13 +794,15 @@ def test_a_label_of_another_token_or_at_a_segment_start_is_found(tmp_path: Path)
     start, end = row["cu_seqlens"][1], row["cu_seqlens"][2]
     j = next(j for j in range(start + 1, end) if row["labels"][j] != -100)
 
-    def relabel(at: int, value: int) -> Callable[[list[dict]], None]:
+    def relabel(at: int | range, value: int) -> Callable[[list[dict]], None]:
         def edit(shard_rows: list[dict]) -> None:
-            shard_rows[r]["labels"][at] = value
+            for k in [at] if isinstance(at, int) else at:
+                shard_rows[r]["labels"][k] = value
 
         return edit
 
     for at, value, what in [
+        (range(start, end), -100, rf"document {row['doc_ids'][1]} chunk 0 learns nothing"),
         (j, row["input_ids"][j] + 1, rf"labels\[{j}\] is {row['input_ids'][j] + 1}, neither -100 "
          rf"nor its token input_ids\[{j}\] {row['input_ids'][j]}"),
         (start, row["input_ids"][start], rf"labels\[{start}\] is {row['input_ids'][start]} at the "

@@ -663,8 +663,9 @@ def _check_padding(b: _Block, rules: Rules, shape: _Shape, report: _Report) -> N
 
 
 def _check_labels(b: _Block, shape: _Shape, seg: _SegmentIds, report: _Report) -> None:
-    """Each real token's label is -100 or its own id, and the first token of every document
-    segment is not learned (nothing in its segment precedes it)."""
+    """Each real token's label is -100 or its own id, the first token of every document
+    segment is not learned (nothing in its segment precedes it), and every document segment
+    learns something."""
     labels, ids = b.labels, b.ids
     assert labels is not None
     real = b.real(shape.ok)
@@ -693,6 +694,21 @@ def _check_labels(b: _Block, shape: _Shape, seg: _SegmentIds, report: _Report) -
         )
 
     report("labels", first_bad, describe_first)
+    flat = np.concatenate([[0], np.cumsum((labels != IGNORE_INDEX).ravel(), dtype=np.int64)])
+    begin = seg.row[at].astype(np.int64) * b.max_len + start
+    count = flat[begin + seg.length[at]] - flat[begin]
+    none = count == 0
+    none_bad = np.zeros(b.n, bool)
+    none_bad[seg.row[at[none]]] = True
+
+    def describe_none(i: int) -> str:
+        k = int(np.flatnonzero(none & (seg.row[at] == i))[0])
+        return (
+            f"document {b.docs[at[k]]} chunk {seg.chunk[at[k]]} learns nothing (every label "
+            f"-100): a pack leaves such a segment out"
+        )
+
+    report("labels", none_bad, describe_none)
 
 
 def _check_segment_ids(b: _Block, rules: Rules, shape: _Shape, report: _Report) -> _SegmentIds:
