@@ -118,3 +118,14 @@ def test_the_module_example_runs() -> None:
 
     failures, tried = doctest.testmod(packtool.mixture)
     assert tried and not failures
+
+
+def test_the_library_takes_one_weight_as_a_number_and_refuses_other_types() -> None:
+    """``PackOptions(mix=1)`` (one input's weight as a number) was an AttributeError from
+    ``str.split``; other types than a string or a list of numbers are one line."""
+    from packtool.options import PackOptions
+
+    assert PackOptions(mix=2).mix == "2" and PackOptions(mix=[1, 0.5]).mix == "1,0.5"
+    for wrong in (b"1", {"a": 1}):
+        with pytest.raises(OptionError, match=r"mix must be the weights, one per input"):
+            PackOptions(mix=wrong)
