@@ -24,10 +24,13 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 
-from .errors import OptionError
+from .errors import InputError, OptionError
+from .fs import is_url
 
 __all__ = [
     "MixtureMeasure",
@@ -40,9 +43,15 @@ __all__ = [
     "pick_items",
     "plan_mixture",
     "plan_unit_mixtures",
+    "refuse_shared_files",
     "source_documents",
     "take_source",
 ]
+
+MAX_DOCUMENTS_TAKEN = (1 << 31) - 1
+"""The most documents (copies counted) a mixture's plan takes: each is an index of the plan
+and a segment of the rows, so a ``--tokens`` far beyond its sources (``1e30``, or a small
+source repeated billions of times) is one line, not an allocation that fails."""
 
 _SUFFIXES = {"k": 10**3, "m": 10**6, "g": 10**9, "b": 10**9, "t": 10**12}
 
@@ -60,12 +69,35 @@ def parse_mix(text: str, n_inputs: int) -> tuple[float, ...]:
         if not math.isfinite(w) or w <= 0:
             raise OptionError(f"--mix: every weight must be a positive number, got {part!r}")
         weights.append(w)
+    if not math.isfinite(sum(weights)):  # each finite, their sum not: no share is
+        raise OptionError(
+            f"--mix {text.strip()}: the weights add up to more than a float holds; give "
+            "them on a smaller scale (e.g. shares: 0.5,0.3,0.2)"
+        )
     if len(weights) != n_inputs:
         raise OptionError(
             f"--mix gives {len(weights)} weight{'s' if len(weights) != 1 else ''} for "
             f"{n_inputs} input{'s' if n_inputs != 1 else ''}: give one per input, in order"
         )
     return tuple(weights)
+
+
+def refuse_shared_files(specs: Sequence[Any], groups: Sequence[Sequence[Any]]) -> None:
+    """A file in two sources of a mixture (the same input given twice, a glob and a file it
+    matches) is refused in one line, as a file named twice is without ``--mix``: its
+    documents would be sampled for each source, as if they were two. ``groups``: each
+    source's files (``.path``), in source order."""
+    seen: dict[str, int] = {}
+    for i, group in enumerate(groups):
+        for f in group:
+            key = str(f.path) if is_url(f.path) else str(Path(f.path).resolve())
+            j = seen.setdefault(key, i)
+            if j != i:
+                raise InputError(
+                    f"{f.path}: in source {j} ({specs[j]}) and source {i} ({specs[i]}) of "
+                    "--mix: its documents would be sampled for both: name each file in one "
+                    "source (to give it more of the tokens, raise its weight)"
+                )
 
 
 def parse_token_total(text: str) -> int:
@@ -124,13 +156,21 @@ def plan_mixture(
     names = list(names) if names is not None else [f"source {i}" for i in range(len(lengths))]
     sizes = [np.asarray(x, dtype=np.int64) for x in lengths]
     totals = [int(x.sum()) for x in sizes]
-    shares = np.asarray(weights, dtype=np.float64) / float(np.sum(weights))
+    shares = [float(w) / float(sum(weights)) for w in weights]  # a tiny one: t / s is inf
     for name, total in zip(names, totals, strict=True):
         if total == 0:
             raise OptionError(f"{name}: no tokens to mix (every document is empty or dropped)")
     if tokens is None:
         tokens = int(min(t / s for t, s in zip(totals, shares, strict=True)))
     targets = [round(tokens * s) for s in shares]
+    taken = sum(t * x.size // n for x, n, t in zip(sizes, totals, targets, strict=True))  # about
+    if taken > MAX_DOCUMENTS_TAKEN:  # each a segment of the rows, and an index here first
+        i = max(range(len(sizes)), key=lambda k: targets[k] // totals[k])
+        raise OptionError(
+            f"--tokens {tokens:,}: {names[i]} would be repeated {targets[i] // totals[i]:,} "
+            f"times ({targets[i]:,} tokens of its {totals[i]:,}), about {taken:,} documents "
+            f"in the rows, more than the {MAX_DOCUMENTS_TAKEN:,} a mixture takes: lower --tokens"
+        )
     out = []
     for i, (x, total, target) in enumerate(zip(sizes, totals, targets, strict=True)):
         if target > total and not repeat:
@@ -141,6 +181,13 @@ def plan_mixture(
         indices = take_source(x, target, seed=seed, index=i)
         taken = int(x[indices].sum())
         out.append(SourceTake(indices, target, total, taken, int(x.size)))
+    if not any(t.indices.size for t in out):  # rows of nothing: not an output
+        shortest = min(int(x[x > 0].min()) for x in sizes)
+        raise OptionError(
+            f"--tokens {tokens:,}: the mixture takes no document (each source's share is "
+            f"nearer to none than to its documents; the shortest has {shortest:,} tokens): "
+            "raise --tokens"
+        )
     return out
 
 

@@ -25,6 +25,7 @@ packtool.errors.OptionError: --max-len must be an integer from 2 to 16,777,216, 
 from __future__ import annotations
 
 import dataclasses
+import numbers
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
@@ -504,6 +505,13 @@ class PackOptions:
                     )
         if isinstance(self.mix, (list, tuple)):  # library use: the weights as numbers
             object.__setattr__(self, "mix", ",".join(str(w) for w in self.mix))
+        elif isinstance(self.mix, numbers.Real) and not isinstance(self.mix, bool):
+            object.__setattr__(self, "mix", str(self.mix))  # one input's weight
+        elif self.mix is not None and not isinstance(self.mix, str):
+            raise OptionError(
+                f'mix must be the weights, one per input ("0.5,0.3,0.2" or a list of numbers), '
+                f"got {self.mix!r}"
+            )
         if self.tokens is not None:
             from .mixture import parse_token_total
 

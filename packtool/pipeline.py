@@ -53,6 +53,7 @@ from .mixture import (
     parse_mix,
     pick_items,
     plan_mixture,
+    refuse_shared_files,
     source_documents,
 )
 from .options import PackOptions
@@ -453,10 +454,13 @@ def _prepare(
         else:
             weights = parse_mix(options.mix, len(inputs))
             files, sources = [], []
+            groups = []
             for spec, weight in zip(inputs, weights, strict=True):
                 found = resolve_inputs([spec], skipped=skipped)
                 sources.append(Source(str(spec), weight, len(files), len(files) + len(found)))
                 files.extend(found)
+                groups.append(found)
+            refuse_shared_files(inputs, groups)
     files = resolve_inputs(inputs, skipped=skipped) if files is None else list(files)
     prepared = prepare(files, options)
     options, tok, plan = prepared.options, prepared.tokenizer, prepared.plan
@@ -790,6 +794,15 @@ def _lost_chunks(run: _Run, store: TokenStore) -> LostChunks | None:
     if not run.plan.labelled or run.plan.overflow is not Overflow.SPLIT:
         return None
     lost = store.lost()
+    if run.mixture is not None and lost.size:  # a mixed pack repacked: its copies' doc ids
+        stride = max(1, run.mixture.doc_id_stride)
+        order = np.argsort(lost["doc_id"], kind="stable")  # each document's copy 0 first
+        lost = lost[order]
+        read = lost["doc_id"] % stride
+        key = read.astype(np.int64) * (int(lost["chunk_id"].max()) + 1) + lost["chunk_id"]
+        _, first = np.unique(key, return_index=True)  # one entry per document read: the
+        lost = lost[np.sort(first)]  # record's rows go with each copy (format.md)
+        lost["doc_id"] = lost["doc_id"] % stride
     if not lost.size:
         return LostChunks.empty()
     with store.reader() as source:

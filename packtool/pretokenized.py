@@ -45,8 +45,8 @@ class IdsTokenizer:
         self, *, eos_token: str | None, bos_token: str | None, vocab_size: int | None
     ) -> None:
         self.special = SpecialTokens(
-            eos_id=_token_id("--eos-token", eos_token),
-            bos_id=_token_id("--bos-token", bos_token),
+            eos_id=_token_id("--eos-token", eos_token, vocab_size),
+            bos_id=_token_id("--bos-token", bos_token, vocab_size),
             pad_id=None,
         )
         self.vocab_size = vocab_size
@@ -64,13 +64,20 @@ class IdsTokenizer:
         return int(token) if token.isdigit() else None
 
 
-def _token_id(flag: str, value: str | None) -> int | None:
+def _token_id(flag: str, value: str | None, vocab_size: int | None) -> int | None:
     if value is None:
         return None
     if not str(value).isdigit():
         raise OptionError(
             f"{flag} {value!r}: without --tokenizer, pre-tokenized data names special tokens "
             "by id (e.g. --eos-token 2)"
+        )
+    high = vocab_size if vocab_size is not None else _INT32_MAX + 1
+    if int(value) >= high:  # appended to documents (--eos, --bos), it would be a bad id
+        bound = f"--vocab-size {vocab_size}" if vocab_size is not None else "int32"
+        raise OptionError(
+            f"{flag} {value} is outside the vocabulary [0, {high}) ({bound}): the rows would "
+            "hold an id that is no token"
         )
     return int(value)
 
@@ -202,6 +209,28 @@ def _check_range(
             problems.setdefault(int(r), f"{name!r}[{i - offsets[r]}] is {v}, beyond int32")
 
 
+def _check_learned(
+    labels: np.ndarray,
+    ids: np.ndarray,
+    offsets: np.ndarray,
+    name: str,
+    ids_name: str,
+    problems: dict[int, str],
+) -> None:
+    """Every label is -100 or its own token's id (labels are unshifted: a label that is
+    another id, as shifted labels are, would teach the rows something else than their
+    tokens, and no check downstream could tell)."""
+    at = np.flatnonzero((labels != IGNORE) & (labels != ids))
+    for r in _record_of(offsets, at):
+        i = int(at[np.searchsorted(at, offsets[r])])
+        k = i - int(offsets[r])
+        problems.setdefault(
+            int(r),
+            f"{name!r}[{k}] is {int(labels[i])}, but {ids_name!r}[{k}] is {int(ids[i])}: a "
+            f"label is -100 or its own token's id (unshifted labels)",
+        )
+
+
 @dataclass(frozen=True)
 class IdsFields:
     """What to read: the ids column, and the labels or loss mask column (or neither)."""
@@ -260,6 +289,7 @@ def ids_of_batch(
             lengths = np.where(same, lengths, 0)
         if fields.labels is not None:
             _check_range(lv, offsets, other, vocab_size, problems, allow_ignore=True)
+            _check_learned(lv, values, offsets, other, fields.ids, problems)
             labels = lv
         else:
             not01 = np.flatnonzero((lv != 0) & (lv != 1))

@@ -224,7 +224,9 @@ def _segments(reader: PackedReader) -> PackedDocuments:
     label_blocks: list[np.ndarray] | None = [] if reader.has_labels else None
     parts: list[tuple[np.ndarray, ...]] = []
     for shard in range(len(reader.shard_paths)):
-        for batch in reader.shard_table(shard).to_batches():
+        table = reader.shard_table(shard)  # missing, or of another size: one line
+        _check_digest(reader, shard)
+        for batch in table.to_batches():
             doc, chunk, pos, length = _index_batch(batch, max_len)
             parts.append((doc, chunk, pos, length, np.full(doc.size, len(blocks), np.int32)))
             blocks.append(_flat(batch.column("input_ids")))
@@ -291,6 +293,25 @@ def _segments(reader: PackedReader) -> PackedDocuments:
         first_label=first_label,
         exact=lost is not None,
     )
+
+
+def _check_digest(reader: PackedReader, shard: int) -> None:
+    """A local shard's bytes against the sha256 its manifest records (a store's are checked
+    as they are cached): reading a pack for training leaves hashing to ``verify``, but a
+    repack writes a new pack, hashed anew, which would pass ``verify`` with whatever changed
+    in the shard carried into its rows."""
+    from .fs import sha256_of
+
+    path, entry = reader.shard_paths[shard], reader.manifest.shards[shard]
+    if isinstance(path, StorePath) or not entry.sha256:
+        return
+    digest = sha256_of(path)
+    if digest != entry.sha256:
+        raise FormatError(
+            f"{path}: the shard's sha256 is {digest[:12]}..., the manifest records "
+            f"{entry.sha256[:12]}...: it was altered since it was packed, and its repack would "
+            f"carry what changed; it is a shard of {reader.path} (run `packtool verify`)"
+        )
 
 
 def _lost_chunks(reader: PackedReader, parts: list[tuple[np.ndarray, ...]]) -> LostChunks | None:

@@ -63,7 +63,7 @@ from .format import (
 )
 from .fs import StorePath, as_path, user_cache_dir
 from .limits import MAX_BATCH_SIZE, MAX_LEN_LIMIT, MAX_SEED, check_int, read_token_count
-from .mixture import parse_mix, pick_items, plan_mixture, source_documents
+from .mixture import parse_mix, pick_items, plan_mixture, refuse_shared_files, source_documents
 from .options import PackOptions
 from .order import attention_costs, balanced_share, rank_share, step_imbalance, step_loads
 from .packing import (
@@ -1516,6 +1516,7 @@ def corpus_stats(
     if o.mix is not None:  # each input argument a source, resolved as pack resolves it
         weights = parse_mix(o.mix, len(inputs))
         found = [resolve_inputs([spec], skipped=skipped) for spec in inputs]
+        refuse_shared_files(inputs, found)
         files = [f for group in found for f in group]
         repeat, tokens = o.repeat, o.tokens
         mix = _Mixture([str(i) for i in inputs], weights, [len(g) for g in found],

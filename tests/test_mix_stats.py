@@ -287,6 +287,12 @@ def test_instruction_data_counts_the_learned_tokens_of_the_rows(tmp_path: Path) 
             r"[\d,]+: lower --tokens, or allow repeating",
         ),
         (("--mix", "1,1,1", "--tokens", "12x"), r"--tokens: cannot read '12x'"),
+        # weights each finite whose sum is not: a traceback (OverflowError) in the plan
+        (("--mix", "1e308,1e308,1"), r"--mix 1e308,1e308,1: the weights add up to more than"),
+        # a total nearer to no document than to any: an output of 0 rows, exit 0
+        (("--mix", "1,1,1", "--tokens", "10"), r"--tokens 10: the mixture takes no document"),
+        # a total that repeats a source billions of times: a MemoryError or OverflowError
+        (("--mix", "1,1,1", "--tokens", "1e30"), r"code\.jsonl would be repeated [\d,]+ times"),
     ],
 )
 def test_bad_mix_input_is_packs_one_line_and_writes_nothing(
@@ -298,6 +304,22 @@ def test_bad_mix_input_is_packs_one_line_and_writes_nothing(
                   tmp_path / "cache", *args)  # fmt: skip
     assert_one_line_error(what_if, message)
     assert not out.exists() and not page.exists()
+
+
+def test_a_file_in_two_sources_is_refused_in_one_line(tmp_path: Path, example) -> None:
+    """The same file in two sources (given twice, or by a directory and a file in it) would
+    have its documents sampled for each, as two sources: refused, as a file named twice is
+    without --mix, by pack (with --units too) and by stats."""
+    web, code, _ = example
+    message = r"code\.jsonl: in source 0 \(.*code\.jsonl\) and source 1 \(.*\) of --mix: its"
+    for inputs in ([code, code], [code, code.parent]):
+        mix = ("--mix", "1,1", "-L", "256")
+        for units in ((), ("--units", "2")):
+            out = tmp_path / "out"
+            assert_one_line_error(run("pack", *inputs, *mix, "-o", out, *units), message)
+            assert not out.exists()
+        assert_one_line_error(run("stats", *inputs, *mix, "--no-cache"), message)
+    assert run("pack", web, code, "--mix", "1,1", "-L", "256", "-o", tmp_path / "ok").exit_code == 0
 
 
 def test_a_packed_output_refuses_mix(tmp_path: Path, example) -> None:

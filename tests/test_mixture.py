@@ -25,7 +25,13 @@ def test_each_source_holds_its_share_within_half_a_document(lengths, data) -> No
     tokens = data.draw(st.none() | st.integers(1, 5 * sum(map(sum, lengths))))
     seed = data.draw(st.integers(0, 2**32))
     arrays = [np.array(x, np.int64) for x in lengths]
-    plan = plan_mixture(arrays, weights, tokens, seed=seed)
+    try:
+        plan = plan_mixture(arrays, weights, tokens, seed=seed)
+    except OptionError as e:  # no document taken: every target within half a document of 0
+        assert tokens is not None and "the mixture takes no document" in str(e)
+        shares = np.asarray(weights) / sum(weights)
+        assert all(2 * round(tokens * s) <= x.max() for x, s in zip(arrays, shares, strict=True))
+        return
     total = tokens if tokens is not None else None
     for x, take in zip(arrays, plan, strict=True):
         assert take.tokens_read == int(x.sum()) and take.documents_read == x.size
@@ -51,6 +57,27 @@ def test_the_default_total_takes_the_smallest_share_whole() -> None:
     assert plan[0].tokens_taken == 100 and plan[0].documents_taken == 10
     other = plan_mixture([big, small], [0.5, 0.5], seed=4)
     assert not np.array_equal(plan[0].indices, other[0].indices)  # the seed picks the sample
+
+
+def test_a_total_that_takes_no_document_is_refused() -> None:
+    """--tokens nearer to no document than to any of each source: an output of no rows,
+    which pack makes an error of anywhere else (``no documents to pack``)."""
+    with pytest.raises(OptionError, match=r"--tokens 10: the mixture takes no document .* 25"):
+        plan_mixture([np.full(4, 25), np.full(50, 30)], [0.5, 0.5], tokens=10)
+    plan = plan_mixture([np.full(4, 25), np.full(50, 30)], [0.5, 0.5], tokens=30)
+    assert [t.documents_taken for t in plan] == [1, 0]  # one source is enough
+
+
+def test_a_total_far_beyond_the_sources_is_refused_before_any_allocation() -> None:
+    """A --tokens that would repeat a source billions of times (1T of a 100-token source,
+    1e30) was a MemoryError or an OverflowError from NumPy: one line naming the source."""
+    for tokens in (10**12, 10**30):
+        with pytest.raises(
+            OptionError,
+            match=r"source 0 would be repeated [\d,]+ times .* "
+            r"more than the 2,147,483,647 a mixture takes: lower --tokens",
+        ):
+            plan_mixture([np.full(4, 25), np.full(50, 10)], [0.5, 0.5], tokens=tokens)
 
 
 def test_a_small_source_is_repeated_by_whole_epochs() -> None:
@@ -91,3 +118,14 @@ def test_the_module_example_runs() -> None:
 
     failures, tried = doctest.testmod(packtool.mixture)
     assert tried and not failures
+
+
+def test_the_library_takes_one_weight_as_a_number_and_refuses_other_types() -> None:
+    """``PackOptions(mix=1)`` (one input's weight as a number) was an AttributeError from
+    ``str.split``; other types than a string or a list of numbers are one line."""
+    from packtool.options import PackOptions
+
+    assert PackOptions(mix=2).mix == "2" and PackOptions(mix=[1, 0.5]).mix == "1,0.5"
+    for wrong in (b"1", {"a": 1}):
+        with pytest.raises(OptionError, match=r"mix must be the weights, one per input"):
+            PackOptions(mix=wrong)

@@ -228,6 +228,13 @@ def test_eos_and_bos_added_when_asked(tmp_path: Path) -> None:
         ([[1, 2], [3, None]], None, r"row 1: 'ids' holds nulls"),
         ([[1, 2], [3, 4]], [[1, 2], [3]], r"row 1: 'y' has 1 values, 'ids' has 2"),
         ([[1, 2], [3, 4]], [[1, 2], [3, -5]], r"row 1: 'y'\[1\] is -5: ids must be -100 or >= 0"),
+        # shifted labels (each the next token) would be packed as they are and learned
+        # two tokens ahead after collate's shift: every label is -100 or its own token
+        (
+            [[1, 2], [3, 4]],
+            [[1, 2], [4, -100]],
+            r"row 1: 'y'\[0\] is 4, but 'ids'\[0\] is 3: a label is -100 or its own token's id",
+        ),
     ],
 )
 def test_bad_records_are_one_line_naming_the_record(tmp_path, ids, labels, pattern) -> None:
@@ -268,6 +275,16 @@ def test_bad_loss_mask_and_option_mistakes(tmp_path: Path) -> None:
         run(*base, "--ids-field", "ids", "--eos-token", "</s>", "--pad-id", "0"),
         r"--eos-token '</s>': without --tokenizer",
     )
+    # an EOS or BOS id the vocabulary does not hold was appended to every document (exit 0,
+    # every row then failing verify), where --pad-id is checked
+    for flag in ("--eos", "--bos"):
+        ids = ["--ids-field", "ids", "--pad-id", "0", "--vocab-size", "100", flag]
+        assert_one_line_error(
+            run(*base, *ids, f"{flag}-token", "100"),
+            rf"{flag}-token 100 is outside the vocabulary \[0, 100\) \(--vocab-size 100\)",
+            2,
+        )
+    assert not (tmp_path / "o").exists()
     with pytest.raises(OptionError, match="not both"):
         PackOptions(ids_field="ids", labels_field="a", loss_mask_field="b")
     # --vocab-size on text was ignored without a word: the tokenizer bounds text ids
@@ -588,6 +605,7 @@ _J = '{"ids": [1]}\n'  # a good first line
         ("a.jsonl", _J + '{"ids": [1, null]}\n', r"a\.jsonl:2: 'ids' holds nulls"),
         ("a.jsonl", _J + '{"ids": [3000000000]}\n', r"a\.jsonl:2: 'ids'\[0\] is 3000000000"),
         ("a.jsonl", '{"ids": [1], "y": [1]}\n{"ids": [1], "y": [1, 2]}\n', r":2: 'y' has 2"),
+        ("a.jsonl", '{"ids": [1], "y": [1]}\n{"ids": [5, 6], "y": [0, 7]}\n', r":2: 'y'\[0\] is 0"),
         ("a.json", '[{"ids": [1]}, {"ids": [true]}]', r"a\.json: element 1: 'ids'\[0\] is true"),
         ("a.json", '[{"ids": [1]}, 5]', r"a\.json: element 1: expected a JSON object, found int"),
         ("a.csv", 'ids\n"[1,2]"\n"[1, 2.5]"\n', r"a\.csv: row 1: 'ids' is '\[1, 2\.5\]', not"),

@@ -94,6 +94,45 @@ def test_the_cli_repacks_and_stats_answers_what_if(tmp_path: Path) -> None:
     assert pack_results[1]["rows"] == json.loads((fresh / "manifest.json").read_text())["rows"]
 
 
+def test_a_pack_whose_shard_was_altered_is_refused_not_repacked(tmp_path: Path) -> None:
+    """A shard changed in place (one token, its size kept) was repacked as it was: the new
+    pack, hashed anew, carried the changed token and passed ``verify``. The repack checks
+    each shard's sha256 first and refuses in one line, writing nothing; a missing shard and
+    an altered repack record too."""
+    corpus = _text_corpus(tmp_path, n=40)
+    first = tmp_path / "first"
+    packtool.pack([corpus], first, max_len=64)
+    shard = first / json.loads((first / "manifest.json").read_text())["shards"][0]["file"]
+    original = shard.read_bytes()
+    with pa.memory_map(str(shard)) as source:
+        reader = pa.ipc.open_stream(source)
+        schema, batches = reader.schema, list(reader)
+    ids = batches[0].column("input_ids")
+    values = ids.values.to_numpy().copy()
+    values[0] = (values[0] + 1) % 100  # a token that is still in the vocabulary
+    child = pa.array(values, ids.type.value_type)
+    changed = pa.Array.from_buffers(ids.type, len(ids), [None], children=[child])
+    batches[0] = batches[0].set_column(0, schema.field("input_ids"), changed)
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, schema) as writer:
+        for batch in batches:
+            writer.write_batch(batch)
+    altered = sink.getvalue().to_pybytes()
+    assert len(altered) == len(original) and altered != original
+    shard.write_bytes(altered)
+    out = tmp_path / "re"
+    result = run("pack", first, "-L", "128", "-o", out)
+    assert_one_line_error(
+        result, rf"{shard.name}: the shard's sha256 is .* the manifest records .*: it was altered"
+    )
+    assert not out.exists()
+    shard.unlink()
+    assert_one_line_error(run("pack", first, "-L", "128", "-o", out), r"the file is missing")
+    shard.write_bytes(original)
+    assert run("pack", first, "-L", "128", "-o", out).exit_code == 0
+    assert packtool.verify(out, against=[first]).ok
+
+
 def test_options_that_do_not_apply_to_a_pack_are_refused(tmp_path: Path) -> None:
     corpus = _text_corpus(tmp_path, n=10)
     first = tmp_path / "first"
@@ -619,6 +658,32 @@ def test_a_repacked_mixture_is_the_fresh_mixture(tmp_path: Path) -> None:
         assert packtool.verify(repacked).ok
 
 
+def test_a_repacked_mixture_is_verified_against_the_pack_it_was_repacked_from(
+    tmp_path: Path,
+) -> None:
+    """``verify --against`` of a repacked mixture re-reads the pack it was repacked from (its
+    recorded input), each copy under its own doc id; it took the mixture's text sources with
+    the repack's ids options (``no field 'input_ids'``) and refused the pack as one input
+    given for several sources, so no repacked mixture could be verified against anything."""
+    sources = _mix_sources(tmp_path)
+    first, repacked = tmp_path / "first", tmp_path / "re"
+    packtool.pack(sources, first, max_len=256, mix="0.4,0.6", tokens="60k")
+    packtool.pack([first], repacked, max_len=512)
+    assert json.loads((repacked / "manifest.json").read_text())["mixture"]["copies"] > 1
+    report = packtool.verify(repacked, against=[first])
+    assert report.ok, report.problems
+    assert report.against is not None and report.against.documents_compared > 0
+    assert run("verify", repacked, "--against").exit_code == 0  # the recorded input: first
+    assert_one_line_error(
+        run("verify", repacked, "--against", *sources),
+        r"--against: .*re was repacked from .*first \(a packtool output\), not from "
+        r".*web\.jsonl: give that pack",
+    )
+    packtool.pack(sources, first, max_len=256, mix="0.4,0.6", tokens="60k", seed=1,
+                  overwrite=True)  # fmt: skip
+    assert not packtool.verify(repacked, against=[first]).ok  # another sample: found
+
+
 def test_a_repacked_mixture_keeps_what_it_took_when_the_plan_depends_on_max_len(
     tmp_path: Path,
 ) -> None:
@@ -693,6 +758,14 @@ def test_a_labelled_split_mixture_repacks_its_documents_whole(tmp_path: Path) ->
     for d, r in whole.items():
         assert r == by_doc[d % mixture["doc_id_stride"]]
     assert len(whole) == sum(s["documents_taken"] for s in mixture["sources"])
+    # Their own repack records hold each document read once (format.md), not a row per copy
+    # under the copy's doc id, which verify found outside the documents read; and each
+    # verifies against the pack it was repacked from.
+    for path, source in ((repacked, first), (again, repacked)):
+        record = pa.ipc.open_stream((path / "repack.arrows").read_bytes()).read_all()
+        assert max(record.column("doc_id").to_pylist()) < mixture["doc_id_stride"]
+        report = packtool.verify(path, against=[source])
+        assert report.ok, report.problems
 
 
 def test_a_resumed_labelled_split_pack_keeps_its_repack_record(

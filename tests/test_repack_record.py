@@ -11,7 +11,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 from conftest import REPO
-from test_cli import run
+from test_cli import assert_one_line_error, run
 from test_repack import CHATML, _chat_corpus, _long_prompts, _same_pack, _without_repack_record
 
 import packtool
@@ -124,6 +124,26 @@ def test_the_cli_names_the_altered_record_and_fails(tmp_path: Path) -> None:
     lines = [line for line in result.output.splitlines() if "repack.arrows" in line]
     assert len(lines) == 1 and f"document {doc} (" in lines[0], result.output
     assert f"chunk {chunk}: its first label is" in lines[0]
+
+
+def test_a_repack_refuses_a_record_altered_in_place(tmp_path: Path) -> None:
+    """The repack record changed in place (a learned first label made -100, its size kept,
+    the manifest not re-recorded) was read by a repack as it was, the label lost in the new
+    pack; the repack checks its sha256 and refuses in one line."""
+    _, pack = _pc_pack(tmp_path)
+    data = (pack / "repack.arrows").read_bytes()
+    rows = _record_rows(pack)
+    _tamper(rows, "no label")
+    manifest = (pack / "manifest.json").read_text()
+    _rewrite_record(pack, rows)
+    (pack / "manifest.json").write_text(manifest)  # the old bytes and sha256 recorded
+    assert len((pack / "repack.arrows").read_bytes()) == len(data)
+    out = tmp_path / "re"
+    assert_one_line_error(
+        run("pack", pack, "-L", "128", "-o", out),
+        r"repack\.arrows: its sha256 is not the one the manifest records: the repack record",
+    )
+    assert not out.exists()
 
 
 def test_a_merged_and_a_mixed_pack_check_their_records(tmp_path: Path) -> None:

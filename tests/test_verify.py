@@ -674,6 +674,8 @@ def test_labels_column(tmp_path: Path) -> None:
     for row in rows:
         n = row["num_tokens"]
         row["labels"] = row["input_ids"][:n] + [-100] * (16 - n)
+        for start in row["cu_seqlens"][: len(row["doc_ids"])]:
+            row["labels"][start] = -100  # nothing in its segment precedes a first token
     schema = packed_schema(16, with_labels=True)
 
     def write(rows: list[dict]) -> None:
@@ -794,6 +796,43 @@ def _first_learned_label_unlearned(changed: list) -> Callable[[list[dict]], None
                     return
 
     return unlearn
+
+
+def test_a_label_of_another_token_or_at_a_segment_start_is_found(tmp_path: Path) -> None:
+    """The format's rules for labels (docs/format.md), which verify did not check: a label is
+    -100 or its own token's id, the first token of every document segment is not learned,
+    and every document segment learns something. Each broken one (the shard's sha256
+    recorded anew) is a problem naming the row."""
+    _, _, out = _chat_pack(tmp_path)
+    _, rows = read_rows(out)
+    r = next(i for i, row in enumerate(rows) if len(row["doc_ids"]) > 1)
+    row = rows[r]
+    start, end = row["cu_seqlens"][1], row["cu_seqlens"][2]
+    j = next(j for j in range(start + 1, end) if row["labels"][j] != -100)
+
+    def relabel(at: int | range, value: int) -> Callable[[list[dict]], None]:
+        def edit(shard_rows: list[dict]) -> None:
+            for k in [at] if isinstance(at, int) else at:
+                shard_rows[r]["labels"][k] = value
+
+        return edit
+
+    for at, value, what in [
+        (range(start, end), -100, rf"document {row['doc_ids'][1]} chunk 0 learns nothing"),
+        (j, row["input_ids"][j] + 1, rf"labels\[{j}\] is {row['input_ids'][j] + 1}, neither -100 "
+         rf"nor its token input_ids\[{j}\] {row['input_ids'][j]}"),
+        (start, row["input_ids"][start], rf"labels\[{start}\] is {row['input_ids'][start]} at the "
+         rf"start of document {row['doc_ids'][1]} chunk 0, expected -100"),
+    ]:  # fmt: skip
+        shard, manifest = out / "data-00000-of-00001.arrow", out / "manifest.json"
+        original = shard.read_bytes(), manifest.read_text()
+        rewrite_shard(out, relabel(at, value))
+        report = verify(out)
+        assert [(p.check, p.row) for p in report.problems] == [("labels", r)], report.problems
+        assert re.search(what, report.problems[0].what), report.problems[0].what
+        shard.write_bytes(original[0])
+        manifest.write_text(original[1])
+    assert verify(out).ok
 
 
 def test_against_checks_chat_records_ids_and_labels(tmp_path: Path) -> None:

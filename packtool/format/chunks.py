@@ -128,6 +128,11 @@ def _read_one(path: AnyPath, entry: ShardEntry) -> LostChunks:
             f"{path}: {len(data)} bytes, the manifest records {entry.bytes}: the repack "
             "record was altered (run `packtool verify`)"
         )
+    if entry.sha256 and hashlib.sha256(data).hexdigest() != entry.sha256:
+        raise FormatError(
+            f"{path}: its sha256 is not the one the manifest records: the repack record was "
+            "altered (run `packtool verify`)"
+        )
     try:
         table = pa.ipc.open_stream(pa.py_buffer(data)).read_all()
     except (pa.ArrowInvalid, OSError) as e:

@@ -224,7 +224,8 @@ def prepare_against(
         raise OptionError(f"--reference must be one of {', '.join(REFERENCES)}; got {reference!r}")
     manifest = reader.manifest
     options = _recorded_options(reader, parse_special, chat_template)
-    if manifest.mixture is not None:
+    if _sampled_here(manifest):
+        assert manifest.mixture is not None
         files = _mixture_files(manifest, manifest.mixture, inputs)
     else:
         if not inputs:
@@ -232,6 +233,14 @@ def prepare_against(
             if not inputs:
                 raise OptionError("--against: no inputs given and none recorded in the manifest")
         files = resolve_inputs(inputs)
+        packs = [str(i.path) for i in manifest.inputs if i.kind == "packed"]
+        other = next((f for f in files if f.kind != "packed"), None)
+        if packs and other is not None:
+            raise OptionError(
+                f"--against: {reader.path} was repacked from {', '.join(packs)} (a packtool "
+                f"output), not from {other.path}: give that pack (or no inputs), and verify "
+                "it against its own inputs"
+            )
     try:
         input_plan = against_input_plan(reader, files, options, tokenizer, problems)
     except FieldError as e:  # the field the pack read is not there: another input?
@@ -257,6 +266,13 @@ def prepare_against(
     labelled = labelled and reader.has_labels
     overflow = Overflow(options.overflow)
     return AgainstPlan(files, options, overflow, encoder, input_plan.read, labelled)
+
+
+def _sampled_here(manifest: Manifest) -> bool:
+    """Whether ``manifest`` is of a mixture sampled from its inputs (``pack --mix``), not
+    a mixed pack repacked: a repack's input is the pack, whose records are the documents the
+    mixture took, each copy under its own doc id, so it is compared record by record."""
+    return manifest.mixture is not None and not any(i.kind == "packed" for i in manifest.inputs)
 
 
 def _mixture_files(
@@ -369,7 +385,7 @@ def check_against(
     total_bytes = sum(f.size_bytes for f in files)
     bytes_before = 0
     mixture, seed = reader.manifest.mixture, reader.manifest.recorded_options.seed or 0
-    mix = None if mixture is None else _MixtureCheck(mixture, seed)
+    mix = _MixtureCheck(mixture, seed) if mixture and _sampled_here(reader.manifest) else None
     record = _record_check(reader, plan, problems)
     try:
         for inp in files:
@@ -386,7 +402,10 @@ def check_against(
                 counts += c
                 n = len(batch.records)
                 if record is not None and expected.lost is not None:
-                    record.compare(expected.lost, first, first + n, problems)
+                    lost = expected.lost
+                    if mixture is not None and mix is None:  # a repacked mixture: its copies'
+                        lost = _first_copies(lost, mixture.doc_id_stride)  # record rows once
+                    record.compare(lost, first, first + n, problems)
                 if mix is None:
                     compared += _compare_batch(reader, plan, digests, expected, n, where, problems)
                 else:
@@ -411,6 +430,18 @@ def check_against(
         documents_compared=compared,
         seconds=time.perf_counter() - started,
     )
+
+
+def _first_copies(lost: LostChunks, stride: int) -> LostChunks:
+    """The chunks of ``lost`` (sorted by document) of the documents read, not of their
+    copies (doc ids from ``stride`` on): a mixture's repack record holds each document read
+    once, its rows going with every copy (docs/format.md)."""
+    k = int(np.searchsorted(lost.doc_id, max(1, stride), side="left"))
+    end = int(lost.offsets[k])
+    return LostChunks(
+        lost.doc_id[:k], lost.chunk_id[:k], lost.label[:k], lost.offsets[: k + 1],
+        lost.tokens[:end],
+    )  # fmt: skip
 
 
 @dataclass(frozen=True)

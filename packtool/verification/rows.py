@@ -438,6 +438,8 @@ def _check_block(batch: pa.RecordBatch, state: _ShardPass, shard: str, row0: int
     _check_padding(b, rules, shape, report)
     seg = _check_segment_ids(b, rules, shape, report)
     _check_ends(b, rules, seg, report)
+    if b.labels is not None:
+        _check_labels(b, shape, seg, report)
     segments.doc.append(b.docs[seg.paired])
     segments.chunk.append(seg.chunk[seg.paired])
     segments.length.append(seg.length[seg.paired])
@@ -662,6 +664,55 @@ def _check_padding(b: _Block, rules: Rules, shape: _Shape, report: _Report) -> N
                 f"(0..{vocab - 1})"
             ),
         )
+
+
+def _check_labels(b: _Block, shape: _Shape, seg: _SegmentIds, report: _Report) -> None:
+    """Each real token's label is -100 or its own id, the first token of every document
+    segment is not learned (nothing in its segment precedes it), and every document segment
+    learns something."""
+    labels, ids = b.labels, b.ids
+    assert labels is not None
+    real = b.real(shape.ok)
+    wrong = real & (labels != IGNORE_INDEX) & (labels != ids)
+
+    def describe(i: int) -> str:
+        j = int(np.argmax(wrong[i]))
+        return (
+            f"labels[{j}] is {labels[i, j]}, neither {IGNORE_INDEX} nor its token "
+            f"input_ids[{j}] {ids[i, j]}"
+        )
+
+    report("labels", wrong.any(axis=1), describe)
+    at = np.flatnonzero(seg.ok)
+    start = b.cu[seg.entry[at]]
+    learned = labels[seg.row[at], start] != IGNORE_INDEX
+    first_bad = np.zeros(b.n, bool)
+    first_bad[seg.row[at[learned]]] = True
+
+    def describe_first(i: int) -> str:
+        k = int(np.flatnonzero(learned & (seg.row[at] == i))[0])
+        return (
+            f"labels[{int(start[k])}] is {labels[i, int(start[k])]} at the start of document "
+            f"{b.docs[at[k]]} chunk {seg.chunk[at[k]]}, expected {IGNORE_INDEX} (nothing in "
+            "its segment precedes it)"
+        )
+
+    report("labels", first_bad, describe_first)
+    flat = np.concatenate([[0], np.cumsum((labels != IGNORE_INDEX).ravel(), dtype=np.int64)])
+    begin = seg.row[at].astype(np.int64) * b.max_len + start
+    count = flat[begin + seg.length[at]] - flat[begin]
+    none = count == 0
+    none_bad = np.zeros(b.n, bool)
+    none_bad[seg.row[at[none]]] = True
+
+    def describe_none(i: int) -> str:
+        k = int(np.flatnonzero(none & (seg.row[at] == i))[0])
+        return (
+            f"document {b.docs[at[k]]} chunk {seg.chunk[at[k]]} learns nothing (every label "
+            f"-100): a pack leaves such a segment out"
+        )
+
+    report("labels", none_bad, describe_none)
 
 
 def _check_segment_ids(b: _Block, rules: Rules, shape: _Shape, report: _Report) -> _SegmentIds:
