@@ -132,7 +132,7 @@ def prepare(
         )
     plan = plan_input(files, tokenizer, options, shape=(shape, auto))
     if options.max_len is not None:  # what a repack cannot give back, said once
-        lost = repack_notice(files, options.max_len, plan.overflow.value)
+        lost = repack_notice(files, options.max_len, plan.overflow.value, options.alignment)
         if lost:
             plan = dataclasses.replace(plan, notice="; ".join(filter(None, [plan.notice, lost])))
     return Prepared(files, options, shape, auto, tokenizer, plan)

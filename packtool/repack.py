@@ -526,14 +526,23 @@ def _str(value: int | None) -> str | None:
     return None if value is None else str(value)
 
 
-def repack_notice(files: Sequence[InputFile], max_len: int, overflow: str) -> str | None:
+def repack_notice(
+    files: Sequence[InputFile], max_len: int, overflow: str, alignment: int = 1
+) -> str | None:
     """What a repack of ``files`` at ``max_len`` cannot give back of the original
-    documents, in one line (``None``: nothing; the repack equals a fresh pack of them)."""
+    documents, or of their layout (an aligned pack repacked without ``alignment``), in one
+    line (``None``: nothing; the repack equals a fresh pack of them)."""
     said: list[str] = []
     for f in _packs(files):
         docs = packed_documents(f.path)
         m = docs.manifest
         old, counts = m.max_len, m.counts.documents
+        if m.pad_to_multiple_of > 1 and alignment == 1:
+            said.append(
+                f"{f.path} was packed with --pad-to-multiple-of {m.pad_to_multiple_of}; this "
+                "repack's segments are not aligned (pass --pad-to-multiple-of "
+                f"{m.pad_to_multiple_of} again for context parallelism or FP8)"
+            )
         if max_len > old and counts.truncated:
             said.append(
                 f"{f.path} cut {counts.truncated:,} documents to --max-len {old} when it was "

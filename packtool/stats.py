@@ -1569,7 +1569,7 @@ def corpus_stats(
             for n in (
                 getattr(tok, "notice", None),
                 *(backend.notices if backend else ()),
-                *(repack_notice(files, m, plan.overflow.value) for m in lens_wanted),  # a pack's
+                *(repack_notice(files, m, plan.overflow.value, o.alignment) for m in lens_wanted),
             )
             if n
         ],
