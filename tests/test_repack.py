@@ -809,3 +809,27 @@ def test_a_labelled_split_pack_on_a_store_repacks_exactly(tmp_path: Path) -> Non
     assert not packtool.pack([store], repacked, max_len=150).notices
     _same_pack(repacked, fresh)
     assert packtool.verify(store).ok
+
+
+def test_an_input_in_the_output_directory_is_refused_before_anything_is_replaced(
+    tmp_path: Path,
+) -> None:
+    """`pack OUT -o OUT --overwrite` read the pack while replacing it (and recorded itself as
+    its input); a corpus inside the output directory would be deleted with it."""
+    out = tmp_path / "out"
+    packtool.pack([_text_corpus(tmp_path)], out, tokenizer=CharTokenizer(), max_len=64)
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    assert_one_line_error(
+        run("pack", out, "-o", out, "-L", "128", "--overwrite"),
+        r"out is the output directory .*out, which the run replaces: choose another --output",
+        code=2,
+    )
+    inside = write_jsonl(out / "more.jsonl", [{"text": "abc"}])
+    assert_one_line_error(
+        run("pack", inside, "-o", out, "-L", "128", "--overwrite"),
+        r"more\.jsonl is inside the output directory .*out, which the run replaces",
+        code=2,
+    )
+    inside.unlink()
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    packtool.pack([out], tmp_path / "elsewhere", max_len=128)  # the way that works
