@@ -45,6 +45,7 @@ from .errors import FormatError, InputError, OptionError
 from .format import (
     IGNORE_INDEX,
     MANIFEST_FILE,
+    InputRecord,
     LostChunks,
     Manifest,
     MixtureRecord,
@@ -60,6 +61,7 @@ __all__ = [
     "IDS_FIELD",
     "LABELS_FIELD",
     "PackedDocuments",
+    "is_pack",
     "is_packed_output",
     "packed_documents",
     "packed_mixture",
@@ -73,6 +75,11 @@ LABELS_FIELD = "labels"
 _BATCH_TOKENS = 1 << 22
 _UNPADDED = "cu_seqlens_unpadded"  # the real boundaries, where segments are padded to align
 _KIND = "packed"
+
+
+def is_pack(entry: InputFile | InputRecord) -> bool:
+    """Whether an input (as read, or as a manifest records it) is a packed output."""
+    return entry.kind == _KIND
 
 
 def is_packed_output(path: AnyPath) -> bool:

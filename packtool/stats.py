@@ -74,7 +74,7 @@ from .packing import (
     lower_bound_rows,
 )
 from .prepare import Prepared, fingerprint_of, prepare
-from .readers import resolve_inputs
+from .readers import InputFile, resolve_inputs
 from .repack import repack_notice
 from .tokenize import EncodedBatch, set_tokenizer_threads
 
@@ -1475,6 +1475,21 @@ def _mixture_at(
     return replace(stats, alignment=alignment, sources=sources)
 
 
+def _mixture_inputs(
+    inputs: Sequence[str | os.PathLike[str]], o: PackOptions, seed: int, skipped: list[Path]
+) -> tuple[list[InputFile], _Mixture]:
+    """``stats --mix``: each input argument a source, resolved as ``pack`` resolves it."""
+    assert o.mix is not None
+    weights = parse_mix(o.mix, len(inputs))
+    found = [resolve_inputs([spec], skipped=skipped) for spec in inputs]
+    refuse_shared_files(inputs, found)
+    files = [f for group in found for f in group]
+    tokens = o.tokens if isinstance(o.tokens, int) else None
+    mix = _Mixture([str(i) for i in inputs], weights, [len(g) for g in found], tokens,
+                   o.repeat, seed, [f.path for f in files])  # fmt: skip
+    return files, mix
+
+
 def corpus_stats(
     inputs: Sequence[str | os.PathLike[str]],
     max_lens: Sequence[int] | str,
@@ -1512,18 +1527,10 @@ def corpus_stats(
     lens_wanted = parse_max_lens(max_lens)
     _check_batching(batch_size, seed)
     skipped: list[Path] = []
-    mix = None
-    if o.mix is not None:  # each input argument a source, resolved as pack resolves it
-        weights = parse_mix(o.mix, len(inputs))
-        found = [resolve_inputs([spec], skipped=skipped) for spec in inputs]
-        refuse_shared_files(inputs, found)
-        files = [f for group in found for f in group]
-        repeat, tokens = o.repeat, o.tokens
-        mix = _Mixture([str(i) for i in inputs], weights, [len(g) for g in found],
-                       tokens if isinstance(tokens, int) else None, repeat, seed,
-                       [f.path for f in files])  # fmt: skip
+    if o.mix is not None:
+        files, mix = _mixture_inputs(inputs, o, seed, skipped)
     else:
-        files = resolve_inputs(inputs, skipped=skipped)
+        files, mix = resolve_inputs(inputs, skipped=skipped), None
     # The prepare stage's choices (shape, tokenizer, plan), as pack makes them; nothing is
     # loaded until a document is encoded: cached lengths need no engine.
     prepared = prepare(files, o, preload=False)

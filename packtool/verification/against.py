@@ -38,6 +38,7 @@ from ..prepare import choose_tokenizer, prepare
 from ..pretokenized import IdsEncoder, IdsTokenizer
 from ..readers import InputFile, resolve_inputs
 from ..reference import REFERENCES, transformers_encoder
+from ..repack import is_pack
 from ..tokenize import DocumentEncoder, Tokenizer
 from .digest import Digests, digest_terms, group_sums
 from .record import RecordCheck
@@ -233,8 +234,8 @@ def prepare_against(
             if not inputs:
                 raise OptionError("--against: no inputs given and none recorded in the manifest")
         files = resolve_inputs(inputs)
-        packs = [str(i.path) for i in manifest.inputs if i.kind == "packed"]
-        other = next((f for f in files if f.kind != "packed"), None)
+        packs = [str(i.path) for i in manifest.inputs if is_pack(i)]
+        other = next((f for f in files if not is_pack(f)), None)
         if packs and other is not None:
             raise OptionError(
                 f"--against: {reader.path} was repacked from {', '.join(packs)} (a packtool "
@@ -272,7 +273,7 @@ def _sampled_here(manifest: Manifest) -> bool:
     """Whether ``manifest`` is of a mixture sampled from its inputs (``pack --mix``), not
     a mixed pack repacked: a repack's input is the pack, whose records are the documents the
     mixture took, each copy under its own doc id, so it is compared record by record."""
-    return manifest.mixture is not None and not any(i.kind == "packed" for i in manifest.inputs)
+    return manifest.mixture is not None and not any(is_pack(i) for i in manifest.inputs)
 
 
 def _mixture_files(
