@@ -498,7 +498,8 @@ def _prepare(
     set_tokenizer_threads(options.num_proc)
     fingerprint = fingerprint_of(files, tok, resolved.rows_key(), plan.describe())
     skipped_names = [str(p) for p in skipped]
-    probe = start_probe(tok)  # transformers' view of the tokenizer, in a process meanwhile
+    # transformers' view of the tokenizer, in a process meanwhile (ids: nothing is tokenized)
+    probe = start_probe(tok) if resolved.ids_field is None else None
     return _Run(
         out, resolved, tok, plan, files, fingerprint, pad_from, skipped_names, notice, probe,
         tuple(sources) if sources is not None else None,

@@ -33,7 +33,7 @@ from .instruct import InputPlan, InputShape, input_shape, megatron_ids, plan_inp
 from .options import PackOptions
 from .pretokenized import IdsTokenizer
 from .readers import InputFile
-from .repack import packed_options, repack_notice
+from .repack import packed_options, packed_tokenizer_name, repack_notice
 from .tokenize import Tokenizer, for_corpus, load_tokenizer
 
 __all__ = [
@@ -91,7 +91,7 @@ def choose_tokenizer(
             eos_token=options.eos_token,
             bos_token=options.bos_token,
             backend=backend,
-            preload=preload,
+            preload=preload and options.ids_field is None,  # ids: nothing to encode
         )
         tok.backend_reason = why
         return tok
@@ -130,6 +130,9 @@ def prepare(
         tokenizer = choose_tokenizer(
             options, text=shape is InputShape.TEXT, preload=preload, corpus_bytes=_size(files)
         )
+        name = packed_tokenizer_name(files) if options.tokenizer is not None else None
+        if name:  # a repack keeps the pack's copy under the name it was packed with
+            tokenizer.name = name
     plan = plan_input(files, tokenizer, options, shape=(shape, auto))
     if options.max_len is not None:  # what a repack cannot give back, said once
         lost = repack_notice(files, options.max_len, plan.overflow.value, options.alignment)

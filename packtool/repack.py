@@ -66,6 +66,7 @@ __all__ = [
     "packed_documents",
     "packed_mixture",
     "packed_options",
+    "packed_tokenizer_name",
     "repack_notice",
 ]
 
@@ -474,6 +475,9 @@ def packed_options(files: Sequence[InputFile], options: PackOptions) -> PackOpti
     overflow = same("--overflow", [m.recorded_options.overflow for m in manifests])
     special, vocab = first.tokenizer.special, first.tokenizer.vocab_size
     eos, bos = special.eos_id, special.bos_id
+    # the pack's copy of its tokenizer (if it kept one): the repack keeps it too, as
+    # `pack --ids-field --tokenizer` does, so that it decodes and loads as the pack did
+    kept = _tokenizer_copy(packs[0].path, first)
     return options.replace(
         input_shape="auto",
         ids_field=IDS_FIELD,
@@ -483,9 +487,32 @@ def packed_options(files: Sequence[InputFile], options: PackOptions) -> PackOpti
         eos_token=options.eos_token if options.eos_token is not None else _str(eos),
         bos_token=options.bos_token if options.bos_token is not None else _str(bos),
         pad_id=options.pad_id if options.pad_id is not None else special.pad_id,
-        vocab_size=options.vocab_size if options.vocab_size is not None else vocab,
+        tokenizer=kept,
+        vocab_size=None if kept else (options.vocab_size if options.vocab_size else vocab),
         overflow=options.overflow if options.overflow is not None else overflow,
     )
+
+
+def packed_tokenizer_name(files: Sequence[InputFile]) -> str | None:
+    """The name of the tokenizer the packed outputs among ``files`` were packed with, which
+    their repack keeps with the copy (not the directory it is read from); None: no packs."""
+    packs = _packs(files)
+    return _open(str(packs[0].path)).manifest.tokenizer.name if packs else None
+
+
+def _tokenizer_copy(path: AnyPath, manifest: Manifest) -> str | None:
+    """The directory holding the copy of the tokenizer the pack at ``path`` keeps (itself),
+    if it keeps one and the copy is the one it was packed with; else None."""
+    import hashlib
+
+    name = manifest.tokenizer.file
+    if name is None or manifest.tokenizer.sha256 is None:
+        return None
+    try:
+        data = (path / name).read_bytes()
+    except OSError:
+        return None
+    return str(path) if hashlib.sha256(data).hexdigest() == manifest.tokenizer.sha256 else None
 
 
 def _label_notes(path: AnyPath, docs: PackedDocuments, max_len: int, overflow: str) -> list[str]:

@@ -833,3 +833,42 @@ def test_an_input_in_the_output_directory_is_refused_before_anything_is_replaced
     inside.unlink()
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before
     packtool.pack([out], tmp_path / "elsewhere", max_len=128)  # the way that works
+
+
+def test_a_repack_keeps_the_tokenizer_the_pack_kept(tmp_path: Path) -> None:
+    """A repack holds the pack's copy of its tokenizer (and config), recorded under the
+    name and sha256 it was packed with: `inspect` decodes it, AutoTokenizer loads it from
+    the repack's directory, verify checks the copy; a pack with no copy gives a repack
+    with none."""
+    transformers = pytest.importorskip("transformers")
+    lines = SAMPLE.read_text("utf-8").splitlines()[:200]
+    corpus = tmp_path / "c.jsonl"
+    corpus.write_text("\n".join(lines) + "\n", "utf-8")
+    first, again, twice = tmp_path / "first", tmp_path / "again", tmp_path / "twice"
+    packtool.pack([corpus], first, max_len=512)
+    packtool.pack([first], again, max_len=1024)
+    packtool.pack([again], twice, max_len=300)
+    recorded = json.loads((first / "manifest.json").read_text())["tokenizer"]
+    for out in (again, twice):
+        for name in ("tokenizer.json", "tokenizer_config.json"):
+            assert (out / name).read_bytes() == (first / name).read_bytes()
+        kept = json.loads((out / "manifest.json").read_text())["tokenizer"]
+        assert {k: kept[k] for k in ("name", "sha256", "file", "vocab_size")} == {
+            k: recorded[k] for k in ("name", "sha256", "file", "vocab_size")
+        }
+        assert kept["special_tokens"] == recorded["special_tokens"]
+        assert packtool.verify(out).ok
+        reader = packtool.open_packed(out)
+        row = reader[0]
+        segment = row.input_ids[: int(row.cu_seqlens[1])].tolist()
+        document = json.loads(lines[int(row.doc_ids[0])])["text"] + "<|endoftext|>"
+        assert reader.load_tokenizer().decode(segment) in document  # its document's text
+        text = lines[1][:300]
+        ours = transformers.AutoTokenizer.from_pretrained(out)(text)["input_ids"]
+        assert ours == transformers.AutoTokenizer.from_pretrained(first)(text)["input_ids"]
+    assert run("inspect", twice).exit_code == 0
+    ids_only = tmp_path / "ids"
+    packtool.pack([_text_corpus(tmp_path)], ids_only, tokenizer=CharTokenizer(), max_len=64)
+    repacked = tmp_path / "ids2"
+    packtool.pack([ids_only], repacked, max_len=128)
+    assert not (repacked / "tokenizer.json").exists()

@@ -52,7 +52,15 @@ def print_notices(report: Any, *, quiet: bool) -> None:
         note("[yellow]note:[/]", line)
     from ..tokenize import DEFAULT_TOKENIZER
 
-    if not quiet and _tokenizer_name(report) == DEFAULT_TOKENIZER:
+    manifest = getattr(report, "manifest", None)
+    tokenized = (
+        manifest is None
+        or manifest.tokenizer.backend is None
+        or (
+            manifest.tokenizer.backend.name != "none"  # ids (a repack): nothing was tokenized
+        )
+    )
+    if not quiet and tokenized and _tokenizer_name(report) == DEFAULT_TOKENIZER:
         note("[yellow]note:[/]", BUNDLED_TOKENIZER_NOTE)
 
 
