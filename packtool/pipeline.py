@@ -72,7 +72,7 @@ from .prepare import fingerprint_of, prepare
 from .pretokenized import IdsTokenizer
 from .readers import InputFile, resolve_inputs
 from .reference import eos_appended, eos_note, probe_note, start_probe
-from .repack import packed_mixture
+from .repack import is_packed_output, packed_mixture
 from .store import LOST_DTYPE, TokenStore, lock_output
 from .tokenize import (
     EncodedBatch,
@@ -846,6 +846,11 @@ def _tokenizer_files(tok: Tokenizer, plan: InputPlan) -> dict[str, bytes] | None
         files[TOKENIZER_CONFIG_FILE] = config.encode("utf-8")
     if plan.template is not None and plan.template.source != TOKENIZER_CONFIG_FILE:
         files[CHAT_TEMPLATE_FILE] = plan.template.text.encode("utf-8")
+    beside = getattr(tok, "directory", None)
+    if plan.template is None and beside is not None and is_packed_output(beside):
+        kept = beside / CHAT_TEMPLATE_FILE  # a repack: the template its chats were rendered with
+        if kept.is_file():
+            files[CHAT_TEMPLATE_FILE] = kept.read_bytes()
     return files
 
 

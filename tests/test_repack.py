@@ -872,3 +872,23 @@ def test_a_repack_keeps_the_tokenizer_the_pack_kept(tmp_path: Path) -> None:
     repacked = tmp_path / "ids2"
     packtool.pack([ids_only], repacked, max_len=128)
     assert not (repacked / "tokenizer.json").exists()
+
+
+def test_a_repack_of_chats_keeps_the_template_they_were_rendered_with(tmp_path: Path) -> None:
+    """The chat template file a chat pack keeps (`--chat-template`) is kept by its repack:
+    AutoTokenizer of the repack's directory renders a chat as the pack's does."""
+    transformers = pytest.importorskip("transformers")
+    chats, template = REPO / "sample_data" / "chat.jsonl", REPO / "sample_data" / "chatml.jinja"
+    first, again = tmp_path / "first", tmp_path / "again"
+    packtool.pack([chats], first, max_len=4096, chat_template=template)
+    packtool.pack([first], again, max_len=2048)
+    assert (again / "chat_template.jinja").read_bytes() == template.read_bytes()
+    messages = json.loads(chats.read_text("utf-8").splitlines()[0])["messages"]
+    ours, theirs = (
+        transformers.AutoTokenizer.from_pretrained(out).apply_chat_template(
+            messages, tokenize=False
+        )
+        for out in (again, first)
+    )
+    assert ours == theirs and "<|im_start|>" in ours
+    assert packtool.verify(again).ok
