@@ -97,6 +97,10 @@ def test_the_terminal_report_shows_each_source_at_each_max_len(tmp_path: Path, e
         assert abs(sum(s.padding for s in p.sources) - (p.rows * p.max_len - p.tokens)) < 1e-6
         for s in p.sources:
             assert f"{s.tokens:,}" in text
+    # the documents taken, beside the cut's counts (of every document read), named so
+    taken = "; ".join(f"{p.documents:,} at {p.max_len:,}" for p in figures.results)
+    assert f"documents --mix takes (copies counted): {taken}; split," in " ".join(text.split())
+    assert "--mix takes" not in plain.stdout
 
 
 class _Tables(HTMLParser):

@@ -278,16 +278,26 @@ def render_corpus_stats(s: CorpusStats) -> RenderableType:
             f"{o.truncated:,}",
             f"{o.dropped:,}",
         )
+    caption = []
+    if mixed:  # pack --mix cuts every document read, then takes some (as its summary says)
+        taken = "; ".join(f"{p.documents:,} at {p.max_len:,}" for p in s.results)
+        caption.append(
+            f"documents --mix takes (copies counted): {taken}; split, truncated and dropped "
+            "count every document read"
+        )
     aligned = [p for p in s.results if p.alignment is not None]
     if aligned:  # what --pad-to-multiple-of costs, under the table
         multiple = aligned[0].alignment.multiple if aligned[0].alignment else 0
-        summary.caption = f"alignment pad (--pad-to-multiple-of {multiple}):\n" + "\n".join(
+        caption.append(f"alignment pad (--pad-to-multiple-of {multiple}):")
+        caption += [
             f"  {p.max_len:,}: {p.alignment.pad_tokens:,} tokens "
             f"({p.alignment.share_of_slots:.2%} of slots); {p.alignment.rows_unaligned:,} rows "
             "without it"
             for p in aligned
             if p.alignment is not None
-        )
+        ]
+    if caption:
+        summary.caption = "\n".join(caption)
         summary.caption_justify = "left"
     top = max(p.max_len for p in s.results)
     parts: list[RenderableType] = [
