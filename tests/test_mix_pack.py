@@ -368,3 +368,21 @@ def test_a_mixture_aligned_to_a_multiple_marks_the_alignment_pad_minus_one(
         for k, source in enumerate(row.source_ids):
             real[cu[k] : cu[k] + (ucu[k + 1] - ucu[k])] = source
         assert per_token[b].tolist() == real.tolist()
+
+
+def test_a_source_that_gives_no_document_is_noted(tmp_path: Path, sources) -> None:
+    """A weight (or --tokens) so small that a source's share is nearer to none than to any
+    of its documents: within half a document, as documented, but said, not silent."""
+    args = ("--mix", "0.998,0.001,0.001", "--tokens", "20k", "-L", "256")
+    result = run("pack", *sources, *args, "-o", tmp_path / "a")
+    assert result.exit_code == 0, result.output
+    mixture = json.loads((tmp_path / "a" / "manifest.json").read_text())["mixture"]
+    untaken = [s for s in mixture["sources"] if s["documents_taken"] == 0]
+    assert [s["index"] for s in untaken] == [2]
+    said = " ".join(result.stderr.split())
+    assert f"--mix took no document of source 2 ({untaken[0]['path']}, 20 tokens asked)" in said
+    assert "raise --tokens or its weight" in said
+    as_json = run("pack", *sources, *args, "-o", tmp_path / "b", "--json")
+    assert any("--mix took no document" in n for n in json.loads(as_json.stdout)["notices"])
+    fine = run("pack", *sources, "--mix", "0.5,0.3,0.2", "-L", "256", "-o", tmp_path / "c")
+    assert "--mix took no document" not in fine.stderr

@@ -42,17 +42,31 @@ def _tokenizer_name(report: Any) -> str | None:
     return getattr(report, "tokenizer", None)
 
 
+def untaken_sources(mixture: Any) -> str | None:
+    """The sources of a mixture that gave no document (their share nearer to none than to
+    any of their documents), in one line; None if every source gave some."""
+    empty = [s for s in (mixture.sources if mixture else ()) if s.documents_taken == 0]
+    if not empty:
+        return None
+    named = ", ".join(f"{s.index} ({s.path}, {s.target_tokens:,} tokens asked)" for s in empty)
+    return (
+        f"--mix took no document of source {named}: its share is nearer to none than to "
+        "its documents; raise --tokens or its weight"
+    )
+
+
 def print_notices(report: Any, *, quiet: bool) -> None:
     """The tokenizer's notices (always, on stderr), the special-token strings line, and
     a reminder when the bundled sample tokenizer was used (without --tokenizer)."""
-    for notice in report.notices:
+    manifest = getattr(report, "manifest", None)
+    untaken = untaken_sources(manifest.mixture) if manifest is not None else None
+    for notice in [*report.notices, *([untaken] if untaken else [])]:
         note("[yellow]note:[/]", notice)
     line = special_strings_line(report.special_strings, report.parse_special)
     if line and not quiet:
         note("[yellow]note:[/]", line)
     from ..tokenize import DEFAULT_TOKENIZER
 
-    manifest = getattr(report, "manifest", None)
     tokenized = (
         manifest is None
         or manifest.tokenizer.backend is None
@@ -93,8 +107,7 @@ def summary_table(report: Any, *, tokenized: bool = True) -> Table:
         f"{d.dropped:,} / {d.empty:,} / {d.bad_records_skipped:,}",
     )
     if mixture:
-        taken = sum(s.documents_taken or 0 for s in mixture.sources)
-        table.add_row("  taken by --mix (copies counted)", f"{taken:,}")
+        table.add_row("  taken by --mix (copies counted)", f"{mixture.documents_taken:,}")
     vocab = report.manifest.tokenizer.vocab_size
     name = report.manifest.tokenizer.name
     table.add_row("tokenizer", clean(name) + (f" ({vocab:,} ids)" if vocab else ""))
@@ -203,7 +216,8 @@ def show_pack(report: Any, *, quiet: bool, as_json: bool) -> None:
     say_skipped(report.skipped_files, quiet)
     if as_json:
         summary = report.manifest.summary()
-        summary["notices"] = report.notices
+        untaken = untaken_sources(report.manifest.mixture)
+        summary["notices"] = [*report.notices, *([untaken] if untaken else [])]
         summary["tokenizer_backend"] = report.backend
         if report.manifest.mixture is not None:
             summary["mixture"] = report.manifest.mixture.to_record()
