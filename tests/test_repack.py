@@ -867,6 +867,11 @@ def test_a_repack_keeps_the_tokenizer_the_pack_kept(tmp_path: Path) -> None:
         ours = transformers.AutoTokenizer.from_pretrained(out)(text)["input_ids"]
         assert ours == transformers.AutoTokenizer.from_pretrained(first)(text)["input_ids"]
     assert run("inspect", twice).exit_code == 0
+    store, local = "memory://repack-keeps/first", tmp_path / "from-store"
+    packtool.pack([corpus], store, max_len=512)
+    packtool.pack([store], local, max_len=1024)  # the copy read through the store
+    assert (local / "tokenizer.json").read_bytes() == (first / "tokenizer.json").read_bytes()
+    assert packtool.verify(local).ok
     ids_only = tmp_path / "ids"
     packtool.pack([_text_corpus(tmp_path)], ids_only, tokenizer=CharTokenizer(), max_len=64)
     repacked = tmp_path / "ids2"
