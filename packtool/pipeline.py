@@ -70,7 +70,7 @@ from .packing import (
 )
 from .prepare import fingerprint_of, prepare
 from .pretokenized import IdsTokenizer
-from .readers import InputFile, resolve_inputs
+from .readers import InputFile, refuse_inputs_in, resolve_inputs
 from .reference import eos_appended, eos_note, probe_note, start_probe
 from .repack import is_packed_output, packed_mixture
 from .store import LOST_DTYPE, TokenStore, lock_output
@@ -433,21 +433,6 @@ class _Run:
         return row_bytes(self.options.row_len, self.plan.labelled)
 
 
-def _check_inputs_outside(files: Sequence[InputFile], out: Path) -> None:
-    """Refuse an input that is the output directory, or inside it: the run replaces that
-    directory (a pack repacked into itself would be read while it is deleted)."""
-    where = out.resolve()
-    for f in files:
-        if not isinstance(f.path, Path):  # on a store: its URL is not a local output
-            continue
-        path = f.path.resolve()
-        if path == where or where in path.parents:
-            what = "the output directory" if path == where else "inside the output directory"
-            raise OptionError(
-                f"{f.path} is {what} {out}, which the run replaces: choose another --output"
-            )
-
-
 def _prepare(
     inputs: Sequence[str | os.PathLike[str]],
     out: Path,
@@ -477,7 +462,7 @@ def _prepare(
                 groups.append(found)
             refuse_shared_files(inputs, groups)
     files = resolve_inputs(inputs, skipped=skipped) if files is None else list(files)
-    _check_inputs_outside(files, out)
+    refuse_inputs_in(files, out)
     prepared = prepare(files, options)
     options, tok, plan = prepared.options, prepared.tokenizer, prepared.plan
     pad_id, pad_from = _pad_id(options.pad_id, tok)

@@ -830,6 +830,11 @@ def test_an_input_in_the_output_directory_is_refused_before_anything_is_replaced
         r"more\.jsonl is inside the output directory .*out, which the run replaces",
         code=2,
     )
+    assert_one_line_error(  # work units check it too, before any unit runs
+        run("pack", inside, "-o", out, "-L", "128", "--units", "2", "--overwrite"),
+        r"more\.jsonl is inside the output directory",
+        code=2,
+    )
     inside.unlink()
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before
     packtool.pack([out], tmp_path / "elsewhere", max_len=128)  # the way that works

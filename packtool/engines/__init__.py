@@ -32,7 +32,7 @@ from ..merge import merge_units
 from ..mixture import Source, UnitMixture, parse_mix, plan_unit_mixtures, refuse_shared_files
 from ..options import ENGINES, PackOptions
 from ..pipeline import PackReport
-from ..readers import resolve_inputs
+from ..readers import refuse_inputs_in, resolve_inputs
 from ..units import (
     UNITS_DIR,
     Unit,
@@ -214,6 +214,7 @@ def pack_units(
         f if isinstance(f.path, StorePath) else replace(f, path=Path(os.path.abspath(f.path)))
         for f in resolved
     ]
+    refuse_inputs_in(files, out)
     options, shape_auto = corpus_options(files, options)  # the shape: over all the inputs
     rows_per_shard = options.layout.shard_rows(row_bytes(options.row_len, has_labels(options)))
     merge_options = {

@@ -41,7 +41,7 @@ from .batches import (
     skip_records,
 )
 from .files import BATCH_DOCS, TXT_UNITS, InputFile, Piece, guarded, part_of
-from .inputs import describe_skipped, resolve_inputs, supported
+from .inputs import describe_skipped, refuse_inputs_in, resolve_inputs, supported
 from .registry import FORMATS, reader_for, reader_of, register
 
 __all__ = [
@@ -74,6 +74,7 @@ __all__ = [
     "read_texts",
     "reader_for",
     "reader_of",
+    "refuse_inputs_in",
     "register",
     "resolve_inputs",
     "skip_records",

@@ -13,7 +13,7 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
-from ..errors import InputError
+from ..errors import InputError, OptionError
 from ..fs import AnyPath, StorePath, as_path, is_url
 from .base import Reader
 from .files import InputFile
@@ -269,3 +269,20 @@ def describe_skipped(skipped: Sequence[AnyPath | str], shown: int = 3) -> str:
             "match them: DIR/**/*.jsonl)"
         )
     return "; ".join(said)
+
+
+def refuse_inputs_in(files: Sequence[InputFile], out: AnyPath) -> None:
+    """Refuse an input that is the output directory ``out``, or inside it: the run replaces
+    that directory (a pack repacked into itself would be read while it is deleted)."""
+    if not isinstance(out, Path):  # an output on a store: its inputs' URLs are checked there
+        return
+    where = out.resolve()
+    for f in files:
+        if not isinstance(f.path, Path):
+            continue
+        path = f.path.resolve()
+        if path == where or where in path.parents:
+            what = "the output directory" if path == where else "inside the output directory"
+            raise OptionError(
+                f"{f.path} is {what} {out}, which the run replaces: choose another --output"
+            )
