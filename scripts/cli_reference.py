@@ -28,6 +28,12 @@ Every command of `packtool` and every option, with its default and meaning. This
 generated from the command line's own declarations by `python scripts/cli_reference.py`;
 `tests/test_docs.py` fails when it differs from what the CLI declares. `packtool COMMAND
 --help` prints the same text.
+
+Every command exits 0 when it did what was asked; 1 when an input, an output or the data is
+wrong (a missing file, a bad record, an output that exists, a problem `verify` or
+`check-model` found), with one line `Error: ...` naming it; 2 when an option is wrong
+(missing, unknown, or a value out of its range, such as `--max-len 0` or an `inspect --row`
+past the last row).
 """
 
 

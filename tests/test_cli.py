@@ -395,3 +395,26 @@ def test_a_stage_without_reports_still_logs_a_heartbeat(
     assert len(beats) >= 2, lines
     assert all(line.startswith("read + tokenize:  20% 1.0/5.0 MB (0:00:0") for line in beats)
     assert any(line.endswith("(0:00:01 elapsed)") for line in beats), beats
+
+
+def test_exit_codes_are_as_docs_cli_md_says(tmp_path: Path) -> None:
+    """1: an input, an output or the data is wrong; 2: an option is wrong (docs/cli.md)."""
+    out = tmp_path / "out"
+    assert run("pack", SAMPLE, "-L", "4096", "-o", out, "-q").exit_code == 0
+    bad = write_jsonl(tmp_path / "bad.jsonl", [{"text": "fine"}, {"txt": "no field"}])
+    for args, code in (
+        (["pack", tmp_path / "missing.jsonl", "-L", "512", "-o", tmp_path / "a"], 1),
+        (["pack", bad, "-L", "512", "-o", tmp_path / "b"], 1),
+        (["pack", SAMPLE, "-L", "512", "-o", out], 1),
+        (["pack", SAMPLE, "-L", "0", "-o", tmp_path / "c"], 2),
+        (["pack", SAMPLE, "-o", tmp_path / "d"], 2),
+        (["pack", SAMPLE, "-L", "512", "--frobnicate", "-o", tmp_path / "e"], 2),
+        (["inspect", out, "--row", "1000000"], 2),
+        (["export", out, "--to", "nope", "-o", tmp_path / "f"], 2),
+    ):
+        result = run(*args)
+        assert result.exit_code == code, (args, result.output)
+        assert "Traceback" not in result.output
+    doc = " ".join((REPO / "docs" / "cli.md").read_text("utf-8").split())
+    assert "1 when an input, an output or the data is wrong" in doc
+    assert "2 when an option is wrong" in doc
