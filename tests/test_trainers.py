@@ -194,6 +194,38 @@ def test_data_collator_with_flattening_takes_each_row_as_one_sequence(pack: Path
     assert diffs["first"] < 1e-5 and diffs["after"] > 0.05, diffs
 
 
+@pytest.mark.parametrize("with_tokenizer", [False, True])
+def test_trainer_without_collate_keeps_documents_apart_only_without_a_tokenizer(
+    pack: Path, tmp_path: Path, with_tokenizer: bool
+) -> None:
+    """Hugging Face Trainer on PackedDataset with no data_collator: without a
+    processing_class its default_data_collator stacks input_ids, position_ids and labels (no
+    mask: exact); with processing_class=tokenizer it takes DataCollatorWithPadding, whose
+    tokenizer.pad adds a 2-D attention mask of ones: documents attend to each other, silently
+    (docs/hf_trainer.md says so)."""
+    from packtool.torch import PackedDataset
+
+    reader = packtool.open_packed(pack)
+    model = tiny_llama(reader.vocab_size)
+    args = transformers.TrainingArguments(
+        str(tmp_path / "run"), per_device_eval_batch_size=ROWS, report_to=[], use_cpu=True
+    )
+    kwargs = {"processing_class": tokenizer_of(pack)} if with_tokenizer else {}
+    trainer = transformers.Trainer(model, args, **kwargs)
+    subset = torch.utils.data.Subset(PackedDataset(pack), picked(pack))
+    batch = next(iter(trainer.get_eval_dataloader(subset)))
+    assert ("attention_mask" in batch) == with_tokenizer
+    model.eval()
+    with torch.no_grad():
+        logits = model(**inputs_of(batch)).logits
+    diffs = document_diffs(model, pack, logits)
+    assert diffs["first"] < 1e-5, diffs
+    if with_tokenizer:
+        assert diffs["after"] > 0.05, diffs
+    else:
+        assert diffs["after"] < 1e-5, diffs
+
+
 def test_packs_summary_says_which_trainers_keep_examples_apart(tmp_path: Path) -> None:
     """`pack` of instruction data names the exact paths and the leaking defaults, in one line;
     a text pack's summary does not (its README.md does)."""
