@@ -178,6 +178,15 @@ def test_trl_defaults_let_documents_attend_to_each_other(pack: Path, tmp_path: P
         logits = model(**inputs_of(batch)).logits
     diffs = document_diffs(model, pack, logits)
     assert diffs["first"] < 1e-5 and diffs["after"] > 0.05, diffs
+    # the labels: a chat pack's stored ones as they are (packtool's); on a text pack TRL
+    # learns every token, the padding and each document's first token (predicted from the
+    # document before it) included
+    ours = collate([datasets.load_from_disk(str(pack))[i] for i in picked(pack)])["labels"]
+    if packtool.open_packed(pack).has_labels:
+        assert torch.equal(batch["labels"], ours)
+    else:
+        assert bool((batch["labels"] != -100).all())
+        assert int((batch["labels"] != -100).sum()) > int((ours != -100).sum())
 
 
 def test_data_collator_with_flattening_takes_each_row_as_one_sequence(pack: Path) -> None:
