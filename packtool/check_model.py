@@ -41,7 +41,7 @@ __all__ = [
     "rows_to_feed",
 ]
 
-FEEDS = ("packtool", "position-ids", "plain")
+FEEDS = ("packtool", "position-ids", "plain", "mask")
 ATTENTION = ("sdpa", "eager", "flex_attention")
 DEVICES = ("cpu", "cuda")
 LEAK_THRESHOLD = 1e-4
@@ -64,6 +64,10 @@ _INSTEAD = {
         "a 2-D attention mask over a packed row lets each document attend to those before it: "
         "feed packtool.torch.collate's batch (data_collator=collate), or TRL's "
         "SFTConfig(padding_free=True), not a default collator or DataCollatorWithFlattening"
+    ),
+    "mask": (
+        "an explicit block mask replaces the model's own attention mask, its sliding window "
+        "included: feed packtool.torch.collate's batch without a mask (--feed packtool)"
     ),
 }
 
@@ -149,12 +153,14 @@ def load_causal_lm(
     return model.train(False), not has_weights
 
 
-def _feed(kind: str, rows: list[dict[str, Any]]) -> tuple[dict[str, Any], Any]:
+def _feed(
+    kind: str, rows: list[dict[str, Any]], attn_implementation: str = "sdpa", device: str = "cpu"
+) -> tuple[dict[str, Any], Any]:
     """The model's inputs for ``rows`` fed as ``kind``, and how to get each row's logits
     ``[rows, max_len, vocab]`` back from the output's."""
     import torch
 
-    from .torch import collate
+    from .torch import block_causal_mask, collate, flex_block_mask
 
     ids = torch.stack([torch.as_tensor(r["input_ids"]).long() for r in rows])
     n, length = ids.shape
@@ -168,6 +174,17 @@ def _feed(kind: str, rows: list[dict[str, Any]]) -> tuple[dict[str, Any], Any]:
         pos = torch.stack([torch.as_tensor(r["position_ids"]).long() for r in rows])
         batch = {"input_ids": ids.reshape(1, -1), "position_ids": pos.reshape(1, -1)}
         return batch, lambda logits: logits.reshape(n, length, -1)
+    if kind == "mask":
+        batch = collate(rows)
+        cu = batch["cu_seq_lens_q"]
+        if attn_implementation == "flex_attention":
+            mask = flex_block_mask(cu, length, device=device)
+        elif attn_implementation == "eager":
+            mask = block_causal_mask(cu, length, dtype=torch.float32, device=device)
+        else:
+            mask = block_causal_mask(cu, length, device=device)
+        inputs = {"input_ids": ids, "position_ids": batch["position_ids"], "attention_mask": mask}
+        return inputs, lambda logits: logits
     return {"input_ids": ids, "attention_mask": torch.ones_like(ids)}, lambda logits: logits
 
 
@@ -261,7 +278,7 @@ def check_model(
     dataset = PackedDataset(out_dir)
     take = len(picked)
     packed = [dataset[i] for i in picked]
-    inputs, by_row = _feed(feed, packed)
+    inputs, by_row = _feed(feed, packed, attn_implementation, device)
     inputs = {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in inputs.items()}
     result = ModelCheck(
         model=str(model),

@@ -754,7 +754,8 @@ def check_model_command(
             "--feed",
             help="packtool (packtool.torch.collate's batch), position-ids (input_ids and "
             "position_ids only, as padding-free trainers feed) or plain (input_ids and a 2-D "
-            "attention mask, as most default collators feed).",
+            "attention mask, as most default collators feed) or mask (input_ids, position_ids and "
+            "the explicit block mask of the attention, as a custom loop feeds).",
         ),
     ] = "packtool",
     device: Annotated[str, typer.Option("--device", help="cpu or cuda.")] = "cpu",

@@ -552,6 +552,16 @@ def _row_bounds(
             "TrainingArguments(remove_unused_columns=False)"
         )
     unpadded = r.get("cu_seqlens_unpadded") if "cu_seqlens" in r else None
+    if unpadded is None and "num_tokens" in r and num_tokens not in (cu[-2], cu[-1]):
+        # A plain row's padding is its last segment, [num_tokens, max_len). A row of an
+        # aligned pack stripped of cu_seqlens_unpadded would learn its alignment pads and
+        # lose the real tokens after num_tokens.
+        raise ValueError(
+            f"row {b}: num_tokens {num_tokens} is not where its last segment starts "
+            f"(cu_seqlens {cu.tolist()}): a row of an aligned pack (--pad-to-multiple-of) "
+            "needs its cu_seqlens_unpadded, or its alignment pads would be learned; keep "
+            "that column (or pass PackedDataset items)"
+        )
     return cu, num_tokens, None if unpadded is None else np.asarray(unpadded, dtype=np.int64)
 
 

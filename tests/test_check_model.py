@@ -87,6 +87,29 @@ def test_feeds_on_sdpa(chat: Path, models: dict[str, Path], arch: str, feed: str
         assert result.max_diff[AFTER] < 1e-5 and not result.leak and result.advice is None
 
 
+@pytest.mark.parametrize("attn", ["sdpa", "eager"])
+def test_explicit_mask_feed_and_a_sliding_window(
+    chat: Path, models: dict[str, Path], tmp_path: Path, attn: str
+) -> None:
+    """--feed mask: the explicit block mask training.md shows for a custom loop. Exact on a
+    Llama; on a model with a sliding window shorter than its documents (Mistral, window 16)
+    the mask replaces the model's own, window included, and every long document's logits
+    differ from the document alone (the first of a row too): a leak, with the advice to feed
+    collate's batch without a mask, which stays exact there."""
+    assert (
+        check_model(chat, models["llama"], rows=2, feed="mask", attn_implementation=attn).worst
+        < 1e-5
+    )
+    kind = transformers.MistralConfig
+    config = kind(**{**_config("llama").to_diff_dict(), "sliding_window": 16})
+    config.save_pretrained(tmp_path / "mistral")
+    masked = check_model(chat, tmp_path / "mistral", rows=2, feed="mask", attn_implementation=attn)
+    assert masked.leak and masked.max_diff[FIRST] > 1e-2, masked.max_diff
+    assert masked.advice is not None and "--feed packtool" in masked.advice
+    plain = check_model(chat, tmp_path / "mistral", rows=2, attn_implementation=attn)
+    assert plain.worst < 1e-5 and not plain.leak
+
+
 def test_rows_of_one_document_are_not_fed(models: dict[str, Path], tmp_path: Path) -> None:
     """A pack whose first rows hold one document each (chunks of long documents, first in
     FFD order; the docs' own `pack sample_data/corpus.jsonl --max-len 256` has them too) was
@@ -168,7 +191,7 @@ def test_user_errors_are_one_line(chat: Path, models: dict[str, Path], tmp_path:
     for args, message in (
         (["--model", "Qwen/Qwen3-0.6B"], "no such directory (--model takes a local model"),
         (["--model", str(tmp_path)], "no config.json"),
-        (["--model", str(models["llama"]), "--feed", "mask"], "--feed must be one of"),
+        (["--model", str(models["llama"]), "--feed", "masks"], "--feed must be one of"),
         (["--model", str(models["llama"]), "--rows", "0"], "--rows must be"),
         (["--model", str(models["llama"]), "--attn-implementation", "flash"], "must be one of"),
     ):

@@ -689,6 +689,35 @@ def test_collate_errors() -> None:
         collate([{"input_ids": [5, 6, 7], "labels": [-100, 6, 7]}])
 
 
+def test_collate_refuses_an_aligned_row_without_its_real_boundaries(tmp_path: Path) -> None:
+    """Rows of an aligned pack (--pad-to-multiple-of) given with cu_seqlens and num_tokens but
+    not cu_seqlens_unpadded (the keys collate documents for load_from_disk rows) were taken as
+    plain rows: every alignment pad before num_tokens learned, the real tokens after it not."""
+    lines = (REPO / "sample_data" / "corpus.jsonl").read_text(encoding="utf-8").splitlines()
+    (tmp_path / "in.jsonl").write_text("\n".join(lines[:20]) + "\n", encoding="utf-8")
+    packtool.pack([tmp_path / "in.jsonl"], tmp_path / "out", max_len=256, pad_to_multiple_of=8)
+    ds = PackedDataset(tmp_path / "out")
+    items = [ds[i] for i in range(len(ds))]
+    aligned = [it for it in items if int(it["num_tokens"]) not in it["cu_seqlens"].tolist()]
+    assert aligned  # rows whose real tokens end inside a segment
+    keys = ("input_ids", "position_ids", "cu_seqlens", "num_tokens")
+    with pytest.raises(ValueError, match=r"row 0: num_tokens \d+ .*cu_seqlens_unpadded"):
+        collate([{k: aligned[0][k] for k in keys}])
+    # with the column (PackedDataset items, load_from_disk rows): the pads are -100
+    batch = collate(
+        [
+            {
+                **{k: aligned[0][k] for k in keys},
+                "cu_seqlens_unpadded": aligned[0]["cu_seqlens_unpadded"],
+            }
+        ]
+    )
+    assert torch.equal(batch["labels"][0], aligned[0]["labels"])
+    assert torch.equal(
+        collate(items[:4])["labels"], torch.stack([it["labels"] for it in items[:4]])
+    )
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
 def test_float_mask_is_additive(dtype: Any) -> None:
     cu = torch.tensor([0, 2, 3, 6], dtype=torch.int32)

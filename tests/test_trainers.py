@@ -178,6 +178,15 @@ def test_trl_defaults_let_documents_attend_to_each_other(pack: Path, tmp_path: P
         logits = model(**inputs_of(batch)).logits
     diffs = document_diffs(model, pack, logits)
     assert diffs["first"] < 1e-5 and diffs["after"] > 0.05, diffs
+    # the labels: a chat pack's stored ones as they are (packtool's); on a text pack TRL
+    # learns every token, the padding and each document's first token (predicted from the
+    # document before it) included
+    ours = collate([datasets.load_from_disk(str(pack))[i] for i in picked(pack)])["labels"]
+    if packtool.open_packed(pack).has_labels:
+        assert torch.equal(batch["labels"], ours)
+    else:
+        assert bool((batch["labels"] != -100).all())
+        assert int((batch["labels"] != -100).sum()) > int((ours != -100).sum())
 
 
 def test_data_collator_with_flattening_takes_each_row_as_one_sequence(pack: Path) -> None:
@@ -192,6 +201,38 @@ def test_data_collator_with_flattening_takes_each_row_as_one_sequence(pack: Path
         logits = model(**inputs_of(batch)).logits
     diffs = document_diffs(model, pack, logits.reshape(ROWS, reader.max_len, -1))
     assert diffs["first"] < 1e-5 and diffs["after"] > 0.05, diffs
+
+
+@pytest.mark.parametrize("with_tokenizer", [False, True])
+def test_trainer_without_collate_keeps_documents_apart_only_without_a_tokenizer(
+    pack: Path, tmp_path: Path, with_tokenizer: bool
+) -> None:
+    """Hugging Face Trainer on PackedDataset with no data_collator: without a
+    processing_class its default_data_collator stacks input_ids, position_ids and labels (no
+    mask: exact); with processing_class=tokenizer it takes DataCollatorWithPadding, whose
+    tokenizer.pad adds a 2-D attention mask of ones: documents attend to each other, silently
+    (docs/hf_trainer.md says so)."""
+    from packtool.torch import PackedDataset
+
+    reader = packtool.open_packed(pack)
+    model = tiny_llama(reader.vocab_size)
+    args = transformers.TrainingArguments(
+        str(tmp_path / "run"), per_device_eval_batch_size=ROWS, report_to=[], use_cpu=True
+    )
+    kwargs = {"processing_class": tokenizer_of(pack)} if with_tokenizer else {}
+    trainer = transformers.Trainer(model, args, **kwargs)
+    subset = torch.utils.data.Subset(PackedDataset(pack), picked(pack))
+    batch = next(iter(trainer.get_eval_dataloader(subset)))
+    assert ("attention_mask" in batch) == with_tokenizer
+    model.eval()
+    with torch.no_grad():
+        logits = model(**inputs_of(batch)).logits
+    diffs = document_diffs(model, pack, logits)
+    assert diffs["first"] < 1e-5, diffs
+    if with_tokenizer:
+        assert diffs["after"] > 0.05, diffs
+    else:
+        assert diffs["after"] < 1e-5, diffs
 
 
 def test_packs_summary_says_which_trainers_keep_examples_apart(tmp_path: Path) -> None:
