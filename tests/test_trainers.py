@@ -306,3 +306,16 @@ def test_the_trl_recipes_run_on_a_cpu(
         state = scope["trainer"].state
         assert state.global_step > 0 and np.isfinite(state.log_history[-1]["train_loss"])
         assert sorted(os.listdir(tmp_path / "chat")) == before
+
+
+def test_trl_packing_on_a_pack_stops_with_trls_own_error(pack: Path, tmp_path: Path) -> None:
+    """docs/trl.md: leave `packing` off; on rows packed already TRL's packing=True stops with
+    its own TypeError before training (nothing packed twice, nothing silent)."""
+    datasets.disable_caching()
+    try:
+        with pytest.raises(TypeError, match="Packing requires all columns to be lists of lists"):
+            sft_trainer(pack, tmp_path / "run", packing=True)
+    finally:
+        datasets.enable_caching()
+    doc = " ".join((REPO / "docs" / "trl.md").read_text("utf-8").split())
+    assert "`TypeError: Packing requires all columns to be lists of lists`" in doc
