@@ -85,6 +85,7 @@ __all__ = [
     "check_chat",
     "check_prompt_completion",
     "detect_shape",
+    "detected_from",
     "has_labels",
     "input_shape",
     "megatron_ids",
@@ -1043,6 +1044,12 @@ def text_encoder(
     )
 
 
+def detected_from(files: Sequence[InputFile], auto: bool) -> str:
+    """Which input decided the shape, for the messages that name it (a directory of several
+    kinds of records is detected by its first file); "" where the shape was given."""
+    return f" (detected from the first record of {files[0].path})" if auto and files else ""
+
+
 def plan_input(
     files: Sequence[InputFile],
     tokenizer: Tokenizer,
@@ -1076,10 +1083,7 @@ def plan_input(
         overflow = Overflow(o.overflow)  # checked by PackOptions
     add_eos = shape is not InputShape.CHAT if o.add_eos is None else o.add_eos
     template: ChatTemplate | None = None
-    # which input decided the shape: a directory of several kinds of records is read by name
-    detected = (
-        f" (detected from the first record of {files[0].path})" if shape_auto and files else ""
-    )
+    detected = detected_from(files, shape_auto)
     if shape is InputShape.CHAT:
         if isinstance(o.chat_template, ChatTemplate):
             template = o.chat_template

@@ -22,7 +22,7 @@ gives indices.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -44,6 +44,7 @@ __all__ = [
     "plan_mixture",
     "plan_unit_mixtures",
     "refuse_shared_files",
+    "resolve_sources",
     "source_documents",
     "take_source",
 ]
@@ -80,6 +81,25 @@ def parse_mix(text: str, n_inputs: int) -> tuple[float, ...]:
             f"{n_inputs} input{'s' if n_inputs != 1 else ''}: give one per input, in order"
         )
     return tuple(weights)
+
+
+def resolve_sources(
+    inputs: Sequence[Any], mix: str, resolve: Callable[[Any], Sequence[Any]]
+) -> tuple[list[Any], list[Source]]:
+    """``--mix``: each input argument a source, weighted by ``mix`` (checked first), its files
+    ``resolve(argument)`` (as ``pack`` resolves its inputs). Returns the files (source by
+    source, in order) and the sources, each with its slice of those files; a file in two
+    sources is refused."""
+    weights = parse_mix(mix, len(inputs))
+    files: list[Any] = []
+    sources, groups = [], []
+    for spec, weight in zip(inputs, weights, strict=True):
+        found = resolve(spec)
+        sources.append(Source(str(spec), weight, len(files), len(files) + len(found)))
+        files.extend(found)
+        groups.append(found)
+    refuse_shared_files(inputs, groups)
+    return files, sources
 
 
 def refuse_shared_files(specs: Sequence[Any], groups: Sequence[Sequence[Any]]) -> None:

@@ -50,10 +50,9 @@ from .mixture import (
     Source,
     SourceTake,
     UnitMixture,
-    parse_mix,
     pick_items,
     plan_mixture,
-    refuse_shared_files,
+    resolve_sources,
     source_documents,
 )
 from .options import PackOptions
@@ -452,15 +451,9 @@ def _prepare(
                 raise OptionError("--mix with --units: run the units with packtool.pack_units")
             sources = list(mixture.sources)
         else:
-            weights = parse_mix(options.mix, len(inputs))
-            files, sources = [], []
-            groups = []
-            for spec, weight in zip(inputs, weights, strict=True):
-                found = resolve_inputs([spec], skipped=skipped)
-                sources.append(Source(str(spec), weight, len(files), len(files) + len(found)))
-                files.extend(found)
-                groups.append(found)
-            refuse_shared_files(inputs, groups)
+            files, sources = resolve_sources(
+                inputs, options.mix, lambda spec: resolve_inputs([spec], skipped=skipped)
+            )
     files = resolve_inputs(inputs, skipped=skipped) if files is None else list(files)
     refuse_inputs_in(files, out)
     prepared = prepare(files, options)

@@ -503,16 +503,16 @@ def packed_tokenizer_name(files: Sequence[InputFile]) -> str | None:
 def _tokenizer_copy(path: AnyPath, manifest: Manifest) -> str | None:
     """The directory holding the copy of the tokenizer the pack at ``path`` keeps (itself),
     if it keeps one and the copy is the one it was packed with; else None."""
-    import hashlib
+    from .fs import sha256_of
 
     name = manifest.tokenizer.file
     if name is None or manifest.tokenizer.sha256 is None:
         return None
     try:
-        data = (path / name).read_bytes()
+        digest = sha256_of(path / name)
     except OSError:
         return None
-    return str(path) if hashlib.sha256(data).hexdigest() == manifest.tokenizer.sha256 else None
+    return str(path) if digest == manifest.tokenizer.sha256 else None
 
 
 def _label_notes(path: AnyPath, docs: PackedDocuments, max_len: int, overflow: str) -> list[str]:

@@ -63,7 +63,7 @@ from .format import (
 )
 from .fs import StorePath, as_path, user_cache_dir
 from .limits import MAX_BATCH_SIZE, MAX_LEN_LIMIT, MAX_SEED, check_int, read_token_count
-from .mixture import parse_mix, pick_items, plan_mixture, refuse_shared_files, source_documents
+from .mixture import pick_items, plan_mixture, resolve_sources, source_documents
 from .options import PackOptions
 from .order import attention_costs, balanced_share, rank_share, step_imbalance, step_loads
 from .packing import (
@@ -1480,13 +1480,11 @@ def _mixture_inputs(
 ) -> tuple[list[InputFile], _Mixture]:
     """``stats --mix``: each input argument a source, resolved as ``pack`` resolves it."""
     assert o.mix is not None
-    weights = parse_mix(o.mix, len(inputs))
-    found = [resolve_inputs([spec], skipped=skipped) for spec in inputs]
-    refuse_shared_files(inputs, found)
-    files = [f for group in found for f in group]
+    files, sources = resolve_sources(inputs, o.mix, lambda s: resolve_inputs([s], skipped=skipped))
     tokens = o.tokens if isinstance(o.tokens, int) else None
-    mix = _Mixture([str(i) for i in inputs], weights, [len(g) for g in found], tokens,
-                   o.repeat, seed, [f.path for f in files])  # fmt: skip
+    mix = _Mixture([s.path for s in sources], tuple(s.weight for s in sources),
+                   [s.end_file - s.first_file for s in sources], tokens, o.repeat, seed,
+                   [f.path for f in files])  # fmt: skip
     return files, mix
 
 

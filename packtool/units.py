@@ -51,7 +51,7 @@ from .chat import ChatTemplate, load_chat_template
 from .errors import FormatError, OutputExistsError
 from .format import MANIFEST_FILE, Manifest, UnitRecord, read_manifest
 from .fs import AnyPath, as_path, open_input
-from .instruct import InputShape, input_shape
+from .instruct import InputShape, detected_from, input_shape
 from .limits import MAX_UNITS, check_int
 from .mixture import MixtureMeasure, Source, UnitMixture
 from .options import PackOptions
@@ -124,12 +124,8 @@ def corpus_options(files: Sequence[InputFile], options: PackOptions) -> tuple[Pa
     o = o.replace(input_shape=shape.value)
     if shape is InputShape.CHAT and not isinstance(o.chat_template, ChatTemplate):
         tok, _ = unit_tokenizer(o)
-        detected = f" (detected from the first record of {files[0].path})" if auto and files else ""
-        o = o.replace(
-            chat_template=load_chat_template(
-                o.chat_template, tok, records=f"chat records{detected}"
-            )
-        )
+        records = f"chat records{detected_from(files, auto)}"
+        o = o.replace(chat_template=load_chat_template(o.chat_template, tok, records=records))
     return o, auto
 
 

@@ -29,7 +29,7 @@ from ..format import MANIFEST_FILE, row_bytes
 from ..fs import AnyPath, StorePath, as_path, check_writable, remove_tree
 from ..instruct import has_labels
 from ..merge import merge_units
-from ..mixture import Source, UnitMixture, parse_mix, plan_unit_mixtures, refuse_shared_files
+from ..mixture import Source, UnitMixture, plan_unit_mixtures, resolve_sources
 from ..options import ENGINES, PackOptions
 from ..pipeline import PackReport
 from ..readers import refuse_inputs_in, resolve_inputs
@@ -280,17 +280,7 @@ def _sources(
     by one: the files of each, in order)."""
     if options.mix is None:
         return list(resolve_inputs(inputs, skipped=skipped)), []
-    weights = parse_mix(options.mix, len(inputs))
-    resolved: list[Any] = []
-    sources = []
-    groups = []
-    for spec, weight in zip(inputs, weights, strict=True):
-        found = resolve_inputs([spec], skipped=skipped)
-        sources.append(Source(str(spec), weight, len(resolved), len(resolved) + len(found)))
-        resolved.extend(found)
-        groups.append(found)
-    refuse_shared_files(inputs, groups)
-    return resolved, sources
+    return resolve_sources(inputs, options.mix, lambda s: resolve_inputs([s], skipped=skipped))
 
 
 def _check_a_sibling(plan: list[Unit], out: AnyPath, index: int) -> None:

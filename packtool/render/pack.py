@@ -55,25 +55,26 @@ def untaken_sources(mixture: Any) -> str | None:
     )
 
 
+def notices(report: Any) -> list[str]:
+    """The run's notices, and the mixture's sources that gave no document."""
+    manifest = getattr(report, "manifest", None)
+    untaken = untaken_sources(manifest.mixture) if manifest is not None else None
+    return [*report.notices, *([untaken] if untaken else [])]
+
+
 def print_notices(report: Any, *, quiet: bool) -> None:
     """The tokenizer's notices (always, on stderr), the special-token strings line, and
     a reminder when the bundled sample tokenizer was used (without --tokenizer)."""
-    manifest = getattr(report, "manifest", None)
-    untaken = untaken_sources(manifest.mixture) if manifest is not None else None
-    for notice in [*report.notices, *([untaken] if untaken else [])]:
+    for notice in notices(report):
         note("[yellow]note:[/]", notice)
     line = special_strings_line(report.special_strings, report.parse_special)
     if line and not quiet:
         note("[yellow]note:[/]", line)
     from ..tokenize import DEFAULT_TOKENIZER
 
-    tokenized = (
-        manifest is None
-        or manifest.tokenizer.backend is None
-        or (
-            manifest.tokenizer.backend.name != "none"  # ids (a repack): nothing was tokenized
-        )
-    )
+    manifest = getattr(report, "manifest", None)
+    backend = manifest.tokenizer.backend if manifest is not None else None
+    tokenized = backend is None or backend.name != "none"  # "none": ids (a repack)
     if not quiet and tokenized and _tokenizer_name(report) == DEFAULT_TOKENIZER:
         note("[yellow]note:[/]", BUNDLED_TOKENIZER_NOTE)
 
@@ -216,8 +217,7 @@ def show_pack(report: Any, *, quiet: bool, as_json: bool) -> None:
     say_skipped(report.skipped_files, quiet)
     if as_json:
         summary = report.manifest.summary()
-        untaken = untaken_sources(report.manifest.mixture)
-        summary["notices"] = [*report.notices, *([untaken] if untaken else [])]
+        summary["notices"] = notices(report)
         summary["tokenizer_backend"] = report.backend
         if report.manifest.mixture is not None:
             summary["mixture"] = report.manifest.mixture.to_record()
